@@ -1,0 +1,5 @@
+//! analysis: pure, safe, deterministic functions over what the logs hold.
+
+#![forbid(unsafe_code)]
+
+pub mod liveness;

@@ -1,0 +1,207 @@
+//! `SF_*` settings, parsed once at init and apart from any process state so they can be
+//! tested with plain maps. A bad value never stops the job: it yields one warning line and
+//! the default.
+
+use std::path::PathBuf;
+
+/// Every variable the library reads, with its default, for README and `--help` texts.
+pub const VARIABLES: &[(&str, &str, &str)] = &[
+    ("SF_DISABLE", "0", "1 turns the library into a pure pass-through"),
+    ("SF_FORCE", "0", "1 records in processes with no rank identity (logs named pid-<pid>.sflog)"),
+    ("SF_LOG_DIR", "/dev/shm/stagefrontier-<uid>", "root of the log tree; logs go to <root>/<job id>/"),
+    ("SF_JOB_ID", "from the launcher", "job id directory name; overrides TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ..."),
+    ("SF_RING_EVENTS", "16384", "events the hot-path ring holds (power of two, 16..4194304); a full ring drops and counts"),
+    ("SF_LOG_RECORDS", "65536", "records the per-rank log keeps before wrapping (1024..67108864), 128 bytes each"),
+    ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
+    ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockChoice {
+    Auto,
+    Tsc,
+    Monotonic,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub disabled: bool,
+    pub force: bool,
+    pub log_root: PathBuf,
+    pub job_id: Option<String>,
+    pub ring_events: usize,
+    pub log_records: u32,
+    pub heartbeat_ms: u64,
+    pub clock: ClockChoice,
+}
+
+impl Config {
+    pub fn defaults_for_uid(uid: u32) -> Config {
+        Config {
+            disabled: false,
+            force: false,
+            log_root: PathBuf::from(format!("/dev/shm/stagefrontier-{uid}")),
+            job_id: None,
+            ring_events: 16_384,
+            log_records: 65_536,
+            heartbeat_ms: 50,
+            clock: ClockChoice::Auto,
+        }
+    }
+
+    /// Parses from any variable lookup; returns the config and one warning per bad value.
+    pub fn parse(uid: u32, var: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut cfg = Config::defaults_for_uid(uid);
+        let mut warnings = Vec::new();
+        let setting = |name: &str| var(name).filter(|v| !v.is_empty()).map(|v| (name.to_string(), v));
+
+        if let Some((name, v)) = setting("SF_DISABLE") {
+            cfg.disabled = parse_bool(&name, &v, &mut warnings).unwrap_or(false);
+        }
+        if let Some((name, v)) = setting("SF_FORCE") {
+            cfg.force = parse_bool(&name, &v, &mut warnings).unwrap_or(false);
+        }
+        if let Some((_, v)) = setting("SF_LOG_DIR") {
+            cfg.log_root = PathBuf::from(v);
+        }
+        if let Some((name, v)) = setting("SF_JOB_ID") {
+            match sanitize_job_id(&v) {
+                Some(id) => cfg.job_id = Some(id),
+                None => warnings.push(format!("{name}={v:?} has no usable character; using the launcher's job id")),
+            }
+        }
+        if let Some((name, v)) = setting("SF_RING_EVENTS") {
+            match v.parse::<usize>() {
+                Ok(n) if n.is_power_of_two() && (16..=1 << 22).contains(&n) => cfg.ring_events = n,
+                _ => warnings.push(format!(
+                    "{name}={v:?} is not a power of two from 16 to 4194304; using {}",
+                    cfg.ring_events
+                )),
+            }
+        }
+        if let Some((name, v)) = setting("SF_LOG_RECORDS") {
+            match v.parse::<u32>() {
+                Ok(n) if (1024..=1 << 26).contains(&n) => cfg.log_records = n,
+                _ => warnings.push(format!(
+                    "{name}={v:?} is not a record count from 1024 to 67108864; using {}",
+                    cfg.log_records
+                )),
+            }
+        }
+        if let Some((name, v)) = setting("SF_HEARTBEAT_MS") {
+            match v.parse::<u64>() {
+                Ok(n) if (1..=100).contains(&n) => cfg.heartbeat_ms = n,
+                _ => warnings.push(format!("{name}={v:?} is not a period from 1 to 100 ms; using {}", cfg.heartbeat_ms)),
+            }
+        }
+        if let Some((name, v)) = setting("SF_CLOCK") {
+            match v.as_str() {
+                "auto" => cfg.clock = ClockChoice::Auto,
+                "tsc" => cfg.clock = ClockChoice::Tsc,
+                "monotonic" => cfg.clock = ClockChoice::Monotonic,
+                _ => warnings.push(format!("{name}={v:?} is not auto, tsc or monotonic; using auto")),
+            }
+        }
+        (cfg, warnings)
+    }
+
+    pub fn from_env() -> (Config, Vec<String>) {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        Config::parse(uid, |name| std::env::var(name).ok())
+    }
+}
+
+fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => {
+            warnings.push(format!("{name}={v:?} is not 0/1/true/false/yes/no/on/off; using 0"));
+            None
+        }
+    }
+}
+
+/// Job ids become directory names: keep `[A-Za-z0-9._-]`, map the rest to `_`, cap at 63
+/// bytes, and refuse ids that would name `.` or `..`.
+pub fn sanitize_job_id(raw: &str) -> Option<String> {
+    let id: String = raw
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .take(63)
+        .collect();
+    (!id.is_empty() && id.chars().any(|c| c.is_ascii_alphanumeric())).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::parse(1000, |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let (cfg, warnings) = parse(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!(cfg, Config::defaults_for_uid(1000));
+        assert_eq!(cfg.log_root, PathBuf::from("/dev/shm/stagefrontier-1000"));
+    }
+
+    #[test]
+    fn valid_values_are_taken() {
+        let (cfg, warnings) = parse(&[
+            ("SF_RING_EVENTS", "64"),
+            ("SF_LOG_RECORDS", "4096"),
+            ("SF_HEARTBEAT_MS", "20"),
+            ("SF_CLOCK", "monotonic"),
+            ("SF_FORCE", "yes"),
+            ("SF_LOG_DIR", "/tmp/x"),
+            ("SF_JOB_ID", "run 42/a"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.ring_events, 64);
+        assert_eq!(cfg.log_records, 4096);
+        assert_eq!(cfg.heartbeat_ms, 20);
+        assert_eq!(cfg.clock, ClockChoice::Monotonic);
+        assert!(cfg.force);
+        assert_eq!(cfg.log_root, PathBuf::from("/tmp/x"));
+        assert_eq!(cfg.job_id.as_deref(), Some("run_42_a"));
+    }
+
+    #[test]
+    fn each_bad_value_gives_one_warning_naming_it_and_keeps_the_default() {
+        let (cfg, warnings) = parse(&[
+            ("SF_RING_EVENTS", "1000"),
+            ("SF_LOG_RECORDS", "lots"),
+            ("SF_HEARTBEAT_MS", "500"),
+            ("SF_CLOCK", "sundial"),
+            ("SF_DISABLE", "maybe"),
+            ("SF_JOB_ID", "//"),
+        ]);
+        assert_eq!(warnings.len(), 6, "{warnings:?}");
+        for (w, name) in warnings.iter().zip([
+            "SF_DISABLE",
+            "SF_JOB_ID",
+            "SF_RING_EVENTS",
+            "SF_LOG_RECORDS",
+            "SF_HEARTBEAT_MS",
+            "SF_CLOCK",
+        ]) {
+            assert!(w.starts_with(name), "{w}");
+        }
+        let defaults = Config::defaults_for_uid(1000);
+        assert_eq!(cfg, defaults);
+    }
+
+    #[test]
+    fn job_ids_cannot_escape_the_log_root() {
+        assert_eq!(sanitize_job_id(".."), None);
+        assert_eq!(sanitize_job_id("../etc").as_deref(), Some(".._etc"));
+        assert_eq!(sanitize_job_id(&"x".repeat(100)).map(|s| s.len()), Some(63));
+    }
+}

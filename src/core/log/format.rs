@@ -1,0 +1,189 @@
+//! The on-disk layout of a rank log, shared by the writer and the reader.
+//!
+//! ```text
+//! 0            header: static part (CRC-protected) then live atomics
+//! HEADER_SIZE  communicator table: COMM_SLOTS slots of COMM_SLOT_SIZE bytes, live state
+//! records_off  record ring: slot_count slots of SLOT_SIZE bytes, record seq s in slot (s-1) % n
+//! ```
+//!
+//! All integers are little-endian (the header records an endianness marker so a reader on
+//! another machine can refuse a foreign log). A record slot is
+//! `commit_seq u64 | kind u16 | len u16 | crc32 u32 | payload[112]`; the writer clears
+//! `commit_seq`, writes the rest, then stores `commit_seq` last with release ordering, so a
+//! reader that sees a non-zero `commit_seq` twice around a copy whose CRC matches has a
+//! whole record, even while the writer runs or after it was killed.
+
+/// First 8 bytes of every rank log.
+pub const MAGIC: [u8; 8] = *b"SFRKLOG\0";
+/// Bumped on any incompatible change of the layout below.
+pub const FORMAT_VERSION: u32 = 1;
+/// Version of the record kinds and payload layouts.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Written as a native u32; reads back as this value only on a machine of the same order.
+pub const ENDIAN_MARKER: u32 = 0x0A0B_0C0D;
+
+pub const HEADER_SIZE: usize = 4096;
+/// Bytes of the header covered by `STATIC_CRC_OFFSET`'s checksum.
+pub const STATIC_HEADER_LEN: usize = 508;
+pub const STATIC_CRC_OFFSET: usize = 508;
+
+pub const SLOT_SIZE: usize = 128;
+pub const SLOT_HEADER_SIZE: usize = 16;
+pub const PAYLOAD_CAPACITY: usize = SLOT_SIZE - SLOT_HEADER_SIZE;
+
+pub const COMM_SLOT_SIZE: usize = 128;
+pub const COMM_SLOTS: usize = 256;
+
+pub const JOB_ID_LEN: usize = 64;
+pub const HOST_LEN: usize = 64;
+pub const SOURCE_LEN: usize = 16;
+
+/// Byte offsets of the static header fields.
+pub mod header {
+    pub const MAGIC: usize = 0;
+    pub const FORMAT_VERSION: usize = 8;
+    pub const ENDIAN: usize = 12;
+    pub const HEADER_SIZE: usize = 16;
+    pub const SCHEMA: usize = 20;
+    pub const SLOT_SIZE: usize = 24;
+    pub const SLOT_COUNT: usize = 28;
+    pub const COMM_TABLE_OFFSET: usize = 32;
+    pub const COMM_SLOTS: usize = 40;
+    pub const COMM_SLOT_SIZE: usize = 44;
+    pub const RECORDS_OFFSET: usize = 48;
+    pub const PID: usize = 56;
+    pub const GLOBAL_RANK: usize = 60;
+    pub const WORLD_SIZE: usize = 64;
+    pub const LOCAL_RANK: usize = 68;
+    pub const CLOCK_SOURCE: usize = 72;
+    pub const RING_CAPACITY: usize = 76;
+    pub const BASE_TICKS: usize = 80;
+    pub const BASE_MONO_NS: usize = 88;
+    pub const BASE_WALL_NS: usize = 96;
+    pub const JOB_ID: usize = 128;
+    pub const HOST: usize = 192;
+    pub const IDENTITY_SOURCE: usize = 256;
+}
+
+/// Byte offsets of the live header fields, each an aligned u64 updated atomically.
+pub mod live {
+    /// Records committed so far; the newest record's sequence number.
+    pub const COMMITTED: usize = 512;
+    pub const HEARTBEAT_MONO_NS: usize = 520;
+    pub const HEARTBEAT_WALL_NS: usize = 528;
+    /// Cumulative events the hot path dropped because its ring was full.
+    pub const DROPPED_EVENTS: usize = 536;
+    /// One of `WriterState`.
+    pub const WRITER_STATE: usize = 544;
+    /// `f64` bits of the refined tick frequency.
+    pub const TICKS_PER_SEC: usize = 552;
+    /// NCCL_VERSION_CODE once known, else 0.
+    pub const NCCL_VERSION: usize = 560;
+    /// Communicators that found the table full and are recorded without live state.
+    pub const COMM_TABLE_OVERFLOW: usize = 568;
+}
+
+/// Byte offsets within a communicator slot, each an aligned u64 or i64.
+pub mod comm {
+    /// Process-local `ncclComm_t` value, or one of the markers below.
+    pub const KEY: usize = 0;
+    pub const COMM_ID: usize = 8;
+    /// `rank_in_comm << 32 | nranks`, as u32 halves (-1 when unknown).
+    pub const RANK_NRANKS: usize = 16;
+    pub const COLL_ENTERED: usize = 24;
+    pub const COLL_RETURNED: usize = 32;
+    pub const P2P_ENTERED: usize = 40;
+    pub const P2P_RETURNED: usize = 48;
+    /// Raw ticks at which the call now in flight entered, 0 when none.
+    pub const INFLIGHT_TICKS: usize = 56;
+    /// `NcclOp` of the call in flight.
+    pub const INFLIGHT_OP: usize = 64;
+    /// How many `ncclCommSplit` calls used this communicator as parent.
+    pub const SPLITS: usize = 72;
+
+    pub const EMPTY: u64 = 0;
+    pub const TOMBSTONE: u64 = 1;
+    /// A registration is filling the slot in.
+    pub const CLAIMING: u64 = 2;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u64)]
+pub enum WriterState {
+    Running = 1,
+    /// The process exited through `exit()` and the collector flushed everything.
+    Exited = 2,
+    /// The library hit an internal error and stopped recording; the job ran on.
+    Disabled = 3,
+}
+
+impl WriterState {
+    pub fn from_u64(raw: u64) -> Option<WriterState> {
+        match raw {
+            1 => Some(WriterState::Running),
+            2 => Some(WriterState::Exited),
+            3 => Some(WriterState::Disabled),
+            _ => None,
+        }
+    }
+}
+
+/// Total file size for a ring of `slot_count` records.
+pub fn file_len(slot_count: u32) -> usize {
+    records_offset() + slot_count as usize * SLOT_SIZE
+}
+
+pub fn records_offset() -> usize {
+    HEADER_SIZE + COMM_SLOTS * COMM_SLOT_SIZE
+}
+
+/// Little-endian field access on byte slices, for the static parts of the layout.
+pub mod bytes {
+    pub fn put_u16(buf: &mut [u8], at: usize, v: u16) {
+        buf[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u32(buf: &mut [u8], at: usize, v: u32) {
+        buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u64(buf: &mut [u8], at: usize, v: u64) {
+        buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_i32(buf: &mut [u8], at: usize, v: i32) {
+        put_u32(buf, at, v as u32)
+    }
+    pub fn put_str(buf: &mut [u8], at: usize, len: usize, s: &str) {
+        let field = &mut buf[at..at + len];
+        field.fill(0);
+        let n = s.len().min(len - 1);
+        field[..n].copy_from_slice(&s.as_bytes()[..n]);
+    }
+    pub fn get_u16(buf: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes(buf[at..at + 2].try_into().expect("2 bytes"))
+    }
+    pub fn get_u32(buf: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
+    }
+    pub fn get_u64(buf: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
+    }
+    pub fn get_i32(buf: &[u8], at: usize) -> i32 {
+        get_u32(buf, at) as i32
+    }
+    pub fn get_str(buf: &[u8], at: usize, len: usize) -> String {
+        let field = &buf[at..at + len];
+        let end = field.iter().position(|&b| b == 0).unwrap_or(len);
+        String::from_utf8_lossy(&field[..end]).into_owned()
+    }
+}
+
+/// CRC of a record: covers its sequence number, kind and payload, so a slot holding an
+/// older record, a torn write or a record moved to the wrong slot all fail the check.
+pub fn record_crc(seq: u64, kind: u16, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(&kind.to_le_bytes());
+    h.update(&(payload.len() as u16).to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}

@@ -1,0 +1,67 @@
+//! A writable shared mapping of the rank log that lives as long as the process.
+//!
+//! It is never unmapped: hooks on any thread may touch the communicator table until the
+//! very end of the process, after every destructor has run, so the mapping must outlive
+//! them all. The file's size is fixed at creation, which is what keeps memory constant.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
+
+pub struct SharedMap {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics (live fields) or by
+// the single collector thread (static header, record slots), as the writer documents.
+unsafe impl Send for SharedMap {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    /// Sizes `file` to `len` bytes and maps it shared and writable, with every page faulted
+    /// in now so that no hook takes a page fault later.
+    pub fn create(file: &File, len: usize) -> io::Result<&'static SharedMap> {
+        file.set_len(len as u64)?;
+        // SAFETY: a fresh shared mapping of a file we own, sized above; the kernel picks
+        // the address. The result is checked against MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Box::leak(Box::new(SharedMap {
+            base: base.cast(),
+            len,
+        })))
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The 8-byte-aligned u64 at `offset`, as an atomic.
+    pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
+        assert!(offset % 8 == 0 && offset + 8 <= self.len, "atomic at {offset}");
+        // SAFETY: in bounds and aligned (checked; the base is page-aligned); AtomicU64 has
+        // the layout of u64; the mapping lives for the rest of the process.
+        unsafe { &*self.base.add(offset).cast::<AtomicU64>() }
+    }
+
+    /// Raw pointer to `offset`, for the writer's plain stores into slots it owns.
+    pub fn ptr(&self, offset: usize, len: usize) -> *mut u8 {
+        assert!(offset + len <= self.len, "range {offset}+{len} of {}", self.len);
+        // SAFETY: in bounds (checked above).
+        unsafe { self.base.add(offset) }
+    }
+}

@@ -1,0 +1,7 @@
+//! The per-rank log: a fixed-size, crash-consistent, memory-mapped file.
+
+pub mod format;
+pub mod mapping;
+pub mod reader;
+pub mod records;
+pub mod writer;

@@ -1,0 +1,326 @@
+//! Record kinds and their fixed little-endian payload layouts.
+//!
+//! The same structs travel through the hot path's ring (timestamps in raw clock ticks)
+//! and, after the collector's `to_nanoseconds`, into the log (timestamps in
+//! `CLOCK_MONOTONIC` nanoseconds). One definition, so the ring and the log never drift.
+
+use serde::{Serialize, Serializer};
+
+use super::format::PAYLOAD_CAPACITY;
+use crate::core::clock::Calibration;
+use crate::core::nccl_op::{dtype_size, NcclOp};
+
+/// Kind codes stored in each slot. Append, never renumber.
+pub mod kind {
+    pub const NCCL_CALL: u16 = 1;
+    pub const COMM_CREATED: u16 = 2;
+    pub const DROPS: u16 = 3;
+}
+
+fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:#018x}"))
+}
+
+/// One intercepted NCCL API call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct NcclCall {
+    pub op: NcclOp,
+    pub t_enter_ns: u64,
+    pub t_exit_ns: u64,
+    /// Job-wide communicator identity (0 for calls without a communicator).
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    /// Per-communicator sequence: collectives and point-to-point calls count separately,
+    /// from 1; 0 for other calls.
+    pub seq: u64,
+    pub count: u64,
+    /// `count` times the element size of `dtype`.
+    pub bytes: u64,
+    #[serde(serialize_with = "hex_u64")]
+    pub stream: u64,
+    pub tid: u32,
+    /// Root of a rooted collective or peer of a send/recv, else -1.
+    pub peer: i32,
+    pub dtype: i32,
+    pub redop: i32,
+    pub result: i32,
+    /// `ncclGroupStart` nesting depth of the calling thread when the call entered.
+    pub group_depth: u16,
+}
+
+/// How a communicator came to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum CommOrigin {
+    InitRank = 1,
+    InitRankConfig = 2,
+    InitAll = 3,
+    Split = 4,
+    /// First seen in a call, created by an entry point the library does not wrap.
+    Unknown = 5,
+}
+
+impl CommOrigin {
+    fn from_u8(raw: u8) -> Option<CommOrigin> {
+        [Self::InitRank, Self::InitRankConfig, Self::InitAll, Self::Split, Self::Unknown]
+            .into_iter()
+            .find(|o| *o as u8 == raw)
+    }
+}
+
+/// A communicator this rank joined, mapping its comm rank to the global rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CommCreated {
+    pub t_ns: u64,
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    #[serde(serialize_with = "hex_u64")]
+    pub parent_id: u64,
+    pub rank: i32,
+    pub nranks: i32,
+    pub global_rank: i32,
+    pub color: i32,
+    pub key: i32,
+    pub origin: CommOrigin,
+}
+
+/// Cumulative count of events the hot path dropped because its ring was full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Drops {
+    pub t_ns: u64,
+    pub dropped_total: u64,
+    pub ring_capacity: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RecordBody {
+    NcclCall(NcclCall),
+    CommCreated(CommCreated),
+    Drops(Drops),
+}
+
+impl RecordBody {
+    pub fn kind(&self) -> u16 {
+        match self {
+            RecordBody::NcclCall(_) => kind::NCCL_CALL,
+            RecordBody::CommCreated(_) => kind::COMM_CREATED,
+            RecordBody::Drops(_) => kind::DROPS,
+        }
+    }
+
+    /// Turns the hot path's raw ticks into `CLOCK_MONOTONIC` nanoseconds and fills the
+    /// fields the hot path leaves to the collector.
+    pub fn to_nanoseconds(mut self, cal: &Calibration) -> RecordBody {
+        match &mut self {
+            RecordBody::NcclCall(c) => {
+                c.t_enter_ns = cal.to_mono_ns(c.t_enter_ns);
+                c.t_exit_ns = cal.to_mono_ns(c.t_exit_ns);
+                c.bytes = c.count.saturating_mul(dtype_size(c.dtype));
+            }
+            RecordBody::CommCreated(c) => c.t_ns = cal.to_mono_ns(c.t_ns),
+            RecordBody::Drops(d) => d.t_ns = cal.to_mono_ns(d.t_ns),
+        }
+        self
+    }
+
+    /// Writes the payload; returns its length.
+    pub fn encode(&self, out: &mut [u8; PAYLOAD_CAPACITY]) -> usize {
+        let mut w = Encoder { buf: out, at: 0 };
+        match self {
+            RecordBody::NcclCall(c) => {
+                w.u16(c.op as u16);
+                w.u16(c.group_depth);
+                w.u32(c.tid);
+                for v in [c.t_enter_ns, c.t_exit_ns, c.comm_id, c.seq, c.count, c.bytes, c.stream] {
+                    w.u64(v);
+                }
+                for v in [c.peer, c.dtype, c.redop, c.result] {
+                    w.i32(v);
+                }
+            }
+            RecordBody::CommCreated(c) => {
+                for v in [c.t_ns, c.comm_id, c.parent_id] {
+                    w.u64(v);
+                }
+                for v in [c.rank, c.nranks, c.global_rank, c.color, c.key] {
+                    w.i32(v);
+                }
+                w.u16(c.origin as u16);
+            }
+            RecordBody::Drops(d) => {
+                for v in [d.t_ns, d.dropped_total, d.ring_capacity] {
+                    w.u64(v);
+                }
+            }
+        }
+        w.at
+    }
+
+    /// `None` for a kind this reader does not know or a payload of the wrong size.
+    pub fn decode(kind: u16, payload: &[u8]) -> Option<RecordBody> {
+        let mut r = Decoder { buf: payload, at: 0 };
+        let body = match kind {
+            kind::NCCL_CALL => {
+                let op = NcclOp::from_u16(r.u16()?)?;
+                let group_depth = r.u16()?;
+                let tid = r.u32()?;
+                RecordBody::NcclCall(NcclCall {
+                    op,
+                    group_depth,
+                    tid,
+                    t_enter_ns: r.u64()?,
+                    t_exit_ns: r.u64()?,
+                    comm_id: r.u64()?,
+                    seq: r.u64()?,
+                    count: r.u64()?,
+                    bytes: r.u64()?,
+                    stream: r.u64()?,
+                    peer: r.i32()?,
+                    dtype: r.i32()?,
+                    redop: r.i32()?,
+                    result: r.i32()?,
+                })
+            }
+            kind::COMM_CREATED => RecordBody::CommCreated(CommCreated {
+                t_ns: r.u64()?,
+                comm_id: r.u64()?,
+                parent_id: r.u64()?,
+                rank: r.i32()?,
+                nranks: r.i32()?,
+                global_rank: r.i32()?,
+                color: r.i32()?,
+                key: r.i32()?,
+                origin: CommOrigin::from_u8(r.u16()? as u8)?,
+            }),
+            kind::DROPS => RecordBody::Drops(Drops {
+                t_ns: r.u64()?,
+                dropped_total: r.u64()?,
+                ring_capacity: r.u64()?,
+            }),
+            _ => return None,
+        };
+        (r.at == payload.len()).then_some(body)
+    }
+}
+
+struct Encoder<'a> {
+    buf: &'a mut [u8; PAYLOAD_CAPACITY],
+    at: usize,
+}
+
+impl Encoder<'_> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+    }
+    fn u16(&mut self, v: u16) {
+        self.put(&v.to_le_bytes())
+    }
+    fn u32(&mut self, v: u32) {
+        self.put(&v.to_le_bytes())
+    }
+    fn i32(&mut self, v: i32) {
+        self.put(&v.to_le_bytes())
+    }
+    fn u64(&mut self, v: u64) {
+        self.put(&v.to_le_bytes())
+    }
+}
+
+struct Decoder<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Decoder<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let bytes = self.buf.get(self.at..self.at + N)?.try_into().ok()?;
+        self.at += N;
+        Some(bytes)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn i32(&mut self) -> Option<i32> {
+        self.take().map(i32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn sample_call() -> NcclCall {
+        NcclCall {
+            op: NcclOp::AllReduce,
+            t_enter_ns: 10,
+            t_exit_ns: 20,
+            comm_id: 0xfeed_beef_0000_0001,
+            seq: 7,
+            count: 1024,
+            bytes: 4096,
+            stream: 0x1234,
+            tid: 99,
+            peer: -1,
+            dtype: 7,
+            redop: 0,
+            result: 0,
+            group_depth: 1,
+        }
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let bodies = [
+            RecordBody::NcclCall(sample_call()),
+            RecordBody::CommCreated(CommCreated {
+                t_ns: 5,
+                comm_id: 1,
+                parent_id: 2,
+                rank: 3,
+                nranks: 8,
+                global_rank: 11,
+                color: 1,
+                key: -4,
+                origin: CommOrigin::Split,
+            }),
+            RecordBody::Drops(Drops {
+                t_ns: 9,
+                dropped_total: 100,
+                ring_capacity: 64,
+            }),
+        ];
+        for body in bodies {
+            let mut buf = [0u8; PAYLOAD_CAPACITY];
+            let len = body.encode(&mut buf);
+            assert!(len <= PAYLOAD_CAPACITY);
+            assert_eq!(RecordBody::decode(body.kind(), &buf[..len]), Some(body));
+            assert_eq!(RecordBody::decode(body.kind(), &buf[..len - 1]), None, "short payload");
+        }
+    }
+
+    #[test]
+    fn unknown_kinds_and_ops_do_not_decode() {
+        let mut buf = [0u8; PAYLOAD_CAPACITY];
+        let len = RecordBody::NcclCall(sample_call()).encode(&mut buf);
+        assert_eq!(RecordBody::decode(77, &buf[..len]), None);
+        buf[0] = 0xff;
+        assert_eq!(RecordBody::decode(kind::NCCL_CALL, &buf[..len]), None);
+    }
+
+    #[test]
+    fn json_names_are_stable() {
+        let json = serde_json::to_string(&RecordBody::NcclCall(sample_call())).unwrap();
+        assert!(json.contains(r#""kind":"nccl_call""#), "{json}");
+        assert!(json.contains(r#""op":"allreduce""#), "{json}");
+        assert!(json.contains(r#""comm_id":"0xfeedbeef00000001""#), "{json}");
+    }
+}

@@ -1,0 +1,15 @@
+//! core: events, the ring, the log format and the collector. Safe Rust except where a
+//! module maps shared memory, each such block with its SAFETY note.
+
+pub mod clock;
+pub mod collector;
+pub mod comm_identity;
+pub mod comm_table;
+pub mod config;
+pub mod identity;
+pub mod log;
+pub mod nccl_op;
+pub mod ring;
+pub mod runtime;
+pub mod thread_state;
+pub mod tracer;

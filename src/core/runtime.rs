@@ -1,0 +1,268 @@
+//! The library's life: an atomic state machine that starts on the first intercepted call,
+//! never blocks a caller while it starts, turns itself off in forked children, and
+//! flushes at exit.
+//!
+//! ```text
+//! UNINIT ──first call──► INITIALIZING ──► ACTIVE ──exit──► (flushed, still ACTIVE)
+//!                                     └─► INERT    (no rank identity, SF_DISABLE, no log)
+//! any ──fork child / internal error──► DISABLED
+//! ```
+
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::clock::{self, Calibration};
+use super::collector::{self, Collector};
+use super::comm_table::CommTable;
+use super::config::{ClockChoice, Config};
+use super::identity::{self, Identity};
+use super::log::format::{live, WriterState};
+use super::log::mapping::SharedMap;
+use super::log::reader::RankLog;
+use super::log::records::RecordBody;
+use super::log::writer::{HeaderInfo, LogWriter};
+use super::ring::Ring;
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const ACTIVE: u8 = 2;
+const INERT: u8 = 3;
+const DISABLED: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+/// `ncclGetVersion` of the real library, registered by the NCCL door, for the collector.
+static VERSION_PROBE: AtomicUsize = AtomicUsize::new(0);
+
+pub type VersionProbe = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+pub struct Runtime {
+    pub ring: Ring<RecordBody>,
+    pub comms: CommTable,
+    pub calibration: Calibration,
+    pub identity: Identity,
+    pub config: Config,
+    pub host: String,
+    pub pid: u32,
+    pub nccl_version: AtomicU64,
+    /// `ncclCommInitAll` calls so far, to tell their communicators apart.
+    pub init_all_calls: AtomicU64,
+    pub collector: Mutex<Collector>,
+    map: &'static SharedMap,
+}
+
+impl Runtime {
+    pub fn set_nccl_version(&self, version: i32) {
+        if version > 0 {
+            self.nccl_version.store(version as u64, Ordering::Relaxed);
+            self.map.atomic_u64(live::NCCL_VERSION).store(version as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub fn count_comm_overflow(&self) {
+        self.map.atomic_u64(live::COMM_TABLE_OVERFLOW).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Called by the collector thread, never from a hook.
+    pub fn probe_nccl_version(&self) {
+        let probe = VERSION_PROBE.load(Ordering::Acquire);
+        if probe == 0 {
+            return;
+        }
+        // SAFETY: only `register_version_probe` stores here, with a VersionProbe.
+        let probe: VersionProbe = unsafe { std::mem::transmute::<usize, VersionProbe>(probe) };
+        let mut version: c_int = 0;
+        // SAFETY: ncclGetVersion writes one int through a valid pointer and has no other
+        // effect; this runs on the collector thread, outside every hook.
+        if unsafe { probe(&mut version) } == 0 {
+            self.set_nccl_version(version);
+        }
+    }
+}
+
+/// Lets the collector ask the real NCCL for its version once it has been resolved.
+pub fn register_version_probe(probe: VersionProbe) {
+    VERSION_PROBE.store(probe as usize, Ordering::Release);
+}
+
+/// The runtime if recording; starts it on the very first call. Never waits: a call that
+/// races another thread's start is simply not recorded.
+#[inline]
+pub fn active() -> Option<&'static Runtime> {
+    let rt = RUNTIME.load(Ordering::Acquire);
+    if !rt.is_null() {
+        // SAFETY: RUNTIME only ever holds a leaked Box that is never freed.
+        return Some(unsafe { &*rt });
+    }
+    if STATE.load(Ordering::Relaxed) == UNINIT {
+        return start();
+    }
+    None
+}
+
+pub fn is_active() -> bool {
+    STATE.load(Ordering::Acquire) == ACTIVE
+}
+
+/// Stops recording for good after an internal error; the job runs on.
+pub fn disable(reason: &str) {
+    if STATE.swap(DISABLED, Ordering::AcqRel) == ACTIVE {
+        let rt = RUNTIME.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !rt.is_null() {
+            // SAFETY: as in `active`.
+            let rt = unsafe { &*rt };
+            rt.map.atomic_u64(live::WRITER_STATE).store(WriterState::Disabled as u64, Ordering::Release);
+        }
+        eprintln!("stagefrontier: recording stopped: {reason}; the job continues unaffected");
+    }
+}
+
+#[cold]
+fn start() -> Option<&'static Runtime> {
+    if STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return None;
+    }
+    match std::panic::catch_unwind(build) {
+        Ok(Some(rt)) => {
+            let rt: &'static Runtime = Box::leak(Box::new(rt));
+            RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
+            STATE.store(ACTIVE, Ordering::Release);
+            let spawned = std::thread::Builder::new().name("sf-collector".into()).spawn(move || collector::run(rt));
+            if let Err(e) = spawned {
+                disable(&format!("cannot start the collector thread: {e}"));
+                return None;
+            }
+            // SAFETY: registering a plain extern "C" fn with no arguments.
+            unsafe { libc::atexit(flush_at_exit) };
+            Some(rt)
+        }
+        Ok(None) => {
+            STATE.store(INERT, Ordering::Release);
+            None
+        }
+        Err(_) => {
+            STATE.store(DISABLED, Ordering::Release);
+            eprintln!("stagefrontier: internal error during start; not recording, the job continues unaffected");
+            None
+        }
+    }
+}
+
+fn build() -> Option<Runtime> {
+    let (config, warnings) = Config::from_env();
+    for warning in &warnings {
+        eprintln!("stagefrontier: {warning}");
+    }
+    if config.disabled {
+        return None;
+    }
+    let identity = identity::detect(|name| std::env::var(name).ok(), config.job_id.as_deref(), config.force)?;
+    let pid = std::process::id();
+    let host = hostname();
+    let calibration = clock::select(config.clock != ClockChoice::Monotonic);
+    let ring = Ring::with_capacity(config.ring_events);
+    let info = HeaderInfo {
+        identity: &identity,
+        pid,
+        host: &host,
+        calibration: &calibration,
+        slot_count: config.log_records,
+        ring_capacity: ring.capacity() as u32,
+    };
+    let dir = config.log_root.join(&identity.job_id);
+    let path = dir.join(identity.file_name(pid));
+    let writer = match create_log(&dir, &path, &info) {
+        Ok(writer) => writer,
+        Err(message) => {
+            eprintln!("stagefrontier: {message}; not recording, the job continues unaffected");
+            return None;
+        }
+    };
+    let map = writer.map();
+    Some(Runtime {
+        ring,
+        comms: CommTable::in_map(map),
+        calibration,
+        identity,
+        config,
+        host,
+        pid,
+        nccl_version: AtomicU64::new(0),
+        init_all_calls: AtomicU64::new(0),
+        collector: Mutex::new(Collector::new(writer)),
+        map,
+    })
+}
+
+/// Creates the rank's log. An existing one from a process that is gone (an earlier
+/// attempt of the same job) is kept as `<name>.prev`; one whose writer still runs belongs
+/// to another live process with the same identity (an exec'd helper), which must not be
+/// disturbed.
+fn create_log(dir: &Path, path: &Path, info: &HeaderInfo) -> Result<LogWriter, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create log directory {}: {e}", dir.display()))?;
+    for _attempt in 0..2 {
+        match LogWriter::create(path, info) {
+            Ok(writer) => return Ok(writer),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if let Some(owner) = live_owner(path, info.host) {
+                    return Err(format!("{} is being written by live process {owner}", path.display()));
+                }
+                let mut previous = PathBuf::from(path);
+                previous.as_mut_os_string().push(".prev");
+                std::fs::rename(path, &previous).map_err(|e| format!("cannot move aside {}: {e}", path.display()))?;
+            }
+            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+        }
+    }
+    Err(format!("cannot create {}: it keeps reappearing", path.display()))
+}
+
+fn live_owner(path: &Path, host: &str) -> Option<u32> {
+    let log = RankLog::open(path).ok()?;
+    let pid = log.header.pid;
+    let running = log.live().writer_state == Some(WriterState::Running);
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    let exists = unsafe { libc::kill(pid as libc::pid_t, 0) == 0 };
+    (log.header.host == host && running && exists && pid != std::process::id()).then_some(pid)
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it
+    // when the name fits, and the last byte stays 0 otherwise.
+    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+extern "C" fn flush_at_exit() {
+    if !is_active() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(rt) = active() {
+            if let Ok(mut collector) = rt.collector.lock() {
+                collector.finish(rt, WriterState::Exited as u64);
+            }
+        }
+    });
+}
+
+/// A forked child shares the parent's log mapping and ring memory but not its collector:
+/// it must never write either. Registered at load, so it also covers forks before init.
+extern "C" fn disable_in_child() {
+    STATE.store(DISABLED, Ordering::Release);
+    RUNTIME.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// Runs when the library is loaded, before `main`: only registers the fork handler.
+extern "C" fn on_load() {
+    // SAFETY: registering plain extern "C" fns; pthread_atfork copies the pointers.
+    unsafe { libc::pthread_atfork(None, None, Some(disable_in_child)) };
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

@@ -1,0 +1,93 @@
+//! Per-thread state of the hot path: the reentrancy flag, the `ncclGroupStart` depth and
+//! the cached thread id. Const-initialised and without destructors, so reaching it never
+//! allocates and works until the thread's very end.
+
+use std::cell::Cell;
+
+struct ThreadState {
+    in_hook: Cell<bool>,
+    group_depth: Cell<u16>,
+    tid: Cell<u32>,
+}
+
+thread_local! {
+    static STATE: ThreadState = const {
+        ThreadState { in_hook: Cell::new(false), group_depth: Cell::new(0), tid: Cell::new(0) }
+    };
+}
+
+/// Held while a hook records. A call that arrives while one is held (NCCL calling its own
+/// API through the PLT, or the library reaching NCCL from inside a hook) is forwarded
+/// untouched, so nothing is counted twice and no hook ever recurses.
+pub struct ReentrancyGuard(());
+
+impl ReentrancyGuard {
+    #[inline]
+    pub fn enter() -> Option<ReentrancyGuard> {
+        STATE
+            .try_with(|s| (!s.in_hook.replace(true)).then_some(ReentrancyGuard(())))
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for ReentrancyGuard {
+    #[inline]
+    fn drop(&mut self) {
+        let _ = STATE.try_with(|s| s.in_hook.set(false));
+    }
+}
+
+pub fn group_depth() -> u16 {
+    STATE.try_with(|s| s.group_depth.get()).unwrap_or(0)
+}
+
+/// Follows `ncclGroupStart` (+1) and `ncclGroupEnd` (-1) calls that succeeded.
+pub fn adjust_group_depth(delta: i32) {
+    let _ = STATE.try_with(|s| s.group_depth.set((s.group_depth.get() as i32 + delta).clamp(0, u16::MAX as i32) as u16));
+}
+
+/// The kernel thread id, fetched with one syscall the first time a thread records.
+#[inline]
+pub fn tid() -> u32 {
+    STATE
+        .try_with(|s| {
+            if s.tid.get() == 0 {
+                // SAFETY: gettid has no preconditions.
+                s.tid.set(unsafe { libc::gettid() } as u32);
+            }
+            s.tid.get()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_refuses_reentry_until_dropped() {
+        let outer = ReentrancyGuard::enter().expect("first entry");
+        assert!(ReentrancyGuard::enter().is_none());
+        drop(outer);
+        assert!(ReentrancyGuard::enter().is_some());
+    }
+
+    #[test]
+    fn group_depth_never_underflows() {
+        adjust_group_depth(-1);
+        assert_eq!(group_depth(), 0);
+        adjust_group_depth(1);
+        adjust_group_depth(1);
+        assert_eq!(group_depth(), 2);
+        adjust_group_depth(-2);
+        assert_eq!(group_depth(), 0);
+    }
+
+    #[test]
+    fn tid_is_per_thread() {
+        let here = tid();
+        let there = std::thread::spawn(tid).join().unwrap();
+        assert!(here != 0 && there != 0 && here != there);
+    }
+}

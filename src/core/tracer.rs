@@ -1,0 +1,224 @@
+//! What a hook records, in safe Rust: timestamps, the communicator's sequence number and
+//! live state, and one fixed-size event pushed into the ring. No allocation, no lock, no
+//! syscall beyond the clock (and one `gettid` per thread, ever).
+
+use std::sync::atomic::Ordering;
+
+use super::clock::now_ticks;
+use super::comm_identity;
+use super::comm_table::{CommSlot, Registration};
+use super::log::records::{CommCreated, CommOrigin, NcclCall, RecordBody};
+use super::nccl_op::NcclOp;
+use super::runtime::{self, Runtime};
+use super::thread_state;
+
+/// The arguments of an intercepted call that records keep.
+#[derive(Clone, Copy)]
+pub struct CallArgs {
+    pub op: NcclOp,
+    /// `ncclComm_t` as an integer, 0 for calls without one.
+    pub comm: u64,
+    pub count: u64,
+    pub dtype: i32,
+    pub redop: i32,
+    /// Root or peer, -1 when the call has neither.
+    pub peer: i32,
+    pub stream: u64,
+}
+
+impl CallArgs {
+    /// A call with no communicator and no data (version, unique id, groups).
+    pub fn bare(op: NcclOp) -> CallArgs {
+        CallArgs::on_comm(op, 0)
+    }
+
+    pub fn on_comm(op: NcclOp, comm: u64) -> CallArgs {
+        CallArgs {
+            op,
+            comm,
+            count: 0,
+            dtype: -1,
+            redop: -1,
+            peer: -1,
+            stream: 0,
+        }
+    }
+}
+
+/// A call between its entry and its return.
+pub struct Pending {
+    rt: &'static Runtime,
+    slot: Option<&'static CommSlot>,
+    call: NcclCall,
+}
+
+/// Records the entry of a call; `None` when not recording.
+#[inline]
+pub fn begin(args: &CallArgs) -> Option<Pending> {
+    let rt = runtime::active()?;
+    let t_enter = now_ticks();
+    let slot = if args.comm != 0 { comm_slot(rt, args.comm) } else { None };
+    let mut seq = 0;
+    if let Some(slot) = slot {
+        let entered = if args.op.is_collective() {
+            Some(&slot.coll_entered)
+        } else if args.op.is_p2p() {
+            Some(&slot.p2p_entered)
+        } else {
+            None
+        };
+        if let Some(entered) = entered {
+            slot.inflight_op.store(args.op as u64, Ordering::Relaxed);
+            slot.inflight_ticks.store(t_enter, Ordering::Relaxed);
+            seq = entered.fetch_add(1, Ordering::Release) + 1;
+        }
+    }
+    Some(Pending {
+        rt,
+        slot,
+        call: NcclCall {
+            op: args.op,
+            t_enter_ns: t_enter,
+            t_exit_ns: 0,
+            comm_id: slot.map_or(0, |s| s.comm_id.load(Ordering::Relaxed)),
+            seq,
+            count: args.count,
+            bytes: 0,
+            stream: args.stream,
+            tid: thread_state::tid(),
+            peer: args.peer,
+            dtype: args.dtype,
+            redop: args.redop,
+            result: 0,
+            group_depth: thread_state::group_depth(),
+        },
+    })
+}
+
+/// Records the return of a call with the real library's result.
+#[inline]
+pub fn end(mut pending: Pending, result: i32) {
+    pending.call.t_exit_ns = now_ticks();
+    pending.call.result = result;
+    if let (Some(slot), seq) = (pending.slot, pending.call.seq) {
+        if seq != 0 {
+            slot.inflight_ticks.store(0, Ordering::Relaxed);
+            let returned = if pending.call.op.is_collective() { &slot.coll_returned } else { &slot.p2p_returned };
+            returned.store(seq, Ordering::Release);
+        }
+    }
+    pending.rt.ring.push(RecordBody::NcclCall(pending.call));
+}
+
+/// The slot of a communicator, registering one the library did not see created.
+fn comm_slot(rt: &'static Runtime, handle: u64) -> Option<&'static CommSlot> {
+    if let Some(slot) = rt.comms.find(handle) {
+        return Some(slot);
+    }
+    let comm_id = comm_identity::for_unknown(&rt.host, rt.pid, handle);
+    let created = CommCreated {
+        t_ns: now_ticks(),
+        comm_id,
+        parent_id: 0,
+        rank: -1,
+        nranks: -1,
+        global_rank: rt.identity.global_rank,
+        color: -1,
+        key: -1,
+        origin: CommOrigin::Unknown,
+    };
+    register(rt, handle, created)
+}
+
+fn register(rt: &'static Runtime, handle: u64, created: CommCreated) -> Option<&'static CommSlot> {
+    match rt.comms.register(handle, created.comm_id) {
+        Registration::New(slot) | Registration::Existing(slot) => {
+            slot.comm_id.store(created.comm_id, Ordering::Relaxed);
+            slot.set_rank(created.rank, created.nranks);
+            rt.ring.push(RecordBody::CommCreated(created));
+            Some(slot)
+        }
+        Registration::Full => {
+            rt.count_comm_overflow();
+            rt.ring.push(RecordBody::CommCreated(created));
+            None
+        }
+    }
+}
+
+/// How a new communicator relates to the job, as the init hooks know it.
+#[derive(Clone, Copy)]
+pub enum NewComm {
+    FromUniqueId(CommOrigin, [u8; 128]),
+    /// `ncclCommInitAll`: the `call`-th such call of this process.
+    InitAll { call: u64 },
+    Split { parent: u64, color: i32, key: i32 },
+}
+
+/// What a communicator-creating hook must remember before forwarding.
+pub struct PendingComm {
+    id: u64,
+    parent_id: u64,
+    origin: CommOrigin,
+    color: i32,
+    key: i32,
+}
+
+/// Called before forwarding a creation call: derives the job-wide id.
+pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
+    let rt = runtime::active()?;
+    let (id, parent_id, origin, color, key) = match kind {
+        NewComm::FromUniqueId(origin, uid) => (comm_identity::from_unique_id(&uid), 0, origin, -1, -1),
+        NewComm::InitAll { call } => (comm_identity::for_init_all(&rt.host, rt.pid, call), 0, CommOrigin::InitAll, -1, -1),
+        NewComm::Split { parent, color, key } => {
+            let parent_slot = comm_slot(rt, parent)?;
+            let parent_id = parent_slot.comm_id.load(Ordering::Relaxed);
+            let ordinal = parent_slot.splits.fetch_add(1, Ordering::Relaxed);
+            (comm_identity::for_split(parent_id, ordinal, color), parent_id, CommOrigin::Split, color, key)
+        }
+    };
+    Some(PendingComm { id, parent_id, origin, color, key })
+}
+
+/// Numbers `ncclCommInitAll` calls within this process.
+pub fn next_init_all_call() -> u64 {
+    runtime::active().map_or(0, |rt| rt.init_all_calls.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Called after the real creation call returned a communicator.
+pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) {
+    let Some(rt) = runtime::active() else { return };
+    let created = CommCreated {
+        t_ns: now_ticks(),
+        comm_id: pending.id,
+        parent_id: pending.parent_id,
+        rank,
+        nranks,
+        global_rank: rt.identity.global_rank,
+        color: pending.color,
+        key: pending.key,
+        origin: pending.origin,
+    };
+    register(rt, handle, created);
+}
+
+/// Called after `ncclCommDestroy`/`ncclCommAbort` returned: the handle may be reused.
+pub fn comm_ended(handle: u64) {
+    if let Some(rt) = runtime::active() {
+        rt.comms.unregister(handle);
+    }
+}
+
+/// `ncclCommUserRank`/`ncclCommCount` told the application a rank or size; keep it, since
+/// a split communicator's are not known at creation without asking NCCL.
+pub fn observed_comm_shape(handle: u64, rank: Option<i32>, nranks: Option<i32>) {
+    let Some(slot) = runtime::active().and_then(|rt| rt.comms.find(handle)) else { return };
+    let (old_rank, old_nranks) = slot.rank();
+    slot.set_rank(rank.unwrap_or(old_rank), nranks.unwrap_or(old_nranks));
+}
+
+pub fn observed_nccl_version(version: i32) {
+    if let Some(rt) = runtime::active() {
+        rt.set_nccl_version(version);
+    }
+}

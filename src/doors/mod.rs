@@ -1,0 +1,8 @@
+//! doors: the library's entry points from foreign code. FFI and `unsafe` live here and
+//! nowhere else in the recording path; every door turns its arguments into plain values
+//! and hands them to `core`.
+
+pub mod nccl;
+mod nccl_abi;
+mod real_symbol;
+mod traced;

@@ -1,0 +1,41 @@
+//! The one shape every recording door has: take the reentrancy guard, record the entry,
+//! forward, record the return, and hand back exactly what the real library returned.
+//! A panic in recording is caught here, turns recording off, and never crosses into C.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::core::runtime;
+use crate::core::thread_state::ReentrancyGuard;
+use crate::core::tracer::{self, CallArgs};
+
+use super::nccl_abi::NcclResult;
+
+/// Runs `forward` (the real call) inside the recording. `after` sees the result of a
+/// recorded call only; nested calls (NCCL calling its own API) are forwarded untouched.
+#[inline(always)]
+pub fn traced(args: CallArgs, forward: impl FnOnce() -> NcclResult, after: impl FnOnce(NcclResult)) -> NcclResult {
+    let Some(_guard) = ReentrancyGuard::enter() else {
+        return forward();
+    };
+    let pending = shielded(|| tracer::begin(&args)).flatten();
+    let result = forward();
+    if let Some(pending) = pending {
+        shielded(|| {
+            tracer::end(pending, result);
+            after(result);
+        });
+    }
+    result
+}
+
+/// Runs recording code that must never unwind into the caller.
+#[inline(always)]
+pub fn shielded<R>(record: impl FnOnce() -> R) -> Option<R> {
+    match catch_unwind(AssertUnwindSafe(record)) {
+        Ok(value) => Some(value),
+        Err(_) => {
+            runtime::disable("internal error in a hook");
+            None
+        }
+    }
+}

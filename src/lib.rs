@@ -1,0 +1,24 @@
+//! stagefrontier: an always-on recorder for distributed training jobs.
+//!
+//! Loaded into an unmodified job (LD_PRELOAD today; CUDA, NVTX and NCCL-profiler injection
+//! as those doors land), it records every NCCL call into a crash-consistent per-rank log
+//! that the `sf` CLI reads live or after the job.
+//!
+//! The crate keeps three parts apart:
+//! - [`doors`]: FFI entry points; all `unsafe` of the recording path lives there.
+//! - [`core`]: events, the lock-free ring, the log format, the collector thread.
+//! - [`analysis`]: pure, deterministic functions over records, used by `sf` and tests.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod analysis;
+pub mod core;
+pub mod doors;
+
+/// The whole exported C ABI of libstagefrontier.so.
+pub use doors::nccl::{
+    ncclAllGather, ncclAllReduce, ncclAlltoAll, ncclBcast, ncclBroadcast, ncclCommAbort, ncclCommCount,
+    ncclCommCuDevice, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclCommInitRankConfig, ncclCommSplit,
+    ncclCommUserRank, ncclGetUniqueId, ncclGetVersion, ncclGroupEnd, ncclGroupStart, ncclRecv, ncclReduce,
+    ncclReduceScatter, ncclSend,
+};
