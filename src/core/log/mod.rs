@@ -5,3 +5,6 @@ pub mod mapping;
 pub mod reader;
 pub mod records;
 pub mod writer;
+
+#[cfg(test)]
+mod roundtrip_tests;

@@ -1,0 +1,108 @@
+//! Writer and reader against each other on real files.
+
+use std::path::PathBuf;
+
+use super::reader::{RankLog, ReadError};
+use super::records::{Drops, RecordBody};
+use super::writer::{HeaderInfo, LogWriter};
+use super::format;
+use crate::core::clock::{self, Calibration};
+use crate::core::identity::Identity;
+
+fn temp_log(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sf-roundtrip-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("rank-00002.sflog")
+}
+
+fn write_log(path: &PathBuf, slot_count: u32, records: u64) -> Calibration {
+    let identity = Identity {
+        global_rank: 2,
+        world_size: 4,
+        local_rank: 2,
+        job_id: "job-7".into(),
+        source: "torchrun",
+    };
+    let calibration = clock::select(false);
+    let info = HeaderInfo {
+        identity: &identity,
+        pid: 4242,
+        host: "node-a",
+        calibration: &calibration,
+        slot_count,
+        ring_capacity: 64,
+    };
+    let mut writer = LogWriter::create(path, &info).unwrap();
+    for i in 0..records {
+        writer.append(&drops(i));
+    }
+    calibration
+}
+
+fn drops(i: u64) -> RecordBody {
+    RecordBody::Drops(Drops { t_ns: i, dropped_total: i * 3, ring_capacity: 64 })
+}
+
+#[test]
+fn every_record_reads_back_with_its_header() {
+    let path = temp_log("all");
+    write_log(&path, 128, 100);
+    let log = RankLog::open(&path).unwrap();
+    assert_eq!((log.header.global_rank, log.header.world_size, log.header.pid), (2, 4, 4242));
+    assert_eq!((log.header.job_id.as_str(), log.header.host.as_str()), ("job-7", "node-a"));
+    assert_eq!(log.live().committed, 100);
+    let (records, stats) = log.records();
+    assert_eq!(records.len(), 100);
+    assert!(records.iter().enumerate().all(|(i, r)| r.seq == i as u64 + 1 && r.body == drops(i as u64)));
+    assert_eq!((stats.first_seq, stats.last_seq, stats.missing, stats.lost_to_wrap), (1, 100, 0, 0));
+}
+
+#[test]
+fn wraparound_keeps_the_newest_and_counts_the_rest() {
+    let path = temp_log("wrap");
+    write_log(&path, 16, 40);
+    let (records, stats) = RankLog::open(&path).unwrap().records();
+    assert_eq!(records.first().map(|r| r.seq), Some(25));
+    assert_eq!(records.len(), 16);
+    assert_eq!((stats.lost_to_wrap, stats.missing), (24, 0));
+}
+
+#[test]
+fn a_damaged_slot_is_a_counted_gap_not_a_record() {
+    let path = temp_log("torn");
+    write_log(&path, 32, 10);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let slot_of_seq_5 = format::records_offset() + 4 * format::SLOT_SIZE;
+    bytes[slot_of_seq_5 + format::SLOT_HEADER_SIZE + 3] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let (records, stats) = RankLog::open(&path).unwrap().records();
+    assert_eq!(records.len(), 9);
+    assert!(records.iter().all(|r| r.seq != 5));
+    assert_eq!((stats.invalid_slots, stats.missing), (1, 1));
+}
+
+#[test]
+fn bad_files_are_named_errors() {
+    let path = temp_log("bad");
+    write_log(&path, 64, 3);
+    let good = std::fs::read(&path).unwrap();
+
+    std::fs::write(&path, &good[..good.len() / 2]).unwrap();
+    assert!(matches!(RankLog::open(&path), Err(ReadError::Truncated { .. })));
+
+    let mut future = good.clone();
+    future[format::header::FORMAT_VERSION] = 99;
+    std::fs::write(&path, &future).unwrap();
+    assert!(matches!(RankLog::open(&path), Err(ReadError::UnsupportedVersion { found: 99, .. })));
+
+    let mut damaged = good.clone();
+    damaged[format::header::JOB_ID] ^= 1;
+    std::fs::write(&path, &damaged).unwrap();
+    assert!(matches!(RankLog::open(&path), Err(ReadError::CorruptHeader { .. })));
+
+    std::fs::write(&path, b"hello, not a log at all").unwrap();
+    let error = RankLog::open(&path).err().unwrap();
+    assert!(matches!(error, ReadError::NotALog { .. }));
+    assert!(error.to_string().contains("rank-00002.sflog"), "names the file: {error}");
+}
