@@ -1,0 +1,101 @@
+//! Shared helpers of the integration tests: where the built artifacts are, and how to run
+//! a job under the library into a private log directory.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use stagefrontier::core::log::reader::{RankLog, Record};
+use stagefrontier::core::log::records::RecordBody;
+
+/// `target/<profile>/`, where cargo put the library and the fixture binaries.
+pub fn artifact_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+pub fn artifact(name: &str) -> PathBuf {
+    let path = artifact_dir().join(name);
+    assert!(path.exists(), "{} is missing: build the workspace first (`cargo build --workspace`; scripts/test does it)", path.display());
+    path
+}
+
+pub fn library() -> PathBuf {
+    artifact("libstagefrontier.so")
+}
+
+pub fn trainer_sim() -> PathBuf {
+    artifact("sf-trainer-sim")
+}
+
+pub fn hookbench() -> PathBuf {
+    artifact("sf-hookbench")
+}
+
+/// A fresh, private SF_LOG_DIR for one test.
+pub fn log_root(test: &str) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("sf-it-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("create log root");
+    root
+}
+
+/// A command with the library preloaded and logs going to `root/<job>/`. The caller's
+/// SF_* variables are cleared so the test decides every setting.
+pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
+    let mut cmd = Command::new(program);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SF_") || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"].contains(&key.as_str()) {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("LD_PRELOAD", library()).env("SF_LOG_DIR", root).env("SF_JOB_ID", job);
+    cmd
+}
+
+pub fn trainer_args(ranks: u32, steps: u32) -> Vec<String> {
+    let zero = "data=0,fwd=0,bwd=0,callbacks=0,optim=0";
+    ["--ranks", &ranks.to_string(), "--steps", &steps.to_string(), "--stage-ms", zero].map(String::from).to_vec()
+}
+
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The `checksum=` the trainer prints on success.
+pub fn checksum(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().find(|l| l.starts_with("sf-trainer-sim: ok")).expect("summary line");
+    line.split_whitespace().find_map(|w| w.strip_prefix("checksum=")).expect("checksum").to_string()
+}
+
+/// Every `.sflog` in the job directory, sorted by name.
+pub fn rank_logs(root: &Path, job: &str) -> Vec<PathBuf> {
+    let dir = root.join(job);
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    logs.retain(|p| p.extension().is_some_and(|e| e == "sflog"));
+    logs.sort();
+    logs
+}
+
+pub fn records(path: &Path) -> Vec<Record> {
+    let log = RankLog::open(path).unwrap_or_else(|e| panic!("{e}"));
+    let (records, stats) = log.records();
+    assert_eq!((stats.missing, stats.invalid_slots, stats.lost_to_wrap), (0, 0, 0), "{}", path.display());
+    records
+}
+
+pub fn bodies(path: &Path) -> Vec<RecordBody> {
+    records(path).into_iter().map(|r| r.body).collect()
+}
