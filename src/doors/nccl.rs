@@ -1,5 +1,8 @@
 //! The LD_PRELOAD door: NCCL's C API, each entry forwarding to the real library.
 
+// The exported names are NCCL's C names.
+#![allow(non_snake_case)]
+
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
