@@ -152,13 +152,15 @@ fn start() -> Option<&'static Runtime> {
 
 fn build() -> Option<Runtime> {
     let (config, warnings) = Config::from_env();
-    for warning in &warnings {
-        eprintln!("stagefrontier: {warning}");
-    }
     if config.disabled {
         return None;
     }
+    // Only processes that record speak: a launcher inheriting the same bad setting as its
+    // ranks must not add its own copy of the line.
     let identity = identity::detect(|name| std::env::var(name).ok(), config.job_id.as_deref(), config.force)?;
+    for warning in &warnings {
+        eprintln!("stagefrontier: {warning}");
+    }
     let pid = std::process::id();
     let host = hostname();
     let calibration = clock::select(config.clock != ClockChoice::Monotonic);
