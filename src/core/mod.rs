@@ -9,6 +9,7 @@ pub mod config;
 pub mod identity;
 pub mod log;
 pub mod nccl_op;
+pub mod notice;
 pub mod ring;
 pub mod runtime;
 pub mod thread_state;

@@ -19,6 +19,7 @@ use super::comm_table::CommTable;
 use super::config::{ClockChoice, Config};
 use super::identity::{self, Identity};
 use super::log::format::{live, WriterState};
+use super::notice::say;
 use super::log::mapping::SharedMap;
 use super::log::reader::RankLog;
 use super::log::records::RecordBody;
@@ -115,7 +116,7 @@ pub fn disable(reason: &str) {
             let rt = unsafe { &*rt };
             rt.map.atomic_u64(live::WRITER_STATE).store(WriterState::Disabled as u64, Ordering::Release);
         }
-        eprintln!("stagefrontier: recording stopped: {reason}; the job continues unaffected");
+        say(&format!("recording stopped: {reason}; the job continues unaffected"));
     }
 }
 
@@ -144,7 +145,7 @@ fn start() -> Option<&'static Runtime> {
         }
         Err(_) => {
             STATE.store(DISABLED, Ordering::Release);
-            eprintln!("stagefrontier: internal error during start; not recording, the job continues unaffected");
+            say("internal error during start; not recording, the job continues unaffected");
             None
         }
     }
@@ -159,7 +160,7 @@ fn build() -> Option<Runtime> {
     // ranks must not add its own copy of the line.
     let identity = identity::detect(|name| std::env::var(name).ok(), config.job_id.as_deref(), config.force)?;
     for warning in &warnings {
-        eprintln!("stagefrontier: {warning}");
+        say(warning);
     }
     let pid = std::process::id();
     let host = hostname();
@@ -178,7 +179,7 @@ fn build() -> Option<Runtime> {
     let writer = match create_log(&dir, &path, &info) {
         Ok(writer) => writer,
         Err(message) => {
-            eprintln!("stagefrontier: {message}; not recording, the job continues unaffected");
+            say(&format!("{message}; not recording, the job continues unaffected"));
             return None;
         }
     };

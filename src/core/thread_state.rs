@@ -19,13 +19,29 @@ thread_local! {
 /// Held while a hook records. A call that arrives while one is held (NCCL calling its own
 /// API through the PLT, or the library reaching NCCL from inside a hook) is forwarded
 /// untouched, so nothing is counted twice and no hook ever recurses.
-pub struct ReentrancyGuard(());
+///
+/// Entering also copies out what a record needs from the thread, so a hook reaches
+/// thread-local storage twice in all (enter and drop): in a shared library each access is
+/// a call into the dynamic linker's TLS resolver.
+pub struct ReentrancyGuard {
+    pub tid: u32,
+    pub group_depth: u16,
+}
 
 impl ReentrancyGuard {
     #[inline]
     pub fn enter() -> Option<ReentrancyGuard> {
         STATE
-            .try_with(|s| (!s.in_hook.replace(true)).then_some(ReentrancyGuard(())))
+            .try_with(|s| {
+                if s.in_hook.replace(true) {
+                    return None;
+                }
+                if s.tid.get() == 0 {
+                    // SAFETY: gettid has no preconditions; once per thread.
+                    s.tid.set(unsafe { libc::gettid() } as u32);
+                }
+                Some(ReentrancyGuard { tid: s.tid.get(), group_depth: s.group_depth.get() })
+            })
             .ok()
             .flatten()
     }
@@ -38,27 +54,9 @@ impl Drop for ReentrancyGuard {
     }
 }
 
-pub fn group_depth() -> u16 {
-    STATE.try_with(|s| s.group_depth.get()).unwrap_or(0)
-}
-
 /// Follows `ncclGroupStart` (+1) and `ncclGroupEnd` (-1) calls that succeeded.
 pub fn adjust_group_depth(delta: i32) {
     let _ = STATE.try_with(|s| s.group_depth.set((s.group_depth.get() as i32 + delta).clamp(0, u16::MAX as i32) as u16));
-}
-
-/// The kernel thread id, fetched with one syscall the first time a thread records.
-#[inline]
-pub fn tid() -> u32 {
-    STATE
-        .try_with(|s| {
-            if s.tid.get() == 0 {
-                // SAFETY: gettid has no preconditions.
-                s.tid.set(unsafe { libc::gettid() } as u32);
-            }
-            s.tid.get()
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -73,19 +71,24 @@ mod tests {
         assert!(ReentrancyGuard::enter().is_some());
     }
 
+    fn depth() -> u16 {
+        ReentrancyGuard::enter().unwrap().group_depth
+    }
+
     #[test]
     fn group_depth_never_underflows() {
         adjust_group_depth(-1);
-        assert_eq!(group_depth(), 0);
+        assert_eq!(depth(), 0);
         adjust_group_depth(1);
         adjust_group_depth(1);
-        assert_eq!(group_depth(), 2);
+        assert_eq!(depth(), 2);
         adjust_group_depth(-2);
-        assert_eq!(group_depth(), 0);
+        assert_eq!(depth(), 0);
     }
 
     #[test]
     fn tid_is_per_thread() {
+        let tid = || ReentrancyGuard::enter().unwrap().tid;
         let here = tid();
         let there = std::thread::spawn(tid).join().unwrap();
         assert!(here != 0 && there != 0 && here != there);

@@ -10,7 +10,7 @@ use super::comm_table::{CommSlot, Registration};
 use super::log::records::{CommCreated, CommOrigin, NcclCall, RecordBody};
 use super::nccl_op::NcclOp;
 use super::runtime::{self, Runtime};
-use super::thread_state;
+use super::thread_state::ReentrancyGuard;
 
 /// The arguments of an intercepted call that records keep.
 #[derive(Clone, Copy)]
@@ -52,9 +52,10 @@ pub struct Pending {
     call: NcclCall,
 }
 
-/// Records the entry of a call; `None` when not recording.
+/// Records the entry of a call; `None` when not recording. The guard proves the caller
+/// is the outermost hook on its thread and carries the thread's id and group depth.
 #[inline]
-pub fn begin(args: &CallArgs) -> Option<Pending> {
+pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
     let rt = runtime::active()?;
     let t_enter = now_ticks();
     let slot = if args.comm != 0 { comm_slot(rt, args.comm) } else { None };
@@ -70,7 +71,10 @@ pub fn begin(args: &CallArgs) -> Option<Pending> {
         if let Some(entered) = entered {
             slot.inflight_op.store(args.op as u64, Ordering::Relaxed);
             slot.inflight_ticks.store(t_enter, Ordering::Relaxed);
-            seq = entered.fetch_add(1, Ordering::Release) + 1;
+            // NCCL forbids using one communicator from two threads at once, so the
+            // sequence needs no locked read-modify-write.
+            seq = entered.load(Ordering::Relaxed) + 1;
+            entered.store(seq, Ordering::Release);
         }
     }
     Some(Pending {
@@ -85,12 +89,12 @@ pub fn begin(args: &CallArgs) -> Option<Pending> {
             count: args.count,
             bytes: 0,
             stream: args.stream,
-            tid: thread_state::tid(),
+            tid: thread.tid,
             peer: args.peer,
             dtype: args.dtype,
             redop: args.redop,
             result: 0,
-            group_depth: thread_state::group_depth(),
+            group_depth: thread.group_depth,
         },
     })
 }

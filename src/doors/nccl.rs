@@ -11,6 +11,7 @@ use super::real_symbol::RealSymbol;
 use super::traced::{shielded, traced};
 use crate::core::log::records::CommOrigin;
 use crate::core::nccl_op::NcclOp;
+use crate::core::notice::say;
 use crate::core::runtime;
 use crate::core::thread_state::{self, ReentrancyGuard};
 use crate::core::tracer::{self, CallArgs, NewComm};
@@ -20,7 +21,7 @@ use crate::core::tracer::{self, CallArgs, NewComm};
 fn missing(name: &str) -> NcclResult {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        eprintln!("stagefrontier: {name}: no NCCL library is loaded behind the preload; returning ncclInternalError");
+        say(&format!("{name}: no NCCL library is loaded behind the preload; returning ncclInternalError"));
     }
     NCCL_INTERNAL_ERROR
 }
@@ -180,11 +181,11 @@ fn creating(
     forward: impl FnOnce() -> NcclResult,
     created: impl FnOnce(&tracer::PendingComm),
 ) -> NcclResult {
-    let Some(_guard) = ReentrancyGuard::enter() else {
+    let Some(guard) = ReentrancyGuard::enter() else {
         return forward();
     };
     let pending_comm = shielded(|| tracer::comm_creation(kind())).flatten();
-    let pending_call = shielded(|| tracer::begin(&CallArgs::bare(op))).flatten();
+    let pending_call = shielded(|| tracer::begin(&CallArgs::bare(op), &guard)).flatten();
     let result = forward();
     shielded(|| {
         register_version_probe();

@@ -14,10 +14,10 @@ use super::nccl_abi::NcclResult;
 /// recorded call only; nested calls (NCCL calling its own API) are forwarded untouched.
 #[inline(always)]
 pub fn traced(args: CallArgs, forward: impl FnOnce() -> NcclResult, after: impl FnOnce(NcclResult)) -> NcclResult {
-    let Some(_guard) = ReentrancyGuard::enter() else {
+    let Some(guard) = ReentrancyGuard::enter() else {
         return forward();
     };
-    let pending = shielded(|| tracer::begin(&args)).flatten();
+    let pending = shielded(|| tracer::begin(&args, &guard)).flatten();
     let result = forward();
     if let Some(pending) = pending {
         shielded(|| {

@@ -6,7 +6,7 @@ use super::reader::{RankLog, ReadError};
 use super::records::{Drops, RecordBody};
 use super::writer::{HeaderInfo, LogWriter};
 use super::format;
-use crate::core::clock::{self, Calibration};
+use crate::core::clock::{Calibration, ClockSource};
 use crate::core::identity::Identity;
 
 fn temp_log(name: &str) -> PathBuf {
@@ -24,7 +24,8 @@ fn write_log(path: &PathBuf, slot_count: u32, records: u64) -> Calibration {
         job_id: "job-7".into(),
         source: "torchrun",
     };
-    let calibration = clock::select(false);
+    // Built by hand: `clock::select` would change the process-wide source under other tests.
+    let calibration = Calibration::new(ClockSource::Monotonic, 0, 0, 0, 1e9);
     let info = HeaderInfo {
         identity: &identity,
         pid: 4242,
