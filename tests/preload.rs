@@ -137,6 +137,9 @@ fn a_forked_child_writes_nothing_into_its_parents_log() {
     let logs = rank_logs(&root, "job");
     assert_eq!(logs.len(), 2, "{logs:?}");
     for path in logs {
+        let log = RankLog::open(&path).unwrap();
+        assert!(log.comms().iter().all(|c| c.nranks != 1), "the child's communicator is in the parent's live table");
+        assert_eq!(log.live().writer_state, Some(WriterState::Exited));
         let bodies = bodies(&path);
         let comms = bodies.iter().filter(|b| matches!(b, RecordBody::CommCreated(_))).count();
         assert_eq!(comms, 1, "only the world communicator, not the child's 1-rank one");
