@@ -2,4 +2,6 @@
 
 #![forbid(unsafe_code)]
 
+pub mod heartbeat;
 pub mod liveness;
+pub mod nccl_version;
