@@ -1,1 +1,64 @@
-fn main() {}
+//! `sf`: reads the rank logs libstagefrontier.so records.
+
+mod cli;
+mod commands;
+mod discover;
+mod local_host;
+mod output;
+mod progress;
+
+use std::io::{self, BufWriter, Write};
+use std::process::ExitCode;
+
+use cli::Command;
+use commands::{dump, ls, Failure};
+
+fn main() -> ExitCode {
+    let command = match cli::parse_from(std::env::args_os()) {
+        Ok(command) => command,
+        // Help, version and usage errors: clap prints them and picks the exit status.
+        Err(e) => e.exit(),
+    };
+    match run(command) {
+        Ok(code) => code,
+        Err(Failure::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Output(e)) => {
+            error_line(&format!("cannot write the output: {e}"));
+            ExitCode::FAILURE
+        }
+        Err(Failure::Message(message)) => {
+            error_line(&message);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode, Failure> {
+    let stdout = BufWriter::new(io::stdout().lock());
+    match command {
+        Command::Ls { path, format } => {
+            let report = ls::build(&path)?;
+            output::new(format, stdout).ls(&report)?;
+            // After the table, where a long listing does not scroll them away.
+            for error in &report.errors {
+                error_line(&error.error);
+            }
+            Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Dump { file, format } => {
+            let report = dump::build(&file)?;
+            output::new(format, stdout).dump(&report)?;
+            note_line(&output::scan_summary(&report.file, &report.stats));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn error_line(message: &str) {
+    note_line(&format!("sf: {message}"));
+}
+
+/// `eprintln!` would panic if stderr were closed; a lost diagnostic is not worth one.
+fn note_line(line: &str) {
+    let _ = writeln!(io::stderr(), "{line}");
+}

@@ -1,0 +1,272 @@
+//! `sf ls`: one row per rank log of a job, and what the job as a whole is missing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use stagefrontier::analysis::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use stagefrontier::analysis::liveness::{classify, Liveness};
+use stagefrontier::analysis::nccl_version::nccl_version_string;
+use stagefrontier::core::clock::{monotonic_ns, wall_ns};
+use stagefrontier::core::config::Config;
+use stagefrontier::core::log::reader::{RankLog, ReadError};
+
+use super::Failure;
+use crate::discover;
+use crate::local_host;
+use crate::progress::Progress;
+
+/// The `--json` object; its field names are a contract.
+#[derive(Debug, Serialize)]
+pub struct LsReport {
+    pub dir: String,
+    pub ranks: Vec<RankRow>,
+    pub missing_ranks: Vec<i32>,
+    pub errors: Vec<FileError>,
+    #[serde(skip)]
+    pub summary: Summary,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RankRow {
+    pub file: String,
+    /// -1 for a log without rank identity (`pid-N.sflog`).
+    pub rank: i32,
+    pub world_size: i32,
+    pub local_rank: i32,
+    pub host: String,
+    pub pid: u32,
+    pub job_id: String,
+    pub liveness: Liveness,
+    /// `None` when the writer never beat.
+    pub heartbeat_age_s: Option<f64>,
+    pub committed: u64,
+    pub held: u64,
+    pub lost_to_wrap: u64,
+    pub missing: u64,
+    pub invalid_slots: u64,
+    pub dropped: u64,
+    pub comms: usize,
+    pub schema: u32,
+    pub format_version: u32,
+    /// `major.minor.patch`, `None` until the library learned it.
+    pub nccl_version: Option<String>,
+    pub clock_source: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FileError {
+    pub file: String,
+    pub error: String,
+}
+
+/// Totals for the human summary lines.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// The largest world size the logs name; `None` when no log has a rank identity.
+    pub world_size: Option<i32>,
+    /// Every world size named when the logs disagree (they come from different runs).
+    pub conflicting_world_sizes: Vec<i32>,
+    /// Distinct ranks with a readable log.
+    pub ranks_found: usize,
+    /// Ranks claimed by more than one log, with how many claim each: copies, or runs mixed.
+    pub duplicated_ranks: Vec<(i32, usize)>,
+    /// Logs without rank identity.
+    pub unranked: usize,
+    pub dropped_total: u64,
+    /// Logs whose history has holes, as (rank or file, events dropped, records missing).
+    pub gaps: Vec<Gap>,
+}
+
+#[derive(Debug)]
+pub struct Gap {
+    pub who: String,
+    pub dropped: u64,
+    pub missing: u64,
+}
+
+pub fn build(path: &Path) -> Result<LsReport, Failure> {
+    let files = files_to_read(path)?;
+    let host = local_host::hostname();
+    let mut ranks = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    let mut progress = Progress::new(files.len());
+    for (i, file) in files.iter().enumerate() {
+        match RankLog::open(file) {
+            Ok(log) => ranks.push(row(&log, &host)),
+            Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+        }
+        progress.done(i + 1);
+    }
+    // Ranked logs by rank (file names sort wrongly past 99999), then the unranked ones.
+    ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
+    let summary = summarize(&ranks);
+    let missing_ranks = summary.world_size.map_or_else(Vec::new, |world| missing_ranks(world, &ranks));
+    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, summary })
+}
+
+/// A directory's logs, or the one file given. A directory without logs is an error that
+/// says where logs are written.
+fn files_to_read(path: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let unreadable = |error| Failure::Message(ReadError::Unreadable { path: path.to_path_buf(), error }.to_string());
+    if !std::fs::metadata(path).map_err(unreadable)?.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let files = discover::logs_in(path).map_err(unreadable)?;
+    if files.is_empty() {
+        return Err(Failure::Message(no_logs_in(path)));
+    }
+    Ok(files)
+}
+
+fn no_logs_in(dir: &Path) -> String {
+    let jobs = discover::job_dirs_in(dir);
+    if let Some(first) = jobs.first() {
+        let names: Vec<String> =
+            jobs.iter().filter_map(|j| j.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+        return format!(
+            "no rank logs (*.sflog) in {} itself, but in its job directories {}; pass one, e.g. sf ls {}",
+            dir.display(),
+            names.join(", "),
+            first.display()
+        );
+    }
+    let root = Config::from_env().0.log_root;
+    format!(
+        "no rank logs (*.sflog) in {}; logs are written to $SF_LOG_DIR/<job id>/, default \
+         /dev/shm/stagefrontier-<uid>/<job id>/ (here: {}/<job id>/)",
+        dir.display(),
+        root.display()
+    )
+}
+
+fn row(log: &RankLog, reader_host: &str) -> RankRow {
+    let h = &log.header;
+    let live = log.live();
+    let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
+    let here = same_host(&h.host, reader_host);
+    let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
+    let process_exists = here.then(|| local_host::process_exists(h.pid));
+    let (_, stats) = log.records();
+    RankRow {
+        file: log.path().display().to_string(),
+        rank: h.global_rank,
+        world_size: h.world_size,
+        local_rank: h.local_rank,
+        host: h.host.clone(),
+        pid: h.pid,
+        job_id: h.job_id.clone(),
+        liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), process_exists),
+        heartbeat_age_s: age_ns.map(|ns| ns as f64 / 1e9),
+        committed: live.committed,
+        held: stats.valid,
+        lost_to_wrap: stats.lost_to_wrap,
+        missing: stats.missing,
+        invalid_slots: stats.invalid_slots,
+        dropped: live.dropped_events,
+        comms: log.comms().len(),
+        schema: h.schema,
+        format_version: h.format_version,
+        nccl_version: nccl_version_string(live.nccl_version),
+        clock_source: h.clock_source,
+    }
+}
+
+fn summarize(ranks: &[RankRow]) -> Summary {
+    let ranked = || ranks.iter().filter(|r| r.rank >= 0);
+    let world_sizes: BTreeSet<i32> = ranked().map(|r| r.world_size).collect();
+    let mut logs_per_rank = BTreeMap::new();
+    for r in ranked() {
+        *logs_per_rank.entry(r.rank).or_insert(0) += 1;
+    }
+    let gaps = ranks
+        .iter()
+        .filter(|r| r.dropped > 0 || r.missing > 0)
+        .map(|r| Gap { who: who(r), dropped: r.dropped, missing: r.missing })
+        .collect();
+    Summary {
+        world_size: world_sizes.last().copied(),
+        conflicting_world_sizes: if world_sizes.len() > 1 { world_sizes.iter().copied().collect() } else { Vec::new() },
+        ranks_found: logs_per_rank.len(),
+        duplicated_ranks: logs_per_rank.into_iter().filter(|&(_, logs)| logs > 1).collect(),
+        unranked: ranks.len() - ranked().count(),
+        dropped_total: ranks.iter().map(|r| r.dropped).sum(),
+        gaps,
+    }
+}
+
+/// How the summary names a log: by rank, or by file when it has none.
+fn who(row: &RankRow) -> String {
+    if row.rank >= 0 {
+        format!("rank {}", row.rank)
+    } else {
+        let name = Path::new(&row.file).file_name().map_or(row.file.clone(), |n| n.to_string_lossy().into_owned());
+        format!("{name} (pid {})", row.pid)
+    }
+}
+
+/// Ranks of `0..world_size` with no readable log.
+fn missing_ranks(world_size: i32, ranks: &[RankRow]) -> Vec<i32> {
+    let found: BTreeSet<i32> = ranks.iter().map(|r| r.rank).collect();
+    (0..world_size).filter(|r| !found.contains(r)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(rank: i32, world_size: i32, dropped: u64, missing: u64) -> RankRow {
+        RankRow {
+            file: if rank >= 0 { format!("job/rank-{rank:05}.sflog") } else { "job/pid-9.sflog".into() },
+            rank,
+            world_size,
+            local_rank: 0,
+            host: "h".into(),
+            pid: 9,
+            job_id: "j".into(),
+            liveness: Liveness::Live,
+            heartbeat_age_s: Some(0.0),
+            committed: 0,
+            held: 0,
+            lost_to_wrap: 0,
+            missing,
+            invalid_slots: 0,
+            dropped,
+            comms: 0,
+            schema: 1,
+            format_version: 1,
+            nccl_version: None,
+            clock_source: "monotonic",
+        }
+    }
+
+    #[test]
+    fn missing_ranks_are_the_holes_in_the_world() {
+        let ranks = [row(0, 4, 0, 0), row(2, 4, 0, 0), row(-1, -1, 0, 0)];
+        assert_eq!(missing_ranks(4, &ranks), vec![1, 3]);
+        assert_eq!(missing_ranks(1, &ranks[..1]), Vec::<i32>::new());
+    }
+
+    #[test]
+    fn summary_counts_ranks_drops_and_gaps() {
+        let s = summarize(&[row(0, 4, 0, 0), row(1, 4, 17, 0), row(2, 4, 0, 3), row(-1, -1, 0, 0)]);
+        assert_eq!((s.world_size, s.ranks_found, s.unranked, s.dropped_total), (Some(4), 3, 1, 17));
+        assert!(s.conflicting_world_sizes.is_empty() && s.duplicated_ranks.is_empty());
+        let gaps: Vec<_> = s.gaps.iter().map(|g| (g.who.as_str(), g.dropped, g.missing)).collect();
+        assert_eq!(gaps, [("rank 1", 17, 0), ("rank 2", 0, 3)]);
+    }
+
+    #[test]
+    fn logs_of_different_runs_disagree_on_world_size() {
+        let s = summarize(&[row(0, 4, 0, 0), row(5, 8, 0, 0), row(5, 8, 0, 0)]);
+        assert_eq!((s.world_size, s.conflicting_world_sizes), (Some(8), vec![4, 8]));
+        assert_eq!((s.ranks_found, s.duplicated_ranks), (2, vec![(5, 2)]));
+    }
+
+    #[test]
+    fn unranked_logs_only() {
+        let s = summarize(&[row(-1, -1, 0, 0)]);
+        assert_eq!((s.world_size, s.ranks_found, s.unranked), (None, 0, 1));
+        assert_eq!(who(&row(-1, -1, 0, 0)), "pid-9.sflog (pid 9)");
+    }
+}

@@ -1,0 +1,22 @@
+//! Each command computes its report once; `output` only formats it.
+
+pub mod dump;
+pub mod ls;
+
+use std::io;
+
+/// Why a command stopped.
+#[derive(Debug)]
+pub enum Failure {
+    /// What went wrong and what to do, worded for the operator as one line.
+    Message(String),
+    /// Writing the output failed; a reader that closed the pipe (`sf dump f | head`)
+    /// ends `sf` quietly.
+    Output(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(error: io::Error) -> Failure {
+        Failure::Output(error)
+    }
+}

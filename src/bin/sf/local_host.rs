@@ -1,0 +1,49 @@
+//! The reader's own host: its name, and whether a pid names a process on it. The only
+//! `unsafe` of `sf`, each call a plain libc query.
+
+/// The name `gethostname` gives, as the library records it in each log's header.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; the last byte stays 0, so the name is
+    // NUL-terminated even if gethostname truncates it.
+    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Whether a process with this pid exists here. A process of another user still exists
+/// (EPERM). Pid 0 and pids beyond `i32::MAX` are refused, because `kill` would read them
+/// as process groups.
+pub fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; kill only checks that the pid exists and may be
+    // signalled.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_exists_and_reaped_child_does_not() {
+        assert!(process_exists(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait");
+        assert!(!process_exists(pid));
+        assert!(!process_exists(0));
+        assert!(!process_exists(u32::MAX));
+    }
+
+    #[test]
+    fn hostname_is_not_empty() {
+        assert!(!hostname().is_empty());
+    }
+}

@@ -1,0 +1,338 @@
+//! Tables and lines for people at a terminal.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+use stagefrontier::core::log::reader::Record;
+use stagefrontier::core::log::records::{NcclCall, RecordBody};
+use stagefrontier::core::nccl_op::{dtype_name, redop_name, result_name};
+
+use super::table::{self, Align};
+use super::Output;
+use crate::commands::dump::DumpReport;
+use crate::commands::ls::{Gap, LsReport, RankRow};
+
+/// Enough names to act on; the JSON output has them all.
+const LIST_AT_MOST: usize = 16;
+
+pub struct Human<W> {
+    out: W,
+}
+
+impl<W: Write> Human<W> {
+    pub fn new(out: W) -> Human<W> {
+        Human { out }
+    }
+}
+
+impl<W: Write> Output for Human<W> {
+    fn ls(&mut self, report: &LsReport) -> io::Result<()> {
+        if !report.ranks.is_empty() {
+            let rows: Vec<Vec<String>> = report.ranks.iter().map(rank_cells).collect();
+            table::write(&mut self.out, &LS_COLUMNS, &rows)?;
+        }
+        for line in summary_lines(report) {
+            writeln!(self.out, "{line}")?;
+        }
+        self.out.flush()
+    }
+
+    fn dump(&mut self, report: &DumpReport) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "{:>8}  {:>12}  {:<12}  {:<21}  {:<18}  {:>8}  {:>12}  {:<10}  {:>14}  {:<6}  {:>12}  RESULT",
+            "SEQ", "TIME_S", "KIND", "OP", "COMM", "COMM_SEQ", "COUNT", "DTYPE", "BYTES", "REDOP", "DUR_US"
+        )?;
+        for record in &report.records {
+            writeln!(self.out, "{}", record_line(record, report.header.base_mono_ns))?;
+        }
+        self.out.flush()
+    }
+}
+
+const LS_COLUMNS: [(&str, Align); 14] = [
+    ("RANK", Align::Right),
+    ("WORLD", Align::Right),
+    ("HOST", Align::Left),
+    ("PID", Align::Right),
+    ("LIVENESS", Align::Left),
+    ("HEARTBEAT", Align::Right),
+    ("COMMITTED", Align::Right),
+    ("HELD", Align::Right),
+    ("WRAPPED", Align::Right),
+    ("MISSING", Align::Right),
+    ("DROPPED", Align::Right),
+    ("COMMS", Align::Right),
+    ("SCHEMA", Align::Right),
+    ("NCCL", Align::Left),
+];
+
+fn rank_cells(r: &RankRow) -> Vec<String> {
+    let ranked = |v: i32| if r.rank >= 0 { v.to_string() } else { "-".to_string() };
+    vec![
+        ranked(r.rank),
+        ranked(r.world_size),
+        r.host.clone(),
+        r.pid.to_string(),
+        json_name(&r.liveness),
+        r.heartbeat_age_s.map_or_else(|| "never".to_string(), age),
+        r.committed.to_string(),
+        r.held.to_string(),
+        r.lost_to_wrap.to_string(),
+        r.missing.to_string(),
+        r.dropped.to_string(),
+        r.comms.to_string(),
+        r.schema.to_string(),
+        r.nccl_version.clone().unwrap_or_else(|| "-".to_string()),
+    ]
+}
+
+/// The word `--json` uses for a unit variant (liveness, origin), so both outputs say the
+/// same and cannot drift apart.
+fn json_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "?".to_string(),
+    }
+}
+
+/// Heartbeat age at the precision that matters: sub-second while live, coarse once stale.
+fn age(seconds: f64) -> String {
+    let whole = seconds as u64;
+    match whole {
+        0..=59 => format!("{seconds:.1}s"),
+        60..=3_599 => format!("{}m{:02}s", whole / 60, whole % 60),
+        3_600..=86_399 => format!("{}h{:02}m", whole / 3_600, whole % 3_600 / 60),
+        _ => format!("{}d{:02}h", whole / 86_400, whole % 86_400 / 3_600),
+    }
+}
+
+fn summary_lines(report: &LsReport) -> Vec<String> {
+    let s = &report.summary;
+    let mut parts = Vec::new();
+    match s.world_size {
+        Some(world) => {
+            parts.push(format!("{} of {world} ranks have a log", s.ranks_found));
+            if !report.missing_ranks.is_empty() {
+                let noun = if report.missing_ranks.len() == 1 { "rank" } else { "ranks" };
+                parts.push(format!("missing {noun} {}", ranges(&report.missing_ranks)));
+            }
+            if s.unranked > 0 {
+                parts.push(format!("plus {} without rank identity", plural(s.unranked as u64, "log")));
+            }
+        }
+        None if s.unranked > 0 => parts.push(format!("{}, none with rank identity", plural(s.unranked as u64, "log"))),
+        None => parts.push("no readable rank log".to_string()),
+    }
+    if !report.errors.is_empty() {
+        parts.push(format!("{} unreadable (see stderr)", plural(report.errors.len() as u64, "file")));
+    }
+    parts.push(match s.dropped_total {
+        0 => "no events dropped".to_string(),
+        n => format!("{} dropped in total", plural(n, "event")),
+    });
+    let mut lines = vec![parts.join("; ")];
+    if !s.gaps.is_empty() {
+        let mut named: Vec<String> = s.gaps.iter().take(LIST_AT_MOST).map(gap).collect();
+        if s.gaps.len() > LIST_AT_MOST {
+            named.push(format!("and {} more", s.gaps.len() - LIST_AT_MOST));
+        }
+        let mut line = format!("warning: history incomplete: {}", named.join(", "));
+        if s.dropped_total > 0 {
+            line += "; events are dropped when the library's ring is full, SF_RING_EVENTS makes it larger";
+        }
+        lines.push(line);
+    }
+    if !s.duplicated_ranks.is_empty() {
+        let claims: Vec<String> =
+            s.duplicated_ranks.iter().take(LIST_AT_MOST).map(|(rank, logs)| format!("rank {rank} by {logs}")).collect();
+        lines.push(format!(
+            "warning: ranks claimed by more than one log ({}): {} holds copies or mixes runs",
+            claims.join(", "),
+            report.dir
+        ));
+    }
+    if !s.conflicting_world_sizes.is_empty() {
+        let sizes: Vec<String> = s.conflicting_world_sizes.iter().map(i32::to_string).collect();
+        lines.push(format!(
+            "warning: logs disagree on world size ({}): {} mixes runs of different sizes",
+            sizes.join(", "),
+            report.dir
+        ));
+    }
+    lines
+}
+
+fn gap(g: &Gap) -> String {
+    match (g.dropped, g.missing) {
+        (0, m) => format!("{} has {} missing", g.who, plural(m, "record")),
+        (d, 0) => format!("{} dropped {}", g.who, plural(d, "event")),
+        (d, m) => format!("{} dropped {} and has {} missing", g.who, plural(d, "event"), plural(m, "record")),
+    }
+}
+
+fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// Sorted ranks as runs, `0-3, 7, 9-10`, at most `LIST_AT_MOST` runs.
+fn ranges(ranks: &[i32]) -> String {
+    let mut runs: Vec<(i32, i32)> = Vec::new();
+    for &r in ranks {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == r => *end = r,
+            _ => runs.push((r, r)),
+        }
+    }
+    let mut named: Vec<String> =
+        runs.iter().take(LIST_AT_MOST).map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+    if runs.len() > LIST_AT_MOST {
+        named.push(format!("and {} more", runs[LIST_AT_MOST..].iter().map(|(a, b)| b - a + 1).sum::<i32>()));
+    }
+    named.join(", ")
+}
+
+fn record_line(record: &Record, base_mono_ns: u64) -> String {
+    let since_start = |t_ns: u64| format!("{:.6}", (t_ns as i128 - base_mono_ns as i128) as f64 / 1e9);
+    let seq = record.seq;
+    match &record.body {
+        RecordBody::NcclCall(c) => format!("{seq:>8}  {:>12}  {:<12}  {}", since_start(c.t_enter_ns), "nccl_call", call_columns(c)),
+        RecordBody::CommCreated(c) => format!(
+            "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  rank={}/{} global_rank={} color={} key={} parent={:#018x} origin={}",
+            since_start(c.t_ns),
+            "comm_created",
+            "-",
+            c.comm_id,
+            c.rank,
+            c.nranks,
+            c.global_rank,
+            c.color,
+            c.key,
+            c.parent_id,
+            json_name(&c.origin)
+        ),
+        RecordBody::Drops(d) => format!(
+            "{seq:>8}  {:>12}  {:<12}  dropped_total={} ring_capacity={}",
+            since_start(d.t_ns),
+            "drops",
+            d.dropped_total,
+            d.ring_capacity
+        ),
+    }
+}
+
+/// The columns after KIND for an NCCL call; `-` where the operation has no such field.
+fn call_columns(c: &NcclCall) -> String {
+    let moves_data = c.op.is_collective() || c.op.is_p2p();
+    let data = |v: String| if moves_data { v } else { "-".to_string() };
+    let (comm, comm_seq) = match c.comm_id {
+        0 => ("-".to_string(), "-".to_string()),
+        id => (format!("{id:#018x}"), c.seq.to_string()),
+    };
+    let mut line = format!(
+        "{:<21}  {comm:<18}  {comm_seq:>8}  {:>12}  {:<10}  {:>14}  {:<6}  {:>12.3}  {}",
+        c.op.name(),
+        data(c.count.to_string()),
+        data(dtype_name(c.dtype).to_string()),
+        data(c.bytes.to_string()),
+        if c.op.is_collective() { redop_name(c.redop) } else { "-" },
+        c.t_exit_ns.saturating_sub(c.t_enter_ns) as f64 / 1e3,
+        result_name(c.result)
+    );
+    if c.peer >= 0 {
+        line += &format!("  peer={}", c.peer);
+    }
+    line += &format!("  group={} tid={} stream={:#x}", c.group_depth, c.tid, c.stream);
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::ls::Summary;
+    use stagefrontier::core::nccl_op::NcclOp;
+
+    #[test]
+    fn ages_read_at_a_glance() {
+        assert_eq!(age(0.05), "0.1s");
+        assert_eq!(age(59.9), "59.9s");
+        assert_eq!(age(125.0), "2m05s");
+        assert_eq!(age(7_260.0), "2h01m");
+        assert_eq!(age(180_000.0), "2d02h");
+    }
+
+    #[test]
+    fn rank_runs() {
+        assert_eq!(ranges(&[3]), "3");
+        assert_eq!(ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3, 7, 9-10");
+        let scattered: Vec<i32> = (0..40).map(|r| r * 2).collect();
+        assert!(ranges(&scattered).ends_with("30, and 24 more"), "{}", ranges(&scattered));
+    }
+
+    #[test]
+    fn summary_warns_of_mixed_runs() {
+        let report = LsReport {
+            dir: "job".into(),
+            ranks: Vec::new(),
+            missing_ranks: vec![1, 2, 3, 7],
+            errors: Vec::new(),
+            summary: Summary {
+                world_size: Some(8),
+                conflicting_world_sizes: vec![4, 8],
+                ranks_found: 4,
+                duplicated_ranks: vec![(0, 2)],
+                ..Summary::default()
+            },
+        };
+        assert_eq!(
+            summary_lines(&report),
+            [
+                "4 of 8 ranks have a log; missing ranks 1-3, 7; no events dropped",
+                "warning: ranks claimed by more than one log (rank 0 by 2): job holds copies or mixes runs",
+                "warning: logs disagree on world size (4, 8): job mixes runs of different sizes",
+            ]
+        );
+    }
+
+    #[test]
+    fn gaps_and_plurals() {
+        let g = Gap { who: "rank 1".into(), dropped: 17, missing: 1 };
+        assert_eq!(gap(&g), "rank 1 dropped 17 events and has 1 record missing");
+    }
+
+    #[test]
+    fn a_call_line_has_its_operation_and_result() {
+        let call = NcclCall {
+            op: NcclOp::AllReduce,
+            t_enter_ns: 2_000_000_000,
+            t_exit_ns: 2_000_012_500,
+            comm_id: 0xabc,
+            seq: 7,
+            count: 1024,
+            bytes: 4096,
+            stream: 0x10,
+            tid: 5,
+            peer: -1,
+            dtype: 7,
+            redop: 0,
+            result: 0,
+            group_depth: 0,
+        };
+        let line = record_line(&Record { seq: 3, body: RecordBody::NcclCall(call) }, 1_000_000_000);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            words[..12].join(" "),
+            "3 1.000000 nccl_call allreduce 0x0000000000000abc 7 1024 float32 4096 sum 12.500 ncclSuccess"
+        );
+        let group_end = NcclCall { op: NcclOp::GroupEnd, comm_id: 0, ..call };
+        let words: Vec<String> = record_line(&Record { seq: 4, body: RecordBody::NcclCall(group_end) }, 0)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(words[3..10], ["group_end", "-", "-", "-", "-", "-", "-"]);
+    }
+}

@@ -1,0 +1,60 @@
+//! Output formats. Each command's report is computed once; an `Output` only formats it.
+
+mod human;
+mod json;
+mod table;
+
+use std::io::{self, Write};
+
+use stagefrontier::core::log::reader::ScanStats;
+
+use crate::cli::Format;
+use crate::commands::dump::DumpReport;
+use crate::commands::ls::LsReport;
+
+pub trait Output {
+    fn ls(&mut self, report: &LsReport) -> io::Result<()>;
+    fn dump(&mut self, report: &DumpReport) -> io::Result<()>;
+}
+
+pub fn new<'a, W: Write + 'a>(format: Format, out: W) -> Box<dyn Output + 'a> {
+    match format {
+        Format::Human => Box::new(human::Human::new(out)),
+        Format::Json => Box::new(json::Json::new(out)),
+    }
+}
+
+/// What a dump's scan found, for stderr after the records in either format: it must not
+/// mix into the records a script parses, yet an operator should see it.
+pub fn scan_summary(file: &str, stats: &ScanStats) -> String {
+    let mut line = format!("{file}: {} records held", stats.valid);
+    if stats.valid > 0 {
+        line += &format!(" (seq {}..{})", stats.first_seq, stats.last_seq);
+    }
+    line += &format!(
+        ", {} lost to wraparound, {} missing, {} invalid slots",
+        stats.lost_to_wrap, stats.missing, stats.invalid_slots
+    );
+    if stats.unknown_kind > 0 {
+        line += &format!(", {} of a kind this sf does not know (written by a newer library)", stats.unknown_kind);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_summary_names_every_count() {
+        let stats =
+            ScanStats { valid: 1024, first_seq: 1977, last_seq: 3000, lost_to_wrap: 1976, ..Default::default() };
+        assert_eq!(
+            scan_summary("r.sflog", &stats),
+            "r.sflog: 1024 records held (seq 1977..3000), 1976 lost to wraparound, 0 missing, 0 invalid slots"
+        );
+        let empty = ScanStats { unknown_kind: 2, ..Default::default() };
+        assert!(scan_summary("r", &empty).starts_with("r: 0 records held, 0 lost"));
+        assert!(scan_summary("r", &empty).ends_with("2 of a kind this sf does not know (written by a newer library)"));
+    }
+}
