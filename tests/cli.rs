@@ -1,0 +1,552 @@
+//! `sf` end to end: real rank logs written with the library's own writer, read by the
+//! built binary.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use stagefrontier::core::clock::{monotonic_ns, select, wall_ns};
+use stagefrontier::core::comm_table::{CommTable, Registration};
+use stagefrontier::core::identity::Identity;
+use stagefrontier::core::log::format::{self, live, WriterState};
+use stagefrontier::core::log::records::{CommCreated, CommOrigin, NcclCall, RecordBody};
+use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
+use stagefrontier::core::nccl_op::NcclOp;
+
+const COMM_ID: u64 = 0x5eed_0000_0000_0001;
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+/// A directory under the system temp dir, removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("sf-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The name sf compares with each log's host (what `gethostname` returns).
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string()
+}
+
+/// The pid of a process that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("wait for true");
+    pid
+}
+
+struct Spec<'a> {
+    rank: i32,
+    world_size: i32,
+    pid: u32,
+    host: &'a str,
+    slot_count: u32,
+    /// Records after the first, `comm_created`, one.
+    calls: u64,
+}
+
+impl Spec<'_> {
+    fn rank(rank: i32, world_size: i32, host: &str) -> Spec<'_> {
+        Spec { rank, world_size, pid: std::process::id(), host, slot_count: 1024, calls: 20 }
+    }
+}
+
+/// Writes a log the way the collector does: a communicator, then `calls` allreduces. The
+/// heartbeat is left to the test.
+fn write_log(path: &Path, spec: &Spec) -> LogWriter {
+    let identity = Identity {
+        global_rank: spec.rank,
+        world_size: spec.world_size,
+        local_rank: spec.rank.max(0) % 8,
+        job_id: "job-42".to_string(),
+        source: "torchrun",
+    };
+    let calibration = select(false);
+    let info = HeaderInfo {
+        identity: &identity,
+        pid: spec.pid,
+        host: spec.host,
+        calibration: &calibration,
+        slot_count: spec.slot_count,
+        ring_capacity: 1024,
+    };
+    let mut writer = LogWriter::create(path, &info).expect("create log");
+    let t0 = calibration.base_mono_ns;
+    writer.append(&RecordBody::CommCreated(CommCreated {
+        t_ns: t0 + 1_000,
+        comm_id: COMM_ID,
+        parent_id: 0,
+        rank: spec.rank,
+        nranks: spec.world_size,
+        global_rank: spec.rank,
+        color: -1,
+        key: 0,
+        origin: CommOrigin::InitRank,
+    }));
+    for seq in 1..=spec.calls {
+        let t_enter_ns = t0 + seq * 1_000_000;
+        writer.append(&RecordBody::NcclCall(NcclCall {
+            op: NcclOp::AllReduce,
+            t_enter_ns,
+            t_exit_ns: t_enter_ns + 25_000,
+            comm_id: COMM_ID,
+            seq,
+            count: 1 << 20,
+            bytes: 4 << 20,
+            stream: 0x7f00_0000_1000,
+            tid: 4242,
+            peer: -1,
+            dtype: 7,
+            redop: 0,
+            result: 0,
+            group_depth: 0,
+        }));
+    }
+    writer
+}
+
+fn beat_now(writer: &LogWriter) {
+    writer.heartbeat(monotonic_ns(), wall_ns(), 1e9);
+}
+
+fn beat_an_hour_ago(writer: &LogWriter) {
+    writer.heartbeat(monotonic_ns().saturating_sub(HOUR_NS), wall_ns() - HOUR_NS, 1e9);
+}
+
+/// Overwrites one payload byte of record `seq`, as a kill in mid-write would leave it.
+fn tear_record(path: &Path, slot_count: u32, seq: u64) {
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).open(path).expect("open log");
+    let at = format::records_offset() + ((seq - 1) % slot_count as u64) as usize * format::SLOT_SIZE + 20;
+    file.seek(SeekFrom::Start(at as u64)).unwrap();
+    file.write_all(&[0xa5]).unwrap();
+}
+
+/// Each JSON line's record sequence number, read from the line's first key: the flattened
+/// body of an NCCL call carries its own `seq` (the call's number in its communicator)
+/// after it, and a JSON parser keeps only the last of two equal keys.
+fn record_seqs(json_lines: &str) -> Vec<u64> {
+    json_lines
+        .lines()
+        .map(|line| {
+            let rest = line.strip_prefix(r#"{"seq":"#).expect("seq comes first");
+            rest[..rest.find(',').unwrap()].parse().unwrap()
+        })
+        .collect()
+}
+
+fn sf<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sf")).args(args).output().expect("run sf")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("utf-8 output")
+}
+
+/// A failed run that explains itself in exactly one line and does not panic.
+fn assert_one_error_line(out: &Output, fragment: &str) {
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "should fail: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.starts_with("sf: "), "{stderr}");
+    assert!(stderr.contains(fragment), "{fragment:?} not in {stderr:?}");
+}
+
+/// Ranks 0, 1 and 2 of a world of 4: 0 beats now; 1 beat an hour ago, its process is gone
+/// and its ring dropped events; 2 beat an hour ago, its process (this test) still runs,
+/// and one of its records was torn. Returns the writers, to beat again just before `sf`.
+fn three_of_four(dir: &TempDir) -> Vec<LogWriter> {
+    let host = this_host();
+    let rank0 = write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 4, &host));
+    rank0.set(live::NCCL_VERSION, 22703);
+    match CommTable::in_map(rank0.map()).register(0x1000, COMM_ID) {
+        Registration::New(slot) => slot.set_rank(0, 4),
+        _ => panic!("empty table refused a communicator"),
+    }
+    let rank1 = write_log(&dir.join("rank-00001.sflog"), &Spec { pid: dead_pid(), ..Spec::rank(1, 4, &host) });
+    rank1.set(live::DROPPED_EVENTS, 17);
+    beat_an_hour_ago(&rank1);
+    let rank2 = write_log(&dir.join("rank-00002.sflog"), &Spec::rank(2, 4, &host));
+    beat_an_hour_ago(&rank2);
+    tear_record(&dir.join("rank-00002.sflog"), 1024, 5);
+    // Neither is a rank log: an earlier attempt's log and a stray file.
+    std::fs::write(dir.join("rank-00003.sflog.prev"), b"earlier attempt").unwrap();
+    std::fs::write(dir.join("notes.txt"), b"hello").unwrap();
+    beat_now(&rank0);
+    vec![rank0, rank1, rank2]
+}
+
+#[test]
+fn ls_shows_liveness_missing_ranks_and_drops() {
+    let dir = TempDir::new("ls-human");
+    let writers = three_of_four(&dir);
+    beat_now(&writers[0]);
+    let out = sf(&[OsStr::new("ls"), dir.0.as_os_str()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+
+    let lines: Vec<&str> = stdout.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header.join(" "),
+        "RANK WORLD HOST PID LIVENESS HEARTBEAT COMMITTED HELD WRAPPED MISSING DROPPED COMMS SCHEMA NCCL"
+    );
+    let rows: Vec<Vec<&str>> = lines[1..4].iter().map(|l| l.split_whitespace().collect()).collect();
+    let column = |name: &str| -> Vec<&str> {
+        let i = header.iter().position(|h| *h == name).unwrap();
+        rows.iter().map(|r| r[i]).collect()
+    };
+    assert_eq!(column("RANK"), ["0", "1", "2"]);
+    assert_eq!(column("LIVENESS"), ["live", "dead", "stalled"]);
+    assert_eq!(column("HEARTBEAT")[1], "1h00m");
+    assert_eq!(column("HELD"), ["21", "21", "20"]);
+    assert_eq!(column("MISSING"), ["0", "0", "1"]);
+    assert_eq!(column("DROPPED"), ["0", "17", "0"]);
+    assert_eq!(column("COMMS"), ["1", "0", "0"]);
+    assert_eq!(column("NCCL"), ["2.27.3", "-", "-"]);
+
+    assert_eq!(lines[4], "3 of 4 ranks have a log; missing rank 3; 17 events dropped in total");
+    assert!(
+        lines[5].starts_with("warning: history incomplete: rank 1 dropped 17 events, rank 2 has 1 record missing"),
+        "{}",
+        lines[5]
+    );
+    assert_eq!(lines.len(), 6, "{stdout}");
+}
+
+#[test]
+fn ls_json_has_the_contract_fields() {
+    let dir = TempDir::new("ls-json");
+    let writers = three_of_four(&dir);
+    beat_now(&writers[0]);
+    let out = sf(&[OsStr::new("ls"), dir.0.as_os_str(), OsStr::new("--json")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    let report: Value = serde_json::from_str(&stdout).expect("valid JSON");
+
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<String>>();
+    let expect = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<String>>();
+    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors"]));
+    assert_eq!(report["dir"], dir.0.display().to_string());
+    assert_eq!(report["missing_ranks"], serde_json::json!([3]));
+    assert_eq!(report["errors"], serde_json::json!([]));
+    let ranks = report["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 3);
+    let contract = expect(&[
+        "file",
+        "rank",
+        "world_size",
+        "local_rank",
+        "host",
+        "pid",
+        "job_id",
+        "liveness",
+        "heartbeat_age_s",
+        "committed",
+        "held",
+        "lost_to_wrap",
+        "missing",
+        "invalid_slots",
+        "dropped",
+        "comms",
+        "schema",
+        "format_version",
+        "nccl_version",
+        "clock_source",
+    ]);
+    for rank in ranks {
+        assert_eq!(keys(rank), contract);
+        assert_eq!(rank["world_size"], 4);
+        assert_eq!(rank["host"], this_host());
+        assert_eq!(rank["job_id"], "job-42");
+        assert_eq!(rank["committed"], 21);
+        assert_eq!(rank["schema"], format::SCHEMA_VERSION);
+        assert_eq!(rank["format_version"], format::FORMAT_VERSION);
+        assert_eq!(rank["clock_source"], "monotonic");
+    }
+    let field = |name: &str| ranks.iter().map(|r| r[name].clone()).collect::<Vec<Value>>();
+    assert_eq!(field("rank"), [0, 1, 2]);
+    assert_eq!(field("liveness"), ["live", "dead", "stalled"]);
+    assert_eq!(field("dropped"), [0, 17, 0]);
+    assert_eq!(field("missing"), [0, 0, 1]);
+    assert_eq!(field("invalid_slots"), [0, 0, 1]);
+    assert_eq!(field("held"), [21, 21, 20]);
+    assert_eq!(field("comms"), [1, 0, 0]);
+    assert_eq!(field("nccl_version"), [Value::from("2.27.3"), Value::Null, Value::Null]);
+    assert_eq!(ranks[0]["file"], dir.join("rank-00000.sflog").display().to_string());
+    let ages: Vec<f64> = field("heartbeat_age_s").iter().map(|a| a.as_f64().unwrap()).collect();
+    assert!(ages[0] < 1.0 && (3_599.0..3_700.0).contains(&ages[1]), "{ages:?}");
+}
+
+#[test]
+fn ls_judges_other_hosts_by_wall_clock_and_reports_exits() {
+    let dir = TempDir::new("ls-hosts");
+    // Its monotonic heartbeat would be stale here; only its wall clock says it is live.
+    let remote = write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 2, "far-away-node"));
+    let exited = write_log(&dir.join("rank-00001.sflog"), &Spec::rank(1, 2, &this_host()));
+    exited.set(live::WRITER_STATE, WriterState::Exited as u64);
+    beat_an_hour_ago(&exited);
+    let unranked = write_log(&dir.join("pid-77.sflog"), &Spec { pid: 77, ..Spec::rank(-1, -1, &this_host()) });
+    unranked.set(live::WRITER_STATE, WriterState::Disabled as u64);
+    remote.heartbeat(1, wall_ns(), 1e9);
+
+    let out = sf(&[OsStr::new("ls"), dir.0.as_os_str(), OsStr::new("--json")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranks = report["ranks"].as_array().unwrap();
+    let pairs: Vec<(i64, &str)> =
+        ranks.iter().map(|r| (r["rank"].as_i64().unwrap(), r["liveness"].as_str().unwrap())).collect();
+    assert_eq!(pairs, [(0, "live"), (1, "exited"), (-1, "disabled")]);
+    assert_eq!(report["missing_ranks"], serde_json::json!([]));
+
+    let out = sf(&[OsStr::new("ls"), dir.0.as_os_str()]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("2 of 2 ranks have a log; plus 1 log without rank identity; no events dropped"),
+        "{stdout}"
+    );
+    let unranked_row: Vec<&str> = stdout.lines().nth(3).unwrap().split_whitespace().collect();
+    assert_eq!(unranked_row[..5], ["-", "-", this_host().as_str(), "77", "disabled"]);
+}
+
+#[test]
+fn ls_of_one_file() {
+    let dir = TempDir::new("ls-file");
+    let writer = write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 1, &this_host()));
+    beat_now(&writer);
+    let out = sf(&[OsStr::new("ls"), dir.join("rank-00000.sflog").as_os_str()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("1 of 1 ranks have a log; no events dropped"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn dump_json_is_one_line_per_record() {
+    let dir = TempDir::new("dump-json");
+    let path = dir.join("rank-00003.sflog");
+    write_log(&path, &Spec { calls: 50, ..Spec::rank(3, 4, &this_host()) });
+    let out = sf(&[OsStr::new("dump"), path.as_os_str(), OsStr::new("--json")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    assert_eq!(lines.len(), 51);
+    assert_eq!(record_seqs(&stdout), (1..=51).collect::<Vec<u64>>(), "oldest first");
+
+    let created = &lines[0];
+    assert_eq!((created["seq"].as_u64(), created["kind"].as_str()), (Some(1), Some("comm_created")));
+    assert_eq!(created["comm_id"], "0x5eed000000000001");
+    assert_eq!(created["origin"], "init_rank");
+    assert!(created.get("dtype_name").is_none(), "names belong to NCCL calls only");
+
+    for call in &lines[1..] {
+        assert_eq!(call["kind"], "nccl_call");
+        assert_eq!(call["op"], "allreduce");
+        assert_eq!(call["count"], 1 << 20);
+        assert_eq!(call["bytes"], 4 << 20);
+        assert_eq!(call["dtype"], 7);
+        assert_eq!(call["dtype_name"], "float32");
+        assert_eq!(call["redop_name"], "sum");
+        assert_eq!(call["result_name"], "ncclSuccess");
+        assert_eq!(call["t_exit_ns"].as_u64().unwrap() - call["t_enter_ns"].as_u64().unwrap(), 25_000);
+    }
+
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        format!("{}: 51 records held (seq 1..51), 0 lost to wraparound, 0 missing, 0 invalid slots", path.display())
+    );
+}
+
+#[test]
+fn dump_human_is_one_aligned_line_per_record() {
+    let dir = TempDir::new("dump-human");
+    let path = dir.join("rank-00000.sflog");
+    write_log(&path, &Spec { calls: 10, ..Spec::rank(0, 2, &this_host()) });
+    let out = sf(&[OsStr::new("dump"), path.as_os_str()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1 + 11, "header and one line per record");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header.join(" "), "SEQ TIME_S KIND OP COMM COMM_SEQ COUNT DTYPE BYTES REDOP DUR_US RESULT");
+    assert!(lines[1].contains("comm_created") && lines[1].contains("rank=0/2"), "{}", lines[1]);
+    let call: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(
+        call[..12].join(" "),
+        "2 0.001000 nccl_call allreduce 0x5eed000000000001 1 1048576 float32 4194304 sum 25.000 ncclSuccess"
+    );
+    let result_at = lines[0].find("RESULT").unwrap();
+    assert!(lines[2..].iter().all(|l| l[result_at..].starts_with("ncclSuccess")), "aligned:\n{stdout}");
+    assert!(text(&out.stderr).contains("11 records held"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn wraparound_keeps_the_newest_records() {
+    let dir = TempDir::new("wrap");
+    let path = dir.join("rank-00000.sflog");
+    let writer = write_log(&path, &Spec { calls: 2_999, ..Spec::rank(0, 1, &this_host()) });
+    beat_now(&writer);
+
+    let out = sf(&[OsStr::new("ls"), path.as_os_str(), OsStr::new("--json")]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rank = &report["ranks"][0];
+    assert_eq!((rank["committed"].as_u64(), rank["held"].as_u64()), (Some(3_000), Some(1_024)));
+    assert_eq!((rank["lost_to_wrap"].as_u64(), rank["missing"].as_u64()), (Some(1_976), Some(0)));
+
+    let out = sf(&[OsStr::new("dump"), path.as_os_str(), OsStr::new("--json")]);
+    assert!(out.status.success());
+    assert_eq!(record_seqs(&text(&out.stdout)), (1_977..=3_000).collect::<Vec<u64>>());
+    assert!(text(&out.stderr).contains("1024 records held (seq 1977..3000), 1976 lost to wraparound, 0 missing"));
+}
+
+#[test]
+fn bad_inputs_fail_in_one_line_without_panic() {
+    let dir = TempDir::new("bad");
+    let good = dir.join("rank-00000.sflog");
+    write_log(&good, &Spec::rank(0, 1, &this_host()));
+    let log = std::fs::read(&good).unwrap();
+
+    let random = dir.join("random.sflog");
+    let noise: Vec<u8> = (0..10_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&random, noise).unwrap();
+    let tiny = dir.join("tiny.sflog");
+    std::fs::write(&tiny, b"SF").unwrap();
+    let truncated = dir.join("truncated.sflog");
+    std::fs::write(&truncated, &log[..log.len() / 2]).unwrap();
+    let wrong_version = dir.join("version.sflog");
+    let mut patched = log.clone();
+    patched[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&wrong_version, patched).unwrap();
+    let nonexistent = dir.join("no-such-rank.sflog");
+
+    let cases = [
+        (&random, "not a stagefrontier rank log"),
+        (&tiny, "not a stagefrontier rank log"),
+        (&truncated, "truncated"),
+        (&wrong_version, "log format version 99, but this sf reads version 1"),
+        (&nonexistent, "cannot read: No such file or directory"),
+    ];
+    for (path, fragment) in cases {
+        let out = sf(&[OsStr::new("dump"), path.as_os_str()]);
+        assert_one_error_line(&out, fragment);
+        assert!(out.stdout.is_empty(), "{path:?}");
+        let out = sf(&[OsStr::new("ls"), path.as_os_str()]);
+        assert_one_error_line(&out, fragment);
+    }
+}
+
+#[test]
+fn ls_keeps_listing_past_a_bad_log() {
+    let dir = TempDir::new("ls-bad");
+    let writer = write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 2, &this_host()));
+    beat_now(&writer);
+    let log = std::fs::read(dir.join("rank-00000.sflog")).unwrap();
+    std::fs::write(dir.join("rank-00001.sflog"), &log[..log.len() / 2]).unwrap();
+
+    let out = sf(&[OsStr::new("ls"), dir.0.as_os_str()]);
+    assert_one_error_line(&out, "rank-00001.sflog: truncated");
+    let stdout = text(&out.stdout);
+    assert!(stdout.lines().nth(1).unwrap().trim_start().starts_with("0 "), "{stdout}");
+    assert!(stdout.contains("1 of 2 ranks have a log; missing rank 1; 1 file unreadable (see stderr)"), "{stdout}");
+
+    let out = sf(&[OsStr::new("ls"), dir.0.as_os_str(), OsStr::new("--json")]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ranks"].as_array().unwrap().len(), 1);
+    assert_eq!(report["errors"][0]["file"], dir.join("rank-00001.sflog").display().to_string());
+    assert!(report["errors"][0]["error"].as_str().unwrap().contains("truncated"));
+}
+
+#[test]
+fn ls_without_logs_says_where_they_are_written() {
+    let root = TempDir::new("empty");
+    assert_one_error_line(&sf(&[OsStr::new("ls"), root.0.as_os_str()]), "no rank logs (*.sflog) in");
+    let stderr = text(&sf(&[OsStr::new("ls"), root.0.as_os_str()]).stderr);
+    assert!(stderr.contains("$SF_LOG_DIR/<job id>/") && stderr.contains("/dev/shm/stagefrontier-"), "{stderr}");
+
+    // Given the log root instead of a job directory, it names the jobs.
+    std::fs::create_dir(root.join("job-7")).unwrap();
+    write_log(&root.join("job-7").join("rank-00000.sflog"), &Spec::rank(0, 1, &this_host()));
+    let out = sf(&[OsStr::new("ls"), root.0.as_os_str()]);
+    assert_one_error_line(&out, "in its job directories job-7; pass one");
+}
+
+#[test]
+fn dump_of_a_directory_asks_for_a_file() {
+    let dir = TempDir::new("dump-dir");
+    write_log(&dir.join("rank-00002.sflog"), &Spec::rank(2, 4, &this_host()));
+    let out = sf(&[OsStr::new("dump"), dir.0.as_os_str()]);
+    assert_one_error_line(&out, "is a directory; sf dump reads one rank log: pass a file");
+    assert!(text(&out.stderr).contains("rank-00002.sflog"));
+}
+
+#[test]
+fn help_teaches_and_version_names_the_format() {
+    for flag in ["-h", "--help"] {
+        let out = sf(&[flag]);
+        assert!(out.status.success());
+        let help = text(&out.stdout);
+        for needle in ["ls", "dump", "/dev/shm/stagefrontier-<uid>/<job id>/", "SF_LOG_DIR", "Examples:"] {
+            assert!(help.contains(needle), "{needle:?} missing from sf {flag}:\n{help}");
+        }
+        for command in ["ls", "dump"] {
+            let out = sf(&[command, flag]);
+            assert!(out.status.success());
+            let help = text(&out.stdout);
+            for needle in ["--json", "/dev/shm/stagefrontier-", "Examples:", &format!("sf {command} ")] {
+                assert!(help.contains(needle), "{needle:?} missing from sf {command} {flag}:\n{help}");
+            }
+        }
+    }
+    let out = sf(&["--version"]);
+    assert_eq!(text(&out.stdout).trim(), format!("sf {} (log format 1, record schema 1)", env!("CARGO_PKG_VERSION")));
+
+    let out = sf::<&str>(&[]);
+    assert_eq!(out.status.code(), Some(2), "no command: usage");
+    assert!(text(&out.stderr).contains("Usage:"));
+}
+
+#[test]
+fn a_closed_pipe_ends_dump_quietly() {
+    let dir = TempDir::new("pipe");
+    let path = dir.join("rank-00000.sflog");
+    write_log(&path, &Spec { slot_count: 4096, calls: 4_000, ..Spec::rank(0, 1, &this_host()) });
+    for format in [None, Some("--json")] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sf"))
+            .arg("dump")
+            .arg(&path)
+            .args(format)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Far more output than a pipe buffers: sf is still writing when the reader leaves.
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(!first.is_empty());
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{format:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
+    }
+}
