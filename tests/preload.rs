@@ -28,7 +28,8 @@ fn every_collective_of_every_rank_is_recorded_and_results_are_unchanged() {
     let root = log_root("four-ranks");
     let args = trainer_args(4, 20);
     let with = run_ok(preloaded(&trainer_sim(), &root, "job").args(&args).args(["--p2p"]));
-    let without = run_ok(std::process::Command::new(trainer_sim()).args(&args).args(["--p2p"]).env_remove("LD_PRELOAD"));
+    let without =
+        run_ok(std::process::Command::new(trainer_sim()).args(&args).args(["--p2p"]).env_remove("LD_PRELOAD"));
     assert_eq!(checksum(&with), checksum(&without), "the library changed the job's results");
 
     let logs = rank_logs(&root, "job");
@@ -48,7 +49,10 @@ fn every_collective_of_every_rank_is_recorded_and_results_are_unchanged() {
             .collect();
         assert_eq!(created.len(), 1, "{created:?}");
         let world = created[0];
-        assert_eq!((world.rank, world.nranks, world.global_rank, world.origin), (rank as i32, 4, rank as i32, CommOrigin::InitRank));
+        assert_eq!(
+            (world.rank, world.nranks, world.global_rank, world.origin),
+            (rank as i32, 4, rank as i32, CommOrigin::InitRank)
+        );
 
         let trace = collective_trace(&bodies, world.comm_id);
         let seqs: Vec<u64> = trace.iter().map(|t| t.0).collect();
@@ -143,8 +147,14 @@ fn a_forked_child_writes_nothing_into_its_parents_log() {
         let bodies = bodies(&path);
         let comms = bodies.iter().filter(|b| matches!(b, RecordBody::CommCreated(_))).count();
         assert_eq!(comms, 1, "only the world communicator, not the child's 1-rank one");
-        assert!(!bodies.iter().any(|b| matches!(b, RecordBody::NcclCall(c) if c.count == 16)), "child's allreduce leaked in");
-        assert_eq!(bodies.iter().filter(|b| matches!(b, RecordBody::NcclCall(c) if c.op == NcclOp::GetUniqueId)).count(), 0);
+        assert!(
+            !bodies.iter().any(|b| matches!(b, RecordBody::NcclCall(c) if c.count == 16)),
+            "child's allreduce leaked in"
+        );
+        assert_eq!(
+            bodies.iter().filter(|b| matches!(b, RecordBody::NcclCall(c) if c.op == NcclOp::GetUniqueId)).count(),
+            0
+        );
     }
 }
 
@@ -192,6 +202,10 @@ fn a_tiny_ring_drops_and_counts_without_hurting_the_job() {
             RecordBody::Drops(d) => Some(d),
             _ => None,
         });
-        assert_eq!(last_drops.map(|d| (d.dropped_total, d.ring_capacity)), Some((dropped, 16)), "drops are in the data stream");
+        assert_eq!(
+            last_drops.map(|d| (d.dropped_total, d.ring_capacity)),
+            Some((dropped, 16)),
+            "drops are in the data stream"
+        );
     }
 }

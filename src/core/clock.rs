@@ -57,10 +57,7 @@ pub fn wall_ns() -> u64 {
 }
 
 fn read_clock(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes it.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
@@ -121,11 +118,7 @@ pub fn ticks_to_mono_ns(ticks: u64, base_ticks: u64, base_mono_ns: u64, ticks_pe
 /// Chooses the source for this process and measures it. Called once at init; the TSC
 /// calibration spins for about 2 ms, which is well under what an NCCL init costs.
 pub fn select(prefer_tsc: bool) -> Calibration {
-    let source = if prefer_tsc && tsc_is_invariant() {
-        ClockSource::Tsc
-    } else {
-        ClockSource::Monotonic
-    };
+    let source = if prefer_tsc && tsc_is_invariant() { ClockSource::Tsc } else { ClockSource::Monotonic };
     SOURCE.store(source as u8, Ordering::Relaxed);
     let (base_ticks, base_mono_ns, base_wall_ns) = (now_ticks(), monotonic_ns(), wall_ns());
     let ticks_per_sec = match source {

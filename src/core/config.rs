@@ -10,7 +10,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_FORCE", "0", "1 records in processes with no rank identity (logs named pid-<pid>.sflog)"),
     ("SF_LOG_DIR", "/dev/shm/stagefrontier-<uid>", "root of the log tree; logs go to <root>/<job id>/"),
     ("SF_JOB_ID", "from the launcher", "job id directory name; overrides TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ..."),
-    ("SF_RING_EVENTS", "16384", "events the hot-path ring holds (power of two, 16..4194304); a full ring drops and counts"),
+    (
+        "SF_RING_EVENTS",
+        "16384",
+        "events the hot-path ring holds (power of two, 16..4194304); a full ring drops and counts",
+    ),
     ("SF_LOG_RECORDS", "65536", "records the per-rank log keeps before wrapping (1024..67108864), 128 bytes each"),
     ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
     ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
@@ -73,10 +77,8 @@ impl Config {
         if let Some((name, v)) = setting("SF_RING_EVENTS") {
             match v.parse::<usize>() {
                 Ok(n) if n.is_power_of_two() && (16..=1 << 22).contains(&n) => cfg.ring_events = n,
-                _ => warnings.push(format!(
-                    "{name}={v:?} is not a power of two from 16 to 4194304; using {}",
-                    cfg.ring_events
-                )),
+                _ => warnings
+                    .push(format!("{name}={v:?} is not a power of two from 16 to 4194304; using {}", cfg.ring_events)),
             }
         }
         if let Some((name, v)) = setting("SF_LOG_RECORDS") {
@@ -91,7 +93,9 @@ impl Config {
         if let Some((name, v)) = setting("SF_HEARTBEAT_MS") {
             match v.parse::<u64>() {
                 Ok(n) if (1..=100).contains(&n) => cfg.heartbeat_ms = n,
-                _ => warnings.push(format!("{name}={v:?} is not a period from 1 to 100 ms; using {}", cfg.heartbeat_ms)),
+                _ => {
+                    warnings.push(format!("{name}={v:?} is not a period from 1 to 100 ms; using {}", cfg.heartbeat_ms))
+                }
             }
         }
         if let Some((name, v)) = setting("SF_CLOCK") {
@@ -126,11 +130,8 @@ fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
 /// Job ids become directory names: keep `[A-Za-z0-9._-]`, map the rest to `_`, cap at 63
 /// bytes, and refuse ids that would name `.` or `..`.
 pub fn sanitize_job_id(raw: &str) -> Option<String> {
-    let id: String = raw
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
-        .take(63)
-        .collect();
+    let id: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).take(63).collect();
     (!id.is_empty() && id.chars().any(|c| c.is_ascii_alphanumeric())).then_some(id)
 }
 

@@ -1,5 +1,5 @@
-//! The reader's own host: its name, and whether a pid names a process on it. The only
-//! `unsafe` of `sf`, each call a plain libc query.
+//! This host: its name, as log headers record it, and whether a pid names a process on
+//! it. Used by the library (who owns an existing log) and by `sf` (is a rank alive).
 
 /// The name `gethostname` gives, as the library records it in each log's header.
 pub fn hostname() -> String {

@@ -89,13 +89,17 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!((id.global_rank, id.world_size, id.local_rank, id.job_id.as_str(), id.source), (5, 8, 1, "abc", "torchrun"));
+        assert_eq!(
+            (id.global_rank, id.world_size, id.local_rank, id.job_id.as_str(), id.source),
+            (5, 8, 1, "abc", "torchrun")
+        );
         assert_eq!(id.file_name(1), "rank-00005.sflog");
     }
 
     #[test]
     fn torchrun_wins_over_slurm_and_sf_job_id_over_all() {
-        let env = [("RANK", "3"), ("WORLD_SIZE", "16"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_ID", "77")];
+        let env =
+            [("RANK", "3"), ("WORLD_SIZE", "16"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_ID", "77")];
         let id = detect_in(&env, None, false).unwrap();
         assert_eq!((id.global_rank, id.source, id.job_id.as_str()), (3, "torchrun", "default"));
         let id = detect_in(&env, Some("mine"), false).unwrap();
@@ -104,7 +108,12 @@ mod tests {
 
     #[test]
     fn slurm_and_open_mpi() {
-        let id = detect_in(&[("SLURM_PROCID", "2"), ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "0"), ("SLURM_JOB_ID", "991")], None, false).unwrap();
+        let id = detect_in(
+            &[("SLURM_PROCID", "2"), ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "0"), ("SLURM_JOB_ID", "991")],
+            None,
+            false,
+        )
+        .unwrap();
         assert_eq!((id.global_rank, id.world_size, id.job_id.as_str(), id.source), (2, 4, "991", "slurm"));
         let id = detect_in(
             &[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_LOCAL_RANK", "1")],

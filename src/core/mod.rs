@@ -6,6 +6,7 @@ pub mod collector;
 pub mod comm_identity;
 pub mod comm_table;
 pub mod config;
+pub mod host;
 pub mod identity;
 pub mod log;
 pub mod nccl_op;

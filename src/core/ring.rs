@@ -40,10 +40,7 @@ impl<T: Copy> Ring<T> {
     pub fn with_capacity(capacity: usize) -> Ring<T> {
         assert!(capacity.is_power_of_two() && capacity >= 2, "ring capacity {capacity}");
         let slots = (0..capacity as u64)
-            .map(|pos| Slot {
-                stamp: AtomicU64::new(pos),
-                value: UnsafeCell::new(MaybeUninit::uninit()),
-            })
+            .map(|pos| Slot { stamp: AtomicU64::new(pos), value: UnsafeCell::new(MaybeUninit::uninit()) })
             .collect();
         Ring {
             slots,

@@ -17,13 +17,14 @@ use super::clock::{self, Calibration};
 use super::collector::{self, Collector};
 use super::comm_table::CommTable;
 use super::config::{ClockChoice, Config};
+use super::host;
 use super::identity::{self, Identity};
 use super::log::format::{live, WriterState};
-use super::notice::say;
 use super::log::mapping::SharedMap;
 use super::log::reader::RankLog;
 use super::log::records::RecordBody;
 use super::log::writer::{HeaderInfo, LogWriter};
+use super::notice::say;
 use super::ring::Ring;
 
 const UNINIT: u8 = 0;
@@ -163,7 +164,7 @@ fn build() -> Option<Runtime> {
         say(warning);
     }
     let pid = std::process::id();
-    let host = hostname();
+    let host = host::hostname();
     let calibration = clock::select(config.clock != ClockChoice::Monotonic);
     let ring = Ring::with_capacity(config.ring_events);
     let info = HeaderInfo {
@@ -226,18 +227,8 @@ fn live_owner(path: &Path, host: &str) -> Option<u32> {
     let log = RankLog::open(path).ok()?;
     let pid = log.header.pid;
     let running = log.live().writer_state == Some(WriterState::Running);
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    let exists = unsafe { libc::kill(pid as libc::pid_t, 0) == 0 };
+    let exists = host::process_exists(pid);
     (log.header.host == host && running && exists && pid != std::process::id()).then_some(pid)
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it
-    // when the name fits, and the last byte stays 0 otherwise.
-    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 extern "C" fn flush_at_exit() {

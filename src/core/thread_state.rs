@@ -56,7 +56,8 @@ impl Drop for ReentrancyGuard {
 
 /// Follows `ncclGroupStart` (+1) and `ncclGroupEnd` (-1) calls that succeeded.
 pub fn adjust_group_depth(delta: i32) {
-    let _ = STATE.try_with(|s| s.group_depth.set((s.group_depth.get() as i32 + delta).clamp(0, u16::MAX as i32) as u16));
+    let _ =
+        STATE.try_with(|s| s.group_depth.set((s.group_depth.get() as i32 + delta).clamp(0, u16::MAX as i32) as u16));
 }
 
 #[cfg(test)]

@@ -33,15 +33,7 @@ impl CallArgs {
     }
 
     pub fn on_comm(op: NcclOp, comm: u64) -> CallArgs {
-        CallArgs {
-            op,
-            comm,
-            count: 0,
-            dtype: -1,
-            redop: -1,
-            peer: -1,
-            stream: 0,
-        }
+        CallArgs { op, comm, count: 0, dtype: -1, redop: -1, peer: -1, stream: 0 }
     }
 }
 
@@ -155,8 +147,14 @@ fn register(rt: &'static Runtime, handle: u64, created: CommCreated) -> Option<&
 pub enum NewComm {
     FromUniqueId(CommOrigin, [u8; 128]),
     /// `ncclCommInitAll`: the `call`-th such call of this process.
-    InitAll { call: u64 },
-    Split { parent: u64, color: i32, key: i32 },
+    InitAll {
+        call: u64,
+    },
+    Split {
+        parent: u64,
+        color: i32,
+        key: i32,
+    },
 }
 
 /// What a communicator-creating hook must remember before forwarding.
@@ -173,7 +171,9 @@ pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
     let rt = runtime::active()?;
     let (id, parent_id, origin, color, key) = match kind {
         NewComm::FromUniqueId(origin, uid) => (comm_identity::from_unique_id(&uid), 0, origin, -1, -1),
-        NewComm::InitAll { call } => (comm_identity::for_init_all(&rt.host, rt.pid, call), 0, CommOrigin::InitAll, -1, -1),
+        NewComm::InitAll { call } => {
+            (comm_identity::for_init_all(&rt.host, rt.pid, call), 0, CommOrigin::InitAll, -1, -1)
+        }
         NewComm::Split { parent, color, key } => {
             let parent_slot = comm_slot(rt, parent)?;
             let parent_id = parent_slot.comm_id.load(Ordering::Relaxed);

@@ -51,6 +51,9 @@ macro_rules! real {
 macro_rules! door {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $args:expr $(, after |$res:ident| $after:expr)?;) => {
         $(#[$doc])*
+        /// # Safety
+        /// Called by C code under NCCL's contract for this function (nccl.h): every pointer
+        /// is valid as the real library requires. Forwarded unchanged.
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> NcclResult {
             let Some(real) = real!($name, fn($($ty),*)) else { return missing(stringify!($name)) };
@@ -68,15 +71,16 @@ fn on_comm(op: NcclOp, comm: NcclComm) -> CallArgs {
     CallArgs::on_comm(op, comm_key(comm))
 }
 
-fn data_call(op: NcclOp, comm: NcclComm, count: usize, dtype: NcclDataType, redop: NcclRedOp, peer: c_int, stream: CudaStream) -> CallArgs {
-    CallArgs {
-        count: count as u64,
-        dtype,
-        redop,
-        peer,
-        stream: stream as u64,
-        ..on_comm(op, comm)
-    }
+fn data_call(
+    op: NcclOp,
+    comm: NcclComm,
+    count: usize,
+    dtype: NcclDataType,
+    redop: NcclRedOp,
+    peer: c_int,
+    stream: CudaStream,
+) -> CallArgs {
+    CallArgs { count: count as u64, dtype, redop, peer, stream: stream as u64, ..on_comm(op, comm) }
 }
 
 /// Reads an out-parameter the real library has just written, if it succeeded.
@@ -207,9 +211,15 @@ fn handle_at(out: *const NcclComm, index: usize) -> u64 {
     comm_key(unsafe { *out.add(index) })
 }
 
-/// Records creation of `ncclCommInitRank`.
+/// # Safety
+/// Called by C code under NCCL's contract (nccl.h); `comm` is written by the real library.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclCommInitRank(comm: *mut NcclComm, nranks: c_int, comm_id: NcclUniqueId, rank: c_int) -> NcclResult {
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut NcclComm,
+    nranks: c_int,
+    comm_id: NcclUniqueId,
+    rank: c_int,
+) -> NcclResult {
     let Some(real) = real!(ncclCommInitRank, fn(*mut NcclComm, c_int, NcclUniqueId, c_int)) else {
         return missing("ncclCommInitRank");
     };
@@ -226,6 +236,9 @@ pub unsafe extern "C" fn ncclCommInitRank(comm: *mut NcclComm, nranks: c_int, co
     )
 }
 
+/// # Safety
+/// Called by C code under NCCL's contract (nccl.h); output handles are written by the real
+/// library.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ncclCommInitRankConfig(
     comm: *mut NcclComm,
@@ -250,6 +263,9 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     )
 }
 
+/// # Safety
+/// Called by C code under NCCL's contract (nccl.h); output handles are written by the real
+/// library.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ncclCommInitAll(comms: *mut NcclComm, ndev: c_int, devlist: *const c_int) -> NcclResult {
     let Some(real) = real!(ncclCommInitAll, fn(*mut NcclComm, c_int, *const c_int)) else {
@@ -270,8 +286,17 @@ pub unsafe extern "C" fn ncclCommInitAll(comms: *mut NcclComm, ndev: c_int, devl
     )
 }
 
+/// # Safety
+/// Called by C code under NCCL's contract (nccl.h); output handles are written by the real
+/// library.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclCommSplit(comm: NcclComm, color: c_int, key: c_int, newcomm: *mut NcclComm, config: NcclConfig) -> NcclResult {
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: NcclComm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut NcclComm,
+    config: NcclConfig,
+) -> NcclResult {
     let Some(real) = real!(ncclCommSplit, fn(NcclComm, c_int, c_int, *mut NcclComm, NcclConfig)) else {
         return missing("ncclCommSplit");
     };

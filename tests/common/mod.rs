@@ -17,7 +17,11 @@ pub fn artifact_dir() -> PathBuf {
 
 pub fn artifact(name: &str) -> PathBuf {
     let path = artifact_dir().join(name);
-    assert!(path.exists(), "{} is missing: build the workspace first (`cargo build --workspace`; scripts/test does it)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`; scripts/test does it)",
+        path.display()
+    );
     path
 }
 
@@ -46,7 +50,8 @@ pub fn log_root(test: &str) -> PathBuf {
 pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
     let mut cmd = Command::new(program);
     for (key, _) in std::env::vars() {
-        if key.starts_with("SF_") || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"].contains(&key.as_str()) {
+        if key.starts_with("SF_") || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"].contains(&key.as_str())
+        {
             cmd.env_remove(key);
         }
     }

@@ -3,7 +3,6 @@
 mod cli;
 mod commands;
 mod discover;
-mod local_host;
 mod output;
 mod progress;
 

@@ -40,14 +40,7 @@ impl SharedMap {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Box::leak(Box::new(SharedMap {
-            base: base.cast(),
-            len,
-        })))
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
+        Ok(Box::leak(Box::new(SharedMap { base: base.cast(), len })))
     }
 
     /// The 8-byte-aligned u64 at `offset`, as an atomic.

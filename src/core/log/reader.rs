@@ -316,7 +316,8 @@ fn decode_header(head: &[u8]) -> LogHeader {
         job_id: bytes::get_str(head, header::JOB_ID, format::JOB_ID_LEN),
         host: bytes::get_str(head, header::HOST, format::HOST_LEN),
         identity_source: bytes::get_str(head, header::IDENTITY_SOURCE, format::SOURCE_LEN),
-        clock_source: ClockSource::from_u32(bytes::get_u32(head, header::CLOCK_SOURCE)).map_or("unknown", ClockSource::name),
+        clock_source: ClockSource::from_u32(bytes::get_u32(head, header::CLOCK_SOURCE))
+            .map_or("unknown", ClockSource::name),
         base_ticks: bytes::get_u64(head, header::BASE_TICKS),
         base_mono_ns: bytes::get_u64(head, header::BASE_MONO_NS),
         base_wall_ns: bytes::get_u64(head, header::BASE_WALL_NS),

@@ -31,7 +31,8 @@ pub struct NcclCall {
     #[serde(serialize_with = "hex_u64")]
     pub comm_id: u64,
     /// Per-communicator sequence: collectives and point-to-point calls count separately,
-    /// from 1; 0 for other calls.
+    /// from 1; 0 for other calls. `comm_seq` in JSON, apart from the record's own `seq`.
+    #[serde(rename = "comm_seq")]
     pub seq: u64,
     pub count: u64,
     /// `count` times the element size of `dtype`.
@@ -194,11 +195,9 @@ impl RecordBody {
                 key: r.i32()?,
                 origin: CommOrigin::from_u8(r.u16()? as u8)?,
             }),
-            kind::DROPS => RecordBody::Drops(Drops {
-                t_ns: r.u64()?,
-                dropped_total: r.u64()?,
-                ring_capacity: r.u64()?,
-            }),
+            kind::DROPS => {
+                RecordBody::Drops(Drops { t_ns: r.u64()?, dropped_total: r.u64()?, ring_capacity: r.u64()? })
+            }
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)
@@ -292,11 +291,7 @@ mod tests {
                 key: -4,
                 origin: CommOrigin::Split,
             }),
-            RecordBody::Drops(Drops {
-                t_ns: 9,
-                dropped_total: 100,
-                ring_capacity: 64,
-            }),
+            RecordBody::Drops(Drops { t_ns: 9, dropped_total: 100, ring_capacity: 64 }),
         ];
         for body in bodies {
             let mut buf = [0u8; PAYLOAD_CAPACITY];

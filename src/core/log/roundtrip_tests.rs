@@ -1,11 +1,11 @@
 //! Writer and reader against each other on real files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use super::format;
 use super::reader::{RankLog, ReadError};
 use super::records::{Drops, RecordBody};
 use super::writer::{HeaderInfo, LogWriter};
-use super::format;
 use crate::core::clock::{Calibration, ClockSource};
 use crate::core::identity::Identity;
 
@@ -16,14 +16,9 @@ fn temp_log(name: &str) -> PathBuf {
     dir.join("rank-00002.sflog")
 }
 
-fn write_log(path: &PathBuf, slot_count: u32, records: u64) -> Calibration {
-    let identity = Identity {
-        global_rank: 2,
-        world_size: 4,
-        local_rank: 2,
-        job_id: "job-7".into(),
-        source: "torchrun",
-    };
+fn write_log(path: &Path, slot_count: u32, records: u64) -> Calibration {
+    let identity =
+        Identity { global_rank: 2, world_size: 4, local_rank: 2, job_id: "job-7".into(), source: "torchrun" };
     // Built by hand: `clock::select` would change the process-wide source under other tests.
     let calibration = Calibration::new(ClockSource::Monotonic, 0, 0, 0, 1e9);
     let info = HeaderInfo {

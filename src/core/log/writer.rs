@@ -43,11 +43,7 @@ impl LogWriter {
         unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), map.ptr(0, head.len()), head.len()) };
         map.atomic_u64(live::TICKS_PER_SEC).store(info.calibration.ticks_per_sec().to_bits(), Ordering::Relaxed);
         map.atomic_u64(live::WRITER_STATE).store(WriterState::Running as u64, Ordering::Release);
-        Ok(LogWriter {
-            map,
-            slot_count: info.slot_count as u64,
-            committed: 0,
-        })
+        Ok(LogWriter { map, slot_count: info.slot_count as u64, committed: 0 })
     }
 
     pub fn map(&self) -> &'static SharedMap {

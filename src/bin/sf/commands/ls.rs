@@ -13,8 +13,8 @@ use stagefrontier::core::log::reader::{RankLog, ReadError};
 
 use super::Failure;
 use crate::discover;
-use crate::local_host;
 use crate::progress::Progress;
+use stagefrontier::core::host as local_host;
 
 /// The `--json` object; its field names are a contract.
 #[derive(Debug, Serialize)]
