@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use stagefrontier::core::log::records::{CommOrigin, RecordBody};
+use stagefrontier::core::log::records::CommOrigin;
 use stagefrontier::core::nccl_op::NcclOp;
 
 /// fakenccl as the fixtures' build script produced it.
@@ -54,25 +54,13 @@ fn return_codes_and_results_are_the_real_librarys() {
     let logs = rank_logs(&root, "job");
     assert_eq!(logs.len(), 1);
     let bodies = bodies(&logs[0]);
-    let calls: Vec<_> = bodies
-        .iter()
-        .filter_map(|b| match b {
-            RecordBody::NcclCall(c) => Some(*c),
-            _ => None,
-        })
-        .collect();
+    let calls = nccl_calls(&bodies);
     let shown = plain.lines().filter(|l| l.contains(" -> ")).count();
     assert_eq!(calls.len(), shown, "one record per call the program made");
     let codes: Vec<i32> = plain.lines().filter_map(|l| l.rsplit(" -> ").next()?.parse().ok()).collect();
     assert_eq!(calls.iter().map(|c| c.result).collect::<Vec<_>>(), codes, "recorded results are the returned ones");
 
-    let created: Vec<_> = bodies
-        .iter()
-        .filter_map(|b| match b {
-            RecordBody::CommCreated(c) => Some(*c),
-            _ => None,
-        })
-        .collect();
+    let created = comms_created(&bodies);
     let origins: Vec<_> = created.iter().map(|c| c.origin).collect();
     assert_eq!(origins, [CommOrigin::InitRank, CommOrigin::Split, CommOrigin::InitAll, CommOrigin::InitAll]);
     let world = created[0].comm_id;

@@ -14,12 +14,10 @@ use stagefrontier::core::nccl_op::NcclOp;
 
 /// (seq, op, count) of each collective on the world communicator, as one rank saw them.
 fn collective_trace(bodies: &[RecordBody], world: u64) -> Vec<(u64, NcclOp, u64)> {
-    bodies
+    nccl_calls(bodies)
         .iter()
-        .filter_map(|b| match b {
-            RecordBody::NcclCall(c) if c.comm_id == world && c.op.is_collective() => Some((c.seq, c.op, c.count)),
-            _ => None,
-        })
+        .filter(|c| c.comm_id == world && c.op.is_collective())
+        .map(|c| (c.seq, c.op, c.count))
         .collect()
 }
 
@@ -40,13 +38,7 @@ fn every_collective_of_every_rank_is_recorded_and_results_are_unchanged() {
         assert_eq!((log.header.global_rank, log.header.world_size), (rank as i32, 4));
         assert_eq!(log.live().writer_state, Some(WriterState::Exited), "clean exit flushes");
         let bodies = bodies(path);
-        let created: Vec<_> = bodies
-            .iter()
-            .filter_map(|b| match b {
-                RecordBody::CommCreated(c) => Some(*c),
-                _ => None,
-            })
-            .collect();
+        let created = comms_created(&bodies);
         assert_eq!(created.len(), 1, "{created:?}");
         let world = created[0];
         assert_eq!(
@@ -62,13 +54,7 @@ fn every_collective_of_every_rank_is_recorded_and_results_are_unchanged() {
         assert!(trace.iter().any(|t| t.1 == NcclOp::Broadcast));
         assert!(trace.iter().filter(|t| t.1 == NcclOp::AllGather).count() >= 20);
 
-        let p2p: Vec<_> = bodies
-            .iter()
-            .filter_map(|b| match b {
-                RecordBody::NcclCall(c) if c.op.is_p2p() => Some(*c),
-                _ => None,
-            })
-            .collect();
+        let p2p: Vec<_> = nccl_calls(&bodies).into_iter().filter(|c| c.op.is_p2p()).collect();
         assert_eq!(p2p.len(), 2 * 20, "one send and one recv per step");
         assert!(p2p.iter().all(|c| c.group_depth == 1 && c.comm_id == world.comm_id));
         assert!(bodies.iter().all(|b| !matches!(b, RecordBody::NcclCall(c) if c.result != 0)));

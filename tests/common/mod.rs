@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use stagefrontier::core::log::reader::{RankLog, Record};
-use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::log::records::{CommCreated, NcclCall, RecordBody};
 
 /// `target/<profile>/`, where cargo put the library and the fixture binaries.
 pub fn artifact_dir() -> PathBuf {
@@ -103,4 +103,24 @@ pub fn records(path: &Path) -> Vec<Record> {
 
 pub fn bodies(path: &Path) -> Vec<RecordBody> {
     records(path).into_iter().map(|r| r.body).collect()
+}
+
+pub fn nccl_calls(bodies: &[RecordBody]) -> Vec<NcclCall> {
+    bodies
+        .iter()
+        .filter_map(|b| match b {
+            RecordBody::NcclCall(c) => Some(*c),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn comms_created(bodies: &[RecordBody]) -> Vec<CommCreated> {
+    bodies
+        .iter()
+        .filter_map(|b| match b {
+            RecordBody::CommCreated(c) => Some(*c),
+            _ => None,
+        })
+        .collect()
 }
