@@ -116,7 +116,8 @@ pub fn ticks_to_mono_ns(ticks: u64, base_ticks: u64, base_mono_ns: u64, ticks_pe
 }
 
 /// Chooses the source for this process and measures it. Called once at init; the TSC
-/// calibration spins for about 2 ms, which is well under what an NCCL init costs.
+/// calibration spins for about 1 ms, well under what an NCCL init costs; the collector
+/// refines it as the job runs.
 pub fn select(prefer_tsc: bool) -> Calibration {
     let source = if prefer_tsc && tsc_is_invariant() { ClockSource::Tsc } else { ClockSource::Monotonic };
     SOURCE.store(source as u8, Ordering::Relaxed);
@@ -125,7 +126,7 @@ pub fn select(prefer_tsc: bool) -> Calibration {
         ClockSource::Monotonic => 1e9,
         ClockSource::Tsc => {
             let mut mono = monotonic_ns();
-            while mono - base_mono_ns < 2_000_000 {
+            while mono - base_mono_ns < 1_000_000 {
                 mono = monotonic_ns();
             }
             (now_ticks() - base_ticks) as f64 * 1e9 / (mono - base_mono_ns) as f64

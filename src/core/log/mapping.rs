@@ -21,9 +21,10 @@ unsafe impl Send for SharedMap {}
 unsafe impl Sync for SharedMap {}
 
 impl SharedMap {
-    /// Sizes `file` to `len` bytes and maps it shared and writable, with every page faulted
-    /// in now so that no hook takes a page fault later.
-    pub fn create(file: &File, len: usize) -> io::Result<&'static SharedMap> {
+    /// Sizes `file` to `len` bytes and maps it shared and writable; the first `hot_len`
+    /// bytes (what hooks touch) are faulted in now so that no hook takes a page fault. The
+    /// rest is left to the collector to fault in as it writes.
+    pub fn create(file: &File, len: usize, hot_len: usize) -> io::Result<&'static SharedMap> {
         file.set_len(len as u64)?;
         // SAFETY: a fresh shared mapping of a file we own, sized above; the kernel picks
         // the address. The result is checked against MAP_FAILED.
@@ -32,7 +33,7 @@ impl SharedMap {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                libc::MAP_SHARED,
                 file.as_raw_fd(),
                 0,
             )
@@ -40,7 +41,13 @@ impl SharedMap {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Box::leak(Box::new(SharedMap { base: base.cast(), len })))
+        let map = SharedMap { base: base.cast(), len };
+        for page in (0..hot_len.min(len)).step_by(4096) {
+            // SAFETY: in bounds; the file is new, so its bytes are zero and storing zero
+            // changes nothing but makes the kernel back the page now.
+            unsafe { std::ptr::write_volatile(map.base.add(page), 0) };
+        }
+        Ok(Box::leak(Box::new(map)))
     }
 
     /// The 8-byte-aligned u64 at `offset`, as an atomic.

@@ -34,7 +34,7 @@ impl LogWriter {
     /// an old one), and writes its header.
     pub fn create(path: &Path, info: &HeaderInfo) -> io::Result<LogWriter> {
         let file: File = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(path)?;
-        let map = SharedMap::create(&file, format::file_len(info.slot_count))?;
+        let map = SharedMap::create(&file, format::file_len(info.slot_count), format::records_offset())?;
         let mut head = [0u8; format::STATIC_CRC_OFFSET + 4];
         encode_static_header(&mut head, info);
         let crc = crc32fast::hash(&head[..format::STATIC_HEADER_LEN]);
