@@ -18,7 +18,7 @@ pub const MAGIC: [u8; 8] = *b"SFRKLOG\0";
 /// Bumped on any incompatible change of the layout below.
 pub const FORMAT_VERSION: u32 = 1;
 /// Version of the record kinds and payload layouts.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 /// Written as a native u32; reads back as this value only on a machine of the same order.
 pub const ENDIAN_MARKER: u32 = 0x0A0B_0C0D;
 

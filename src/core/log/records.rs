@@ -15,6 +15,8 @@ pub mod kind {
     pub const NCCL_CALL: u16 = 1;
     pub const COMM_CREATED: u16 = 2;
     pub const DROPS: u16 = 3;
+    pub const INJECTION: u16 = 4;
+    pub const HANG_EVIDENCE: u16 = 5;
 }
 
 fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -94,12 +96,62 @@ pub struct Drops {
     pub ring_capacity: u64,
 }
 
+/// What an `SF_INJECT` rule does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum InjectAction {
+    Delay = 1,
+    Hang = 2,
+    Fail = 3,
+}
+
+impl InjectAction {
+    fn from_u8(raw: u8) -> Option<InjectAction> {
+        [Self::Delay, Self::Hang, Self::Fail].into_iter().find(|a| *a as u8 == raw)
+    }
+}
+
+/// An `SF_INJECT` rule fired: the ground truth analysis is scored against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Injection {
+    pub t_ns: u64,
+    pub action: InjectAction,
+    /// Position of the rule in `SF_INJECT`, from 0.
+    pub rule: u16,
+    /// The NCCL call it fired in.
+    pub op: NcclOp,
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    /// The sequence number the call would get on entry (`comm_seq` of its `nccl_call`).
+    pub comm_seq: u64,
+    pub delay_ns: u64,
+    /// For `fail`: the `ncclResult_t` returned instead of calling NCCL.
+    pub result: i32,
+}
+
+/// The collector's watchdog found a call in flight for longer than the hang threshold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct HangEvidence {
+    /// When the watchdog noticed.
+    pub t_ns: u64,
+    /// When the call entered.
+    pub since_ns: u64,
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    pub comm_seq: u64,
+    pub op: NcclOp,
+    pub threshold_ns: u64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RecordBody {
     NcclCall(NcclCall),
     CommCreated(CommCreated),
     Drops(Drops),
+    Injection(Injection),
+    HangEvidence(HangEvidence),
 }
 
 impl RecordBody {
@@ -108,6 +160,8 @@ impl RecordBody {
             RecordBody::NcclCall(_) => kind::NCCL_CALL,
             RecordBody::CommCreated(_) => kind::COMM_CREATED,
             RecordBody::Drops(_) => kind::DROPS,
+            RecordBody::Injection(_) => kind::INJECTION,
+            RecordBody::HangEvidence(_) => kind::HANG_EVIDENCE,
         }
     }
 
@@ -122,6 +176,11 @@ impl RecordBody {
             }
             RecordBody::CommCreated(c) => c.t_ns = cal.to_mono_ns(c.t_ns),
             RecordBody::Drops(d) => d.t_ns = cal.to_mono_ns(d.t_ns),
+            RecordBody::Injection(i) => i.t_ns = cal.to_mono_ns(i.t_ns),
+            RecordBody::HangEvidence(h) => {
+                h.t_ns = cal.to_mono_ns(h.t_ns);
+                h.since_ns = cal.to_mono_ns(h.since_ns);
+            }
         }
         self
     }
@@ -152,6 +211,21 @@ impl RecordBody {
             }
             RecordBody::Drops(d) => {
                 for v in [d.t_ns, d.dropped_total, d.ring_capacity] {
+                    w.u64(v);
+                }
+            }
+            RecordBody::Injection(i) => {
+                w.u16(i.action as u16);
+                w.u16(i.rule);
+                w.u16(i.op as u16);
+                w.i32(i.result);
+                for v in [i.t_ns, i.comm_id, i.comm_seq, i.delay_ns] {
+                    w.u64(v);
+                }
+            }
+            RecordBody::HangEvidence(h) => {
+                w.u16(h.op as u16);
+                for v in [h.t_ns, h.since_ns, h.comm_id, h.comm_seq, h.threshold_ns] {
                     w.u64(v);
                 }
             }
@@ -198,6 +272,24 @@ impl RecordBody {
             kind::DROPS => {
                 RecordBody::Drops(Drops { t_ns: r.u64()?, dropped_total: r.u64()?, ring_capacity: r.u64()? })
             }
+            kind::INJECTION => RecordBody::Injection(Injection {
+                action: InjectAction::from_u8(r.u16()? as u8)?,
+                rule: r.u16()?,
+                op: NcclOp::from_u16(r.u16()?)?,
+                result: r.i32()?,
+                t_ns: r.u64()?,
+                comm_id: r.u64()?,
+                comm_seq: r.u64()?,
+                delay_ns: r.u64()?,
+            }),
+            kind::HANG_EVIDENCE => RecordBody::HangEvidence(HangEvidence {
+                op: NcclOp::from_u16(r.u16()?)?,
+                t_ns: r.u64()?,
+                since_ns: r.u64()?,
+                comm_id: r.u64()?,
+                comm_seq: r.u64()?,
+                threshold_ns: r.u64()?,
+            }),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)
@@ -292,6 +384,24 @@ mod tests {
                 origin: CommOrigin::Split,
             }),
             RecordBody::Drops(Drops { t_ns: 9, dropped_total: 100, ring_capacity: 64 }),
+            RecordBody::Injection(Injection {
+                t_ns: 4,
+                action: InjectAction::Hang,
+                rule: 2,
+                op: NcclOp::AllReduce,
+                comm_id: 77,
+                comm_seq: 40,
+                delay_ns: 0,
+                result: 0,
+            }),
+            RecordBody::HangEvidence(HangEvidence {
+                t_ns: 100,
+                since_ns: 50,
+                comm_id: 77,
+                comm_seq: 40,
+                op: NcclOp::AllGather,
+                threshold_ns: 30,
+            }),
         ];
         for body in bodies {
             let mut buf = [0u8; PAYLOAD_CAPACITY];

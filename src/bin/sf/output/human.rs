@@ -222,6 +222,28 @@ fn record_line(record: &Record, base_mono_ns: u64) -> String {
             d.dropped_total,
             d.ring_capacity
         ),
+        RecordBody::Injection(i) => format!(
+            "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  {:>8}  action={} rule={} delay_ms={:.3} result={}",
+            since_start(i.t_ns),
+            "injection",
+            i.op.name(),
+            i.comm_id,
+            i.comm_seq,
+            json_name(&i.action),
+            i.rule,
+            i.delay_ns as f64 / 1e6,
+            result_name(i.result)
+        ),
+        RecordBody::HangEvidence(h) => format!(
+            "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  {:>8}  in flight {:.3} s (threshold {:.3} s)",
+            since_start(h.t_ns),
+            "hang_evidence",
+            h.op.name(),
+            h.comm_id,
+            h.comm_seq,
+            h.t_ns.saturating_sub(h.since_ns) as f64 / 1e9,
+            h.threshold_ns as f64 / 1e9
+        ),
     }
 }
 

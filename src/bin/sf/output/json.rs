@@ -46,7 +46,7 @@ impl<'a> DumpLine<'a> {
                 redop_name: redop_name(c.redop),
                 result_name: result_name(c.result),
             }),
-            RecordBody::CommCreated(_) | RecordBody::Drops(_) => None,
+            _ => None,
         };
         DumpLine { record, names }
     }
