@@ -519,7 +519,10 @@ fn help_teaches_and_version_names_the_format() {
         }
     }
     let out = sf(&["--version"]);
-    assert_eq!(text(&out.stdout).trim(), format!("sf {} (log format 1, record schema 1)", env!("CARGO_PKG_VERSION")));
+    let (format, schema) =
+        (stagefrontier::core::log::format::FORMAT_VERSION, stagefrontier::core::log::format::SCHEMA_VERSION);
+    let expected = format!("sf {} (log format {format}, record schema {schema})", env!("CARGO_PKG_VERSION"));
+    assert_eq!(text(&out.stdout).trim(), expected);
 
     let out = sf::<&str>(&[]);
     assert_eq!(out.status.code(), Some(2), "no command: usage");
