@@ -95,7 +95,7 @@ impl Calibration {
         if self.source != ClockSource::Tsc {
             return;
         }
-        let (ticks, mono) = (now_ticks(), monotonic_ns());
+        let (ticks, mono) = paired_reading();
         let span_ns = mono.saturating_sub(self.base_mono_ns);
         if span_ns >= 1_000_000_000 {
             let freq = ticks.saturating_sub(self.base_ticks) as f64 * 1e9 / span_ns as f64;
@@ -121,18 +121,40 @@ pub fn ticks_to_mono_ns(ticks: u64, base_ticks: u64, base_mono_ns: u64, ticks_pe
 pub fn select(prefer_tsc: bool) -> Calibration {
     let source = if prefer_tsc && tsc_is_invariant() { ClockSource::Tsc } else { ClockSource::Monotonic };
     SOURCE.store(source as u8, Ordering::Relaxed);
-    let (base_ticks, base_mono_ns, base_wall_ns) = (now_ticks(), monotonic_ns(), wall_ns());
+    let (base_ticks, base_mono_ns) = paired_reading();
+    let base_wall_ns = wall_ns();
     let ticks_per_sec = match source {
         ClockSource::Monotonic => 1e9,
         ClockSource::Tsc => {
-            let mut mono = monotonic_ns();
-            while mono - base_mono_ns < 1_000_000 {
-                mono = monotonic_ns();
+            let mut end = paired_reading();
+            while end.1 - base_mono_ns < 1_000_000 {
+                end = paired_reading();
             }
-            (now_ticks() - base_ticks) as f64 * 1e9 / (mono - base_mono_ns) as f64
+            (end.0 - base_ticks) as f64 * 1e9 / (end.1 - base_mono_ns) as f64
         }
     };
     Calibration::new(source, base_ticks, base_mono_ns, base_wall_ns, ticks_per_sec)
+}
+
+/// Ticks and `CLOCK_MONOTONIC` read as one instant: the monotonic read is bracketed by two
+/// tick reads, and a bracket that a preemption or interrupt widened is read again. An
+/// unbracketed pair is off by however long the thread was away between the two reads,
+/// which on a loaded machine can be milliseconds and would skew every duration after.
+fn paired_reading() -> (u64, u64) {
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..64 {
+        let before = now_ticks();
+        let mono = monotonic_ns();
+        let after = now_ticks();
+        let width = after.wrapping_sub(before);
+        if width < best.0 {
+            best = (width, before + width / 2, mono);
+        }
+        if width < 2_000 {
+            break;
+        }
+    }
+    (best.1, best.2)
 }
 
 fn tsc_is_invariant() -> bool {

@@ -6,19 +6,24 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::clock::{monotonic_ns, now_ticks, wall_ns};
-use super::log::format::live;
-use super::log::records::{Drops, RecordBody};
+use super::log::format::{live, COMM_SLOTS};
+use super::log::records::{Drops, HangEvidence, RecordBody};
 use super::log::writer::LogWriter;
+use super::nccl_op::NcclOp;
+use super::notice::say;
 use super::runtime::Runtime;
 
 pub struct Collector {
     writer: LogWriter,
     drops_written: u64,
+    /// (comm id, sequence) of the last hang reported per communicator slot, so each
+    /// stuck call is reported once: fixed size, like everything the collector keeps.
+    hang_reported: [(u64, u64); COMM_SLOTS],
 }
 
 impl Collector {
     pub fn new(writer: LogWriter) -> Collector {
-        Collector { writer, drops_written: 0 }
+        Collector { writer, drops_written: 0, hang_reported: [(0, 0); COMM_SLOTS] }
     }
 
     /// One round: everything in the ring, then the drop count and the heartbeat.
@@ -40,9 +45,49 @@ impl Collector {
             self.writer.append(&drops.to_nanoseconds(&rt.calibration));
             self.drops_written = dropped;
         }
+        self.watch_for_hangs(rt);
         rt.calibration.refine();
         self.writer.heartbeat(monotonic_ns(), wall_ns(), rt.calibration.ticks_per_sec());
         written
+    }
+
+    /// Writes a `hang_evidence` record, and says so once on stderr, for every call that
+    /// has been in flight longer than the threshold. The rank may never return from it,
+    /// so this is the evidence that survives whatever happens next.
+    fn watch_for_hangs(&mut self, rt: &Runtime) {
+        let threshold_ns = (rt.config.hang_min_s * 1e9) as u64;
+        let now_ns = rt.calibration.to_mono_ns(now_ticks());
+        for (index, slot) in rt.comms.live() {
+            let since_ticks = slot.inflight_ticks.load(Ordering::Acquire);
+            let Some(op) = NcclOp::from_u16(slot.inflight_op.load(Ordering::Relaxed) as u16) else { continue };
+            let since_ns = rt.calibration.to_mono_ns(since_ticks);
+            if since_ticks == 0 || now_ns.saturating_sub(since_ns) < threshold_ns {
+                continue;
+            }
+            let entered = if op.is_collective() { &slot.coll_entered } else { &slot.p2p_entered };
+            let stuck = (slot.comm_id.load(Ordering::Relaxed), entered.load(Ordering::Acquire));
+            if self.hang_reported[index] == stuck {
+                continue;
+            }
+            self.hang_reported[index] = stuck;
+            let (comm_id, comm_seq) = stuck;
+            // Both times are already nanoseconds: written as is, not converted again.
+            self.writer.append(&RecordBody::HangEvidence(HangEvidence {
+                t_ns: now_ns,
+                since_ns,
+                comm_id,
+                comm_seq,
+                op,
+                threshold_ns,
+            }));
+            say(&format!(
+                "rank {}: {} #{comm_seq} on communicator {comm_id:#018x} has been in flight for {:.1} s (threshold {:.1} s); hang evidence is in the rank's log",
+                rt.identity.global_rank,
+                op.name(),
+                (now_ns - since_ns) as f64 / 1e9,
+                rt.config.hang_min_s
+            ));
+        }
     }
 
     pub fn finish(&mut self, rt: &Runtime, state: u64) {

@@ -126,6 +126,11 @@ impl CommTable {
         Registration::Full
     }
 
+    /// Registered slots with their index, for the collector's watchdog.
+    pub fn live(&self) -> impl Iterator<Item = (usize, &'static CommSlot)> {
+        self.slots.iter().enumerate().filter(|(_, slot)| slot.key.load(Ordering::Acquire) > comm::CLAIMING)
+    }
+
     pub fn unregister(&self, handle: u64) {
         if let Some(slot) = self.find(handle) {
             slot.key.store(comm::TOMBSTONE, Ordering::Release);

@@ -18,6 +18,8 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_LOG_RECORDS", "65536", "records the per-rank log keeps before wrapping (1024..67108864), 128 bytes each"),
     ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
     ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
+    ("SF_INJECT", "unset", "scripted NCCL faults, `ACTION:key=value,...;...` (see README, Fault injection)"),
+    ("SF_HANG_MIN_S", "10", "a call in flight this long (seconds) gets a hang_evidence record and one stderr line"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +29,7 @@ pub enum ClockChoice {
     Monotonic,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub disabled: bool,
     pub force: bool,
@@ -37,6 +39,8 @@ pub struct Config {
     pub log_records: u32,
     pub heartbeat_ms: u64,
     pub clock: ClockChoice,
+    pub inject: Option<String>,
+    pub hang_min_s: f64,
 }
 
 impl Config {
@@ -50,6 +54,8 @@ impl Config {
             log_records: 65_536,
             heartbeat_ms: 50,
             clock: ClockChoice::Auto,
+            inject: None,
+            hang_min_s: 10.0,
         }
     }
 
@@ -104,6 +110,18 @@ impl Config {
                 "tsc" => cfg.clock = ClockChoice::Tsc,
                 "monotonic" => cfg.clock = ClockChoice::Monotonic,
                 _ => warnings.push(format!("{name}={v:?} is not auto, tsc or monotonic; using auto")),
+            }
+        }
+        if let Some((_, v)) = setting("SF_INJECT") {
+            cfg.inject = Some(v);
+        }
+        if let Some((name, v)) = setting("SF_HANG_MIN_S") {
+            match v.parse::<f64>() {
+                Ok(s) if (0.01..=86_400.0).contains(&s) => cfg.hang_min_s = s,
+                _ => warnings.push(format!(
+                    "{name}={v:?} is not a number of seconds from 0.01 to 86400; using {}",
+                    cfg.hang_min_s
+                )),
             }
         }
         (cfg, warnings)
@@ -181,10 +199,11 @@ mod tests {
             ("SF_LOG_RECORDS", "lots"),
             ("SF_HEARTBEAT_MS", "500"),
             ("SF_CLOCK", "sundial"),
+            ("SF_HANG_MIN_S", "-1"),
             ("SF_DISABLE", "maybe"),
             ("SF_JOB_ID", "//"),
         ]);
-        assert_eq!(warnings.len(), 6, "{warnings:?}");
+        assert_eq!(warnings.len(), 7, "{warnings:?}");
         for (w, name) in warnings.iter().zip([
             "SF_DISABLE",
             "SF_JOB_ID",
@@ -192,6 +211,7 @@ mod tests {
             "SF_LOG_RECORDS",
             "SF_HEARTBEAT_MS",
             "SF_CLOCK",
+            "SF_HANG_MIN_S",
         ]) {
             assert!(w.starts_with(name), "{w}");
         }

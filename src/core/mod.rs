@@ -8,6 +8,7 @@ pub mod comm_table;
 pub mod config;
 pub mod host;
 pub mod identity;
+pub mod inject;
 pub mod log;
 pub mod nccl_op;
 pub mod notice;

@@ -139,7 +139,7 @@ mod tests {
             while let Some([t, i, x, n]) = ring.pop() {
                 assert_eq!((x, n), (t ^ i, !t), "torn event");
                 let last = &mut last_per_thread[t as usize];
-                assert!(last.map_or(true, |l| l < i), "per-producer order");
+                assert!(last.is_none_or(|l| l < i), "per-producer order");
                 *last = Some(i);
                 received += 1;
             }

@@ -19,6 +19,7 @@ use super::comm_table::CommTable;
 use super::config::{ClockChoice, Config};
 use super::host;
 use super::identity::{self, Identity};
+use super::inject::Injector;
 use super::log::format::{live, WriterState};
 use super::log::mapping::SharedMap;
 use super::log::reader::RankLog;
@@ -49,6 +50,9 @@ pub struct Runtime {
     pub host: String,
     pub pid: u32,
     pub nccl_version: AtomicU64,
+    pub injector: Injector,
+    /// Id of the first communicator spanning the whole job (`comm=world`), 0 until known.
+    pub world_comm: AtomicU64,
     /// `ncclCommInitAll` calls so far, to tell their communicators apart.
     pub init_all_calls: AtomicU64,
     pub collector: Mutex<Collector>,
@@ -160,7 +164,8 @@ fn build() -> Option<Runtime> {
     // Only processes that record speak: a launcher inheriting the same bad setting as its
     // ranks must not add its own copy of the line.
     let identity = identity::detect(|name| std::env::var(name).ok(), config.job_id.as_deref(), config.force)?;
-    for warning in &warnings {
+    let (injector, notes) = Injector::from_setting(config.inject.as_deref(), identity.global_rank);
+    for warning in warnings.iter().chain(&notes) {
         say(warning);
     }
     let pid = std::process::id();
@@ -194,6 +199,8 @@ fn build() -> Option<Runtime> {
         host,
         pid,
         nccl_version: AtomicU64::new(0),
+        injector,
+        world_comm: AtomicU64::new(0),
         init_all_calls: AtomicU64::new(0),
         collector: Mutex::new(Collector::new(writer)),
         map,

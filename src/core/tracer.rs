@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use super::clock::now_ticks;
 use super::comm_identity;
 use super::comm_table::{CommSlot, Registration};
-use super::log::records::{CommCreated, CommOrigin, NcclCall, RecordBody};
+use super::inject::{self, Site};
+use super::log::records::{CommCreated, CommOrigin, InjectAction, Injection, NcclCall, RecordBody};
 use super::nccl_op::NcclOp;
 use super::runtime::{self, Runtime};
 use super::thread_state::ReentrancyGuard;
@@ -42,6 +43,14 @@ pub struct Pending {
     rt: &'static Runtime,
     slot: Option<&'static CommSlot>,
     call: NcclCall,
+    forced_result: Option<i32>,
+}
+
+impl Pending {
+    /// The result an `SF_INJECT` fail rule imposes: the call must not reach NCCL.
+    pub fn forced_result(&self) -> Option<i32> {
+        self.forced_result
+    }
 }
 
 /// Records the entry of a call; `None` when not recording. The guard proves the caller
@@ -49,34 +58,37 @@ pub struct Pending {
 #[inline]
 pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
     let rt = runtime::active()?;
-    let t_enter = now_ticks();
     let slot = if args.comm != 0 { comm_slot(rt, args.comm) } else { None };
-    let mut seq = 0;
-    if let Some(slot) = slot {
-        let entered = if args.op.is_collective() {
+    let entered = slot.and_then(|slot| {
+        if args.op.is_collective() {
             Some(&slot.coll_entered)
         } else if args.op.is_p2p() {
             Some(&slot.p2p_entered)
         } else {
             None
-        };
-        if let Some(entered) = entered {
-            slot.inflight_op.store(args.op as u64, Ordering::Relaxed);
-            slot.inflight_ticks.store(t_enter, Ordering::Relaxed);
-            // NCCL forbids using one communicator from two threads at once, so the
-            // sequence needs no locked read-modify-write.
-            seq = entered.load(Ordering::Relaxed) + 1;
-            entered.store(seq, Ordering::Release);
         }
+    });
+    // NCCL forbids using one communicator from two threads at once, so the sequence
+    // needs no locked read-modify-write.
+    let seq = entered.map_or(0, |e| e.load(Ordering::Relaxed) + 1);
+    let comm_id = slot.map_or(0, |s| s.comm_id.load(Ordering::Relaxed));
+    let forced_result =
+        if rt.injector.is_empty() || entered.is_none() { None } else { inject(rt, args.op, comm_id, seq) };
+    let t_enter = now_ticks();
+    if let (Some(slot), Some(entered), None) = (slot, entered, forced_result) {
+        slot.inflight_op.store(args.op as u64, Ordering::Relaxed);
+        slot.inflight_ticks.store(t_enter, Ordering::Relaxed);
+        entered.store(seq, Ordering::Release);
     }
     Some(Pending {
         rt,
-        slot,
+        // A failed call never entered NCCL: its communicator's counters stay as they are.
+        slot: slot.filter(|_| forced_result.is_none()),
         call: NcclCall {
             op: args.op,
             t_enter_ns: t_enter,
             t_exit_ns: 0,
-            comm_id: slot.map_or(0, |s| s.comm_id.load(Ordering::Relaxed)),
+            comm_id,
             seq,
             count: args.count,
             bytes: 0,
@@ -88,7 +100,28 @@ pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
             result: 0,
             group_depth: thread.group_depth,
         },
+        forced_result,
     })
+}
+
+/// Applies the first matching `SF_INJECT` rule before the call enters NCCL, so a hung
+/// rank shows as never having entered the collective its peers wait in.
+#[cold]
+fn inject(rt: &'static Runtime, op: NcclOp, comm_id: u64, comm_seq: u64) -> Option<i32> {
+    let site = Site { op, comm_id, world_comm_id: rt.world_comm.load(Ordering::Relaxed), comm_seq };
+    let firing = rt.injector.check(&site)?;
+    rt.ring.push(RecordBody::Injection(Injection {
+        t_ns: now_ticks(),
+        action: firing.action,
+        rule: firing.rule,
+        op,
+        comm_id,
+        comm_seq,
+        delay_ns: firing.delay_ns,
+        result: firing.result,
+    }));
+    inject::act(&firing);
+    (firing.action == InjectAction::Fail).then_some(firing.result)
 }
 
 /// Records the return of a call with the real library's result.
@@ -203,6 +236,10 @@ pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) 
         key: pending.key,
         origin: pending.origin,
     };
+    let spans_job = nranks == rt.identity.world_size && pending.origin != CommOrigin::InitAll;
+    if spans_job {
+        let _ = rt.world_comm.compare_exchange(0, pending.id, Ordering::Relaxed, Ordering::Relaxed);
+    }
     register(rt, handle, created);
 }
 

@@ -18,7 +18,10 @@ pub fn traced(args: CallArgs, forward: impl FnOnce() -> NcclResult, after: impl 
         return forward();
     };
     let pending = shielded(|| tracer::begin(&args, &guard)).flatten();
-    let result = forward();
+    let result = match pending.as_ref().and_then(|p| p.forced_result()) {
+        Some(injected_failure) => injected_failure,
+        None => forward(),
+    };
     if let Some(pending) = pending {
         shielded(|| {
             tracer::end(pending, result);

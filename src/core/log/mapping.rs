@@ -43,9 +43,12 @@ impl SharedMap {
         }
         let map = SharedMap { base: base.cast(), len };
         for page in (0..hot_len.min(len)).step_by(4096) {
-            // SAFETY: in bounds; the file is new, so its bytes are zero and storing zero
-            // changes nothing but makes the kernel back the page now.
-            unsafe { std::ptr::write_volatile(map.base.add(page), 0) };
+            // SAFETY: in bounds, and no other thread has the mapping yet; storing back the
+            // byte just read changes nothing but makes the kernel back the page now.
+            unsafe {
+                let byte = map.base.add(page);
+                std::ptr::write_volatile(byte, std::ptr::read_volatile(byte));
+            }
         }
         Ok(Box::leak(Box::new(map)))
     }

@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
@@ -32,17 +32,19 @@ pub struct LogWriter {
 impl LogWriter {
     /// Creates the log at `path`, which must not exist (the caller decides what to do with
     /// an old one), and writes its header.
+    ///
+    /// The file is built under a temporary name and linked into place whole, so a reader
+    /// never finds a log without its header, and two processes claiming the same name
+    /// cannot both win (`link` fails if the name exists).
     pub fn create(path: &Path, info: &HeaderInfo) -> io::Result<LogWriter> {
-        let file: File = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(path)?;
+        let mut staging = path.as_os_str().to_owned();
+        staging.push(format!(".{}.tmp", info.pid));
+        let staging = std::path::PathBuf::from(staging);
+        let file: File = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(&staging)?;
+        let placed = write_header(&file, info).and_then(|()| std::fs::hard_link(&staging, path));
+        let _ = std::fs::remove_file(&staging);
+        placed?;
         let map = SharedMap::create(&file, format::file_len(info.slot_count), format::records_offset())?;
-        let mut head = [0u8; format::STATIC_CRC_OFFSET + 4];
-        encode_static_header(&mut head, info);
-        let crc = crc32fast::hash(&head[..format::STATIC_HEADER_LEN]);
-        bytes::put_u32(&mut head, format::STATIC_CRC_OFFSET, crc);
-        // SAFETY: the header range is in bounds and no other thread knows the map yet.
-        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), map.ptr(0, head.len()), head.len()) };
-        map.atomic_u64(live::TICKS_PER_SEC).store(info.calibration.ticks_per_sec().to_bits(), Ordering::Relaxed);
-        map.atomic_u64(live::WRITER_STATE).store(WriterState::Running as u64, Ordering::Release);
         Ok(LogWriter { map, slot_count: info.slot_count as u64, committed: 0 })
     }
 
@@ -84,6 +86,18 @@ impl LogWriter {
     pub fn set(&self, field: usize, value: u64) {
         self.map.atomic_u64(field).store(value, Ordering::Release);
     }
+}
+
+/// Sizes the file and writes the header with plain writes, before anything is mapped.
+fn write_header(file: &File, info: &HeaderInfo) -> io::Result<()> {
+    file.set_len(format::file_len(info.slot_count) as u64)?;
+    let mut head = [0u8; live::TICKS_PER_SEC + 8];
+    encode_static_header(&mut head, info);
+    let crc = crc32fast::hash(&head[..format::STATIC_HEADER_LEN]);
+    bytes::put_u32(&mut head, format::STATIC_CRC_OFFSET, crc);
+    bytes::put_u64(&mut head, live::TICKS_PER_SEC, info.calibration.ticks_per_sec().to_bits());
+    bytes::put_u64(&mut head, live::WRITER_STATE, WriterState::Running as u64);
+    file.write_all_at(&head, 0)
 }
 
 fn encode_static_header(buf: &mut [u8], info: &HeaderInfo) {
