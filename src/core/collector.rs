@@ -6,12 +6,14 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::clock::{monotonic_ns, now_ticks, wall_ns};
+use super::event::Event;
 use super::log::format::{live, COMM_SLOTS};
 use super::log::records::{Drops, HangEvidence, RecordBody};
 use super::log::writer::LogWriter;
 use super::nccl_op::NcclOp;
 use super::notice::say;
 use super::runtime::Runtime;
+use super::step_assembly::{StepAssembly, RESIDUAL_STAGE};
 
 pub struct Collector {
     writer: LogWriter,
@@ -19,11 +21,20 @@ pub struct Collector {
     /// (comm id, sequence) of the last hang reported per communicator slot, so each
     /// stuck call is reported once: fixed size, like everything the collector keeps.
     hang_reported: [(u64, u64); COMM_SLOTS],
+    steps: StepAssembly,
+    /// Stage-name id of the residual stage, interned on the first marker.
+    residual_stage: Option<Option<u16>>,
 }
 
 impl Collector {
     pub fn new(writer: LogWriter) -> Collector {
-        Collector { writer, drops_written: 0, hang_reported: [(0, 0); COMM_SLOTS] }
+        Collector {
+            writer,
+            drops_written: 0,
+            hang_reported: [(0, 0); COMM_SLOTS],
+            steps: StepAssembly::default(),
+            residual_stage: None,
+        }
     }
 
     /// One round: everything in the ring, then the drop count and the heartbeat.
@@ -31,7 +42,15 @@ impl Collector {
     pub fn round(&mut self, rt: &Runtime) -> usize {
         let mut written = 0;
         while let Some(event) = rt.ring.pop() {
-            self.writer.append(&event.to_nanoseconds(&rt.calibration));
+            match event {
+                Event::Record(record) => self.writer.append(&record.to_nanoseconds(&rt.calibration)),
+                Event::Marker(marker) => {
+                    let residual =
+                        *self.residual_stage.get_or_insert_with(|| rt.stage_names.intern(RESIDUAL_STAGE.as_bytes()));
+                    let writer = &mut self.writer;
+                    self.steps.feed(&marker, &rt.calibration, residual, |record| writer.append(&record));
+                }
+            }
             written += 1;
         }
         let dropped = rt.ring.dropped();

@@ -17,16 +17,17 @@ use super::clock::{self, Calibration};
 use super::collector::{self, Collector};
 use super::comm_table::CommTable;
 use super::config::{ClockChoice, Config};
+use super::event::Event;
 use super::host;
 use super::identity::{self, Identity};
 use super::inject::Injector;
 use super::log::format::{live, WriterState};
 use super::log::mapping::SharedMap;
 use super::log::reader::RankLog;
-use super::log::records::RecordBody;
 use super::log::writer::{HeaderInfo, LogWriter};
 use super::notice::say;
 use super::ring::Ring;
+use super::stage_names::StageNames;
 
 const UNINIT: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -42,8 +43,9 @@ static VERSION_PROBE: AtomicUsize = AtomicUsize::new(0);
 pub type VersionProbe = unsafe extern "C" fn(*mut c_int) -> c_int;
 
 pub struct Runtime {
-    pub ring: Ring<RecordBody>,
+    pub ring: Ring<Event>,
     pub comms: CommTable,
+    pub stage_names: StageNames,
     pub calibration: Calibration,
     pub identity: Identity,
     pub config: Config,
@@ -65,6 +67,11 @@ impl Runtime {
             self.nccl_version.store(version as u64, Ordering::Relaxed);
             self.map.atomic_u64(live::NCCL_VERSION).store(version as u64, Ordering::Relaxed);
         }
+    }
+
+    /// A live header field (`format::live`).
+    pub fn live(&self, field: usize) -> &AtomicU64 {
+        self.map.atomic_u64(field)
     }
 
     pub fn count_comm_overflow(&self) {
@@ -193,6 +200,7 @@ fn build() -> Option<Runtime> {
     Some(Runtime {
         ring,
         comms: CommTable::in_map(map),
+        stage_names: StageNames::in_map(map),
         calibration,
         identity,
         config,

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use super::clock::now_ticks;
 use super::comm_identity;
 use super::comm_table::{CommSlot, Registration};
-use super::inject::{self, Site};
+use super::event::Event;
+use super::inject::{self, Firing, Site};
+use super::log::format::live;
 use super::log::records::{CommCreated, CommOrigin, InjectAction, Injection, NcclCall, RecordBody};
 use super::nccl_op::NcclOp;
 use super::runtime::{self, Runtime};
@@ -108,20 +110,61 @@ pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
 /// rank shows as never having entered the collective its peers wait in.
 #[cold]
 fn inject(rt: &'static Runtime, op: NcclOp, comm_id: u64, comm_seq: u64) -> Option<i32> {
-    let site = Site { op, comm_id, world_comm_id: rt.world_comm.load(Ordering::Relaxed), comm_seq };
+    let stage = rt.live(live::CURRENT_STAGE).load(Ordering::Relaxed).checked_sub(1).map(|id| id as u16);
+    let stage_name = stage.and_then(|id| rt.stage_names.name(id));
+    let site = Site {
+        op: Some(op),
+        comm_id,
+        world_comm_id: rt.world_comm.load(Ordering::Relaxed),
+        comm_seq,
+        step: current_step(rt),
+        stage: stage_name.as_ref().map(|(name, len)| &name[..*len]),
+    };
     let firing = rt.injector.check(&site)?;
-    rt.ring.push(RecordBody::Injection(Injection {
+    fire(rt, &firing, Some(op), comm_id, comm_seq, site.step, stage);
+    (firing.action == InjectAction::Fail).then_some(firing.result)
+}
+
+/// At a stage's begin or end: stage rules (`stage=` without a call) act at the end.
+pub fn stage_boundary(rt: &'static Runtime, stage: u16, is_end: bool) {
+    if rt.injector.is_empty() || !is_end {
+        return;
+    }
+    let Some((name, len)) = rt.stage_names.name(stage) else { return };
+    let site =
+        Site { op: None, comm_id: 0, world_comm_id: 0, comm_seq: 0, step: current_step(rt), stage: Some(&name[..len]) };
+    if let Some(firing) = rt.injector.check(&site) {
+        fire(rt, &firing, None, 0, 0, site.step, Some(stage));
+    }
+}
+
+fn current_step(rt: &Runtime) -> Option<u64> {
+    rt.live(live::CURRENT_STEP).load(Ordering::Relaxed).checked_sub(1)
+}
+
+/// Writes the ground truth first, then acts: a hang never returns.
+fn fire(
+    rt: &Runtime,
+    firing: &Firing,
+    op: Option<NcclOp>,
+    comm_id: u64,
+    comm_seq: u64,
+    step: Option<u64>,
+    stage: Option<u16>,
+) {
+    rt.ring.push(Event::Record(RecordBody::Injection(Injection {
         t_ns: now_ticks(),
         action: firing.action,
         rule: firing.rule,
         op,
         comm_id,
         comm_seq,
+        step,
+        stage,
         delay_ns: firing.delay_ns,
         result: firing.result,
-    }));
-    inject::act(&firing);
-    (firing.action == InjectAction::Fail).then_some(firing.result)
+    })));
+    inject::act(firing);
 }
 
 /// Records the return of a call with the real library's result.
@@ -136,7 +179,7 @@ pub fn end(mut pending: Pending, result: i32) {
             returned.store(seq, Ordering::Release);
         }
     }
-    pending.rt.ring.push(RecordBody::NcclCall(pending.call));
+    pending.rt.ring.push(Event::Record(RecordBody::NcclCall(pending.call)));
 }
 
 /// The slot of a communicator, registering one the library did not see created.
@@ -164,12 +207,12 @@ fn register(rt: &'static Runtime, handle: u64, created: CommCreated) -> Option<&
         Registration::New(slot) | Registration::Existing(slot) => {
             slot.comm_id.store(created.comm_id, Ordering::Relaxed);
             slot.set_rank(created.rank, created.nranks);
-            rt.ring.push(RecordBody::CommCreated(created));
+            rt.ring.push(Event::Record(RecordBody::CommCreated(created)));
             Some(slot)
         }
         Registration::Full => {
             rt.count_comm_overflow();
-            rt.ring.push(RecordBody::CommCreated(created));
+            rt.ring.push(Event::Record(RecordBody::CommCreated(created)));
             None
         }
     }

@@ -18,13 +18,18 @@ pub struct Injector {
     rank: i32,
 }
 
-/// Where a call stands when a rule is checked: before it enters NCCL.
-pub struct Site {
-    pub op: NcclOp,
+/// Where a rule is checked: in the NCCL door before a call enters NCCL (`op` set), or at
+/// the end of a stage (`op` None).
+pub struct Site<'a> {
+    pub op: Option<NcclOp>,
     pub comm_id: u64,
     pub world_comm_id: u64,
     /// The sequence number the call gets if it enters.
     pub comm_seq: u64,
+    /// The current logical step, when step markers are recorded.
+    pub step: Option<u64>,
+    /// The stage ending (at a stage end) or the stage the call is inside of.
+    pub stage: Option<&'a [u8]>,
 }
 
 /// A rule that matched, with its concrete effect.
@@ -46,22 +51,13 @@ impl Injector {
             Ok(parsed) => parsed,
             Err(error) => return (Injector::default(), vec![format!("SF_INJECT: {error}; no fault will be injected")]),
         };
-        let mut notes = Vec::new();
-        for (i, rule) in parsed.iter().enumerate() {
-            if rule.step.is_some() || rule.stage.is_some() {
-                notes.push(format!(
-                    "SF_INJECT rule {}: step= and stage= need stage markers, which this build does not record yet; the rule will not fire",
-                    i + 1
-                ));
-            }
-        }
         let mine = parsed
             .into_iter()
             .enumerate()
             .filter(|(_, r)| r.ranks.as_ref().is_none_or(|ranks| ranks.contains(&rank)))
             .map(|(i, r)| (i as u16, r))
             .collect();
-        (Injector { rules: mine, rank }, notes)
+        (Injector { rules: mine, rank }, Vec::new())
     }
 
     #[inline]
@@ -79,18 +75,23 @@ impl Injector {
         })
     }
 
+    /// A rule naming a stage and no call (`op`, `comm`, `seq`) acts at the end of that
+    /// stage; every other rule acts in the NCCL door.
     fn matches(&self, index: u16, rule: &Rule, site: &Site) -> bool {
+        let stage_end_rule = rule.stage.is_some() && rule.op.is_none() && rule.comm.is_none() && rule.seq.is_none();
+        if stage_end_rule != site.op.is_none() {
+            return false;
+        }
         let comm_ok = match rule.comm {
             None => true,
             Some(CommSelector::World) => site.comm_id != 0 && site.comm_id == site.world_comm_id,
             Some(CommSelector::Id(id)) => site.comm_id == id,
         };
-        rule.op.is_none_or(|op| op == site.op)
+        rule.op.is_none_or(|op| Some(op) == site.op)
             && comm_ok
             && rule.seq.is_none_or(|s| s.contains(site.comm_seq))
-            // Until stage markers exist there is no current step or stage to match.
-            && rule.step.is_none()
-            && rule.stage.is_none()
+            && rule.step.is_none_or(|s| site.step.is_some_and(|step| s.contains(step)))
+            && rule.stage.as_ref().is_none_or(|name| site.stage == Some(name.as_bytes()))
             && (rule.prob >= 1.0 || self.draw(index, rule, site, 0) < rule.prob)
     }
 
@@ -130,8 +131,12 @@ pub fn act(firing: &Firing) {
 mod tests {
     use super::*;
 
-    fn site(op: NcclOp, comm_seq: u64) -> Site {
-        Site { op, comm_id: 0xabc, world_comm_id: 0xabc, comm_seq }
+    fn site(op: NcclOp, comm_seq: u64) -> Site<'static> {
+        Site { op: Some(op), comm_id: 0xabc, world_comm_id: 0xabc, comm_seq, step: None, stage: None }
+    }
+
+    fn stage_end(stage: &'static str, step: u64) -> Site<'static> {
+        Site { op: None, comm_id: 0, world_comm_id: 0, comm_seq: 0, step: Some(step), stage: Some(stage.as_bytes()) }
     }
 
     #[test]
@@ -173,9 +178,26 @@ mod tests {
     }
 
     #[test]
-    fn step_and_stage_rules_say_they_cannot_fire_yet() {
-        let (injector, notes) = Injector::from_setting(Some("delay:rank=3,stage=data.next_wait,ms=120,step=10-50"), 3);
-        assert_eq!(notes.len(), 1);
-        assert_eq!(injector.check(&site(NcclOp::AllReduce, 1)), None);
+    fn stage_rules_fire_at_the_end_of_their_stage_within_their_steps() {
+        let (injector, _) = Injector::from_setting(Some("delay:rank=3,stage=data.next_wait,ms=120,step=10-50"), 3);
+        assert_eq!(injector.check(&stage_end("data.next_wait", 9)), None);
+        assert_eq!(injector.check(&stage_end("optim.step_cpu_wall", 10)), None);
+        assert_eq!(injector.check(&stage_end("data.next_wait", 10)).map(|f| f.delay_ns), Some(120_000_000));
+        let in_stage = Site { step: Some(10), stage: Some(b"data.next_wait".as_slice()), ..site(NcclOp::AllReduce, 1) };
+        assert_eq!(injector.check(&in_stage), None, "a stage rule without a call does not act in the door");
+    }
+
+    #[test]
+    fn door_rules_can_be_scoped_to_steps_and_stages() {
+        let (injector, _) = Injector::from_setting(Some("hang:op=allreduce,step=5,stage=model.backward_cpu_wall"), 0);
+        let inside = |step, stage: &'static str| Site {
+            step: Some(step),
+            stage: Some(stage.as_bytes()),
+            ..site(NcclOp::AllReduce, 1)
+        };
+        assert!(injector.check(&inside(5, "model.backward_cpu_wall")).is_some());
+        assert!(injector.check(&inside(6, "model.backward_cpu_wall")).is_none());
+        assert!(injector.check(&inside(5, "callbacks.cpu_wall")).is_none());
+        assert!(injector.check(&site(NcclOp::AllReduce, 1)).is_none(), "no step known: no match");
     }
 }

@@ -18,7 +18,7 @@ pub const MAGIC: [u8; 8] = *b"SFRKLOG\0";
 /// Bumped on any incompatible change of the layout below.
 pub const FORMAT_VERSION: u32 = 1;
 /// Version of the record kinds and payload layouts.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// Written as a native u32; reads back as this value only on a machine of the same order.
 pub const ENDIAN_MARKER: u32 = 0x0A0B_0C0D;
 
@@ -81,7 +81,28 @@ pub mod live {
     pub const NCCL_VERSION: usize = 560;
     /// Communicators that found the table full and are recorded without live state.
     pub const COMM_TABLE_OVERFLOW: usize = 568;
+    /// Logical step the rank is in (from step markers) plus one; 0 before the first.
+    pub const CURRENT_STEP: usize = 576;
+    /// Stage-name slot of the stage the rank is in, plus one; 0 when outside any stage.
+    pub const CURRENT_STAGE: usize = 584;
 }
+
+/// The stage-name table, inside the header page: hooks intern a stage name once, and
+/// readers resolve the ids in step vectors and `CURRENT_STAGE` through it, even after the
+/// records that used a name have wrapped away.
+pub mod stage_names {
+    pub const OFFSET: usize = 1024;
+    pub const SLOTS: usize = 64;
+    pub const SLOT_SIZE: usize = 48;
+    /// Each slot: a u64 tag (0 empty, 1 being written, else the name's hash with the top
+    /// bit set) and the name, NUL-padded.
+    pub const NAME_OFFSET: usize = 8;
+    pub const NAME_CAPACITY: usize = SLOT_SIZE - NAME_OFFSET;
+    pub const EMPTY: u64 = 0;
+    pub const WRITING: u64 = 1;
+}
+
+const _: () = assert!(stage_names::OFFSET + stage_names::SLOTS * stage_names::SLOT_SIZE <= HEADER_SIZE);
 
 /// Byte offsets within a communicator slot, each an aligned u64 or i64.
 pub mod comm {

@@ -229,6 +229,33 @@ impl RankLog {
         }
     }
 
+    /// The stage-name table: entry `id` names stage id `id` (None for an unused slot).
+    pub fn stage_names(&self) -> Vec<Option<String>> {
+        use format::stage_names::{NAME_CAPACITY, NAME_OFFSET, OFFSET, SLOTS, SLOT_SIZE, WRITING};
+        (0..SLOTS)
+            .map(|slot| {
+                let at = OFFSET + slot * SLOT_SIZE;
+                if self.load_u64(at) <= WRITING {
+                    return None;
+                }
+                let mut name = [0u8; NAME_CAPACITY];
+                self.copy_volatile(at + NAME_OFFSET, &mut name);
+                let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_CAPACITY);
+                Some(String::from_utf8_lossy(&name[..end]).into_owned())
+            })
+            .collect()
+    }
+
+    /// The logical step and stage the rank is in now, from its step and stage markers.
+    pub fn position(&self) -> (Option<u64>, Option<String>) {
+        let step = self.load_u64(live::CURRENT_STEP).checked_sub(1);
+        let stage = self
+            .load_u64(live::CURRENT_STAGE)
+            .checked_sub(1)
+            .and_then(|id| self.stage_names().into_iter().nth(id as usize).flatten());
+        (step, stage)
+    }
+
     /// Communicators registered now (destroyed ones are gone from the table; their history
     /// is in the records).
     pub fn comms(&self) -> Vec<CommLive> {

@@ -17,7 +17,12 @@ pub mod kind {
     pub const DROPS: u16 = 3;
     pub const INJECTION: u16 = 4;
     pub const HANG_EVIDENCE: u16 = 5;
+    pub const STEP_VECTOR: u16 = 6;
+    pub const SIDE_VALUE: u16 = 7;
 }
+
+/// Stages one `step_vector` record carries; a step with more continues in further parts.
+pub const STAGES_PER_PART: usize = 6;
 
 fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#018x}"))
@@ -119,12 +124,16 @@ pub struct Injection {
     pub action: InjectAction,
     /// Position of the rule in `SF_INJECT`, from 0.
     pub rule: u16,
-    /// The NCCL call it fired in.
-    pub op: NcclOp,
+    /// The NCCL call it fired in; `None` for a rule that fired at the end of a stage.
+    pub op: Option<NcclOp>,
     #[serde(serialize_with = "hex_u64")]
     pub comm_id: u64,
     /// The sequence number the call would get on entry (`comm_seq` of its `nccl_call`).
     pub comm_seq: u64,
+    /// The logical step, when step markers are recorded.
+    pub step: Option<u64>,
+    /// The stage-name id of the stage it fired at the end of, or was inside of.
+    pub stage: Option<u16>,
     pub delay_ns: u64,
     /// For `fail`: the `ncclResult_t` returned instead of calling NCCL.
     pub result: i32,
@@ -144,6 +153,46 @@ pub struct HangEvidence {
     pub threshold_ns: u64,
 }
 
+/// One completed logical step of a rank: its ordered stage durations (part `part` of a
+/// step with more than `STAGES_PER_PART` stages). Stage ids resolve through the log's
+/// stage-name table; the residual `step.other_cpu_wall` is the last stage of the step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StepVector {
+    pub step: u64,
+    pub t_begin_ns: u64,
+    pub wall_ns: u64,
+    /// How much the explicit stages exceeded the step's wall time (0 when they fit).
+    pub overlap_ns: u64,
+    pub part: u8,
+    /// Stages in the whole step, over all parts.
+    pub stages_total: u8,
+    /// Ordered stages opened inside another ordered stage, rejected from the vector.
+    pub nested_rejected: u16,
+    #[serde(skip)]
+    pub count: u8,
+    #[serde(skip)]
+    pub stage_ids: [u16; STAGES_PER_PART],
+    #[serde(skip)]
+    pub durations_ns: [u64; STAGES_PER_PART],
+}
+
+impl StepVector {
+    /// (stage id, duration) of the stages this part carries.
+    pub fn stages(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.stage_ids.iter().copied().zip(self.durations_ns.iter().copied()).take(self.count as usize)
+    }
+}
+
+/// A named side-channel value for a step (`sf_value`), kept out of the stage vector.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SideValue {
+    pub step: u64,
+    pub name_id: u16,
+    pub value: f64,
+}
+
+impl Eq for SideValue {}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RecordBody {
@@ -152,6 +201,8 @@ pub enum RecordBody {
     Drops(Drops),
     Injection(Injection),
     HangEvidence(HangEvidence),
+    StepVector(StepVector),
+    SideValue(SideValue),
 }
 
 impl RecordBody {
@@ -162,6 +213,8 @@ impl RecordBody {
             RecordBody::Drops(_) => kind::DROPS,
             RecordBody::Injection(_) => kind::INJECTION,
             RecordBody::HangEvidence(_) => kind::HANG_EVIDENCE,
+            RecordBody::StepVector(_) => kind::STEP_VECTOR,
+            RecordBody::SideValue(_) => kind::SIDE_VALUE,
         }
     }
 
@@ -181,6 +234,8 @@ impl RecordBody {
                 h.t_ns = cal.to_mono_ns(h.t_ns);
                 h.since_ns = cal.to_mono_ns(h.since_ns);
             }
+            // Assembled by the collector, already in nanoseconds.
+            RecordBody::StepVector(_) | RecordBody::SideValue(_) => {}
         }
         self
     }
@@ -217,9 +272,10 @@ impl RecordBody {
             RecordBody::Injection(i) => {
                 w.u16(i.action as u16);
                 w.u16(i.rule);
-                w.u16(i.op as u16);
+                w.u16(i.op.map_or(0, |op| op as u16));
+                w.u16(i.stage.map_or(u16::MAX, |s| s));
                 w.i32(i.result);
-                for v in [i.t_ns, i.comm_id, i.comm_seq, i.delay_ns] {
+                for v in [i.t_ns, i.comm_id, i.comm_seq, i.step.map_or(u64::MAX, |s| s), i.delay_ns] {
                     w.u64(v);
                 }
             }
@@ -228,6 +284,23 @@ impl RecordBody {
                 for v in [h.t_ns, h.since_ns, h.comm_id, h.comm_seq, h.threshold_ns] {
                     w.u64(v);
                 }
+            }
+            RecordBody::StepVector(v) => {
+                for x in [v.step, v.t_begin_ns, v.wall_ns, v.overlap_ns] {
+                    w.u64(x);
+                }
+                w.u16(v.part as u16 | (v.stages_total as u16) << 8);
+                w.u16(v.nested_rejected);
+                w.u16(v.count as u16);
+                for (id, ns) in v.stages() {
+                    w.u16(id);
+                    w.u64(ns);
+                }
+            }
+            RecordBody::SideValue(v) => {
+                w.u64(v.step);
+                w.u16(v.name_id);
+                w.u64(v.value.to_bits());
             }
         }
         w.at
@@ -275,11 +348,13 @@ impl RecordBody {
             kind::INJECTION => RecordBody::Injection(Injection {
                 action: InjectAction::from_u8(r.u16()? as u8)?,
                 rule: r.u16()?,
-                op: NcclOp::from_u16(r.u16()?)?,
+                op: NcclOp::from_u16(r.u16()?),
+                stage: Some(r.u16()?).filter(|&s| s != u16::MAX),
                 result: r.i32()?,
                 t_ns: r.u64()?,
                 comm_id: r.u64()?,
                 comm_seq: r.u64()?,
+                step: Some(r.u64()?).filter(|&s| s != u64::MAX),
                 delay_ns: r.u64()?,
             }),
             kind::HANG_EVIDENCE => RecordBody::HangEvidence(HangEvidence {
@@ -290,6 +365,35 @@ impl RecordBody {
                 comm_seq: r.u64()?,
                 threshold_ns: r.u64()?,
             }),
+            kind::STEP_VECTOR => {
+                let (step, t_begin_ns, wall_ns, overlap_ns) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let parts = r.u16()?;
+                let nested_rejected = r.u16()?;
+                let count = r.u16()?;
+                if count as usize > STAGES_PER_PART {
+                    return None;
+                }
+                let mut vector = StepVector {
+                    step,
+                    t_begin_ns,
+                    wall_ns,
+                    overlap_ns,
+                    part: parts as u8,
+                    stages_total: (parts >> 8) as u8,
+                    nested_rejected,
+                    count: count as u8,
+                    stage_ids: [0; STAGES_PER_PART],
+                    durations_ns: [0; STAGES_PER_PART],
+                };
+                for i in 0..count as usize {
+                    vector.stage_ids[i] = r.u16()?;
+                    vector.durations_ns[i] = r.u64()?;
+                }
+                RecordBody::StepVector(vector)
+            }
+            kind::SIDE_VALUE => {
+                RecordBody::SideValue(SideValue { step: r.u64()?, name_id: r.u16()?, value: f64::from_bits(r.u64()?) })
+            }
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)
@@ -388,12 +492,27 @@ mod tests {
                 t_ns: 4,
                 action: InjectAction::Hang,
                 rule: 2,
-                op: NcclOp::AllReduce,
+                op: Some(NcclOp::AllReduce),
                 comm_id: 77,
                 comm_seq: 40,
+                step: Some(9),
+                stage: None,
                 delay_ns: 0,
                 result: 0,
             }),
+            RecordBody::StepVector(StepVector {
+                step: 12,
+                t_begin_ns: 1,
+                wall_ns: 90,
+                overlap_ns: 0,
+                part: 1,
+                stages_total: 8,
+                nested_rejected: 1,
+                count: 2,
+                stage_ids: [4, 9, 0, 0, 0, 0],
+                durations_ns: [30, 60, 0, 0, 0, 0],
+            }),
+            RecordBody::SideValue(SideValue { step: 3, name_id: 5, value: 0.25 }),
             RecordBody::HangEvidence(HangEvidence {
                 t_ns: 100,
                 since_ns: 50,

@@ -226,7 +226,7 @@ fn record_line(record: &Record, base_mono_ns: u64) -> String {
             "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  {:>8}  action={} rule={} delay_ms={:.3} result={}",
             since_start(i.t_ns),
             "injection",
-            i.op.name(),
+            i.op.map_or("stage_end", |op| op.name()),
             i.comm_id,
             i.comm_seq,
             json_name(&i.action),
@@ -244,6 +244,24 @@ fn record_line(record: &Record, base_mono_ns: u64) -> String {
             h.t_ns.saturating_sub(h.since_ns) as f64 / 1e9,
             h.threshold_ns as f64 / 1e9
         ),
+        RecordBody::StepVector(v) => {
+            let stages: Vec<String> =
+                v.stages().map(|(id, ns)| format!("stage#{id}={:.3}ms", ns as f64 / 1e6)).collect();
+            format!(
+                "{seq:>8}  {:>12}  {:<12}  step={} part={} wall={:.3}ms overlap={:.3}ms nested_rejected={}  {}",
+                since_start(v.t_begin_ns),
+                "step_vector",
+                v.step,
+                v.part,
+                v.wall_ns as f64 / 1e6,
+                v.overlap_ns as f64 / 1e6,
+                v.nested_rejected,
+                stages.join(" ")
+            )
+        }
+        RecordBody::SideValue(v) => {
+            format!("{seq:>8}  {:>12}  {:<12}  step={} name#{}={}", "-", "side_value", v.step, v.name_id, v.value)
+        }
     }
 }
 

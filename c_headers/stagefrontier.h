@@ -1,0 +1,40 @@
+/* stagefrontier C API: logical steps, ordered stages and side-channel values.
+ *
+ * Exported by libstagefrontier.so. Every call is cheap (a clock read and a lock-free
+ * push, no syscall), thread-safe, and a no-op when the library is not recording (no rank
+ * identity, SF_DISABLE=1). Resolve the symbols with dlsym(RTLD_DEFAULT, ...) to run the
+ * same binary with and without the library.
+ *
+ * Ordered-stage contract: stages of one step do not overlap; a stage opened while another
+ * is open is rejected and counted; a stage repeated within a step adds up; the residual
+ * step.other_cpu_wall = max(0, step wall - sum of stages) closes every step. The default
+ * stage names are data.next_wait, model.fwd_loss_cpu_wall, model.backward_cpu_wall,
+ * callbacks.cpu_wall and optim.step_cpu_wall. Names longer than 39 bytes are truncated;
+ * a rank records at most 64 distinct names.
+ */
+#ifndef STAGEFRONTIER_H
+#define STAGEFRONTIER_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opens logical step `step`; a negative value means the step after the last one. */
+void sf_step_begin(int64_t step);
+/* Closes the open step: its stage vector is written to the rank's log. */
+void sf_step_end(void);
+/* Opens / closes the ordered stage `name` within the open step. */
+void sf_stage_begin(const char *name);
+void sf_stage_end(const char *name);
+/* A named value for the open step (loss, tokens, batch size), kept out of the stages. */
+void sf_value(const char *name, double value);
+/* 1 when this process records, else 0. */
+int sf_recording(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STAGEFRONTIER_H */
