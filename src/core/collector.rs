@@ -24,6 +24,8 @@ pub struct Collector {
     steps: StepAssembly,
     /// Stage-name id of the residual stage, interned on the first marker.
     residual_stage: Option<Option<u16>>,
+    /// Wall times of the last completed steps, for the hang threshold.
+    recent_steps: StepTimes,
 }
 
 impl Collector {
@@ -34,6 +36,7 @@ impl Collector {
             hang_reported: [(0, 0); COMM_SLOTS],
             steps: StepAssembly::default(),
             residual_stage: None,
+            recent_steps: StepTimes::default(),
         }
     }
 
@@ -47,8 +50,15 @@ impl Collector {
                 Event::Marker(marker) => {
                     let residual =
                         *self.residual_stage.get_or_insert_with(|| rt.stage_names.intern(RESIDUAL_STAGE.as_bytes()));
-                    let writer = &mut self.writer;
-                    self.steps.feed(&marker, &rt.calibration, residual, |record| writer.append(&record));
+                    let (writer, recent_steps) = (&mut self.writer, &mut self.recent_steps);
+                    self.steps.feed(&marker, &rt.calibration, residual, |record| {
+                        if let RecordBody::StepVector(v) = &record {
+                            if v.part == 0 {
+                                recent_steps.push(v.wall_ns);
+                            }
+                        }
+                        writer.append(&record)
+                    });
                 }
             }
             written += 1;
@@ -70,11 +80,19 @@ impl Collector {
         written
     }
 
+    /// max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S); just the minimum until steps
+    /// are known.
+    fn hang_threshold_ns(&self, rt: &Runtime) -> u64 {
+        let floor = rt.config.hang_min_s * 1e9;
+        let by_steps = self.recent_steps.median_ns().map_or(0.0, |m| m as f64 * rt.config.hang_factor);
+        floor.max(by_steps) as u64
+    }
+
     /// Writes a `hang_evidence` record, and says so once on stderr, for every call that
     /// has been in flight longer than the threshold. The rank may never return from it,
     /// so this is the evidence that survives whatever happens next.
     fn watch_for_hangs(&mut self, rt: &Runtime) {
-        let threshold_ns = (rt.config.hang_min_s * 1e9) as u64;
+        let threshold_ns = self.hang_threshold_ns(rt);
         let now_ns = rt.calibration.to_mono_ns(now_ticks());
         for (index, slot) in rt.comms.live() {
             let since_ticks = slot.inflight_ticks.load(Ordering::Acquire);
@@ -104,7 +122,7 @@ impl Collector {
                 rt.identity.global_rank,
                 op.name(),
                 (now_ns - since_ns) as f64 / 1e9,
-                rt.config.hang_min_s
+                threshold_ns as f64 / 1e9
             ));
         }
     }
@@ -131,5 +149,55 @@ pub fn run(rt: &'static Runtime) {
         if rt.nccl_version.load(Ordering::Relaxed) == 0 {
             rt.probe_nccl_version();
         }
+    }
+}
+
+/// The wall times of the last `WINDOW` steps, in a fixed ring.
+struct StepTimes {
+    walls_ns: [u64; StepTimes::WINDOW],
+    seen: usize,
+}
+
+impl Default for StepTimes {
+    fn default() -> StepTimes {
+        StepTimes { walls_ns: [0; StepTimes::WINDOW], seen: 0 }
+    }
+}
+
+impl StepTimes {
+    const WINDOW: usize = 64;
+
+    fn push(&mut self, wall_ns: u64) {
+        self.walls_ns[self.seen % Self::WINDOW] = wall_ns;
+        self.seen += 1;
+    }
+
+    fn median_ns(&self) -> Option<u64> {
+        let mut walls = self.walls_ns;
+        let walls = &mut walls[..self.seen.min(Self::WINDOW)];
+        if walls.is_empty() {
+            return None;
+        }
+        walls.sort_unstable();
+        Some(walls[walls.len() / 2])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepTimes;
+
+    #[test]
+    fn median_of_the_recent_window() {
+        let mut steps = StepTimes::default();
+        assert_eq!(steps.median_ns(), None);
+        for wall in [5, 1, 9] {
+            steps.push(wall);
+        }
+        assert_eq!(steps.median_ns(), Some(5));
+        for _ in 0..StepTimes::WINDOW {
+            steps.push(100);
+        }
+        assert_eq!(steps.median_ns(), Some(100), "old steps age out");
     }
 }

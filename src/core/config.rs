@@ -19,7 +19,8 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
     ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
     ("SF_INJECT", "unset", "scripted NCCL faults, `ACTION:key=value,...;...` (see README, Fault injection)"),
-    ("SF_HANG_MIN_S", "10", "a call in flight this long (seconds) gets a hang_evidence record and one stderr line"),
+    ("SF_HANG_MIN_S", "10", "floor of the hang threshold, in seconds"),
+    ("SF_HANG_FACTOR", "10", "hang threshold = max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S)"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +42,7 @@ pub struct Config {
     pub clock: ClockChoice,
     pub inject: Option<String>,
     pub hang_min_s: f64,
+    pub hang_factor: f64,
 }
 
 impl Config {
@@ -56,6 +58,7 @@ impl Config {
             clock: ClockChoice::Auto,
             inject: None,
             hang_min_s: 10.0,
+            hang_factor: 10.0,
         }
     }
 
@@ -122,6 +125,12 @@ impl Config {
                     "{name}={v:?} is not a number of seconds from 0.01 to 86400; using {}",
                     cfg.hang_min_s
                 )),
+            }
+        }
+        if let Some((name, v)) = setting("SF_HANG_FACTOR") {
+            match v.parse::<f64>() {
+                Ok(f) if (1.0..=10_000.0).contains(&f) => cfg.hang_factor = f,
+                _ => warnings.push(format!("{name}={v:?} is not a factor from 1 to 10000; using {}", cfg.hang_factor)),
             }
         }
         (cfg, warnings)
