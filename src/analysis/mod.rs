@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod frontier;
 pub mod heartbeat;
 pub mod liveness;
 pub mod nccl_version;

@@ -1,0 +1,318 @@
+//! Long-format stage durations, `step,rank,stage,seconds`: one row per step, rank and
+//! stage, in any order, seconds measured on the rank's own clock.
+//!
+//! The file's world is every rank it names. A rank lacking one of a step's stages is
+//! missing from that step; a step whose ranks all lack a stage has a shorter schema. Both
+//! close the analyzer's window, as Sec. 3 requires.
+
+use std::fmt;
+use std::io::BufRead;
+use std::sync::Arc;
+
+use super::schema::Schema;
+use super::step::Step;
+
+const COLUMNS: [&str; 4] = ["step", "rank", "stage", "seconds"];
+
+/// What is wrong, on which line (1-based), worded with the fix.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CsvError {
+    Io(String),
+    Empty,
+    NoRows,
+    MissingColumns { columns: Vec<&'static str> },
+    FieldCount { line: usize, got: usize, want: usize },
+    BadInteger { line: usize, column: &'static str, text: String },
+    BadSeconds { line: usize, text: String },
+    Negative { line: usize, seconds: f64 },
+    BlankStage { line: usize },
+    UnknownStage { line: usize, stage: String, known: Vec<String> },
+    Duplicate { line: usize, first_line: usize, step: u64, rank: u32, stage: String },
+}
+
+impl CsvError {
+    /// The line the problem is on, when it is on one.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            CsvError::Io(_) | CsvError::Empty | CsvError::NoRows => None,
+            CsvError::MissingColumns { .. } => Some(1),
+            CsvError::FieldCount { line, .. }
+            | CsvError::BadInteger { line, .. }
+            | CsvError::BadSeconds { line, .. }
+            | CsvError::Negative { line, .. }
+            | CsvError::BlankStage { line }
+            | CsvError::UnknownStage { line, .. }
+            | CsvError::Duplicate { line, .. } => Some(*line),
+        }
+    }
+}
+
+impl fmt::Display for CsvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CsvError::Io(e) => write!(f, "cannot read: {e}"),
+            CsvError::Empty => {
+                write!(f, "empty file: write the header step,rank,stage,seconds, then one row per step, rank and stage")
+            }
+            CsvError::NoRows => write!(f, "no data rows after the header: add one row per step, rank and stage"),
+            CsvError::MissingColumns { columns } => write!(
+                f,
+                "the header lacks column {}: the first line must name step,rank,stage,seconds",
+                columns.join(", ")
+            ),
+            CsvError::FieldCount { got, want, .. } => {
+                write!(f, "{got} fields where the header needs {want}: every row holds step,rank,stage,seconds")
+            }
+            CsvError::BadInteger { column, text, .. } => {
+                write!(f, "{column} {text:?} is not a non-negative integer: write the {column} number")
+            }
+            CsvError::BadSeconds { text, .. } => {
+                write!(f, "seconds {text:?} is not a finite number: write the stage's duration in seconds, e.g. 0.125")
+            }
+            CsvError::Negative { seconds, .. } => write!(
+                f,
+                "negative duration {seconds} s: a duration is end minus start on the rank's own clock, never negative; \
+                 fix the exporter or drop the row"
+            ),
+            CsvError::BlankStage { .. } => write!(f, "blank stage name: name the stage, e.g. data or backward"),
+            CsvError::UnknownStage { stage, known, .. } => write!(
+                f,
+                "stage {stage:?} is not in the stage list ({}): add it to --stages or drop its rows",
+                known.join(",")
+            ),
+            CsvError::Duplicate { first_line, step, rank, stage, .. } => write!(
+                f,
+                "step {step}, rank {rank}, stage {stage} again (first on line {first_line}): keep one row per step, \
+                 rank and stage"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CsvError {}
+
+struct Row {
+    step: u64,
+    seconds: f64,
+    line: usize,
+    rank: u32,
+    stage: u32,
+}
+
+/// A parsed file: its stage list, its ranks, and its rows sorted by step, rank and stage.
+pub struct StageTable {
+    schema: Arc<Schema>,
+    world: Vec<u32>,
+    rows: Vec<Row>,
+}
+
+/// Reads the whole input. `stages`, when given, fixes the stage order and rejects any other
+/// stage; otherwise stages are ordered by first appearance.
+pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
+    let mut lines = input.lines().enumerate();
+    let (columns, mut names) = loop {
+        let Some((i, line)) = lines.next() else { return Err(CsvError::Empty) };
+        let line = line.map_err(|e| CsvError::Io(e.to_string()))?;
+        let line = line.trim_start_matches('\u{feff}');
+        if !line.trim().is_empty() {
+            break (header(line, i + 1)?, stages.map(<[String]>::to_vec).unwrap_or_default());
+        }
+    };
+    let fixed = stages.is_some();
+    let want = columns.iter().max().map_or(0, |&c| c + 1);
+    let mut rows = Vec::new();
+    for (i, line) in lines {
+        let line = line.map_err(|e| CsvError::Io(e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let n = i + 1;
+        let fields: Vec<&str> = line.split(',').map(field).collect();
+        if fields.len() < want {
+            return Err(CsvError::FieldCount { line: n, got: fields.len(), want });
+        }
+        let integer = |column: usize, name: &'static str| {
+            let text = fields[columns[column]];
+            text.parse::<u64>().map_err(|_| CsvError::BadInteger { line: n, column: name, text: text.to_string() })
+        };
+        let step = integer(0, "step")?;
+        let rank = u32::try_from(integer(1, "rank")?).map_err(|_| CsvError::BadInteger {
+            line: n,
+            column: "rank",
+            text: fields[columns[1]].to_string(),
+        })?;
+        let stage_name = fields[columns[2]];
+        if stage_name.is_empty() {
+            return Err(CsvError::BlankStage { line: n });
+        }
+        let text = fields[columns[3]];
+        let seconds: f64 = match text.parse::<f64>() {
+            Ok(v) if v.is_finite() => v,
+            _ => return Err(CsvError::BadSeconds { line: n, text: text.to_string() }),
+        };
+        if seconds < 0.0 {
+            return Err(CsvError::Negative { line: n, seconds });
+        }
+        let stage = match names.iter().position(|s| s == stage_name) {
+            Some(s) => s,
+            None if fixed => {
+                return Err(CsvError::UnknownStage { line: n, stage: stage_name.to_string(), known: names });
+            }
+            None => {
+                names.push(stage_name.to_string());
+                names.len() - 1
+            }
+        };
+        // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
+        rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32 });
+    }
+    if rows.is_empty() {
+        return Err(CsvError::NoRows);
+    }
+    rows.sort_by_key(|r| (r.step, r.rank, r.stage, r.line));
+    if let Some(e) = first_duplicate(&rows, &names) {
+        return Err(e);
+    }
+    let mut world: Vec<u32> = rows.iter().map(|r| r.rank).collect();
+    world.sort_unstable();
+    world.dedup();
+    let schema = Schema::new(names).map_err(|e| CsvError::Io(e.to_string()))?;
+    Ok(StageTable { schema: Arc::new(schema), world, rows })
+}
+
+fn field(text: &str) -> &str {
+    let text = text.trim();
+    text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text)
+}
+
+fn header(line: &str, n: usize) -> Result<[usize; 4], CsvError> {
+    let fields: Vec<&str> = line.split(',').map(field).collect();
+    let found = COLUMNS.map(|c| fields.iter().position(|f| f.eq_ignore_ascii_case(c)));
+    let missing: Vec<&'static str> = COLUMNS.iter().zip(found).filter(|(_, f)| f.is_none()).map(|(c, _)| *c).collect();
+    if !missing.is_empty() {
+        debug_assert_eq!(n, 1, "the header is the first non-blank line");
+        return Err(CsvError::MissingColumns { columns: missing });
+    }
+    Ok(found.map(|f| f.unwrap_or_default()))
+}
+
+/// The duplicate whose second row comes first in the file.
+fn first_duplicate(rows: &[Row], names: &[String]) -> Option<CsvError> {
+    rows.windows(2)
+        .filter(|p| (p[0].step, p[0].rank, p[0].stage) == (p[1].step, p[1].rank, p[1].stage))
+        .min_by_key(|p| p[1].line)
+        .map(|p| CsvError::Duplicate {
+            line: p[1].line,
+            first_line: p[0].line,
+            step: p[0].step,
+            rank: p[0].rank,
+            stage: names[p[0].stage as usize].clone(),
+        })
+}
+
+impl StageTable {
+    pub fn schema(&self) -> &Arc<Schema> {
+        &self.schema
+    }
+
+    /// Every rank the file names, ascending.
+    pub fn world(&self) -> &[u32] {
+        &self.world
+    }
+
+    /// Hands each step, in increasing order, to `visit`, stopping at its first error.
+    pub fn for_each_step<E>(&self, mut visit: impl FnMut(Step) -> Result<(), E>) -> Result<(), E> {
+        let all = self.schema.len();
+        let mut schemas: Vec<(Vec<bool>, Arc<Schema>)> = vec![(vec![true; all], Arc::clone(&self.schema))];
+        let (mut ranks, mut missing, mut durations) = (Vec::new(), Vec::new(), Vec::new());
+        for step_rows in self.rows.chunk_by(|a, b| a.step == b.step) {
+            let mut used = vec![false; all];
+            for row in step_rows {
+                used[row.stage as usize] = true;
+            }
+            let schema = match schemas.iter().find(|(u, _)| *u == used) {
+                Some((_, schema)) => Arc::clone(schema),
+                None => {
+                    let names = (0..all).filter(|&s| used[s]).map(|s| self.schema.name(s).to_string()).collect();
+                    let schema = Arc::new(Schema::new(names).expect("a subset of a valid schema"));
+                    schemas.push((used.clone(), Arc::clone(&schema)));
+                    schema
+                }
+            };
+            let width = schema.len();
+            ranks.clear();
+            durations.clear();
+            for rank_rows in step_rows.chunk_by(|a, b| a.rank == b.rank) {
+                if rank_rows.len() == width {
+                    ranks.push(rank_rows[0].rank);
+                    durations.extend(rank_rows.iter().map(|r| r.seconds));
+                }
+            }
+            missing.clear();
+            missing.extend(self.world.iter().copied().filter(|r| ranks.binary_search(r).is_err()));
+            visit(Step {
+                index: step_rows[0].step,
+                schema: &schema,
+                world: self.world.len(),
+                ranks: &ranks,
+                missing: &missing,
+                durations: &durations,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, stages: Option<&[&str]>) -> Result<StageTable, CsvError> {
+        let stages: Option<Vec<String>> = stages.map(|s| s.iter().map(|s| s.to_string()).collect());
+        read(text.as_bytes(), stages.as_deref())
+    }
+
+    #[test]
+    fn errors_name_their_line() {
+        let e = |text: &str| parse(text, None).err().unwrap();
+        assert_eq!(e(""), CsvError::Empty);
+        assert_eq!(e("step,rank,stage,seconds\n"), CsvError::NoRows);
+        assert_eq!(e("step,rank,seconds\n0,0,1\n"), CsvError::MissingColumns { columns: vec!["stage"] });
+        assert_eq!(e("step,rank,stage,seconds\n0,0,data\n"), CsvError::FieldCount { line: 2, got: 3, want: 4 });
+        assert_eq!(e("step,rank,stage,seconds\n0,0,data,-1\n"), CsvError::Negative { line: 2, seconds: -1.0 });
+        assert_eq!(e("step,rank,stage,seconds\n\n0,x,data,1\n").line(), Some(3));
+        assert_eq!(e("step,rank,stage,seconds\n0,0,data,inf\n").line(), Some(2));
+        let dup = e("step,rank,stage,seconds\n0,0,data,1\n0,1,data,1\n0,0,data,2\n");
+        assert_eq!(dup, CsvError::Duplicate { line: 4, first_line: 2, step: 0, rank: 0, stage: "data".into() });
+        let unknown = parse("step,rank,stage,seconds\n0,0,fwd,1\n", Some(&["data"])).err().unwrap();
+        assert_eq!(unknown.line(), Some(2));
+        assert!(unknown.to_string().contains("add it to --stages"), "{unknown}");
+    }
+
+    #[test]
+    fn columns_in_any_order_and_stage_order_by_first_appearance() {
+        let t = parse("\u{feff}seconds,stage,rank,step\n2,bwd,1,7\n1,data,1,7\n3,data,0,7\n4,bwd,0,7\n", None).unwrap();
+        assert_eq!(t.schema().stages(), ["bwd", "data"]);
+        let mut seen = Vec::new();
+        t.for_each_step(|s| {
+            seen.push((s.index, s.ranks.to_vec(), s.durations.to_vec()));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(seen, [(7, vec![0, 1], vec![4.0, 3.0, 2.0, 1.0])]);
+    }
+
+    #[test]
+    fn incomplete_ranks_are_missing_and_absent_stages_shorten_the_schema() {
+        let text = "step,rank,stage,seconds\n0,0,a,1\n0,0,b,1\n0,1,a,1\n1,0,a,1\n1,1,a,1\n";
+        let t = parse(text, None).unwrap();
+        let mut seen = Vec::new();
+        t.for_each_step(|s| {
+            seen.push((s.schema.stages().to_vec(), s.ranks.to_vec(), s.missing.to_vec()));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(seen[0], (vec!["a".to_string(), "b".to_string()], vec![0], vec![1]));
+        assert_eq!(seen[1], (vec!["a".to_string()], vec![0, 1], vec![]));
+    }
+}

@@ -1,0 +1,71 @@
+//! The labeler's thresholds. Values are Table 13's defaults where the paper gives one; the
+//! gates it names without a value (leader switches) and the ones this implementation adds
+//! to read its evidence from durations alone (lag, role, denominator floor) say so.
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gates {
+    /// τ_C: the routing set is the smallest leading-share prefix reaching this cumulative share.
+    pub route_threshold: f64,
+    /// γ_A: a stage label needs the top stage's share above this.
+    pub share_dominance: f64,
+    /// γ_G: a clipped static gain G_s at or above this is direct exposure.
+    pub gain_threshold: f64,
+    /// η_A: shares (and window leader-rank credits) this close count as tied.
+    pub share_tie: f64,
+    /// η_G: gains this close count as tied.
+    pub gain_tie: f64,
+    /// η_Q, as a fraction of the step's exposed time F_S: ranks whose prefix is within
+    /// this of the frontier form the boundary's tie set; a leader is confident and unique
+    /// when it is alone in it (max-minus-second gap larger than this). Not valued in the
+    /// paper; 0.05 mirrors η_A.
+    pub leader_gap: f64,
+    /// γ_elig: the switch test applies only when at least this fraction of the window's
+    /// steps has a confident unique leader at the top stage. Not valued in the paper.
+    pub leader_eligibility: f64,
+    /// γ_switch: a window whose top-stage leader rank switches between confident unique
+    /// leaders at more than this rate (switches per confident-step transition) is
+    /// co-critical across ranks. Not valued in the paper.
+    pub switch_rate: f64,
+    /// Closure residual share: the residual stage's part of all rank time above this makes
+    /// the window telemetry-limited.
+    pub closure_residual_max: f64,
+    /// Missing ranks tolerated before distributed labels are withheld.
+    pub missing_ranks_max: usize,
+    /// Window denominator Σ_t F_{t,S} below this (seconds) gives raw advances only: no
+    /// shares, routing set or stage labels (Sec. 3's denominator floor).
+    pub min_denominator_s: f64,
+    /// likely_sync_wait needs the lag to grow at the top stage by at least this share of
+    /// the exposed time: Σ_t ΔL_{t,s1} / Σ_t F_{t,S}, the signature of a few late ranks
+    /// the others then wait for.
+    pub lag_share: f64,
+    /// A rank's window-mean stage profile deviates when its L1 distance to the cohort's
+    /// median profile exceeds this fraction of the median rank's mean step total.
+    pub role_deviation: f64,
+    /// role_aware_needed when at least this fraction of the ranks deviates (and at least
+    /// two do): one or two stragglers are a finding, a quarter of the ranks is a role.
+    pub role_min_fraction: f64,
+    /// Fewer ranks than this cannot tell a group from a straggler: no role label.
+    pub role_min_ranks: usize,
+}
+
+impl Default for Gates {
+    fn default() -> Gates {
+        Gates {
+            route_threshold: 0.80,
+            share_dominance: 0.4,
+            gain_threshold: 0.1,
+            share_tie: 0.05,
+            gain_tie: 0.05,
+            leader_gap: 0.05,
+            leader_eligibility: 0.5,
+            switch_rate: 0.5,
+            closure_residual_max: 0.05,
+            missing_ranks_max: 0,
+            min_denominator_s: 1e-3,
+            lag_share: 0.1,
+            role_deviation: 0.25,
+            role_min_fraction: 0.25,
+            role_min_ranks: 4,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! One aligned step as the analyzer takes it: a plain R×S duration matrix, whoever
+//! produced it (a CSV today, the rank logs' stage vectors later).
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::schema::Schema;
+
+/// Steps are aligned by `index` across ranks; each rank's durations are differences of its
+/// own clock, so no clock agreement between ranks is needed.
+#[derive(Clone, Copy, Debug)]
+pub struct Step<'a> {
+    pub index: u64,
+    pub schema: &'a Arc<Schema>,
+    /// Ranks the job has: `ranks.len() + missing.len()`.
+    pub world: usize,
+    /// Ranks present, ascending; row r of `durations` is `ranks[r]`.
+    pub ranks: &'a [u32],
+    /// Ranks of the world with no complete stage vector at this step, ascending.
+    pub missing: &'a [u32],
+    /// `ranks.len() × schema.len()` seconds, row-major, each finite and non-negative.
+    pub durations: &'a [f64],
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepError {
+    NoRanks { index: u64 },
+    Shape { index: u64, expected: usize, got: usize },
+    World { index: u64, world: usize, accounted: usize },
+    Duration { index: u64, rank: u32, stage: String, value: f64 },
+    OutOfOrder { index: u64, previous: u64 },
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::NoRanks { index } => write!(f, "step {index} has no rank with a complete stage vector"),
+            StepError::Shape { index, expected, got } => {
+                write!(f, "step {index} has {got} durations where its ranks and stages make {expected}")
+            }
+            StepError::World { index, world, accounted } => {
+                write!(f, "step {index}: present and missing ranks make {accounted}, not the world of {world}")
+            }
+            StepError::Duration { index, rank, stage, value } => write!(
+                f,
+                "step {index}, rank {rank}, stage {stage}: duration {value} is not a finite non-negative number of seconds"
+            ),
+            StepError::OutOfOrder { index, previous } => {
+                write!(f, "step {index} comes after step {previous}: steps must arrive in increasing order")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StepError {}
+
+impl Step<'_> {
+    pub fn validate(&self) -> Result<(), StepError> {
+        let index = self.index;
+        let stages = self.schema.len();
+        if self.ranks.is_empty() {
+            return Err(StepError::NoRanks { index });
+        }
+        let expected = self.ranks.len() * stages;
+        if self.durations.len() != expected {
+            return Err(StepError::Shape { index, expected, got: self.durations.len() });
+        }
+        let accounted = self.ranks.len() + self.missing.len();
+        if accounted != self.world {
+            return Err(StepError::World { index, world: self.world, accounted });
+        }
+        // Fast path: the bit patterns of finite non-negative floats are exactly those below
+        // +∞'s, and an integer maximum vectorizes. -0.0 fails it but is valid: the exact
+        // test below decides.
+        if self.durations.iter().map(|d| d.to_bits()).max().unwrap_or(0) < f64::INFINITY.to_bits() {
+            return Ok(());
+        }
+        let valid = |d: &f64| *d >= 0.0 && d.is_finite();
+        if let Some(i) = self.durations.iter().position(|d| !valid(d)) {
+            return Err(StepError::Duration {
+                index,
+                rank: self.ranks[i / stages],
+                stage: self.schema.name(i % stages).to_string(),
+                value: self.durations[i],
+            });
+        }
+        Ok(())
+    }
+}
