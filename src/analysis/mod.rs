@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod frontier;
+pub mod hang;
 pub mod heartbeat;
 pub mod liveness;
 pub mod nccl_version;

@@ -1,0 +1,284 @@
+//! How long a step of this job takes, from its own collective cadence: no stage markers
+//! needed.
+//!
+//! A training job issues the same collectives every step. On its busiest communicator the
+//! sequence of (op, count, dtype) repeats with a period of P collectives, and
+//! `t_enter[s + P] - t_enter[s]` is one step whichever collective s it starts from. The
+//! period is the smallest P for which
+//!
+//! 1. the pattern repeats, allowing 2% (then, failing that, 20%) of irregular collectives
+//!    (evaluation, checkpoints, a first step that differs), and
+//! 2. the steps it measures agree: their 1st and 99th percentiles are within a factor of
+//!    two of their median.
+//!
+//! (2) is what makes it robust. A job whose gradient buckets are all the same size repeats
+//! (op, count) with period 1, but the time between two of them alternates between a short
+//! backward slice and the long forward pass: period 1 would measure a bucket, not a step,
+//! and set a threshold that healthy skew crosses. The step is then the median of the
+//! measured steps over the newest collectives of every sampled rank, so one slow step or
+//! one straggling rank does not move it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::Settings;
+use crate::core::log::records::NcclCall;
+use crate::core::nccl_op::NcclOp;
+
+/// Newest collectives per rank the estimate looks at: a few hundred steps of any job.
+const WINDOW: usize = 8192;
+/// Longest period searched: collectives per step on the busiest communicator.
+const MAX_PERIOD: usize = 2048;
+/// Ranks sampled, the first in input order: more add time, not accuracy.
+const MAX_RANKS: usize = 64;
+/// Newest steps measured per rank and period.
+const STEPS_PER_RANK: usize = 1024;
+/// Irregular collectives tolerated, strict first.
+const TOLERANCES: [f64; 2] = [0.02, 0.2];
+/// Periods whose steps are timed per tolerance before giving up.
+const MAX_TIMED_PERIODS: usize = 64;
+/// Largest ratio of the 99th percentile of the measured steps to their median, and of
+/// their median to the 1st percentile.
+const MAX_SPREAD: u64 = 2;
+
+/// The job's cadence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Cadence {
+    /// The communicator it was measured on: the one with the most collectives.
+    pub comm_id: u64,
+    /// Collectives per step on it.
+    pub period: usize,
+    /// Median step time.
+    pub step_ns: u64,
+    /// Steps measured.
+    pub samples: usize,
+}
+
+/// When a wait or a silence counts as stuck.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Threshold {
+    /// `None`: too few steps in the logs to estimate one.
+    pub cadence: Option<Cadence>,
+    pub factor: f64,
+    pub min_stuck_ns: u64,
+    pub fallback_stuck_ns: u64,
+    /// `max(min_stuck_ns, factor x step)`, or `max(min_stuck_ns, fallback_stuck_ns)`
+    /// without a cadence.
+    pub threshold_ns: u64,
+}
+
+impl Threshold {
+    pub fn new(cadence: Option<Cadence>, settings: &Settings) -> Threshold {
+        let scaled = match cadence {
+            Some(c) => (c.step_ns as f64 * settings.factor).min(u64::MAX as f64) as u64,
+            None => settings.fallback_stuck_ns,
+        };
+        Threshold {
+            cadence,
+            factor: settings.factor,
+            min_stuck_ns: settings.min_stuck_ns,
+            fallback_stuck_ns: settings.fallback_stuck_ns,
+            threshold_ns: scaled.max(settings.min_stuck_ns),
+        }
+    }
+}
+
+type Key = (NcclOp, u64, i32);
+
+/// One rank's newest collectives on a communicator, indexed by sequence number.
+struct Series {
+    keys: Vec<Option<Key>>,
+    t_enter: Vec<Option<u64>>,
+}
+
+impl Series {
+    fn new(calls: &[NcclCall], comm_id: u64) -> Series {
+        let mut by_seq: BTreeMap<u64, &NcclCall> = BTreeMap::new();
+        for c in calls.iter().filter(|c| c.comm_id == comm_id && c.seq != 0 && c.op.is_collective()) {
+            // One process may hold several ranks of a communicator: keep the first's.
+            by_seq.entry(c.seq).or_insert(c);
+        }
+        let newest = by_seq.keys().next_back().copied().unwrap_or(0);
+        let first = by_seq.keys().copied().find(|&s| s + WINDOW as u64 > newest).unwrap_or(newest);
+        let len = if by_seq.is_empty() { 0 } else { (newest - first + 1) as usize };
+        let mut series = Series { keys: vec![None; len], t_enter: vec![None; len] };
+        for (seq, c) in by_seq.range(first..) {
+            let i = (seq - first) as usize;
+            series.keys[i] = Some((c.op, c.count, c.dtype));
+            series.t_enter[i] = Some(c.t_enter_ns);
+        }
+        series
+    }
+
+    fn held(&self) -> usize {
+        self.keys.iter().filter(|k| k.is_some()).count()
+    }
+
+    /// Whether the pattern repeats with period `p` up to `tolerance`, compared over at
+    /// least one whole period.
+    fn repeats(&self, p: usize, tolerance: f64) -> bool {
+        let allowed = tolerance * self.keys.len().saturating_sub(p) as f64;
+        let (mut pairs, mut differ) = (0usize, 0usize);
+        for (a, b) in self.keys.iter().zip(&self.keys[p..]) {
+            if let (Some(a), Some(b)) = (a, b) {
+                pairs += 1;
+                if a != b {
+                    differ += 1;
+                    if differ as f64 > allowed {
+                        return false;
+                    }
+                }
+            }
+        }
+        pairs >= p && differ as f64 <= tolerance * pairs as f64
+    }
+
+    fn steps(&self, p: usize, out: &mut Vec<u64>) {
+        let starts = self.t_enter.len().saturating_sub(p);
+        let from = starts.saturating_sub(STEPS_PER_RANK);
+        for i in from..starts {
+            if let (Some(a), Some(b)) = (self.t_enter[i], self.t_enter[i + p]) {
+                out.push(b.saturating_sub(a));
+            }
+        }
+    }
+}
+
+/// The communicator with the most collective records across ranks (the lowest id on a tie).
+fn busiest_comm(ranks: &[&[NcclCall]]) -> Option<u64> {
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for c in ranks.iter().flat_map(|calls| calls.iter()) {
+        if c.comm_id != 0 && c.seq != 0 && c.op.is_collective() {
+            *counts.entry(c.comm_id).or_default() += 1;
+        }
+    }
+    counts.into_iter().max_by_key(|&(id, n)| (n, std::cmp::Reverse(id))).map(|(id, _)| id)
+}
+
+/// The median step if the steps agree (see the module doc), with how many were measured.
+fn agreeing_median(mut steps: Vec<u64>) -> Option<(u64, usize)> {
+    if steps.is_empty() {
+        return None;
+    }
+    steps.sort_unstable();
+    let n = steps.len();
+    let (p1, median, p99) = (steps[n / 100], steps[(n - 1) / 2], steps[(n * 99 / 100).min(n - 1)]);
+    let agree = p99 <= median.saturating_mul(MAX_SPREAD) && median <= p1.saturating_mul(MAX_SPREAD);
+    (median > 0 && agree).then_some((median, n))
+}
+
+/// The job's cadence from each rank's `nccl_call` records; `None` when they hold fewer than
+/// two steps or no regular pattern.
+pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
+    let comm_id = busiest_comm(ranks)?;
+    let series: Vec<Series> =
+        ranks.iter().map(|calls| Series::new(calls, comm_id)).filter(|s| s.held() > 0).take(MAX_RANKS).collect();
+    // The pattern is the same on every rank: read it from the one holding the most.
+    let source = series.iter().rev().max_by_key(|s| s.held())?;
+    for tolerance in TOLERANCES {
+        let periods = (1..=MAX_PERIOD.min(source.keys.len() / 2)).filter(|&p| source.repeats(p, tolerance));
+        for p in periods.take(MAX_TIMED_PERIODS) {
+            let mut steps = Vec::new();
+            for s in &series {
+                s.steps(p, &mut steps);
+            }
+            if let Some((step_ns, samples)) = agreeing_median(steps) {
+                return Some(Cadence { comm_id, period: p, step_ns, samples });
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::hang::testkit::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A DDP-like rank: a broadcast, then per step `compute_ms` of forward pass and the
+    /// collectives of `pattern`, `gap_ms` apart.
+    fn job(steps: u64, pattern: &[(NcclOp, u64)], compute_ms: u64, gap_ms: u64) -> Vec<NcclCall> {
+        let mut calls = vec![coll(WORLD, 1, NcclOp::Broadcast, MS)];
+        let mut t = 10 * MS;
+        for _ in 0..steps {
+            t += compute_ms * MS;
+            for &(op, count) in pattern {
+                calls.push(NcclCall { count, ..coll(WORLD, calls.len() as u64 + 1, op, t) });
+                t += gap_ms * MS;
+            }
+        }
+        calls
+    }
+
+    /// Four buckets of different sizes and a loss allgather: 110 ms steps.
+    fn ddp(steps: u64) -> Vec<NcclCall> {
+        let pattern = [1000, 1001, 1002, 1003].map(|count| (NcclOp::AllReduce, count));
+        job(steps, &[&pattern[..], &[(NcclOp::AllGather, 1)]].concat(), 60, 10)
+    }
+
+    #[test]
+    fn the_step_of_a_ddp_job() {
+        let calls = ddp(20);
+        let c = estimate(&[&calls, &calls]).unwrap();
+        assert_eq!((c.comm_id, c.period, c.step_ns), (WORLD, 5, 110 * MS));
+        assert!(c.samples >= 2 * 15, "{c:?}");
+    }
+
+    #[test]
+    fn equal_buckets_do_not_pass_for_a_step() {
+        // Period 1 repeats (op, count) but measures a 2 ms bucket, period 11 measures
+        // 22 ms or 82 ms; the step is 20 equal buckets after 60 ms of forward pass.
+        let calls = job(30, &[(NcclOp::AllReduce, 4096); 20], 60, 2);
+        let c = estimate(&[&calls]).unwrap();
+        assert_eq!((c.period, c.step_ns), (20, 100 * MS));
+    }
+
+    #[test]
+    fn irregular_collectives_and_jitter_are_tolerated() {
+        let mut calls = ddp(40);
+        // Jitter: every step a few ms longer or shorter, deterministically.
+        for (i, c) in calls.iter_mut().enumerate() {
+            c.t_enter_ns += (i as u64 * 7919 % 13) * MS;
+        }
+        // An evaluation allreduce of another size replaces one collective in step 17.
+        calls[17 * 5 + 3].count = 7;
+        let c = estimate(&[&calls]).unwrap();
+        assert_eq!(c.period, 5);
+        assert!((100 * MS..=120 * MS).contains(&c.step_ns), "{c:?}");
+    }
+
+    #[test]
+    fn no_cadence_from_too_little_or_nothing_regular() {
+        assert_eq!(estimate(&[]), None);
+        let one_step = ddp(1);
+        assert_eq!(estimate(&[&one_step]), None);
+        // Every collective a different size, at irregular times: nothing repeats.
+        let chaos: Vec<NcclCall> =
+            (1..200u64).map(|s| NcclCall { count: s, ..coll(WORLD, s, NcclOp::AllReduce, s * s * MS) }).collect();
+        assert_eq!(estimate(&[&chaos]), None);
+    }
+
+    #[test]
+    fn the_busiest_communicator_sets_the_pace() {
+        let tp = ddp(20);
+        let dp: Vec<NcclCall> = (1..=3u64).map(|s| coll(0xd9, s, NcclOp::AllReduce, s * 1000 * MS)).collect();
+        let calls: Vec<NcclCall> = dp.into_iter().chain(tp).collect();
+        assert_eq!(estimate(&[&calls]).unwrap().comm_id, WORLD);
+    }
+
+    #[test]
+    fn threshold_is_factor_steps_with_a_floor_and_a_fallback() {
+        let settings = Settings::default();
+        let cadence = Cadence { comm_id: 1, period: 5, step_ns: 100 * MS, samples: 10 };
+        assert_eq!(Threshold::new(Some(cadence), &settings).threshold_ns, 150 * MS);
+        let fast = Cadence { step_ns: MS, ..cadence };
+        assert_eq!(Threshold::new(Some(fast), &settings).threshold_ns, 50 * MS, "floor");
+        assert_eq!(Threshold::new(None, &settings).threshold_ns, 30 * SEC, "fallback");
+        let custom = Settings { factor: 3.0, min_stuck_ns: 0, fallback_stuck_ns: SEC };
+        assert_eq!(Threshold::new(Some(cadence), &custom).threshold_ns, 300 * MS);
+        assert_eq!(Threshold::new(None, &custom).threshold_ns, SEC);
+    }
+}

@@ -1,0 +1,854 @@
+//! Who waits for whom, and who holds everyone up.
+//!
+//! Every wait (see `facts`) becomes a blockage listing the ranks it waits for; an edge of
+//! it is stuck by the rules of the `hang` module doc. A rank plays a part on each
+//! communicator and its state is the strongest of them, in this order: wedged, waiting,
+//! gone (dead, stalled, exited), missing, waiting outside NCCL, slow, ok.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::facts::{Facts, Membership, Wait, WaitKind};
+use super::{CommVerdict, Member, MemberCall, Position, RankInput, RankVerdict, State};
+use crate::analysis::liveness::Liveness;
+use crate::core::nccl_op::NcclOp;
+
+pub(super) struct Classified {
+    pub communicators: Vec<CommVerdict>,
+    pub ranks: Vec<RankVerdict>,
+    pub hung: bool,
+}
+
+/// A rank's part on a communicator; a later variant outranks an earlier one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    Ok,
+    /// Others are stuck waiting for it, but it is making progress.
+    Slow,
+    /// Outside NCCL, silent, and ahead of ranks it will need: most likely blocked on them
+    /// (real NCCL returns before the GPU work is done), but it could still be computing.
+    Ahead,
+    Missing,
+    /// Others wait for it and it is gone.
+    Gone(State),
+    Waiting,
+    Wedged,
+}
+
+impl Role {
+    fn state(self) -> State {
+        match self {
+            Role::Ok => State::Ok,
+            Role::Slow => State::Slow,
+            Role::Ahead | Role::Waiting => State::Waiting,
+            Role::Missing => State::Missing,
+            Role::Gone(state) => state,
+            Role::Wedged => State::Wedged,
+        }
+    }
+
+    /// Holds others up by itself; slow ranks catch up, and a rank that stopped recording
+    /// only looks behind.
+    fn is_culprit(self) -> bool {
+        matches!(self, Role::Missing | Role::Wedged | Role::Gone(State::Dead | State::Stalled | State::Exited))
+    }
+}
+
+struct CommMember<'a> {
+    rank: usize,
+    m: &'a Membership,
+}
+
+struct Comm<'a> {
+    id: u64,
+    nranks: i32,
+    members: Vec<CommMember<'a>>,
+    /// Communicator ranks no log claims; known only when every member knows its own.
+    unseen: Vec<i32>,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Member(usize),
+    NoLog(i32),
+}
+
+/// A rank held up on a communicator, and by whom.
+struct Blockage {
+    comm: usize,
+    waiter: usize,
+    coll: bool,
+    seq: u64,
+    op: Option<NcclOp>,
+    /// Inside the call; false for a rank outside NCCL but ahead of others.
+    in_flight: bool,
+    grouped: bool,
+    age_ns: u64,
+    targets: Vec<Target>,
+}
+
+/// A rank's strongest part so far, with where it plays it.
+#[derive(Clone, Copy)]
+struct Part {
+    role: Role,
+    at: Position,
+    stuck_ns: Option<u64>,
+}
+
+fn stronger(slot: &mut Option<Part>, part: Part) {
+    if slot.is_none_or(|old| part.role > old.role) {
+        *slot = Some(part);
+    }
+}
+
+struct Graph<'a> {
+    ranks: &'a [RankInput],
+    facts: &'a [Facts],
+    comms: Vec<Comm<'a>>,
+    threshold_ns: u64,
+}
+
+fn communicators(facts: &[Facts]) -> Vec<Comm<'_>> {
+    let mut by_id: BTreeMap<u64, Vec<CommMember>> = BTreeMap::new();
+    for (rank, f) in facts.iter().enumerate() {
+        for m in &f.memberships {
+            by_id.entry(m.comm_id).or_default().push(CommMember { rank, m });
+        }
+    }
+    by_id
+        .into_iter()
+        .map(|(id, members)| {
+            let nranks = members.iter().map(|c| c.m.nranks).max().unwrap_or(-1);
+            let seen: BTreeSet<i32> = members.iter().map(|c| c.m.comm_rank).collect();
+            let unseen = if nranks > 0 && seen.iter().all(|&r| (0..nranks).contains(&r)) {
+                (0..nranks).filter(|r| !seen.contains(r)).collect()
+            } else {
+                Vec::new()
+            };
+            Comm { id, nranks, members, unseen }
+        })
+        .collect()
+}
+
+impl Graph<'_> {
+    fn liveness(&self, rank: usize) -> Liveness {
+        self.ranks[rank].liveness
+    }
+
+    fn gone(&self, rank: usize) -> bool {
+        matches!(self.liveness(rank), Liveness::Dead | Liveness::Stalled | Liveness::Exited)
+    }
+
+    /// How long `rank` has made no NCCL progress, as of `seen_by`'s last word.
+    fn inactive_for(&self, rank: usize, seen_by: usize) -> Option<u64> {
+        let f = &self.facts[rank];
+        let now = f.silent_ns?.saturating_add(f.known_ago_ns);
+        Some(now.saturating_sub(self.facts[seen_by].known_ago_ns))
+    }
+
+    fn inactive_now(&self, rank: usize) -> Option<u64> {
+        let f = &self.facts[rank];
+        f.silent_ns.map(|s| s.saturating_add(f.known_ago_ns))
+    }
+
+    fn waits_on(&self, rank: usize, comm_id: u64) -> impl Iterator<Item = &Wait> {
+        self.facts[rank].waits.iter().filter(move |w| w.comm_id == comm_id)
+    }
+
+    /// Whether member `j` has done its part of a send/recv that member `me` waits in:
+    /// it is inside a send/recv of its own on the communicator (it posted its half), or it
+    /// entered more collectives there (it got past the exchange; ranks issue the calls of
+    /// one communicator in the same order).
+    fn passed(&self, comm: &Comm, j: usize, me: Option<usize>) -> bool {
+        let peer = &comm.members[j];
+        let mine = me.map_or(0, |me| comm.members[me].m.coll_entered);
+        self.waits_on(peer.rank, comm.id).any(|w| w.kind != WaitKind::Coll) || peer.m.coll_entered > mine
+    }
+
+    fn comm_index(&self, comm_id: u64) -> Option<usize> {
+        self.comms.binary_search_by_key(&comm_id, |c| c.id).ok()
+    }
+
+    /// The op of collective `seq` on a communicator, from any rank that entered it.
+    fn op_at(&self, comm_id: u64, seq: u64) -> Option<NcclOp> {
+        let in_flight = self
+            .facts
+            .iter()
+            .flat_map(|f| &f.waits)
+            .find(|w| w.comm_id == comm_id && w.kind == WaitKind::Coll && w.seq == seq && w.op.is_some());
+        in_flight.and_then(|w| w.op).or_else(|| {
+            self.ranks
+                .iter()
+                .flat_map(|r| &r.calls)
+                .find(|c| c.comm_id == comm_id && c.seq == seq && c.op.is_collective())
+                .map(|c| c.op)
+        })
+    }
+
+    fn blockage_of(&self, rank: usize, w: &Wait) -> Option<Blockage> {
+        let ci = self.comm_index(w.comm_id)?;
+        let comm = &self.comms[ci];
+        let me = comm
+            .members
+            .iter()
+            .position(|c| c.rank == rank && c.m.comm_rank == w.comm_rank)
+            .or_else(|| comm.members.iter().position(|c| c.rank == rank));
+        let others = || comm.members.iter().enumerate().filter(move |&(j, _)| Some(j) != me);
+        let targets: Vec<Target> = match &w.kind {
+            WaitKind::Coll => {
+                let mut behind: Vec<Target> =
+                    others().filter(|(_, c)| c.m.coll_entered < w.seq).map(|(j, _)| Target::Member(j)).collect();
+                behind.extend(comm.unseen.iter().map(|&r| Target::NoLog(r)));
+                if behind.is_empty() {
+                    // Everyone entered: a member gone while inside can never finish it.
+                    behind = others()
+                        .filter(|(_, c)| c.m.coll_returned < w.seq && self.gone(c.rank))
+                        .map(|(j, _)| Target::Member(j))
+                        .collect();
+                }
+                behind
+            }
+            WaitKind::P2p { peers: Some(peers) } => peers
+                .iter()
+                .filter_map(|&peer| match comm.members.iter().position(|c| c.m.comm_rank == peer) {
+                    Some(j) if self.passed(comm, j, me) => None,
+                    Some(j) => Some(Target::Member(j)),
+                    None => comm.unseen.contains(&peer).then_some(Target::NoLog(peer)),
+                })
+                .collect(),
+            // Peer unknown: suspect only members that are outside any call on it and make
+            // no progress.
+            WaitKind::P2p { peers: None } => others()
+                .filter(|&(j, c)| {
+                    !self.passed(comm, j, me)
+                        && self.waits_on(c.rank, comm.id).next().is_none()
+                        && self.inactive_for(c.rank, rank).is_none_or(|i| i > self.threshold_ns)
+                })
+                .map(|(j, _)| Target::Member(j))
+                .collect(),
+        };
+        Some(Blockage {
+            comm: ci,
+            waiter: rank,
+            coll: w.kind == WaitKind::Coll,
+            seq: w.seq,
+            op: w.op,
+            in_flight: true,
+            grouped: w.grouped,
+            age_ns: w.age_ns,
+            targets,
+        })
+    }
+
+    /// A rank outside NCCL that entered more collectives on a communicator than others did
+    /// waits, sooner or later, for the ones furthest behind.
+    fn ahead_of_others(&self, rank: usize) -> Vec<Blockage> {
+        let f = &self.facts[rank];
+        let (Some(silent), true) = (f.silent_ns, f.waits.is_empty()) else { return Vec::new() };
+        if matches!(self.liveness(rank), Liveness::Exited | Liveness::Disabled) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (ci, comm) in self.comms.iter().enumerate() {
+            let Some(mine) = comm.members.iter().filter(|c| c.rank == rank).map(|c| c.m.coll_entered).max() else {
+                continue;
+            };
+            let least = comm.members.iter().map(|c| c.m.coll_entered).min().unwrap_or(mine);
+            if mine <= least {
+                continue;
+            }
+            let targets = comm
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.m.coll_entered == least)
+                .map(|(j, _)| Target::Member(j))
+                .collect();
+            out.push(Blockage {
+                comm: ci,
+                waiter: rank,
+                coll: true,
+                seq: least + 1,
+                op: None,
+                in_flight: false,
+                grouped: false,
+                age_ns: silent,
+                targets,
+            });
+        }
+        out
+    }
+
+    /// The target's part if the edge to it is stuck.
+    fn judge(&self, b: &Blockage, target: Target) -> Option<Role> {
+        let t = self.threshold_ns;
+        let Target::Member(j) = target else {
+            return (b.age_ns > t).then_some(Role::Missing);
+        };
+        let rank = self.comms[b.comm].members[j].rank;
+        let liveness = self.liveness(rank);
+        if self.liveness(b.waiter) == Liveness::Live && self.gone(rank) {
+            return Some(Role::Gone(State::of_liveness(liveness)));
+        }
+        let inactive = self.inactive_for(rank, b.waiter);
+        if b.age_ns <= t && inactive.is_some_and(|i| i <= t) {
+            return None;
+        }
+        Some(match liveness {
+            Liveness::Disabled => Role::Gone(State::Disabled),
+            _ if inactive.is_some_and(|i| i <= t) => Role::Slow,
+            _ => Role::Missing,
+        })
+    }
+
+    /// Stuck with nobody to wait for: a collective everyone entered (for longer than the
+    /// threshold since the last arrived), or a send/recv whose peers are all there.
+    fn wedged(&self, b: &Blockage) -> bool {
+        if !b.targets.is_empty() || !b.in_flight {
+            return false;
+        }
+        let comm_id = self.comms[b.comm].id;
+        let since_complete = if b.coll {
+            self.facts
+                .iter()
+                .flat_map(|f| &f.waits)
+                .filter(|w| w.comm_id == comm_id && w.kind == WaitKind::Coll && w.seq == b.seq)
+                .map(|w| w.age_ns)
+                .min()
+                .unwrap_or(b.age_ns)
+        } else {
+            b.age_ns
+        };
+        since_complete > self.threshold_ns
+    }
+
+    fn position(&self, b: &Blockage) -> Position {
+        Position {
+            comm_id: self.comms[b.comm].id,
+            comm_seq: Some(b.seq),
+            op: b.op.or_else(|| if b.coll { self.op_at(self.comms[b.comm].id, b.seq) } else { None }),
+            in_flight: b.in_flight,
+            grouped: b.grouped,
+        }
+    }
+
+    /// Where a rank that others wait for is: not in the call they wait in.
+    fn target_position(&self, b: &Blockage) -> Position {
+        let at = self.position(b);
+        if b.coll {
+            Position { in_flight: false, grouped: false, ..at }
+        } else {
+            Position { comm_seq: None, op: None, in_flight: false, grouped: false, ..at }
+        }
+    }
+
+    fn global(&self, rank: usize) -> i32 {
+        self.ranks[rank].rank
+    }
+}
+
+/// Every rank's part and every communicator's verdict; `hung` when a culprit holds up a
+/// stuck wait.
+pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) -> Classified {
+    let graph = Graph { ranks, facts, comms: communicators(facts), threshold_ns };
+    let mut blockages = Vec::new();
+    for (rank, f) in facts.iter().enumerate() {
+        blockages.extend(f.waits.iter().filter_map(|w| graph.blockage_of(rank, w)));
+        blockages.extend(graph.ahead_of_others(rank));
+    }
+
+    let mut parts: BTreeMap<(usize, usize), Part> = BTreeMap::new();
+    let mut best: Vec<Option<Part>> = vec![None; ranks.len()];
+    let mut waiting_for: Vec<BTreeSet<i32>> = vec![BTreeSet::new(); ranks.len()];
+    let mut no_log: Vec<BTreeSet<i32>> = vec![BTreeSet::new(); graph.comms.len()];
+    let mut stuck: Vec<Vec<&Blockage>> = vec![Vec::new(); graph.comms.len()];
+    let mut hung = false;
+    let mut play = |rank: usize, comm: usize, part: Part| {
+        let mut slot = parts.get(&(rank, comm)).copied();
+        stronger(&mut slot, part);
+        parts.insert((rank, comm), slot.expect("just set"));
+        stronger(&mut best[rank], part);
+    };
+    for b in &blockages {
+        if graph.wedged(b) {
+            hung = true;
+            stuck[b.comm].push(b);
+            play(b.waiter, b.comm, Part { role: Role::Wedged, at: graph.position(b), stuck_ns: Some(b.age_ns) });
+            continue;
+        }
+        let edges: Vec<(Target, Role)> =
+            b.targets.iter().filter_map(|&t| graph.judge(b, t).map(|role| (t, role))).collect();
+        if edges.is_empty() {
+            continue;
+        }
+        stuck[b.comm].push(b);
+        let role = if b.in_flight { Role::Waiting } else { Role::Ahead };
+        play(b.waiter, b.comm, Part { role, at: graph.position(b), stuck_ns: Some(b.age_ns) });
+        for (target, role) in edges {
+            hung |= matches!(target, Target::NoLog(_)) || role.is_culprit();
+            match target {
+                Target::NoLog(r) => {
+                    no_log[b.comm].insert(r);
+                    waiting_for[b.waiter].insert(-1);
+                }
+                Target::Member(j) => {
+                    let rank = graph.comms[b.comm].members[j].rank;
+                    waiting_for[b.waiter].insert(graph.global(rank));
+                    let stuck_ns = (role != Role::Slow).then(|| graph.inactive_now(rank)).flatten();
+                    play(rank, b.comm, Part { role, at: graph.target_position(b), stuck_ns });
+                }
+            }
+        }
+    }
+
+    let rank_verdicts = ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let part = best[i];
+            let role = part.map_or(Role::Ok, |p| p.role);
+            let live = r.liveness == Liveness::Live;
+            let oldest_call = facts[i].waits.iter().max_by_key(|w| w.age_ns).map(|w| Position {
+                comm_id: w.comm_id,
+                comm_seq: Some(w.seq),
+                op: w.op,
+                in_flight: true,
+                grouped: w.grouped,
+            });
+            let stopped = matches!(r.liveness, Liveness::Dead | Liveness::Stalled);
+            RankVerdict {
+                rank: r.rank,
+                state: if live { role.state() } else { State::of_liveness(r.liveness) },
+                role: role.state(),
+                stage: r.stage.clone(),
+                stuck_ns: part.and_then(|p| p.stuck_ns).or_else(|| stopped.then(|| graph.inactive_now(i)).flatten()),
+                at: part.map(|p| p.at).or(oldest_call),
+                waiting_for: if matches!(role, Role::Waiting | Role::Ahead) {
+                    waiting_for[i].iter().copied().collect()
+                } else {
+                    Vec::new()
+                },
+                silent_ns: facts[i].silent_ns,
+            }
+        })
+        .collect();
+
+    let communicators = graph
+        .comms
+        .iter()
+        .enumerate()
+        .map(|(ci, comm)| {
+            let mut v = CommVerdict {
+                comm_id: comm.id,
+                nranks: comm.nranks,
+                stuck_seq: None,
+                stuck_op: None,
+                stuck_p2p: false,
+                stuck_ns: stuck[ci].iter().map(|b| b.age_ns).max(),
+                missing_ranks: Vec::new(),
+                waiting_ranks: Vec::new(),
+                dead_ranks: Vec::new(),
+                wedged_ranks: Vec::new(),
+                slow_ranks: Vec::new(),
+                stalled_ranks: Vec::new(),
+                exited_ranks: Vec::new(),
+                disabled_ranks: Vec::new(),
+                no_log_comm_ranks: no_log[ci].iter().copied().collect(),
+                members: members(&graph, comm),
+                mismatches: Vec::new(),
+                mismatches_total: 0,
+            };
+            if let Some(first) = stuck[ci].iter().filter(|b| b.coll).min_by_key(|b| b.seq) {
+                v.stuck_seq = Some(first.seq);
+                v.stuck_op = graph.position(first).op;
+            }
+            v.stuck_p2p = stuck[ci].iter().any(|b| !b.coll);
+            for (&(rank, _), part) in parts.iter().filter(|((_, c), _)| *c == ci) {
+                let liveness = ranks[rank].liveness;
+                let state = if liveness == Liveness::Live { part.role.state() } else { State::of_liveness(liveness) };
+                let list = match state {
+                    State::Ok => continue,
+                    State::Slow => &mut v.slow_ranks,
+                    State::Waiting => &mut v.waiting_ranks,
+                    State::Missing => &mut v.missing_ranks,
+                    State::Wedged => &mut v.wedged_ranks,
+                    State::Dead => &mut v.dead_ranks,
+                    State::Stalled => &mut v.stalled_ranks,
+                    State::Exited => &mut v.exited_ranks,
+                    State::Disabled => &mut v.disabled_ranks,
+                };
+                list.push(ranks[rank].rank);
+            }
+            for list in [
+                &mut v.missing_ranks,
+                &mut v.waiting_ranks,
+                &mut v.dead_ranks,
+                &mut v.wedged_ranks,
+                &mut v.slow_ranks,
+                &mut v.stalled_ranks,
+                &mut v.exited_ranks,
+                &mut v.disabled_ranks,
+            ] {
+                list.sort_unstable();
+                list.dedup();
+            }
+            v
+        })
+        .collect();
+
+    Classified { communicators, ranks: rank_verdicts, hung }
+}
+
+fn members(graph: &Graph, comm: &Comm) -> Vec<Member> {
+    comm.members
+        .iter()
+        .map(|c| {
+            // Its collective wait if it has one: that is what the others compare against.
+            let wait = graph
+                .waits_on(c.rank, comm.id)
+                .filter(|w| w.comm_rank == c.m.comm_rank || w.comm_rank < 0)
+                .min_by_key(|w| w.kind != WaitKind::Coll);
+            Member {
+                rank: graph.global(c.rank),
+                comm_rank: c.m.comm_rank,
+                coll_entered: c.m.coll_entered,
+                coll_returned: c.m.coll_returned,
+                p2p_entered: c.m.p2p_entered,
+                p2p_returned: c.m.p2p_returned,
+                in_flight: wait.map(|w| MemberCall { op: w.op, comm_seq: w.seq, age_ns: w.age_ns, grouped: w.grouped }),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{diagnose, CommVerdict, Diagnosis, RankInput, Settings, State};
+    use crate::analysis::hang::testkit::*;
+    use crate::analysis::liveness::Liveness;
+    use crate::core::log::records::NcclCall;
+    use crate::core::nccl_op::NcclOp;
+
+    /// One collective per 100 ms step: the threshold is 150 ms.
+    const STEP: u64 = SEC / 10;
+    const DONE: u64 = 20;
+    const MS: u64 = 1_000_000;
+
+    /// `n` ranks that returned from collectives 1..=DONE, one per step, the last one
+    /// entered `ago` before now.
+    fn job(n: i32, ago: u64) -> Vec<RankInput> {
+        (0..n)
+            .map(|r| {
+                let mut input = rank(r, n);
+                history(&mut input, DONE, BEAT - ago - (DONE - 1) * STEP, STEP);
+                input
+            })
+            .collect()
+    }
+
+    /// Inside collective DONE + 1 since `ago` before now.
+    fn wait_next(r: &mut RankInput, ago: u64) {
+        in_flight(r, WORLD, DONE, NcclOp::AllReduce, BEAT - ago);
+    }
+
+    fn stopped(r: &mut RankInput, liveness: Liveness, ago: u64) {
+        r.liveness = liveness;
+        r.heartbeat_mono_ns = BEAT - ago;
+        r.heartbeat_age_ns = Some(ago);
+    }
+
+    fn world(d: &Diagnosis) -> &CommVerdict {
+        d.communicators.iter().find(|c| c.comm_id == WORLD).unwrap()
+    }
+
+    fn states(d: &Diagnosis) -> Vec<State> {
+        d.ranks.iter().map(|r| r.state).collect()
+    }
+
+    fn diag(ranks: &[RankInput]) -> Diagnosis {
+        let d = diagnose(ranks, &Settings::default());
+        assert_eq!(d.threshold.threshold_ns, 150 * MS, "the cadence sets the threshold: {:?}", d.threshold);
+        d
+    }
+
+    const OTHERS: [i32; 7] = [0, 1, 2, 3, 4, 6, 7];
+
+    #[test]
+    fn the_rank_that_never_entered_is_missing_and_the_others_wait() {
+        let mut ranks = job(8, 1100 * MS);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            wait_next(r, SEC);
+        }
+        let d = diag(&ranks);
+        assert!(d.hung);
+        let w = world(&d);
+        assert_eq!((w.stuck_seq, w.stuck_op, w.stuck_ns), (Some(DONE + 1), Some(NcclOp::AllReduce), Some(SEC)));
+        assert_eq!((w.missing_ranks.as_slice(), w.waiting_ranks.as_slice()), (&[5][..], &OTHERS[..]));
+        let five = &d.ranks[5];
+        assert_eq!((five.state, five.stuck_ns), (State::Missing, Some(1100 * MS - CALL_NS)));
+        let at = five.at.unwrap();
+        assert_eq!((at.comm_seq, at.op, at.in_flight), (Some(DONE + 1), Some(NcclOp::AllReduce), false));
+        assert_eq!((d.ranks[0].state, d.ranks[0].waiting_for.as_slice()), (State::Waiting, &[5][..]));
+        assert!(d.ranks[0].at.unwrap().in_flight);
+        assert_eq!(d.ranks[0].stage, None, "no stage markers yet");
+    }
+
+    #[test]
+    fn skew_is_not_a_hang() {
+        // The others entered 50 ms ago; rank 5 returned from the last one 100 ms ago.
+        let mut ranks = job(8, STEP);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            wait_next(r, 50 * MS);
+        }
+        let d = diag(&ranks);
+        assert!(!d.hung);
+        assert_eq!(world(&d).stuck_seq, None);
+        assert!(states(&d).iter().all(|&s| s == State::Ok), "{:?}", states(&d));
+    }
+
+    #[test]
+    fn a_silent_rank_is_missing_before_the_others_waited_a_threshold() {
+        // Rank 5 stopped right after collective DONE; the others only just arrived.
+        let mut ranks = job(8, SEC);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            wait_next(r, 10 * MS);
+        }
+        let d = diag(&ranks);
+        assert!(d.hung);
+        assert_eq!(world(&d).missing_ranks, [5]);
+    }
+
+    #[test]
+    fn a_rank_behind_but_busy_elsewhere_is_slow_not_a_hang() {
+        let mut ranks = job(8, SEC);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            wait_next(r, 900 * MS);
+        }
+        // Rank 5 is still working through its tensor-parallel collectives.
+        let five = &mut ranks[5];
+        five.comms.push(row(0x99, 0, 1));
+        five.calls.push(coll(0x99, 1, NcclOp::AllGather, BEAT - 10 * MS));
+        five.comms[1].coll_entered = 1;
+        five.comms[1].coll_returned = 1;
+        let d = diag(&ranks);
+        assert!(!d.hung, "the job is progressing");
+        let w = world(&d);
+        assert_eq!((w.stuck_seq, w.slow_ranks.as_slice()), (Some(DONE + 1), &[5][..]));
+        assert_eq!(w.waiting_ranks, OTHERS);
+        assert_eq!(d.ranks[5].state, State::Slow);
+    }
+
+    #[test]
+    fn a_collective_all_entered_that_does_not_complete_is_wedged() {
+        let mut ranks = job(4, 2 * SEC);
+        for (i, r) in ranks.iter_mut().enumerate() {
+            wait_next(r, SEC + i as u64 * MS);
+        }
+        let d = diag(&ranks);
+        assert!(d.hung);
+        assert_eq!(world(&d).wedged_ranks, [0, 1, 2, 3]);
+        assert_eq!(states(&d), [State::Wedged; 4]);
+
+        // The last one arrived 10 ms ago: the others waited for it, and it may complete now.
+        wait_next(&mut ranks[3], 10 * MS);
+        let d = diag(&ranks);
+        assert!(!d.hung);
+        assert!(states(&d).iter().all(|&s| s == State::Ok), "{:?}", states(&d));
+    }
+
+    #[test]
+    fn stuck_in_a_call_on_its_own() {
+        let mut ranks = job(2, STEP);
+        let solo = &mut ranks[0];
+        solo.comms.push(row(0x51, 0, 1));
+        solo.comms[1].coll_entered = 1;
+        solo.comms[1].inflight =
+            Some(crate::core::log::reader::InFlight { op: Some(NcclOp::AllReduce), since_mono_ns: BEAT - SEC });
+        let d = diag(&ranks);
+        assert!(d.hung);
+        assert_eq!(d.ranks[0].state, State::Wedged);
+        let solo = d.communicators.iter().find(|c| c.comm_id == 0x51).unwrap();
+        assert_eq!((solo.stuck_seq, solo.wedged_ranks.as_slice()), (Some(1), &[0][..]));
+    }
+
+    #[test]
+    fn a_dead_rank_holds_up_the_living_at_once() {
+        // Rank 3 returned from its last collective 3 s ago and died a second later.
+        let mut ranks = job(8, 3 * SEC);
+        for r in ranks.iter_mut().filter(|r| r.rank != 3) {
+            wait_next(r, 10 * MS);
+        }
+        stopped(&mut ranks[3], Liveness::Dead, 2 * SEC);
+        let d = diag(&ranks);
+        assert!(d.hung);
+        let w = world(&d);
+        assert_eq!((w.dead_ranks.as_slice(), w.missing_ranks.len()), (&[3][..], 0));
+        assert_eq!(w.waiting_ranks, [0, 1, 2, 4, 5, 6, 7]);
+        assert_eq!(d.ranks[3].state, State::Dead);
+        assert_eq!(d.ranks[3].stuck_ns, Some(3 * SEC - CALL_NS), "silent since before it died");
+    }
+
+    #[test]
+    fn stalled_and_exited_ranks_are_culprits_too() {
+        for (liveness, state) in [(Liveness::Stalled, State::Stalled), (Liveness::Exited, State::Exited)] {
+            let mut ranks = job(4, SEC);
+            for r in ranks.iter_mut().filter(|r| r.rank != 2) {
+                wait_next(r, 10 * MS);
+            }
+            stopped(&mut ranks[2], liveness, 2 * SEC);
+            let d = diag(&ranks);
+            assert!(d.hung, "{state:?}");
+            let w = world(&d);
+            let list = if state == State::Stalled { &w.stalled_ranks } else { &w.exited_ranks };
+            assert_eq!((list.as_slice(), d.ranks[2].state), (&[2][..], state));
+        }
+    }
+
+    #[test]
+    fn a_rank_that_stopped_recording_is_not_blamed() {
+        let mut ranks = job(4, SEC);
+        for r in ranks.iter_mut().filter(|r| r.rank != 2) {
+            wait_next(r, SEC);
+        }
+        stopped(&mut ranks[2], Liveness::Disabled, 2 * SEC);
+        let d = diag(&ranks);
+        assert!(!d.hung, "its counters stopped with its recording: it only looks behind");
+        assert_eq!(world(&d).disabled_ranks, [2]);
+    }
+
+    #[test]
+    fn post_mortem_of_a_job_killed_while_hung() {
+        // Hung for 2 s, then killed a minute ago, each rank's collector within a few ms.
+        let mut ranks = job(8, 63 * SEC);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            wait_next(r, 62 * SEC);
+        }
+        for (i, r) in ranks.iter_mut().enumerate() {
+            stopped(r, Liveness::Dead, 60 * SEC - i as u64 * MS);
+        }
+        let d = diag(&ranks);
+        assert!(d.hung, "it was hung when it died");
+        assert!(states(&d).iter().all(|&s| s == State::Dead));
+        let roles: Vec<State> = d.ranks.iter().map(|r| r.role).collect();
+        let mut expected = [State::Waiting; 8];
+        expected[5] = State::Missing;
+        assert_eq!(roles, expected);
+        assert_eq!(world(&d).dead_ranks, [0, 1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn post_mortem_of_a_healthy_job_killed_mid_step() {
+        // Killed a minute ago, 30 ms after the others entered a collective rank 5 had not.
+        let mut ranks = job(8, 60 * SEC + STEP);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            wait_next(r, 60 * SEC + 30 * MS);
+        }
+        for (i, r) in ranks.iter_mut().enumerate() {
+            stopped(r, Liveness::Dead, 60 * SEC - i as u64 * MS);
+        }
+        assert!(!diag(&ranks).hung);
+    }
+
+    #[test]
+    fn a_rank_without_a_log_is_waited_for_by_communicator_rank() {
+        let mut ranks = job(8, SEC);
+        ranks.remove(5);
+        for r in &mut ranks {
+            wait_next(r, SEC);
+        }
+        let d = diag(&ranks);
+        assert!(d.hung);
+        let w = world(&d);
+        assert_eq!((w.no_log_comm_ranks.as_slice(), w.waiting_ranks.len()), (&[5][..], 7));
+        assert_eq!(d.ranks[0].waiting_for, [-1]);
+    }
+
+    #[test]
+    fn outside_nccl_ahead_of_a_silent_rank_is_waiting_for_it() {
+        // Real NCCL: the call returns at once, the rank blocks later on the GPU.
+        let mut ranks = job(8, SEC);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            r.calls.push(coll(WORLD, DONE + 1, NcclOp::AllReduce, BEAT - 900 * MS));
+            returned(r, WORLD, DONE + 1);
+        }
+        let d = diag(&ranks);
+        assert!(d.hung);
+        let w = world(&d);
+        assert_eq!((w.stuck_seq, w.missing_ranks.as_slice()), (Some(DONE + 1), &[5][..]));
+        assert_eq!(w.waiting_ranks, OTHERS);
+        assert!(!d.ranks[0].at.unwrap().in_flight);
+    }
+
+    #[test]
+    fn a_group_end_waits_for_its_peers() {
+        // A ring exchange in a group: rank 5 never posted its send and receive, so 4 and 6
+        // block in ncclGroupEnd; the others finished the exchange and wait in the next
+        // collective for 4, 5 and 6.
+        let mut ranks = job(8, SEC);
+        let p2p_at = BEAT - 900 * MS;
+        for r in ranks.iter_mut() {
+            let (next, prev) = ((r.rank + 1) % 8, (r.rank + 7) % 8);
+            match r.rank {
+                5 => continue,
+                4 | 6 => {
+                    r.calls.extend([
+                        group_start(p2p_at),
+                        NcclCall { tid: 1, ..p2p(WORLD, 1, NcclOp::Send, next, p2p_at + 10) },
+                        p2p(WORLD, 2, NcclOp::Recv, prev, p2p_at + 20),
+                    ]);
+                    r.comms[0].p2p_entered = 2;
+                    r.comms[0].p2p_returned = 2;
+                }
+                _ => wait_next(r, 800 * MS),
+            }
+        }
+        let d = diag(&ranks);
+        assert!(d.hung);
+        let w = world(&d);
+        assert_eq!(
+            (w.missing_ranks.as_slice(), w.waiting_ranks.as_slice(), w.stuck_p2p),
+            (&[5][..], &OTHERS[..], true)
+        );
+        assert_eq!(d.ranks[4].waiting_for, [5]);
+        let at = d.ranks[4].at.unwrap();
+        assert!(at.in_flight && at.grouped, "{at:?}");
+    }
+
+    #[test]
+    fn a_send_without_a_known_peer_waits_for_silent_members() {
+        let mut ranks = job(2, SEC);
+        let row = &mut ranks[0].comms[0];
+        (row.p2p_entered, row.p2p_returned) = (1, 0);
+        row.inflight = Some(crate::core::log::reader::InFlight { op: Some(NcclOp::Send), since_mono_ns: BEAT - SEC });
+        let d = diag(&ranks);
+        assert!(d.hung);
+        assert_eq!(states(&d), [State::Waiting, State::Missing]);
+
+        // Both inside point-to-point calls on it: nobody to blame but the calls.
+        let row = &mut ranks[1].comms[0];
+        (row.p2p_entered, row.p2p_returned) = (1, 0);
+        row.inflight = Some(crate::core::log::reader::InFlight { op: Some(NcclOp::Recv), since_mono_ns: BEAT - SEC });
+        let d = diag(&ranks);
+        assert_eq!(states(&d), [State::Wedged, State::Wedged]);
+    }
+
+    #[test]
+    fn every_rank_quiet_is_noted_but_not_a_hang() {
+        let ranks = job(4, 5 * SEC);
+        let d = diag(&ranks);
+        assert!(!d.hung);
+        assert_eq!(d.quiet_ns, Some(5 * SEC - CALL_NS));
+        assert_eq!(diag(&job(4, STEP)).quiet_ns, None);
+    }
+
+    #[test]
+    fn the_threshold_is_configurable() {
+        let mut ranks = job(8, 1100 * MS);
+        for r in ranks.iter_mut().filter(|r| r.rank != 5) {
+            wait_next(r, SEC);
+        }
+        let patient = Settings { factor: 20.0, ..Settings::default() };
+        let d = diagnose(&ranks, &patient);
+        assert_eq!(d.threshold.threshold_ns, 2 * SEC);
+        assert!(!d.hung);
+    }
+}

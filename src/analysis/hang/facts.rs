@@ -1,0 +1,339 @@
+//! What one rank's log says about where the rank is: its counters on each communicator,
+//! the calls it is blocked in, and how long it has been silent.
+
+use std::collections::BTreeMap;
+
+use super::RankInput;
+use crate::analysis::liveness::Liveness;
+use crate::core::log::records::NcclCall;
+use crate::core::nccl_op::NcclOp;
+
+/// `ncclInProgress`: a non-blocking `ncclGroupEnd` that returns it has closed the group.
+const NCCL_IN_PROGRESS: i32 = 7;
+
+pub(super) struct Facts {
+    /// How long before the reader's now the instant the log describes is: 0 while the rank
+    /// beats, the heartbeat's age once it stopped.
+    pub known_ago_ns: u64,
+    pub memberships: Vec<Membership>,
+    pub waits: Vec<Wait>,
+    /// From the last sign of progress (a call entered or returned) to `known_ns`.
+    pub silent_ns: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Membership {
+    pub comm_id: u64,
+    pub comm_rank: i32,
+    pub nranks: i32,
+    pub coll_entered: u64,
+    pub coll_returned: u64,
+    pub p2p_entered: u64,
+    pub p2p_returned: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum WaitKind {
+    Coll,
+    /// The communicator ranks it exchanges with, when the records name them.
+    P2p {
+        peers: Option<Vec<i32>>,
+    },
+}
+
+/// A call the rank is blocked in.
+#[derive(Clone, Debug)]
+pub(super) struct Wait {
+    pub comm_id: u64,
+    pub comm_rank: i32,
+    pub kind: WaitKind,
+    pub seq: u64,
+    pub op: Option<NcclOp>,
+    pub age_ns: u64,
+    /// Inferred: the thread is inside `ncclGroupEnd` of a group holding this call.
+    pub grouped: bool,
+}
+
+/// Newest collective and send/recv sequence numbers the records hold per communicator.
+fn newest_seqs(calls: &[NcclCall]) -> BTreeMap<u64, (u64, u64)> {
+    let mut newest: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for c in calls.iter().filter(|c| c.comm_id != 0 && c.seq != 0) {
+        let entry = newest.entry(c.comm_id).or_default();
+        if c.op.is_collective() {
+            entry.0 = entry.0.max(c.seq);
+        } else if c.op.is_p2p() {
+            entry.1 = entry.1.max(c.seq);
+        }
+    }
+    newest
+}
+
+impl Facts {
+    pub fn of(input: &RankInput) -> Facts {
+        let live = input.liveness == Liveness::Live;
+        // The instant the log describes, on the rank's clock: the reader's now while it
+        // beats, its last heartbeat once it stopped.
+        let known_ns = match input.heartbeat_age_ns {
+            _ if input.heartbeat_mono_ns == 0 => None,
+            Some(age) if live => Some(input.heartbeat_mono_ns.saturating_add(age)),
+            _ => Some(input.heartbeat_mono_ns),
+        };
+        let known_ago_ns = if live { 0 } else { input.heartbeat_age_ns.unwrap_or(u64::MAX) };
+        let newest = newest_seqs(&input.calls);
+        let memberships = memberships(input, &newest);
+        let mut waits = Vec::new();
+        let mut activity = input.calls.iter().map(|c| c.t_exit_ns).chain(input.created.iter().map(|c| c.t_ns)).max();
+        for row in &input.comms {
+            let Some(inflight) = row.inflight.as_ref() else { continue };
+            activity = activity.max(Some(inflight.since_mono_ns));
+            // The op decides; without a known op, the counters do.
+            let coll = inflight.op.map_or(row.coll_entered > row.coll_returned, NcclOp::is_collective);
+            let p2p = inflight.op.map_or(row.p2p_entered > row.p2p_returned, NcclOp::is_p2p);
+            // A call in flight is the one after the last returned: the entered counter may
+            // be read a moment before the call stores it.
+            let (kind, seq) = match (coll, p2p) {
+                (true, _) => (WaitKind::Coll, row.coll_returned + 1),
+                (false, true) => (WaitKind::P2p { peers: None }, row.p2p_returned + 1),
+                _ => continue,
+            };
+            let Some(known) = known_ns else { continue };
+            waits.push(Wait {
+                comm_id: row.comm_id,
+                comm_rank: row.rank,
+                kind,
+                seq,
+                op: inflight.op,
+                age_ns: known.saturating_sub(inflight.since_mono_ns),
+                grouped: false,
+            });
+        }
+        if input.history_complete && known_ns.is_some() {
+            for group in open_groups(&input.calls) {
+                // Drained after the group's last call without its ncclGroupEnd: the thread
+                // was inside the group at least until the last heartbeat.
+                if group.since_ns >= input.heartbeat_mono_ns {
+                    continue;
+                }
+                activity = activity.max(Some(group.since_ns));
+                let age_ns = input.heartbeat_mono_ns - group.since_ns;
+                waits.extend(group_waits(&group.calls, &memberships, age_ns));
+            }
+        }
+        let mut silent_ns = known_ns.zip(activity).map(|(known, last)| known.saturating_sub(last));
+        // A call that returned after the last drain is not in the records yet: it counts as
+        // progress since the last heartbeat.
+        let unflushed = input.comms.iter().any(|row| {
+            let (coll, p2p) = newest.get(&row.comm_id).copied().unwrap_or_default();
+            row.coll_returned > coll || row.p2p_returned > p2p
+        });
+        if unflushed {
+            let since_beat = known_ns.map(|known| known.saturating_sub(input.heartbeat_mono_ns));
+            silent_ns = silent_ns.zip(since_beat).map(|(a, b)| a.min(b)).or(since_beat);
+        }
+        Facts { known_ago_ns, memberships, waits, silent_ns }
+    }
+}
+
+/// One row per live-table slot, then one per communicator only the records know (destroyed,
+/// or beyond a full table), with counters from the newest records.
+fn memberships(input: &RankInput, newest: &BTreeMap<u64, (u64, u64)>) -> Vec<Membership> {
+    let mut rows: Vec<Membership> = input
+        .comms
+        .iter()
+        .map(|row| Membership {
+            comm_id: row.comm_id,
+            comm_rank: row.rank,
+            nranks: row.nranks,
+            coll_entered: row.coll_entered,
+            coll_returned: row.coll_returned,
+            p2p_entered: row.p2p_entered,
+            p2p_returned: row.p2p_returned,
+        })
+        .collect();
+    let mut from_records: BTreeMap<u64, Membership> = BTreeMap::new();
+    let blank = |comm_id| Membership {
+        comm_id,
+        comm_rank: -1,
+        nranks: -1,
+        coll_entered: 0,
+        coll_returned: 0,
+        p2p_entered: 0,
+        p2p_returned: 0,
+    };
+    for created in &input.created {
+        let m = from_records.entry(created.comm_id).or_insert_with(|| blank(created.comm_id));
+        (m.comm_rank, m.nranks) = (created.rank, created.nranks);
+    }
+    for (&comm_id, &(coll, p2p)) in newest {
+        let m = from_records.entry(comm_id).or_insert_with(|| blank(comm_id));
+        (m.coll_entered, m.coll_returned, m.p2p_entered, m.p2p_returned) = (coll, coll, p2p, p2p);
+    }
+    rows.extend(from_records.into_values().filter(|m| !input.comms.iter().any(|row| row.comm_id == m.comm_id)));
+    rows
+}
+
+struct OpenGroup<'a> {
+    /// When its last call returned.
+    since_ns: u64,
+    calls: Vec<&'a NcclCall>,
+}
+
+fn depth_after(call: &NcclCall) -> u16 {
+    match call.op {
+        NcclOp::GroupStart if call.result == 0 => call.group_depth + 1,
+        NcclOp::GroupEnd if call.result == 0 || call.result == NCCL_IN_PROGRESS => call.group_depth.saturating_sub(1),
+        _ => call.group_depth,
+    }
+}
+
+/// Threads whose newest record leaves a `ncclGroupStart` unclosed, with the calls of that
+/// group. Calls inside a group return at once; the group blocks in `ncclGroupEnd`, which
+/// has no communicator and so no slot in the live table.
+fn open_groups(calls: &[NcclCall]) -> Vec<OpenGroup<'_>> {
+    let mut newest_by_thread: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, call) in calls.iter().enumerate() {
+        newest_by_thread.insert(call.tid, i);
+    }
+    let mut groups = Vec::new();
+    for (&tid, &newest) in &newest_by_thread {
+        if depth_after(&calls[newest]) == 0 {
+            continue;
+        }
+        let mut members = Vec::new();
+        for call in calls[..=newest].iter().rev().filter(|c| c.tid == tid) {
+            // The outermost ncclGroupStart, or a call outside any group if that was lost.
+            if call.group_depth == 0 {
+                break;
+            }
+            if call.comm_id != 0 && (call.op.is_collective() || call.op.is_p2p()) {
+                members.push(call);
+            }
+        }
+        members.reverse();
+        groups.push(OpenGroup { since_ns: calls[newest].t_exit_ns, calls: members });
+    }
+    groups
+}
+
+/// One wait per communicator the group touches: its newest collective, and its
+/// sends/receives with the peers they name.
+fn group_waits(calls: &[&NcclCall], memberships: &[Membership], age_ns: u64) -> Vec<Wait> {
+    let mut by_comm: BTreeMap<u64, Vec<&NcclCall>> = BTreeMap::new();
+    for call in calls {
+        by_comm.entry(call.comm_id).or_default().push(call);
+    }
+    let mut waits = Vec::new();
+    for (comm_id, calls) in by_comm {
+        let comm_rank = memberships.iter().find(|m| m.comm_id == comm_id).map_or(-1, |m| m.comm_rank);
+        let wait = |kind, last: &NcclCall| Wait {
+            comm_id,
+            comm_rank,
+            kind,
+            seq: last.seq,
+            op: Some(last.op),
+            age_ns,
+            grouped: true,
+        };
+        if let Some(last) = calls.iter().filter(|c| c.op.is_collective()).max_by_key(|c| c.seq) {
+            waits.push(wait(WaitKind::Coll, last));
+        }
+        if let Some(last) = calls.iter().filter(|c| c.op.is_p2p()).max_by_key(|c| c.seq) {
+            let mut peers: Vec<i32> = calls.iter().filter(|c| c.op.is_p2p() && c.peer >= 0).map(|c| c.peer).collect();
+            peers.sort_unstable();
+            peers.dedup();
+            waits.push(wait(WaitKind::P2p { peers: Some(peers) }, last));
+        }
+    }
+    waits
+}
+
+/// How long every live rank has been outside NCCL, when that is longer than the threshold.
+pub(super) fn quiet_ns(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) -> Option<u64> {
+    let live: Vec<&Facts> =
+        ranks.iter().zip(facts).filter(|(r, _)| r.liveness == Liveness::Live).map(|(_, f)| f).collect();
+    if live.is_empty() || live.iter().any(|f| !f.waits.is_empty()) {
+        return None;
+    }
+    let quiet = live.iter().map(|f| f.silent_ns).collect::<Option<Vec<u64>>>()?.into_iter().min()?;
+    (quiet > threshold_ns).then_some(quiet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::hang::testkit::*;
+
+    #[test]
+    fn a_call_in_flight_is_a_wait_aged_on_the_ranks_own_clock() {
+        let mut r = rank(3, 8);
+        r.heartbeat_mono_ns = 10 * SEC;
+        r.heartbeat_age_ns = Some(SEC / 10);
+        history(&mut r, 4, SEC, SEC);
+        in_flight(&mut r, WORLD, 4, NcclOp::AllReduce, 9 * SEC);
+        let f = Facts::of(&r);
+        assert_eq!((f.known_ago_ns, f.waits.len()), (0, 1));
+        let w = &f.waits[0];
+        assert_eq!(
+            (w.kind.clone(), w.seq, w.op, w.age_ns),
+            (WaitKind::Coll, 5, Some(NcclOp::AllReduce), SEC + SEC / 10)
+        );
+        assert_eq!(f.silent_ns, Some(SEC + SEC / 10), "entering a call is the last sign of progress");
+    }
+
+    #[test]
+    fn a_dead_ranks_log_speaks_of_its_last_heartbeat() {
+        let mut r = rank(1, 2);
+        r.liveness = Liveness::Dead;
+        r.heartbeat_mono_ns = 10 * SEC;
+        r.heartbeat_age_ns = Some(3600 * SEC);
+        r.calls = vec![coll(WORLD, 1, NcclOp::AllReduce, 7 * SEC)];
+        let f = Facts::of(&r);
+        assert_eq!(f.known_ago_ns, 3600 * SEC);
+        assert_eq!(f.silent_ns, Some(3 * SEC - CALL_NS), "silent for 3 s when it last beat");
+    }
+
+    #[test]
+    fn a_call_returned_but_not_yet_drained_counts_as_recent_progress() {
+        let mut r = rank(0, 2);
+        r.heartbeat_mono_ns = 10 * SEC;
+        r.heartbeat_age_ns = Some(SEC / 20);
+        r.calls = vec![coll(WORLD, 1, NcclOp::AllReduce, SEC)];
+        returned(&mut r, WORLD, 2);
+        assert_eq!(Facts::of(&r).silent_ns, Some(SEC / 20));
+        returned(&mut r, WORLD, 1);
+        assert_eq!(Facts::of(&r).silent_ns, Some(9 * SEC + SEC / 20 - CALL_NS));
+    }
+
+    #[test]
+    fn an_open_group_is_a_wait_in_group_end_for_each_of_its_peers() {
+        let mut r = rank(4, 8);
+        r.heartbeat_mono_ns = 10 * SEC;
+        r.heartbeat_age_ns = Some(0);
+        let t = 8 * SEC;
+        r.calls = vec![group_start(t), p2p(WORLD, 7, NcclOp::Send, 5, t + 10), p2p(WORLD, 8, NcclOp::Recv, 3, t + 20)];
+        returned(&mut r, WORLD, 0);
+        let f = Facts::of(&r);
+        assert_eq!(f.waits.len(), 1);
+        let w = &f.waits[0];
+        assert_eq!(w.kind, WaitKind::P2p { peers: Some(vec![3, 5]) });
+        assert!(w.grouped);
+        assert_eq!((w.seq, w.age_ns), (8, 2 * SEC - 20 - CALL_NS));
+
+        r.calls.push(group_end(t + 30));
+        assert!(Facts::of(&r).waits.is_empty(), "a closed group waits for nothing");
+        r.calls.pop();
+        r.history_complete = false;
+        assert!(Facts::of(&r).waits.is_empty(), "a lost ncclGroupEnd must not look like a wait");
+    }
+
+    #[test]
+    fn memberships_come_from_the_table_then_the_records() {
+        let mut r = rank(2, 4);
+        r.created.push(created(0xdead, 1, 2));
+        r.calls = vec![coll(0xdead, 1, NcclOp::AllReduce, SEC), coll(0xdead, 2, NcclOp::AllReduce, 2 * SEC)];
+        let f = Facts::of(&r);
+        let destroyed = f.memberships.iter().find(|m| m.comm_id == 0xdead).unwrap();
+        assert_eq!((destroyed.comm_rank, destroyed.nranks, destroyed.coll_entered), (1, 2, 2));
+        assert_eq!(f.memberships.iter().filter(|m| m.comm_id == WORLD).count(), 1, "the table row only");
+    }
+}

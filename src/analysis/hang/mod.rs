@@ -1,0 +1,235 @@
+//! Hang localization from one snapshot of a job's rank logs: which rank, which collective,
+//! since when. Pure and deterministic: the caller reads the logs and the clocks, this
+//! module only reasons over what it is handed.
+//!
+//! The model, in the words `sf hang --help` uses:
+//!
+//! - Every rank is either inside an NCCL call (a *wait*: the call in flight in the live
+//!   communicator table, or a `ncclGroupEnd` inferred from a group its records leave open)
+//!   or outside one, *silent* since its last call returned.
+//! - A wait in collective #k waits for the members of its communicator that never entered
+//!   #k; a grouped send/recv waits for its peers. A rank outside any call but ahead of
+//!   others on a communicator waits for those furthest behind (real NCCL returns before the
+//!   GPU work is done, so real jobs block outside NCCL).
+//! - Such a dependency is *stuck* when the wait is older than the threshold, when the rank
+//!   waited for has been silent longer than the threshold, or when that rank is gone (dead,
+//!   stopped, exited) while the waiter still runs. Younger ones are the skew of a healthy
+//!   job, which always has some ranks inside collective #k and others not there yet.
+//! - The threshold is `max(min_stuck, factor x step time)`, the step time estimated from
+//!   the job's own collective cadence (see `cadence`).
+
+pub mod cadence;
+mod classify;
+mod facts;
+mod mismatch;
+#[cfg(test)]
+mod testkit;
+
+use serde::Serialize;
+
+pub use cadence::{Cadence, Threshold};
+pub use mismatch::{FieldValue, Mismatch, MismatchField};
+
+use crate::analysis::liveness::Liveness;
+use crate::core::log::reader::CommLive;
+use crate::core::log::records::{CommCreated, NcclCall};
+use crate::core::nccl_op::NcclOp;
+
+/// Stuck means older than `factor` steps: the longest a healthy rank waits in a collective
+/// is the skew between ranks, and the longest it goes without an NCCL call is its longest
+/// compute phase, both less than one step; 1.5 leaves half a step for steps slower than
+/// the median and still reports a hang within 2 steps of its start.
+pub const DEFAULT_FACTOR: f64 = 1.5;
+/// Floor of the threshold: below it, scheduling noise on a loaded host looks like a hang.
+pub const DEFAULT_MIN_STUCK_NS: u64 = 50_000_000;
+/// The threshold while the logs hold too few steps to estimate the cadence: the first
+/// collectives of a job (connection set-up, warm-up) may legitimately take this long.
+pub const DEFAULT_FALLBACK_STUCK_NS: u64 = 30_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    pub factor: f64,
+    pub min_stuck_ns: u64,
+    pub fallback_stuck_ns: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            factor: DEFAULT_FACTOR,
+            min_stuck_ns: DEFAULT_MIN_STUCK_NS,
+            fallback_stuck_ns: DEFAULT_FALLBACK_STUCK_NS,
+        }
+    }
+}
+
+/// One rank log, as the adapter read it. Times are the rank's own `CLOCK_MONOTONIC`.
+#[derive(Clone, Debug)]
+pub struct RankInput {
+    /// Global rank from the header, -1 for a log without rank identity.
+    pub rank: i32,
+    pub liveness: Liveness,
+    /// Reader's now minus the last heartbeat (`analysis::heartbeat`); `None` if it never beat.
+    pub heartbeat_age_ns: Option<u64>,
+    /// The last heartbeat. The collector drains the records just before each heartbeat, so
+    /// every call that returned before it is in `calls`.
+    pub heartbeat_mono_ns: u64,
+    /// The live communicator table.
+    pub comms: Vec<CommLive>,
+    pub created: Vec<CommCreated>,
+    /// `nccl_call` records held, oldest first.
+    pub calls: Vec<NcclCall>,
+    /// No event dropped and no record missing: an open group in `calls` is really open.
+    pub history_complete: bool,
+    /// The stage the rank is in. The hook for stage markers: the library does not record
+    /// them yet, so the adapter passes `None`.
+    pub stage: Option<String>,
+}
+
+/// A rank's part in a hang, and its state in the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Not involved in anything stuck.
+    Ok,
+    /// Others are stuck waiting for it, but it is still making NCCL calls.
+    Slow,
+    /// Blocked in (or, outside NCCL, behind) a call that waits for other ranks.
+    Waiting,
+    /// Never entered the call others are stuck in, and has made no progress since: the culprit.
+    Missing,
+    /// Stuck in a call though every rank it needs is there (or it waits for nobody known).
+    Wedged,
+    /// Heartbeat stale, process gone.
+    Dead,
+    /// Heartbeat stale, process still there: stopped, or frozen as a whole.
+    Stalled,
+    /// Exited through `exit()`.
+    Exited,
+    /// Recording stopped after an internal error: its log says nothing after that.
+    Disabled,
+}
+
+impl State {
+    pub fn of_liveness(liveness: Liveness) -> State {
+        match liveness {
+            Liveness::Live => State::Ok,
+            Liveness::Dead => State::Dead,
+            Liveness::Stalled => State::Stalled,
+            Liveness::Exited => State::Exited,
+            Liveness::Disabled => State::Disabled,
+        }
+    }
+}
+
+/// Where a rank is: the call it is in, or the collective it has not entered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Position {
+    pub comm_id: u64,
+    /// The collective's sequence number, or the send/recv sequence (which is not comparable
+    /// across ranks) for point-to-point calls.
+    pub comm_seq: Option<u64>,
+    pub op: Option<NcclOp>,
+    /// Inside the call (false: the call it has not entered, or, outside NCCL, its last).
+    pub in_flight: bool,
+    /// Inside `ncclGroupEnd` of a group holding this call.
+    pub grouped: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RankVerdict {
+    pub rank: i32,
+    pub state: State,
+    /// Its part in a hang as of its log's last word (for a live rank, the same as `state`;
+    /// for a dead one, what it was doing when it died).
+    pub role: State,
+    pub stage: Option<String>,
+    /// How long it has been stuck: in its call (waiting, wedged) or since its last call
+    /// returned (missing, dead, stalled).
+    pub stuck_ns: Option<u64>,
+    pub at: Option<Position>,
+    /// Global ranks it waits for (-1: a communicator rank without a log).
+    pub waiting_for: Vec<i32>,
+    /// Since its last NCCL call returned or entered, as of its log's last word.
+    pub silent_ns: Option<u64>,
+}
+
+/// A member's counters on a communicator, as the live table (or, for a destroyed or
+/// untracked communicator, the records) say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Member {
+    pub rank: i32,
+    pub comm_rank: i32,
+    pub coll_entered: u64,
+    pub coll_returned: u64,
+    pub p2p_entered: u64,
+    pub p2p_returned: u64,
+    pub in_flight: Option<MemberCall>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MemberCall {
+    pub op: Option<NcclOp>,
+    pub comm_seq: u64,
+    pub age_ns: u64,
+    pub grouped: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommVerdict {
+    pub comm_id: u64,
+    /// -1 when no member knows it.
+    pub nranks: i32,
+    /// The first collective that waits have been stuck on, `None` when none is stuck.
+    pub stuck_seq: Option<u64>,
+    pub stuck_op: Option<NcclOp>,
+    /// Sends/receives are stuck on it.
+    pub stuck_p2p: bool,
+    pub stuck_ns: Option<u64>,
+    pub missing_ranks: Vec<i32>,
+    pub waiting_ranks: Vec<i32>,
+    pub dead_ranks: Vec<i32>,
+    pub wedged_ranks: Vec<i32>,
+    pub slow_ranks: Vec<i32>,
+    pub stalled_ranks: Vec<i32>,
+    pub exited_ranks: Vec<i32>,
+    pub disabled_ranks: Vec<i32>,
+    /// Communicator ranks that no log claims, yet others wait for.
+    pub no_log_comm_ranks: Vec<i32>,
+    pub members: Vec<Member>,
+    pub mismatches: Vec<Mismatch>,
+    /// Mismatches found; `mismatches` holds the first `mismatch::LIST_AT_MOST`.
+    pub mismatches_total: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// A culprit holds up a stuck wait: some rank is missing, wedged, dead, stalled or
+    /// exited, or a communicator rank without a log is waited for.
+    pub hung: bool,
+    pub threshold: Threshold,
+    pub communicators: Vec<CommVerdict>,
+    /// In input order.
+    pub ranks: Vec<RankVerdict>,
+    /// Every live rank has been outside NCCL for this long, more than the threshold: the
+    /// job is stuck outside NCCL or in a long phase without collectives, which one the
+    /// logs cannot tell. `None` otherwise.
+    pub quiet_ns: Option<u64>,
+}
+
+pub fn diagnose(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
+    let calls: Vec<&[NcclCall]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
+    let threshold = Threshold::new(cadence::estimate(&calls), settings);
+    let facts: Vec<facts::Facts> = ranks.iter().map(facts::Facts::of).collect();
+    let mut verdict = classify::classify(ranks, &facts, threshold.threshold_ns);
+    for comm in &mut verdict.communicators {
+        (comm.mismatches, comm.mismatches_total) = mismatch::find(comm.comm_id, ranks, &facts);
+    }
+    Diagnosis {
+        hung: verdict.hung,
+        threshold,
+        quiet_ns: facts::quiet_ns(ranks, &facts, threshold.threshold_ns),
+        communicators: verdict.communicators,
+        ranks: verdict.ranks,
+    }
+}
