@@ -18,6 +18,22 @@ pub enum Command {
     Ls { path: PathBuf, format: Format },
     /// Every record one log holds.
     Dump { file: PathBuf, format: Format },
+    /// Frontier accounting over a stage-duration CSV.
+    Frontier { options: FrontierOptions, format: Format },
+}
+
+/// What `sf frontier` analyzes and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrontierOptions {
+    pub csv: PathBuf,
+    /// Stage order; `None`: first appearance in the file.
+    pub stages: Option<Vec<String>>,
+    /// Steps per window; `None`: a window runs until the input changes.
+    pub window: Option<usize>,
+    pub residual: Option<String>,
+    /// Stages with the model-fit indicator W_s = 1.
+    pub sync_wait: Vec<String>,
+    pub accumulation: Option<u32>,
 }
 
 /// Parses `args`, program name first. Help, version and usage errors come back as the
@@ -31,6 +47,7 @@ where
     Ok(match cli.command {
         Sub::Ls(a) => Command::Ls { path: a.path, format: a.output.format() },
         Sub::Dump(a) => Command::Dump { file: a.file, format: a.output.format() },
+        Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
     })
 }
 
@@ -99,6 +116,44 @@ Examples:
   sf dump /dev/shm/stagefrontier-$(id -u)/default/rank-00000.sflog | less
   sf dump rank-00000.sflog --json | jq -c 'select(.kind == \"nccl_call\" and .result != 0)'";
 
+const FRONTIER_LONG_ABOUT: &str = "\
+Frontier accounting (StageFrontier) over per-rank stage durations: where each step's
+exposed time goes, and which stage and rank to aim a profiler at.
+
+Each rank times an ordered list of stages (data, forward, backward, ...) on its own clock.
+At each stage boundary the frontier is the largest cumulative time any rank has reached.
+A step's EXPOSED TIME is the frontier after the last stage: the slowest rank's step total.
+A stage's ADVANCE is how far the frontier moved during that stage. Advances add up exactly
+to the exposed time, and the time other ranks spend waiting in a later stage for an
+earlier straggler is charged once, to the stage where the straggler fell behind. Only
+durations and step numbers are compared: no clock synchronization is needed.
+
+Example: ranks with (data, fwd, bwd) = (6.0, 1.0, 1.2), (1.0, 1.0, 6.2) and
+(1.1, 1.0, 6.0) s. Rank 0 stalls 5 s in data; the others wait for it in backward.
+Exposed time 8.2 s = advances data 6.0 + fwd 1.0 + bwd 1.2, while per-stage maxima
+add up to 13.2 s because they count that wait twice.
+
+--csv FILE has the header step,rank,stage,seconds and one row per step, rank and stage.
+Every rank the file names is expected at every step: a step lacking one, or bringing
+other stages, closes the current window, and a window with missing ranks is
+telemetry_limited.
+
+Per window: exposed time; each stage's advance and SHARE of exposed time; the routing
+set (fewest stages whose shares reach 0.80), top-1 and top-2; GAIN, the share of exposed
+time removed by clipping a stage to the ranks' median; the ranks leading each stage;
+the baselines (per-stage max and average, rank spread, slowest rank, lowest rank) side
+by side; and labels with their reasons (frontier_accounting, direct_exposure,
+sync_wait_dependent, likely_sync_wait, co_critical, role_aware_needed,
+telemetry_limited, gradient_accumulation_ambiguous).
+
+Exit status: 0, or 2 when the CSV cannot be read or is malformed.";
+
+const FRONTIER_EXAMPLES: &str = "\
+Examples:
+  sf frontier --csv stages.csv
+  sf frontier --csv stages.csv --stages data,fwd,bwd,optim --window 100
+  sf frontier --csv stages.csv --sync-wait data --json | jq '.windows[] | {top2, leader_ranks, labels}'";
+
 #[derive(Parser)]
 #[command(
     name = "sf",
@@ -121,6 +176,9 @@ enum Sub {
     /// Print every record a rank log holds, oldest first
     #[command(long_about = DUMP_LONG_ABOUT, after_help = DUMP_EXAMPLES)]
     Dump(DumpArgs),
+    /// Frontier accounting of per-rank stage durations: exposed time, routing, labels
+    #[command(long_about = FRONTIER_LONG_ABOUT, after_help = FRONTIER_EXAMPLES)]
+    Frontier(FrontierArgs),
 }
 
 #[derive(Args)]
@@ -139,6 +197,48 @@ struct DumpArgs {
     file: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
+}
+
+/// Logs carry no stage vectors yet, so the CSV is the only input; a job directory
+/// argument comes when they do.
+#[derive(Args)]
+struct FrontierArgs {
+    /// CSV with the header step,rank,stage,seconds: one row per step, rank and stage
+    #[arg(long, value_name = "FILE")]
+    csv: PathBuf,
+    /// Stage order, comma-separated (default: order of first appearance); rows naming
+    /// another stage are an error
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    stages: Option<Vec<String>>,
+    /// Close each window after N steps (default: a window lasts until the ranks or stages change)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    window: Option<u32>,
+    /// The residual stage absorbing time no other stage covers [default: step.other_cpu_wall]
+    #[arg(long, value_name = "STAGE")]
+    residual: Option<String>,
+    /// Stages the workload is known to expose through synchronization waits (the paper's
+    /// model-fit indicator); enables sync_wait_dependent and likely_sync_wait for them
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    sync_wait: Vec<String>,
+    /// Microsteps per optimizer step when the job accumulates gradients
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
+    accumulation: Option<u32>,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+impl FrontierArgs {
+    fn options(self) -> FrontierOptions {
+        let trim = |names: Vec<String>| names.into_iter().map(|n| n.trim().to_string()).collect::<Vec<_>>();
+        FrontierOptions {
+            csv: self.csv,
+            stages: self.stages.map(trim),
+            window: self.window.map(|n| n as usize),
+            residual: self.residual,
+            sync_wait: trim(self.sync_wait),
+            accumulation: self.accumulation,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -175,6 +275,26 @@ mod tests {
             parse(&["sf", "dump", "job/rank-00001.sflog", "--json"]),
             Ok(Command::Dump { file: "job/rank-00001.sflog".into(), format: Format::Json })
         );
+    }
+
+    #[test]
+    fn frontier_takes_a_csv_and_stage_options() {
+        let options = FrontierOptions {
+            csv: "s.csv".into(),
+            stages: Some(vec!["data".into(), "bwd".into()]),
+            window: Some(50),
+            residual: None,
+            sync_wait: vec!["data".into()],
+            accumulation: None,
+        };
+        let args = "sf frontier --csv s.csv --stages data,bwd --window 50 --sync-wait data";
+        assert_eq!(
+            parse(&args.split(' ').collect::<Vec<_>>()),
+            Ok(Command::Frontier { options, format: Format::Human })
+        );
+        assert_eq!(parse(&["sf", "frontier"]), Err(ErrorKind::MissingRequiredArgument));
+        assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "--window", "0"]), Err(ErrorKind::ValueValidation));
+        assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "jobdir"]), Err(ErrorKind::UnknownArgument));
     }
 
     #[test]

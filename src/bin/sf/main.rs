@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::Command;
-use commands::{dump, ls, Failure};
+use commands::{dump, frontier, ls, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -50,6 +50,18 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             note_line(&output::scan_summary(&report.file, &report.stats));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Frontier { options, format } => match frontier::build(&options) {
+            Ok(report) => {
+                output::new(format, stdout).frontier(&report)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            // A bad CSV is bad input, like a usage error: exit 2.
+            Err(Failure::Message(message)) => {
+                error_line(&message);
+                Ok(ExitCode::from(2))
+            }
+            Err(failure) => Err(failure),
+        },
     }
 }
 

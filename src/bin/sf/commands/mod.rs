@@ -1,6 +1,7 @@
 //! Each command computes its report once; `output` only formats it.
 
 pub mod dump;
+pub mod frontier;
 pub mod ls;
 
 use std::io;

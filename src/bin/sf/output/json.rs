@@ -9,6 +9,7 @@ use stagefrontier::core::nccl_op::{dtype_name, redop_name, result_name};
 
 use super::Output;
 use crate::commands::dump::DumpReport;
+use crate::commands::frontier::FrontierReport;
 use crate::commands::ls::LsReport;
 
 pub struct Json<W> {
@@ -64,6 +65,12 @@ impl<W: Write> Output for Json<W> {
             serde_json::to_writer(&mut self.out, &DumpLine::new(record))?;
             writeln!(self.out)?;
         }
+        self.out.flush()
+    }
+
+    fn frontier(&mut self, report: &FrontierReport) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, report)?;
+        writeln!(self.out)?;
         self.out.flush()
     }
 }

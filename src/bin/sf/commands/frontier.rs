@@ -1,0 +1,205 @@
+//! `sf frontier`: frontier accounting over a CSV of per-rank stage durations.
+
+use std::fs::File;
+use std::io::BufReader;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::Serialize as DeriveSerialize;
+use stagefrontier::analysis::frontier::csv::{self, StageTable};
+use stagefrontier::analysis::frontier::{ranked, Analyzer, Context, Window};
+
+use super::Failure;
+use crate::cli::FrontierOptions;
+
+/// The `--json` object; the field names the README lists are a contract.
+#[derive(Debug, DeriveSerialize)]
+pub struct FrontierReport {
+    pub file: String,
+    pub stages: Vec<String>,
+    /// Every rank the file names.
+    pub world: usize,
+    pub windows: Vec<WindowReport>,
+}
+
+#[derive(Debug, DeriveSerialize)]
+pub struct WindowReport {
+    pub first_step: u64,
+    pub last_step: u64,
+    pub steps: usize,
+    pub ranks: usize,
+    pub missing_ranks: Vec<u32>,
+    pub closed_by: &'static str,
+    pub exposed_s: f64,
+    pub advances_s: StageMap<f64>,
+    /// Empty when the window is under the denominator floor.
+    pub shares: StageMap<f64>,
+    pub routing_set: Vec<String>,
+    pub top1: Option<String>,
+    pub top2: Vec<String>,
+    pub leader_ranks: StageMap<Vec<u32>>,
+    pub labels: Vec<LabelReport>,
+    pub co_critical_stages: Vec<String>,
+    pub baselines: BaselineReport,
+    pub gains: StageMap<f64>,
+    pub clipped_top1_advances_s: StageMap<f64>,
+    pub leader_tie_counts: StageMap<usize>,
+    pub confident_leader_steps: StageMap<u64>,
+    pub leader_switches: StageMap<u64>,
+    pub lag_s: StageMap<f64>,
+    pub delta_lag_s: StageMap<f64>,
+    pub gap_s: StageMap<f64>,
+    pub deviating_ranks: Vec<u32>,
+    pub residual_share: Option<f64>,
+}
+
+#[derive(Debug, DeriveSerialize)]
+pub struct LabelReport {
+    pub label: &'static str,
+    pub reason: String,
+}
+
+#[derive(Debug, DeriveSerialize)]
+pub struct BaselineReport {
+    pub per_stage_max_s: StageMap<f64>,
+    pub per_stage_avg_s: StageMap<f64>,
+    pub rank_spread_s: StageMap<f64>,
+    pub slowest_rank_s: StageMap<f64>,
+    pub slowest_rank: u32,
+    pub local_rank: u32,
+    pub local_rank_s: StageMap<f64>,
+    /// Σ per_stage_max_s: M of Proposition 1, ≥ exposed_s.
+    pub per_stage_max_total_s: f64,
+    /// Σ per_stage_avg_s: M̄ of Proposition 2, ≤ exposed_s.
+    pub per_stage_avg_total_s: f64,
+    /// Each baseline's leading stage, as the frontier's `top1`.
+    pub top1: BaselineTops,
+}
+
+#[derive(Debug, DeriveSerialize)]
+pub struct BaselineTops {
+    pub per_stage_max: String,
+    pub per_stage_avg: String,
+    pub rank_spread: String,
+    pub slowest_rank: String,
+    pub local_rank: String,
+}
+
+/// Per-stage values in the window's stage order, serialized as a JSON object in that order.
+#[derive(Debug)]
+pub struct StageMap<T>(pub Vec<(String, T)>);
+
+impl<T: Serialize> Serialize for StageMap<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (stage, value) in &self.0 {
+            map.serialize_entry(stage, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Reads, checks and analyzes the CSV. Every failure is about the input: the caller exits 2.
+pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
+    let file = options.csv.display().to_string();
+    let fail = |message: String| Failure::Message(format!("{file}: {message}"));
+    if let Some(stages) = &options.stages {
+        if let Some(i) = (0..stages.len()).find(|&i| stages[i].is_empty() || stages[..i].contains(&stages[i])) {
+            return Err(fail(format!("--stages names {:?} twice or blank: list each stage once", stages[i])));
+        }
+    }
+    let input = File::open(&options.csv).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let table = csv::read(BufReader::new(input), options.stages.as_deref()).map_err(|e| match e.line() {
+        Some(line) => Failure::Message(format!("{file}:{line}: {e}")),
+        None => fail(e.to_string()),
+    })?;
+    let known = table.schema().stages();
+    let named = options.residual.iter().chain(&options.sync_wait);
+    if let Some(unknown) = named.into_iter().find(|name| !known.contains(name)) {
+        return Err(fail(format!(
+            "stage {unknown:?} given to --residual or --sync-wait is not in the file's stages ({})",
+            known.join(",")
+        )));
+    }
+    let windows = analyze(&table, options).map_err(|e| fail(e.to_string()))?;
+    Ok(FrontierReport {
+        file,
+        stages: known.to_vec(),
+        world: table.world().len(),
+        windows: windows.iter().map(window_report).collect(),
+    })
+}
+
+fn analyze(
+    table: &StageTable,
+    options: &FrontierOptions,
+) -> Result<Vec<Window>, stagefrontier::analysis::frontier::StepError> {
+    let mut context =
+        Context { model_fit: options.sync_wait.clone(), accumulation: options.accumulation, ..Context::default() };
+    if options.residual.is_some() {
+        context.residual_stage = options.residual.clone();
+    }
+    let mut analyzer = Analyzer::new(context, options.window);
+    let mut windows = Vec::new();
+    table.for_each_step(|step| {
+        windows.extend(analyzer.push(step)?);
+        Ok(())
+    })?;
+    windows.extend(analyzer.finish());
+    Ok(windows)
+}
+
+fn window_report(w: &Window) -> WindowReport {
+    let names = w.schema.stages();
+    let map = |values: &[f64]| StageMap(names.iter().cloned().zip(values.iter().copied()).collect());
+    let some = |values: Option<&Vec<f64>>| values.map_or(StageMap(Vec::new()), |v| map(v));
+    let named = |stages: &[usize]| stages.iter().map(|&s| names[s].clone()).collect::<Vec<_>>();
+    let per_stage = |f: &dyn Fn(usize) -> u64| StageMap(names.iter().cloned().zip((0..names.len()).map(f)).collect());
+    let routing = w.routing.as_ref();
+    let b = &w.baselines;
+    let top = |values: &[f64]| names[ranked(values)[0]].clone();
+    WindowReport {
+        first_step: w.first_step,
+        last_step: w.last_step,
+        steps: w.steps,
+        ranks: w.ranks,
+        missing_ranks: w.missing_ranks.clone(),
+        closed_by: w.closed_by.name(),
+        exposed_s: w.exposed_s,
+        advances_s: map(&w.advances_s),
+        shares: some(w.shares.as_ref()),
+        routing_set: routing.map_or_else(Vec::new, |r| named(&r.set)),
+        top1: routing.map(|r| names[r.top1].clone()),
+        top2: routing.map_or_else(Vec::new, |r| named(&r.top2)),
+        leader_ranks: StageMap(names.iter().cloned().zip(w.leaders.iter().map(|l| l.ranks.clone())).collect()),
+        labels: w.labels.iter().map(|l| LabelReport { label: l.kind.name(), reason: l.reason.clone() }).collect(),
+        co_critical_stages: named(&w.co_critical_stages),
+        baselines: BaselineReport {
+            per_stage_max_s: map(&b.per_stage_max_s),
+            per_stage_avg_s: map(&b.per_stage_avg_s),
+            rank_spread_s: map(&b.rank_spread_s),
+            slowest_rank_s: map(&b.slowest_rank_s),
+            slowest_rank: b.slowest_rank,
+            local_rank: b.local_rank,
+            local_rank_s: map(&b.local_rank_s),
+            per_stage_max_total_s: b.per_stage_max_s.iter().sum(),
+            per_stage_avg_total_s: b.per_stage_avg_s.iter().sum(),
+            top1: BaselineTops {
+                per_stage_max: top(&b.per_stage_max_s),
+                per_stage_avg: top(&b.per_stage_avg_s),
+                rank_spread: top(&b.rank_spread_s),
+                slowest_rank: top(&b.slowest_rank_s),
+                local_rank: top(&b.local_rank_s),
+            },
+        },
+        gains: some(w.gains.as_ref()),
+        clipped_top1_advances_s: some(w.clipped_top1_advances_s.as_ref()),
+        leader_tie_counts: StageMap(names.iter().cloned().zip(w.leaders.iter().map(|l| l.tied)).collect()),
+        confident_leader_steps: per_stage(&|s| w.leaders[s].confident_steps),
+        leader_switches: per_stage(&|s| w.leaders[s].switches),
+        lag_s: map(&w.lag_s),
+        delta_lag_s: map(&w.delta_lag_s),
+        gap_s: some(w.gap_s.as_ref()),
+        deviating_ranks: w.deviating_ranks.clone(),
+        residual_share: w.residual_share,
+    }
+}
