@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use super::nvtx_stages;
+
 /// Every variable the library reads, with its default, for README and `--help` texts.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_DISABLE", "0", "1 turns the library into a pure pass-through"),
@@ -21,6 +23,8 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_INJECT", "unset", "scripted NCCL faults, `ACTION:key=value,...;...` (see README, Fault injection)"),
     ("SF_HANG_MIN_S", "10", "floor of the hang threshold, in seconds"),
     ("SF_HANG_FACTOR", "10", "hang threshold = max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S)"),
+    ("SF_NVTX_STEP", "step", "NVTX range name of a logical step (`step 12` / `step:12` give the index)"),
+    ("SF_NVTX_STAGES", "unset", "more NVTX range names that are stages: `name` or `nvtxname=stage`, comma-separated"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +47,9 @@ pub struct Config {
     pub inject: Option<String>,
     pub hang_min_s: f64,
     pub hang_factor: f64,
+    pub nvtx_step: String,
+    /// (NVTX range name, stage name) beyond the default stages.
+    pub nvtx_stages: Vec<(String, String)>,
 }
 
 impl Config {
@@ -59,6 +66,8 @@ impl Config {
             inject: None,
             hang_min_s: 10.0,
             hang_factor: 10.0,
+            nvtx_step: nvtx_stages::DEFAULT_STEP.to_string(),
+            nvtx_stages: Vec::new(),
         }
     }
 
@@ -131,6 +140,18 @@ impl Config {
             match v.parse::<f64>() {
                 Ok(f) if (1.0..=10_000.0).contains(&f) => cfg.hang_factor = f,
                 _ => warnings.push(format!("{name}={v:?} is not a factor from 1 to 10000; using {}", cfg.hang_factor)),
+            }
+        }
+        if let Some((name, v)) = setting("SF_NVTX_STEP") {
+            match nvtx_stages::check_step_name(&v) {
+                Ok(()) => cfg.nvtx_step = v,
+                Err(why) => warnings.push(format!("{name}={v:?} {why}; using {}", cfg.nvtx_step)),
+            }
+        }
+        if let Some((name, v)) = setting("SF_NVTX_STAGES") {
+            match nvtx_stages::parse_stage_list(&v, &cfg.nvtx_step) {
+                Ok(stages) => cfg.nvtx_stages = stages,
+                Err(why) => warnings.push(format!("{name}={v:?}: {why}; using the default stages only")),
             }
         }
         (cfg, warnings)
@@ -226,6 +247,24 @@ mod tests {
         }
         let defaults = Config::defaults_for_uid(1000);
         assert_eq!(cfg, defaults);
+    }
+
+    #[test]
+    fn nvtx_step_and_stages() {
+        let (cfg, warnings) =
+            parse(&[("SF_NVTX_STEP", "iteration"), ("SF_NVTX_STAGES", "fwd=model.fwd_loss_cpu_wall,io")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.nvtx_step, "iteration");
+        let expected = [("fwd", "model.fwd_loss_cpu_wall"), ("io", "io")].map(|(a, b)| (a.to_string(), b.to_string()));
+        assert_eq!(cfg.nvtx_stages, expected);
+
+        let (cfg, warnings) = parse(&[("SF_NVTX_STEP", "data.next_wait"), ("SF_NVTX_STAGES", "a,,b")]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("SF_NVTX_STEP") && warnings[1].starts_with("SF_NVTX_STAGES"), "{warnings:?}");
+        assert_eq!((cfg.nvtx_step.as_str(), cfg.nvtx_stages.len()), ("step", 0));
+
+        let (_, warnings) = parse(&[("SF_NVTX_STEP", "iter"), ("SF_NVTX_STAGES", "iter")]);
+        assert_eq!(warnings.len(), 1, "a stage may not take the configured step's name: {warnings:?}");
     }
 
     #[test]

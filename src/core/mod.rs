@@ -14,6 +14,8 @@ pub mod log;
 pub mod markers;
 pub mod nccl_op;
 pub mod notice;
+pub mod nvtx_ranges;
+pub mod nvtx_stages;
 pub mod ring;
 pub mod runtime;
 pub mod stage_names;
