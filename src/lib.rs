@@ -24,3 +24,5 @@ pub use doors::nccl::{
     ncclCommUserRank, ncclGetUniqueId, ncclGetVersion, ncclGroupEnd, ncclGroupStart, ncclRecv, ncclReduce,
     ncclReduceScatter, ncclSend,
 };
+/// NVTX's injection entry point (NVTX_INJECTION64_PATH),
+pub use doors::nvtx::InitializeInjectionNvtx2;

@@ -5,5 +5,6 @@
 pub mod markers;
 pub mod nccl;
 mod nccl_abi;
+pub mod nvtx;
 mod real_symbol;
 mod traced;
