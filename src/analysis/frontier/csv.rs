@@ -9,15 +9,17 @@ use std::fmt;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use super::schema::Schema;
+use super::schema::{Schema, SchemaError};
 use super::step::Step;
 
 const COLUMNS: [&str; 4] = ["step", "rank", "stage", "seconds"];
 
-/// What is wrong, on which line (1-based), worded with the fix.
+/// What is wrong, on which line (1-based), worded with the fix. `StageList`: the stage list
+/// given to [`read`] repeats or blanks a name.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CsvError {
     Io(String),
+    StageList(SchemaError),
     Empty,
     NoRows,
     MissingColumns { columns: Vec<&'static str> },
@@ -34,7 +36,7 @@ impl CsvError {
     /// The line the problem is on, when it is on one.
     pub fn line(&self) -> Option<usize> {
         match self {
-            CsvError::Io(_) | CsvError::Empty | CsvError::NoRows => None,
+            CsvError::Io(_) | CsvError::StageList(_) | CsvError::Empty | CsvError::NoRows => None,
             CsvError::MissingColumns { .. } => Some(1),
             CsvError::FieldCount { line, .. }
             | CsvError::BadInteger { line, .. }
@@ -51,6 +53,7 @@ impl fmt::Display for CsvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CsvError::Io(e) => write!(f, "cannot read: {e}"),
+            CsvError::StageList(e) => write!(f, "bad stage list: {e}; list each stage once in --stages"),
             CsvError::Empty => {
                 write!(f, "empty file: write the header step,rank,stage,seconds, then one row per step, rank and stage")
             }
@@ -109,6 +112,9 @@ pub struct StageTable {
 /// Reads the whole input. `stages`, when given, fixes the stage order and rejects any other
 /// stage; otherwise stages are ordered by first appearance.
 pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
+    if let Some(stages) = stages {
+        Schema::new(stages.to_vec()).map_err(CsvError::StageList)?;
+    }
     let mut lines = input.lines().enumerate();
     let (columns, mut names) = loop {
         let Some((i, line)) = lines.next() else { return Err(CsvError::Empty) };
@@ -176,7 +182,8 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
     let mut world: Vec<u32> = rows.iter().map(|r| r.rank).collect();
     world.sort_unstable();
     world.dedup();
-    let schema = Schema::new(names).map_err(|e| CsvError::Io(e.to_string()))?;
+    // Checked above when given; first appearance never repeats or blanks a name.
+    let schema = Schema::new(names).map_err(CsvError::StageList)?;
     Ok(StageTable { schema: Arc::new(schema), world, rows })
 }
 
@@ -284,6 +291,8 @@ mod tests {
         assert_eq!(e("step,rank,stage,seconds\n0,0,data,inf\n").line(), Some(2));
         let dup = e("step,rank,stage,seconds\n0,0,data,1\n0,1,data,1\n0,0,data,2\n");
         assert_eq!(dup, CsvError::Duplicate { line: 4, first_line: 2, step: 0, rank: 0, stage: "data".into() });
+        let twice = parse("step,rank,stage,seconds\n0,0,a,1\n", Some(&["a", "a"])).err().unwrap();
+        assert_eq!(twice, CsvError::StageList(SchemaError::Duplicate("a".into())));
         let unknown = parse("step,rank,stage,seconds\n0,0,fwd,1\n", Some(&["data"])).err().unwrap();
         assert_eq!(unknown.line(), Some(2));
         assert!(unknown.to_string().contains("add it to --stages"), "{unknown}");

@@ -59,18 +59,24 @@ impl StepScratch {
         self.leader.resize(stages, 0);
 
         let mut slowest = (0, f64::NEG_INFINITY);
+        let (frontier, second, leader) = (&mut self.frontier[..], &mut self.second[..], &mut self.leader[..]);
+        let (stage_max, stage_sum) = (&mut self.stage_max[..], &mut self.stage_sum[..]);
         for (r, (d_row, p_row)) in durations.chunks_exact(stages).zip(self.prefixes.chunks_exact(stages)).enumerate() {
             for s in 0..stages {
-                let p = p_row[s];
-                if p > self.frontier[s] {
-                    self.second[s] = self.frontier[s];
-                    self.frontier[s] = p;
-                    self.leader[s] = r;
-                } else if p > self.second[s] {
-                    self.second[s] = p;
+                let (p, d) = (p_row[s], d_row[s]);
+                if p > frontier[s] {
+                    second[s] = frontier[s];
+                    frontier[s] = p;
+                    leader[s] = r;
+                } else if p > second[s] {
+                    second[s] = p;
                 }
-                self.stage_max[s] = self.stage_max[s].max(d_row[s]);
-                self.stage_sum[s] += d_row[s];
+                // Plain compares: values are checked finite, and f64::max's NaN handling
+                // is measurable in this loop.
+                if d > stage_max[s] {
+                    stage_max[s] = d;
+                }
+                stage_sum[s] += d;
             }
             if p_row[stages - 1] > slowest.1 {
                 slowest = (r, p_row[stages - 1]);

@@ -102,11 +102,6 @@ impl<T: Serialize> Serialize for StageMap<T> {
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
     let file = options.csv.display().to_string();
     let fail = |message: String| Failure::Message(format!("{file}: {message}"));
-    if let Some(stages) = &options.stages {
-        if let Some(i) = (0..stages.len()).find(|&i| stages[i].is_empty() || stages[..i].contains(&stages[i])) {
-            return Err(fail(format!("--stages names {:?} twice or blank: list each stage once", stages[i])));
-        }
-    }
     let input = File::open(&options.csv).map_err(|e| fail(format!("cannot open: {e}")))?;
     let table = csv::read(BufReader::new(input), options.stages.as_deref()).map_err(|e| match e.line() {
         Some(line) => Failure::Message(format!("{file}:{line}: {e}")),
