@@ -11,7 +11,7 @@ use super::gates::Gates;
 use super::routing::ranked;
 use super::window::Window;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LabelKind {
     FrontierAccounting,
     TelemetryLimited,
