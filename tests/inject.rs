@@ -122,7 +122,7 @@ fn a_hang_leaves_the_culprit_outside_and_the_watchdog_writes_evidence() {
                     .is_ok_and(|log| log.records().0.iter().any(|r| matches!(r.body, RecordBody::HangEvidence(_))))
             })
     };
-    wait_for("hang evidence on ranks 0, 1, 3", Duration::from_secs(20), evidence_on_all_waiters);
+    wait_for("hang evidence on ranks 0, 1, 3", Duration::from_secs(40), evidence_on_all_waiters);
 
     let logs = rank_logs(&root, "job");
     let culprit = RankLog::open(&logs[2]).unwrap();
@@ -156,7 +156,7 @@ fn a_hang_leaves_the_culprit_outside_and_the_watchdog_writes_evidence() {
         // Steps take at least 9 ms here (2+2+4+1 ms of stages), so 20 steps' worth is
         // above the 50 ms floor: the threshold follows the job's own pace.
         let threshold = evidence[0].threshold_ns;
-        assert!((180_000_000..2_000_000_000).contains(&threshold), "threshold {threshold} ns");
+        assert!((180_000_000..10_000_000_000).contains(&threshold), "threshold {threshold} ns");
         assert!(evidence[0].t_ns - evidence[0].since_ns >= threshold);
     }
 
