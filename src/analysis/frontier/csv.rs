@@ -172,6 +172,12 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
         // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
         rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32 });
     }
+    assemble(rows, names, None)
+}
+
+/// Sorts, checks and indexes rows. `world` is every rank of the job when the source knows
+/// it (rank logs' headers); a CSV's world is the ranks it names.
+fn assemble(mut rows: Vec<Row>, names: Vec<String>, world: Option<Vec<u32>>) -> Result<StageTable, CsvError> {
     if rows.is_empty() {
         return Err(CsvError::NoRows);
     }
@@ -179,12 +185,39 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
     if let Some(e) = first_duplicate(&rows, &names) {
         return Err(e);
     }
-    let mut world: Vec<u32> = rows.iter().map(|r| r.rank).collect();
+    let mut world = world.unwrap_or_else(|| rows.iter().map(|r| r.rank).collect());
+    world.extend(rows.iter().map(|r| r.rank));
     world.sort_unstable();
     world.dedup();
     // Checked above when given; first appearance never repeats or blanks a name.
     let schema = Schema::new(names).map_err(CsvError::StageList)?;
     Ok(StageTable { schema: Arc::new(schema), world, rows })
+}
+
+/// A table from durations that did not come from a CSV file: the rank logs' step vectors.
+/// Stages are ordered by first appearance in `durations` (step, rank, stage, seconds);
+/// `world` lists every rank of the job, so ranks without any step count as missing.
+/// Errors report the position in `durations` as the line.
+pub fn from_durations(
+    world: Vec<u32>,
+    durations: impl IntoIterator<Item = (u64, u32, String, f64)>,
+) -> Result<StageTable, CsvError> {
+    let mut names: Vec<String> = Vec::new();
+    let mut rows = Vec::new();
+    for (i, (step, rank, stage_name, seconds)) in durations.into_iter().enumerate() {
+        if !seconds.is_finite() || seconds < 0.0 {
+            return Err(CsvError::BadSeconds { line: i + 1, text: seconds.to_string() });
+        }
+        let stage = match names.iter().position(|s| *s == stage_name) {
+            Some(s) => s,
+            None => {
+                names.push(stage_name);
+                names.len() - 1
+            }
+        };
+        rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage: stage as u32 });
+    }
+    assemble(rows, names, Some(world))
 }
 
 fn field(text: &str) -> &str {

@@ -25,7 +25,7 @@ pub enum Command {
 /// What `sf frontier` analyzes and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrontierOptions {
-    pub csv: PathBuf,
+    pub source: FrontierSource,
     /// Stage order; `None`: first appearance in the file.
     pub stages: Option<Vec<String>>,
     /// Steps per window; `None`: a window runs until the input changes.
@@ -34,6 +34,15 @@ pub struct FrontierOptions {
     /// Stages with the model-fit indicator W_s = 1.
     pub sync_wait: Vec<String>,
     pub accumulation: Option<u32>,
+}
+
+/// Where `sf frontier` reads stage durations from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrontierSource {
+    /// A job directory: the rank logs' step vectors.
+    Logs(PathBuf),
+    /// A long-format CSV.
+    Csv(PathBuf),
 }
 
 /// Parses `args`, program name first. Help, version and usage errors come back as the
@@ -133,7 +142,10 @@ Example: ranks with (data, fwd, bwd) = (6.0, 1.0, 1.2), (1.0, 1.0, 6.2) and
 Exposed time 8.2 s = advances data 6.0 + fwd 1.0 + bwd 1.2, while per-stage maxima
 add up to 13.2 s because they count that wait twice.
 
---csv FILE has the header step,rank,stage,seconds and one row per step, rank and stage.
+DIR is a job directory: its rank logs' step vectors (from sf_step/sf_stage markers, NVTX
+ranges or the Python helper), aligned by step index; a step a rank did not complete
+counts that rank missing. --csv FILE instead has the header step,rank,stage,seconds and
+one row per step, rank and stage.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
 telemetry_limited.
@@ -146,7 +158,7 @@ by side; and labels with their reasons (frontier_accounting, direct_exposure,
 sync_wait_dependent, likely_sync_wait, co_critical, role_aware_needed,
 telemetry_limited, gradient_accumulation_ambiguous).
 
-Exit status: 0, or 2 when the CSV cannot be read or is malformed.";
+Exit status: 0, or 2 when the input cannot be read, is malformed, or has no steps.";
 
 const FRONTIER_EXAMPLES: &str = "\
 Examples:
@@ -203,9 +215,12 @@ struct DumpArgs {
 /// argument comes when they do.
 #[derive(Args)]
 struct FrontierArgs {
+    /// Job directory holding rank-NNNNN.sflog files with stage vectors
+    #[arg(value_name = "DIR", required_unless_present = "csv", conflicts_with = "csv")]
+    dir: Option<PathBuf>,
     /// CSV with the header step,rank,stage,seconds: one row per step, rank and stage
     #[arg(long, value_name = "FILE")]
-    csv: PathBuf,
+    csv: Option<PathBuf>,
     /// Stage order, comma-separated (default: order of first appearance); rows naming
     /// another stage are an error
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
@@ -230,8 +245,13 @@ struct FrontierArgs {
 impl FrontierArgs {
     fn options(self) -> FrontierOptions {
         let trim = |names: Vec<String>| names.into_iter().map(|n| n.trim().to_string()).collect::<Vec<_>>();
+        // clap guarantees exactly one of the two.
+        let source = match self.csv {
+            Some(csv) => FrontierSource::Csv(csv),
+            None => FrontierSource::Logs(self.dir.unwrap_or_default()),
+        };
         FrontierOptions {
-            csv: self.csv,
+            source,
             stages: self.stages.map(trim),
             window: self.window.map(|n| n as usize),
             residual: self.residual,
@@ -280,7 +300,7 @@ mod tests {
     #[test]
     fn frontier_takes_a_csv_and_stage_options() {
         let options = FrontierOptions {
-            csv: "s.csv".into(),
+            source: FrontierSource::Csv("s.csv".into()),
             stages: Some(vec!["data".into(), "bwd".into()]),
             window: Some(50),
             residual: None,
@@ -294,7 +314,13 @@ mod tests {
         );
         assert_eq!(parse(&["sf", "frontier"]), Err(ErrorKind::MissingRequiredArgument));
         assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "--window", "0"]), Err(ErrorKind::ValueValidation));
-        assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "jobdir"]), Err(ErrorKind::UnknownArgument));
+        assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "jobdir"]), Err(ErrorKind::ArgumentConflict));
+        match parse(&["sf", "frontier", "jobdir", "--json"]) {
+            Ok(Command::Frontier { options, format }) => {
+                assert_eq!((options.source, format), (FrontierSource::Logs("jobdir".into()), Format::Json))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -1,15 +1,18 @@
-//! `sf frontier`: frontier accounting over a CSV of per-rank stage durations.
+//! `sf frontier`: frontier accounting over per-rank stage durations, from a job's rank logs
+//! or from a CSV.
 
 use std::fs::File;
 use std::io::BufReader;
+use std::path::Path;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Serialize as DeriveSerialize;
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::{ranked, Analyzer, Context, Window};
 
+use super::step_vectors;
 use super::Failure;
-use crate::cli::FrontierOptions;
+use crate::cli::{FrontierOptions, FrontierSource};
 
 /// The `--json` object; the field names the README lists are a contract.
 #[derive(Debug, DeriveSerialize)]
@@ -98,15 +101,24 @@ impl<T: Serialize> Serialize for StageMap<T> {
     }
 }
 
-/// Reads, checks and analyzes the CSV. Every failure is about the input: the caller exits 2.
-pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let file = options.csv.display().to_string();
-    let fail = |message: String| Failure::Message(format!("{file}: {message}"));
-    let input = File::open(&options.csv).map_err(|e| fail(format!("cannot open: {e}")))?;
-    let table = csv::read(BufReader::new(input), options.stages.as_deref()).map_err(|e| match e.line() {
+fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failure> {
+    let file = path.display().to_string();
+    let input = File::open(path).map_err(|e| Failure::Message(format!("{file}: cannot open: {e}")))?;
+    csv::read(BufReader::new(input), options.stages.as_deref()).map_err(|e| match e.line() {
         Some(line) => Failure::Message(format!("{file}:{line}: {e}")),
-        None => fail(e.to_string()),
-    })?;
+        None => Failure::Message(format!("{file}: {e}")),
+    })
+}
+
+/// Reads, checks and analyzes the input. Every failure is about the input: the caller
+/// exits 2.
+pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
+    let (path, table) = match &options.source {
+        FrontierSource::Csv(path) => (path, read_csv(path, options)?),
+        FrontierSource::Logs(dir) => (dir, step_vectors::table(dir)?),
+    };
+    let file = path.display().to_string();
+    let fail = |message: String| Failure::Message(format!("{file}: {message}"));
     let known = table.schema().stages();
     let named = options.residual.iter().chain(&options.sync_wait);
     if let Some(unknown) = named.into_iter().find(|name| !known.contains(name)) {

@@ -3,6 +3,7 @@
 pub mod dump;
 pub mod frontier;
 pub mod ls;
+mod step_vectors;
 
 use std::io;
 
