@@ -6,7 +6,9 @@
  * same binary with and without the library.
  *
  * Ordered-stage contract: stages of one step do not overlap; a stage opened while another
- * is open is rejected and counted; a stage repeated within a step adds up; the residual
+ * is open is rejected and counted; a stage repeated within a step is expanded by
+ * accumulation index (name@0, name@1, ...); stages between two steps belong to the next
+ * step; the residual
  * step.other_cpu_wall = max(0, step wall - sum of stages) closes every step. The default
  * stage names are data.next_wait, model.fwd_loss_cpu_wall, model.backward_cpu_wall,
  * callbacks.cpu_wall and optim.step_cpu_wall. Names longer than 39 bytes are truncated;

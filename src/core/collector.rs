@@ -13,7 +13,7 @@ use super::log::writer::LogWriter;
 use super::nccl_op::NcclOp;
 use super::notice::say;
 use super::runtime::Runtime;
-use super::step_assembly::{StepAssembly, RESIDUAL_STAGE};
+use super::step_assembly::StepAssembly;
 
 pub struct Collector {
     writer: LogWriter,
@@ -22,8 +22,6 @@ pub struct Collector {
     /// stuck call is reported once: fixed size, like everything the collector keeps.
     hang_reported: [(u64, u64); COMM_SLOTS],
     steps: StepAssembly,
-    /// Stage-name id of the residual stage, interned on the first marker.
-    residual_stage: Option<Option<u16>>,
     /// Wall times of the last completed steps, for the hang threshold.
     recent_steps: StepTimes,
 }
@@ -35,7 +33,6 @@ impl Collector {
             drops_written: 0,
             hang_reported: [(0, 0); COMM_SLOTS],
             steps: StepAssembly::default(),
-            residual_stage: None,
             recent_steps: StepTimes::default(),
         }
     }
@@ -48,10 +45,8 @@ impl Collector {
             match event {
                 Event::Record(record) => self.writer.append(&record.to_nanoseconds(&rt.calibration)),
                 Event::Marker(marker) => {
-                    let residual =
-                        *self.residual_stage.get_or_insert_with(|| rt.stage_names.intern(RESIDUAL_STAGE.as_bytes()));
                     let (writer, recent_steps) = (&mut self.writer, &mut self.recent_steps);
-                    self.steps.feed(&marker, &rt.calibration, residual, |record| {
+                    self.steps.feed(&marker, &rt.calibration, rt.stage_names, |record| {
                         if let RecordBody::StepVector(v) = &record {
                             if v.part == 0 {
                                 recent_steps.push(v.wall_ns);

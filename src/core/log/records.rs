@@ -163,6 +163,9 @@ pub struct StepVector {
     pub wall_ns: u64,
     /// How much the explicit stages exceeded the step's wall time (0 when they fit).
     pub overlap_ns: u64,
+    /// Hash of the step's ordered stage names: equal hashes, equal stage lists.
+    #[serde(serialize_with = "hex_u64")]
+    pub schema_hash: u64,
     pub part: u8,
     /// Stages in the whole step, over all parts.
     pub stages_total: u8,
@@ -286,7 +289,7 @@ impl RecordBody {
                 }
             }
             RecordBody::StepVector(v) => {
-                for x in [v.step, v.t_begin_ns, v.wall_ns, v.overlap_ns] {
+                for x in [v.step, v.t_begin_ns, v.wall_ns, v.overlap_ns, v.schema_hash] {
                     w.u64(x);
                 }
                 w.u16(v.part as u16 | (v.stages_total as u16) << 8);
@@ -366,7 +369,8 @@ impl RecordBody {
                 threshold_ns: r.u64()?,
             }),
             kind::STEP_VECTOR => {
-                let (step, t_begin_ns, wall_ns, overlap_ns) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let (step, t_begin_ns, wall_ns, overlap_ns, schema_hash) =
+                    (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 let parts = r.u16()?;
                 let nested_rejected = r.u16()?;
                 let count = r.u16()?;
@@ -378,6 +382,7 @@ impl RecordBody {
                     t_begin_ns,
                     wall_ns,
                     overlap_ns,
+                    schema_hash,
                     part: parts as u8,
                     stages_total: (parts >> 8) as u8,
                     nested_rejected,
@@ -505,6 +510,7 @@ mod tests {
                 t_begin_ns: 1,
                 wall_ns: 90,
                 overlap_ns: 0,
+                schema_hash: 0xabcdef,
                 part: 1,
                 stages_total: 8,
                 nested_rejected: 1,
