@@ -17,6 +17,15 @@
 //! and set a threshold that healthy skew crosses. The step is then the median of the
 //! measured steps over the newest collectives of every sampled rank, so one slow step or
 //! one straggling rank does not move it.
+//!
+//! A median says nothing of the tail, and the tail is what a healthy snapshot shows at
+//! its worst: a crowded host deschedules a rank for longer than a fast job's step, a
+//! checkpoint holds one rank up every few hundred steps. So the same window also yields
+//! the longest call (how long a healthy rank waited inside NCCL) and the longest gap
+//! between two calls of a thread (how long a healthy rank went without NCCL), leaving out
+//! the first two steps it holds, which may be the job's warm-up. A hang is a wait or a
+//! silence longer than the job has ever shown, so the threshold scales the largest of the
+//! three.
 
 use std::collections::BTreeMap;
 
@@ -53,6 +62,17 @@ pub struct Cadence {
     pub step_ns: u64,
     /// Steps measured.
     pub samples: usize,
+    /// The longest any call took, in the sampled ranks' recent history.
+    pub longest_call_ns: u64,
+    /// The longest any thread went between two calls, in the same history.
+    pub longest_gap_ns: u64,
+}
+
+impl Cadence {
+    /// What the threshold scales: a healthy job has waited and gone silent this long.
+    pub fn pace_ns(&self) -> u64 {
+        self.step_ns.max(self.longest_call_ns).max(self.longest_gap_ns)
+    }
 }
 
 /// When a wait or a silence counts as stuck.
@@ -63,15 +83,15 @@ pub struct Threshold {
     pub factor: f64,
     pub min_stuck_ns: u64,
     pub fallback_stuck_ns: u64,
-    /// `max(min_stuck_ns, factor x step)`, or `max(min_stuck_ns, fallback_stuck_ns)`
-    /// without a cadence.
+    /// `max(min_stuck_ns, factor x max(step, longest call, longest gap))`, or
+    /// `max(min_stuck_ns, fallback_stuck_ns)` without a cadence.
     pub threshold_ns: u64,
 }
 
 impl Threshold {
     pub fn new(cadence: Option<Cadence>, settings: &Settings) -> Threshold {
         let scaled = match cadence {
-            Some(c) => (c.step_ns as f64 * settings.factor).min(u64::MAX as f64) as u64,
+            Some(c) => (c.pace_ns() as f64 * settings.factor).min(u64::MAX as f64) as u64,
             None => settings.fallback_stuck_ns,
         };
         Threshold {
@@ -134,6 +154,17 @@ impl Series {
         pairs >= p && differ as f64 <= tolerance * pairs as f64
     }
 
+    /// When the collective `skip` places into the window entered, or the window's last.
+    fn entered_after(&self, skip: usize) -> Option<u64> {
+        self.t_enter
+            .iter()
+            .skip(skip)
+            .flatten()
+            .next()
+            .copied()
+            .or_else(|| self.t_enter.iter().flatten().last().copied())
+    }
+
     fn steps(&self, p: usize, out: &mut Vec<u64>) {
         let starts = self.t_enter.len().saturating_sub(p);
         let from = starts.saturating_sub(STEPS_PER_RANK);
@@ -168,23 +199,47 @@ fn agreeing_median(mut steps: Vec<u64>) -> Option<(u64, usize)> {
     (median > 0 && agree).then_some((median, n))
 }
 
+/// The longest call and the longest gap between two calls of a thread among `calls`
+/// entered from `from_ns` on.
+fn longest_call_and_gap(calls: &[NcclCall], from_ns: u64) -> (u64, u64) {
+    let (mut call, mut gap) = (0, 0);
+    let mut last_exit_by_thread: BTreeMap<u32, u64> = BTreeMap::new();
+    for c in calls.iter().filter(|c| c.t_enter_ns >= from_ns) {
+        call = call.max(c.t_exit_ns.saturating_sub(c.t_enter_ns));
+        if let Some(exit) = last_exit_by_thread.insert(c.tid, c.t_exit_ns) {
+            gap = gap.max(c.t_enter_ns.saturating_sub(exit));
+        }
+    }
+    (call, gap)
+}
+
 /// The job's cadence from each rank's `nccl_call` records; `None` when they hold fewer than
 /// two steps or no regular pattern.
 pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
     let comm_id = busiest_comm(ranks)?;
-    let series: Vec<Series> =
-        ranks.iter().map(|calls| Series::new(calls, comm_id)).filter(|s| s.held() > 0).take(MAX_RANKS).collect();
+    let series: Vec<(&[NcclCall], Series)> = ranks
+        .iter()
+        .map(|calls| (*calls, Series::new(calls, comm_id)))
+        .filter(|(_, s)| s.held() > 0)
+        .take(MAX_RANKS)
+        .collect();
     // The pattern is the same on every rank: read it from the one holding the most.
-    let source = series.iter().rev().max_by_key(|s| s.held())?;
+    let source = &series.iter().rev().max_by_key(|(_, s)| s.held())?.1;
     for tolerance in TOLERANCES {
         let periods = (1..=MAX_PERIOD.min(source.keys.len() / 2)).filter(|&p| source.repeats(p, tolerance));
         for p in periods.take(MAX_TIMED_PERIODS) {
             let mut steps = Vec::new();
-            for s in &series {
+            for (_, s) in &series {
                 s.steps(p, &mut steps);
             }
             if let Some((step_ns, samples)) = agreeing_median(steps) {
-                return Some(Cadence { comm_id, period: p, step_ns, samples });
+                let (mut longest_call_ns, mut longest_gap_ns) = (0, 0);
+                for (calls, s) in &series {
+                    let from = s.entered_after(2 * p).unwrap_or(u64::MAX);
+                    let (call, gap) = longest_call_and_gap(calls, from);
+                    (longest_call_ns, longest_gap_ns) = (longest_call_ns.max(call), longest_gap_ns.max(gap));
+                }
+                return Some(Cadence { comm_id, period: p, step_ns, samples, longest_call_ns, longest_gap_ns });
             }
         }
     }
@@ -270,9 +325,27 @@ mod tests {
     }
 
     #[test]
-    fn threshold_is_factor_steps_with_a_floor_and_a_fallback() {
+    fn the_longest_wait_and_gap_after_warm_up() {
+        let mut calls = ddp(200);
+        // Warm-up: the first allreduce waited 5 s. Later, one rank was held up 300 ms in
+        // collective #600 and went 250 ms longer than usual without a call before the first
+        // bucket of step 160, after 10 ms of allgather and 60 ms of forward pass.
+        calls[1].t_exit_ns += 5 * SEC;
+        calls[599].t_exit_ns += 300 * MS;
+        for c in &mut calls[801..] {
+            (c.t_enter_ns, c.t_exit_ns) = (c.t_enter_ns + 250 * MS, c.t_exit_ns + 250 * MS);
+        }
+        let c = estimate(&[&calls]).unwrap();
+        assert_eq!((c.step_ns, c.longest_call_ns), (110 * MS, 300 * MS + CALL_NS));
+        assert_eq!(c.longest_gap_ns, 250 * MS + 70 * MS - CALL_NS);
+        assert_eq!(c.pace_ns(), 320 * MS - CALL_NS);
+    }
+
+    #[test]
+    fn threshold_is_factor_paces_with_a_floor_and_a_fallback() {
         let settings = Settings::default();
-        let cadence = Cadence { comm_id: 1, period: 5, step_ns: 100 * MS, samples: 10 };
+        let cadence =
+            Cadence { comm_id: 1, period: 5, step_ns: 100 * MS, samples: 10, longest_call_ns: 0, longest_gap_ns: 0 };
         assert_eq!(Threshold::new(Some(cadence), &settings).threshold_ns, 150 * MS);
         let fast = Cadence { step_ns: MS, ..cadence };
         assert_eq!(Threshold::new(Some(fast), &settings).threshold_ns, 50 * MS, "floor");
@@ -280,5 +353,7 @@ mod tests {
         let custom = Settings { factor: 3.0, min_stuck_ns: 0, fallback_stuck_ns: SEC };
         assert_eq!(Threshold::new(Some(cadence), &custom).threshold_ns, 300 * MS);
         assert_eq!(Threshold::new(None, &custom).threshold_ns, SEC);
+        let noisy = Cadence { longest_gap_ns: 200 * MS, ..cadence };
+        assert_eq!(Threshold::new(Some(noisy), &settings).threshold_ns, 300 * MS, "the tail the job has shown");
     }
 }

@@ -195,13 +195,15 @@ impl Graph<'_> {
         let others = || comm.members.iter().enumerate().filter(move |&(j, _)| Some(j) != me);
         let targets: Vec<Target> = match &w.kind {
             WaitKind::Coll => {
-                let mut behind: Vec<Target> =
-                    others().filter(|(_, c)| c.m.coll_entered < w.seq).map(|(j, _)| Target::Member(j)).collect();
+                let mut behind: Vec<Target> = others()
+                    .filter(|(_, c)| c.m.current && c.m.coll_entered < w.seq)
+                    .map(|(j, _)| Target::Member(j))
+                    .collect();
                 behind.extend(comm.unseen.iter().map(|&r| Target::NoLog(r)));
                 if behind.is_empty() {
                     // Everyone entered: a member gone while inside can never finish it.
                     behind = others()
-                        .filter(|(_, c)| c.m.coll_returned < w.seq && self.gone(c.rank))
+                        .filter(|(_, c)| c.m.current && c.m.coll_returned < w.seq && self.gone(c.rank))
                         .map(|(j, _)| Target::Member(j))
                         .collect();
                 }
@@ -210,7 +212,7 @@ impl Graph<'_> {
             WaitKind::P2p { peers: Some(peers) } => peers
                 .iter()
                 .filter_map(|&peer| match comm.members.iter().position(|c| c.m.comm_rank == peer) {
-                    Some(j) if self.passed(comm, j, me) => None,
+                    Some(j) if self.passed(comm, j, me) || !comm.members[j].m.current => None,
                     Some(j) => Some(Target::Member(j)),
                     None => comm.unseen.contains(&peer).then_some(Target::NoLog(peer)),
                 })
@@ -219,7 +221,8 @@ impl Graph<'_> {
             // no progress.
             WaitKind::P2p { peers: None } => others()
                 .filter(|&(j, c)| {
-                    !self.passed(comm, j, me)
+                    c.m.current
+                        && !self.passed(comm, j, me)
                         && self.waits_on(c.rank, comm.id).next().is_none()
                         && self.inactive_for(c.rank, rank).is_none_or(|i| i > self.threshold_ns)
                 })
@@ -252,7 +255,7 @@ impl Graph<'_> {
             let Some(mine) = comm.members.iter().filter(|c| c.rank == rank).map(|c| c.m.coll_entered).max() else {
                 continue;
             };
-            let least = comm.members.iter().map(|c| c.m.coll_entered).min().unwrap_or(mine);
+            let least = comm.members.iter().filter(|c| c.m.current).map(|c| c.m.coll_entered).min().unwrap_or(mine);
             if mine <= least {
                 continue;
             }
@@ -260,7 +263,7 @@ impl Graph<'_> {
                 .members
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| c.m.coll_entered == least)
+                .filter(|(_, c)| c.m.current && c.m.coll_entered == least)
                 .map(|(j, _)| Target::Member(j))
                 .collect();
             out.push(Blockage {
@@ -290,7 +293,7 @@ impl Graph<'_> {
             return Some(Role::Gone(State::of_liveness(liveness)));
         }
         let inactive = self.inactive_for(rank, b.waiter);
-        if b.age_ns <= t && inactive.is_some_and(|i| i <= t) {
+        if b.age_ns <= t && inactive.is_none_or(|i| i <= t) {
             return None;
         }
         Some(match liveness {
@@ -552,7 +555,7 @@ mod tests {
 
     fn stopped(r: &mut RankInput, liveness: Liveness, ago: u64) {
         r.liveness = liveness;
-        r.heartbeat_mono_ns = BEAT - ago;
+        (r.heartbeat_mono_ns, r.drained_ns) = (BEAT - ago, BEAT - ago);
         r.heartbeat_age_ns = Some(ago);
     }
 
@@ -623,12 +626,13 @@ mod tests {
         for r in ranks.iter_mut().filter(|r| r.rank != 5) {
             wait_next(r, 900 * MS);
         }
-        // Rank 5 is still working through its tensor-parallel collectives.
+        // Rank 5 is still working through its tensor-parallel collectives, as it has been
+        // every 100 ms, in between the others.
         let five = &mut ranks[5];
         five.comms.push(row(0x99, 0, 1));
-        five.calls.push(coll(0x99, 1, NcclOp::AllGather, BEAT - 10 * MS));
-        five.comms[1].coll_entered = 1;
-        five.comms[1].coll_returned = 1;
+        five.calls.extend((0..30).map(|k| coll(0x99, 30 - k, NcclOp::AllGather, BEAT - 10 * MS - k * STEP)));
+        five.calls.sort_by_key(|c| c.t_enter_ns);
+        (five.comms[1].coll_entered, five.comms[1].coll_returned) = (30, 30);
         let d = diag(&ranks);
         assert!(!d.hung, "the job is progressing");
         let w = world(&d);
@@ -671,6 +675,14 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_not_yet_beating_is_not_silent() {
+        let mut ranks = job(2, STEP);
+        wait_next(&mut ranks[0], 10 * MS);
+        (ranks[1].drained_ns, ranks[1].heartbeat_mono_ns) = (0, 0);
+        assert!(!diag(&ranks).hung);
+    }
+
+    #[test]
     fn a_dead_rank_holds_up_the_living_at_once() {
         // Rank 3 returned from its last collective 3 s ago and died a second later.
         let mut ranks = job(8, 3 * SEC);
@@ -701,6 +713,32 @@ mod tests {
             let list = if state == State::Stalled { &w.stalled_ranks } else { &w.exited_ranks };
             assert_eq!((list.as_slice(), d.ranks[2].state), (&[2][..], state));
         }
+    }
+
+    #[test]
+    fn ranks_that_finished_while_the_logs_were_read_are_not_behind() {
+        // Ranks 5-7 ran the last collective, destroyed the communicator and exited between
+        // the read of their records (3 collectives ago) and the read of the live tables.
+        let mut ranks = job(8, STEP);
+        for r in ranks.iter_mut() {
+            if r.rank < 5 {
+                wait_next(r, 10 * MS);
+            } else {
+                r.calls.truncate(DONE as usize - 3);
+                r.comms.clear();
+                stopped(r, Liveness::Exited, MS);
+                r.records_stale = true;
+            }
+        }
+        let d = diag(&ranks);
+        assert!(!d.hung, "{:?}", states(&d));
+        // Read whole, the same logs would say they left without the others.
+        for r in &mut ranks[5..] {
+            r.records_stale = false;
+        }
+        let d = diag(&ranks);
+        assert!(d.hung);
+        assert_eq!(world(&d).exited_ranks, [5, 6, 7]);
     }
 
     #[test]

@@ -17,12 +17,15 @@ pub(super) struct Facts {
     pub known_ago_ns: u64,
     pub memberships: Vec<Membership>,
     pub waits: Vec<Wait>,
-    /// From the last sign of progress (a call entered or returned) to `known_ns`.
+    /// At least this long without a sign of progress (a call entered or returned).
     pub silent_ns: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Membership {
+    /// The counters are up to date: from the live table, or from records read after the
+    /// rank's last call. Stale ones cannot say the rank is behind.
+    pub current: bool,
     pub comm_id: u64,
     pub comm_rank: i32,
     pub nranks: i32,
@@ -73,11 +76,7 @@ impl Facts {
         let live = input.liveness == Liveness::Live;
         // The instant the log describes, on the rank's clock: the reader's now while it
         // beats, its last heartbeat once it stopped.
-        let known_ns = match input.heartbeat_age_ns {
-            _ if input.heartbeat_mono_ns == 0 => None,
-            Some(age) if live => Some(input.heartbeat_mono_ns.saturating_add(age)),
-            _ => Some(input.heartbeat_mono_ns),
-        };
+        let known_ns = if live { input.now_ns } else { Some(input.heartbeat_mono_ns).filter(|&hb| hb != 0) };
         let known_ago_ns = if live { 0 } else { input.heartbeat_age_ns.unwrap_or(u64::MAX) };
         let newest = newest_seqs(&input.calls);
         let memberships = memberships(input, &newest);
@@ -107,29 +106,37 @@ impl Facts {
                 grouped: false,
             });
         }
+        let groups = open_groups(&input.calls);
         if input.history_complete && known_ns.is_some() {
-            for group in open_groups(&input.calls) {
-                // Drained after the group's last call without its ncclGroupEnd: the thread
-                // was inside the group at least until the last heartbeat.
-                if group.since_ns >= input.heartbeat_mono_ns {
+            for group in &groups {
+                // A dropped event may be the ncclGroupEnd; otherwise, drained after the
+                // group's last call without its ncclGroupEnd, the thread was inside the
+                // group at least until that drain.
+                let dropped = input.newest_drop_ns.is_some_and(|d| d >= group.opened_ns);
+                if dropped || group.since_ns >= input.drained_ns {
                     continue;
                 }
                 activity = activity.max(Some(group.since_ns));
-                let age_ns = input.heartbeat_mono_ns - group.since_ns;
+                let age_ns = input.drained_ns - group.since_ns;
                 waits.extend(group_waits(&group.calls, &memberships, age_ns));
             }
         }
-        let mut silent_ns = known_ns.zip(activity).map(|(known, last)| known.saturating_sub(last));
-        // A call that returned after the last drain is not in the records yet: it counts as
-        // progress since the last heartbeat.
+        // Silence is a lower bound, so that it never makes a hang up. A call the table
+        // counts but the records do not hold, or records committed since they were read,
+        // mean progress after them, maybe a moment ago: no silence. Otherwise the table,
+        // read after the clock, says no collective or send/recv came since the newest
+        // record; only a ncclGroupEnd, which no counter sees, could have returned unseen,
+        // so with a group open (or records lost) silence counts only up to the drain.
         let unflushed = input.comms.iter().any(|row| {
             let (coll, p2p) = newest.get(&row.comm_id).copied().unwrap_or_default();
             row.coll_returned > coll || row.p2p_returned > p2p
         });
-        if unflushed {
-            let since_beat = known_ns.map(|known| known.saturating_sub(input.heartbeat_mono_ns));
-            silent_ns = silent_ns.zip(since_beat).map(|(a, b)| a.min(b)).or(since_beat);
-        }
+        let sure_until = if groups.is_empty() && input.history_complete { known_ns } else { Some(input.drained_ns) };
+        let silent_ns = match sure_until.filter(|&t| t != 0 && input.drained_ns != 0) {
+            Some(_) if unflushed || input.records_stale => Some(0),
+            Some(until) => activity.map(|last| until.saturating_sub(last)),
+            None => None,
+        };
         Facts { known_ago_ns, memberships, waits, silent_ns }
     }
 }
@@ -141,6 +148,7 @@ fn memberships(input: &RankInput, newest: &BTreeMap<u64, (u64, u64)>) -> Vec<Mem
         .comms
         .iter()
         .map(|row| Membership {
+            current: true,
             comm_id: row.comm_id,
             comm_rank: row.rank,
             nranks: row.nranks,
@@ -152,6 +160,7 @@ fn memberships(input: &RankInput, newest: &BTreeMap<u64, (u64, u64)>) -> Vec<Mem
         .collect();
     let mut from_records: BTreeMap<u64, Membership> = BTreeMap::new();
     let blank = |comm_id| Membership {
+        current: !input.records_stale,
         comm_id,
         comm_rank: -1,
         nranks: -1,
@@ -173,6 +182,8 @@ fn memberships(input: &RankInput, newest: &BTreeMap<u64, (u64, u64)>) -> Vec<Mem
 }
 
 struct OpenGroup<'a> {
+    /// When its first call entered.
+    opened_ns: u64,
     /// When its last call returned.
     since_ns: u64,
     calls: Vec<&'a NcclCall>,
@@ -200,8 +211,13 @@ fn open_groups(calls: &[NcclCall]) -> Vec<OpenGroup<'_>> {
             continue;
         }
         let mut members = Vec::new();
+        let mut opened_ns = calls[newest].t_enter_ns;
         for call in calls[..=newest].iter().rev().filter(|c| c.tid == tid) {
-            // The outermost ncclGroupStart, or a call outside any group if that was lost.
+            // Up to the outermost ncclGroupStart, or a call outside any group if that was lost.
+            if call.group_depth == 0 && call.op != NcclOp::GroupStart {
+                break;
+            }
+            opened_ns = call.t_enter_ns;
             if call.group_depth == 0 {
                 break;
             }
@@ -210,7 +226,7 @@ fn open_groups(calls: &[NcclCall]) -> Vec<OpenGroup<'_>> {
             }
         }
         members.reverse();
-        groups.push(OpenGroup { since_ns: calls[newest].t_exit_ns, calls: members });
+        groups.push(OpenGroup { opened_ns, since_ns: calls[newest].t_exit_ns, calls: members });
     }
     groups
 }
@@ -266,7 +282,7 @@ mod tests {
     #[test]
     fn a_call_in_flight_is_a_wait_aged_on_the_ranks_own_clock() {
         let mut r = rank(3, 8);
-        r.heartbeat_mono_ns = 10 * SEC;
+        (r.heartbeat_mono_ns, r.drained_ns, r.now_ns) = (10 * SEC, 10 * SEC, Some(10 * SEC + SEC / 10));
         r.heartbeat_age_ns = Some(SEC / 10);
         history(&mut r, 4, SEC, SEC);
         in_flight(&mut r, WORLD, 4, NcclOp::AllReduce, 9 * SEC);
@@ -277,14 +293,14 @@ mod tests {
             (w.kind.clone(), w.seq, w.op, w.age_ns),
             (WaitKind::Coll, 5, Some(NcclOp::AllReduce), SEC + SEC / 10)
         );
-        assert_eq!(f.silent_ns, Some(SEC + SEC / 10), "entering a call is the last sign of progress");
+        assert_eq!(f.silent_ns, Some(SEC + SEC / 10), "since entering the call");
     }
 
     #[test]
     fn a_dead_ranks_log_speaks_of_its_last_heartbeat() {
         let mut r = rank(1, 2);
         r.liveness = Liveness::Dead;
-        r.heartbeat_mono_ns = 10 * SEC;
+        (r.heartbeat_mono_ns, r.drained_ns) = (10 * SEC, 10 * SEC);
         r.heartbeat_age_ns = Some(3600 * SEC);
         r.calls = vec![coll(WORLD, 1, NcclOp::AllReduce, 7 * SEC)];
         let f = Facts::of(&r);
@@ -295,20 +311,22 @@ mod tests {
     #[test]
     fn a_call_returned_but_not_yet_drained_counts_as_recent_progress() {
         let mut r = rank(0, 2);
-        r.heartbeat_mono_ns = 10 * SEC;
-        r.heartbeat_age_ns = Some(SEC / 20);
+        (r.heartbeat_mono_ns, r.drained_ns, r.heartbeat_age_ns) = (10 * SEC, 10 * SEC, Some(SEC / 20));
+        r.now_ns = Some(10 * SEC + SEC / 20);
         r.calls = vec![coll(WORLD, 1, NcclOp::AllReduce, SEC)];
         returned(&mut r, WORLD, 2);
-        assert_eq!(Facts::of(&r).silent_ns, Some(SEC / 20));
+        assert_eq!(Facts::of(&r).silent_ns, Some(0));
         returned(&mut r, WORLD, 1);
         assert_eq!(Facts::of(&r).silent_ns, Some(9 * SEC + SEC / 20 - CALL_NS));
+        r.records_stale = true;
+        assert_eq!(Facts::of(&r).silent_ns, Some(0), "it committed records since they were read");
     }
 
     #[test]
     fn an_open_group_is_a_wait_in_group_end_for_each_of_its_peers() {
         let mut r = rank(4, 8);
-        r.heartbeat_mono_ns = 10 * SEC;
-        r.heartbeat_age_ns = Some(0);
+        (r.heartbeat_mono_ns, r.drained_ns, r.heartbeat_age_ns, r.now_ns) =
+            (11 * SEC, 10 * SEC, Some(0), Some(11 * SEC));
         let t = 8 * SEC;
         r.calls = vec![group_start(t), p2p(WORLD, 7, NcclOp::Send, 5, t + 10), p2p(WORLD, 8, NcclOp::Recv, 3, t + 20)];
         returned(&mut r, WORLD, 0);
@@ -318,12 +336,20 @@ mod tests {
         assert_eq!(w.kind, WaitKind::P2p { peers: Some(vec![3, 5]) });
         assert!(w.grouped);
         assert_eq!((w.seq, w.age_ns), (8, 2 * SEC - 20 - CALL_NS));
+        assert_eq!(f.silent_ns, Some(w.age_ns), "its ncclGroupEnd may have returned after the drain, unseen");
 
         r.calls.push(group_end(t + 30));
         assert!(Facts::of(&r).waits.is_empty(), "a closed group waits for nothing");
         r.calls.pop();
+        r.newest_drop_ns = Some(t + 5 * SEC / 10);
+        assert!(Facts::of(&r).waits.is_empty(), "a dropped ncclGroupEnd must not look like a wait");
+        r.newest_drop_ns = Some(t - 1);
+        assert_eq!(Facts::of(&r).waits.len(), 1, "drops before the group do not matter");
         r.history_complete = false;
-        assert!(Facts::of(&r).waits.is_empty(), "a lost ncclGroupEnd must not look like a wait");
+        assert!(Facts::of(&r).waits.is_empty(), "nor a torn one");
+        r.history_complete = true;
+        r.drained_ns = t + 20;
+        assert!(Facts::of(&r).waits.is_empty(), "its ncclGroupEnd may have returned after the drain");
     }
 
     #[test]
@@ -334,6 +360,11 @@ mod tests {
         let f = Facts::of(&r);
         let destroyed = f.memberships.iter().find(|m| m.comm_id == 0xdead).unwrap();
         assert_eq!((destroyed.comm_rank, destroyed.nranks, destroyed.coll_entered), (1, 2, 2));
+        assert!(destroyed.current);
         assert_eq!(f.memberships.iter().filter(|m| m.comm_id == WORLD).count(), 1, "the table row only");
+        r.records_stale = true;
+        let f = Facts::of(&r);
+        assert!(!f.memberships.iter().find(|m| m.comm_id == 0xdead).unwrap().current);
+        assert!(f.memberships.iter().find(|m| m.comm_id == WORLD).unwrap().current, "the table is read after");
     }
 }

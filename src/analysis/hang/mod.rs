@@ -69,18 +69,28 @@ pub struct RankInput {
     /// Global rank from the header, -1 for a log without rank identity.
     pub rank: i32,
     pub liveness: Liveness,
+    /// The reader's now on this rank's clock: on the rank's host the reader's
+    /// `CLOCK_MONOTONIC`, elsewhere the last heartbeat plus its age by the wall clock.
+    /// `None` when neither is known.
+    pub now_ns: Option<u64>,
     /// Reader's now minus the last heartbeat (`analysis::heartbeat`); `None` if it never beat.
     pub heartbeat_age_ns: Option<u64>,
-    /// The last heartbeat. The collector drains the records just before each heartbeat, so
-    /// every call that returned before it is in `calls`.
+    /// The last heartbeat: the instant a log that stopped beating describes.
     pub heartbeat_mono_ns: u64,
+    /// A heartbeat read before `calls` was: the collector drains the ring just before each
+    /// heartbeat, so every call that returned before it is in `calls`.
+    pub drained_ns: u64,
     /// The live communicator table.
     pub comms: Vec<CommLive>,
     pub created: Vec<CommCreated>,
     /// `nccl_call` records held, oldest first.
     pub calls: Vec<NcclCall>,
-    /// No event dropped and no record missing: an open group in `calls` is really open.
+    /// No record missing from `calls`' span (none torn, none overwritten while read).
     pub history_complete: bool,
+    /// The log committed records after `calls` was read: the rank has moved on since.
+    pub records_stale: bool,
+    /// When the collector last found events dropped (its newest `drops` record).
+    pub newest_drop_ns: Option<u64>,
     /// The stage the rank is in. The hook for stage markers: the library does not record
     /// them yet, so the adapter passes `None`.
     pub stage: Option<String>,

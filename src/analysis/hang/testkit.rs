@@ -45,12 +45,16 @@ pub fn rank(rank: i32, world: i32) -> RankInput {
     RankInput {
         rank,
         liveness: Liveness::Live,
+        now_ns: Some(BEAT),
         heartbeat_age_ns: Some(0),
         heartbeat_mono_ns: BEAT,
+        drained_ns: BEAT,
         comms: vec![row(WORLD, rank, world)],
         created: vec![created(WORLD, rank, world)],
         calls: Vec::new(),
         history_complete: true,
+        records_stale: false,
+        newest_drop_ns: None,
         stage: None,
     }
 }

@@ -20,7 +20,21 @@ pub enum Command {
     Dump { file: PathBuf, format: Format },
     /// Frontier accounting over a stage-duration CSV.
     Frontier { options: FrontierOptions, format: Format },
+    /// Hang localization over a job directory's logs.
+    Hang { dir: PathBuf, options: HangOptions, format: Format },
 }
+
+/// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
+/// `max(min_stuck_s, fallback_stuck_s)` while the logs hold too few steps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HangOptions {
+    pub factor: f64,
+    pub min_stuck_s: f64,
+    pub fallback_stuck_s: f64,
+}
+
+/// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
+impl Eq for HangOptions {}
 
 /// What `sf frontier` analyzes and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +71,7 @@ where
         Sub::Ls(a) => Command::Ls { path: a.path, format: a.output.format() },
         Sub::Dump(a) => Command::Dump { file: a.file, format: a.output.format() },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
+        Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
     })
 }
 
@@ -81,7 +96,8 @@ Examples:
   sf ls /dev/shm/stagefrontier-$(id -u)/default      which ranks logged, are they alive, is anything lost
   sf ls JOBDIR --json | jq '.ranks[] | select(.liveness != \"live\")'
   sf dump JOBDIR/rank-00003.sflog | less             every record rank 3 still holds
-  sf dump JOBDIR/rank-00003.sflog --json > rank3.jsonl";
+  sf dump JOBDIR/rank-00003.sflog --json > rank3.jsonl
+  sf hang JOBDIR                                     is the job hung, and who holds it up";
 
 const LS_LONG_ABOUT: &str = "\
 List the rank logs of a job: one row per rank, then which ranks of the world have no log
@@ -166,6 +182,79 @@ Examples:
   sf frontier --csv stages.csv --stages data,fwd,bwd,optim --window 100
   sf frontier --csv stages.csv --sync-wait data --json | jq '.windows[] | {top2, leader_ranks, labels}'";
 
+const HANG_LONG_ABOUT: &str = "\
+Say whether a job is hung and where: which rank holds it up, in which collective, since
+when. Works on a running job even with every rank wedged (the logs are memory-mapped
+files), and on the logs of ranks that died.
+
+DIR is the job directory, $SF_LOG_DIR/<job id>/, by default
+/dev/shm/stagefrontier-<uid>/<job id>/.
+
+How it decides. A rank is inside an NCCL call (the live communicator table says which and
+since when; a ncclGroupEnd shows as a group its records leave open) or outside one, silent
+since its last call. A rank inside collective #k waits for every rank of the communicator
+that has not entered #k; a grouped send/recv waits for its peers; a rank outside NCCL but
+ahead of others on a communicator (real NCCL returns before the GPU is done) waits for
+those furthest behind. A wait is STUCK when it is older than the threshold, when the rank
+it waits for has been silent for longer, or when that rank is gone while the waiter lives.
+A healthy job always has some ranks inside collective #k and others not there yet: below
+the threshold, that is skew.
+
+THRESHOLD = max(--min-stuck-s, --factor x step time). The step time comes from the job's
+own cadence, no markers needed: on the communicator with the most collectives, the
+smallest period P (collectives per step) of the repeating (op, count, dtype) pattern whose
+measured steps agree, and the median of t_enter[#k+P] - t_enter[#k] over recent steps of
+all ranks. A rank waits in a healthy collective for at most the skew between ranks and
+goes without NCCL calls for at most its longest compute phase, both under one step; the
+default factor 1.5 allows steps 50% slower than the median and still reports a hang
+within 2 steps of its start. While the logs hold fewer than two steps,
+--fallback-stuck-s takes the place of factor x step.
+
+STATE of each rank:
+  missing   never entered the call others are stuck in, and silent since: the culprit
+  waiting   blocked in a call (or, outside NCCL, ahead of others) that waits for other ranks
+  wedged    stuck in a call though every rank it needs is there, or in a call of its own
+  dead      heartbeat stale, process gone (killed, crashed)
+  stalled   heartbeat stale, process still there (stopped, or frozen as a whole)
+  slow      others are stuck waiting for it, but it still makes NCCL calls: behind, not hung
+  exited    exited through exit()
+  disabled  recording stopped after an internal error; its log says nothing since
+  ok        not part of anything stuck
+ROLE says what a rank that stopped was doing when it stopped: a job killed while hung
+still shows who held it up. STUCK: how long it has waited in its call (waiting, wedged)
+or gone without a call (missing, dead, stalled). STEP and STAGE come from the job's
+step and stage markers, when it records them.
+
+Also listed: collective mismatches (one sequence number issued with another op, count,
+dtype, root or reduction on some rank), SF_INJECT injections, and the hang evidence the
+library's watchdog wrote. A job in which every rank has been outside NCCL for longer
+than the threshold is noted: it is stuck outside NCCL, or in a long phase without
+collectives (checkpoint, evaluation), which the logs cannot tell apart.
+
+Exit status: 0 nothing hung, 3 a hang is diagnosed, 1 an error (no logs; or a log that
+cannot be read, when no hang is found in the others).";
+
+const HANG_EXAMPLES: &str = "\
+Example: rank 5 of 8 stopped before collective #41 (here with SF_INJECT=hang:rank=5,seq=41)
+  $ sf hang /dev/shm/stagefrontier-$(id -u)/job-42
+  HUNG: rank 5 never entered allreduce #41 on 0x5eed000000000001; 7 ranks have waited 4.1s in it
+  threshold 0.153s = 1.5 x step 0.102s (5 collectives per step on 0x5eed000000000001, 296 steps measured)
+
+  COMMUNICATOR        NRANKS  STUCK AT        FOR   MISSING  WAITING   OTHERS
+  0x5eed000000000001       8  allreduce #41  4.1s  5        0-4, 6-7  -
+
+  RANK  STATE    STEP  STAGE  STUCK  WHERE                  HEARTBEAT  WAITING FOR
+     0  waiting     8  bwd     4.1s  in allreduce #41            0.0s  5
+     ...
+     5  missing     8  bwd     4.2s  before allreduce #41        0.0s  -
+     ...
+  injected: rank 5 hang (rule 0) before allreduce #41 on 0x5eed000000000001
+
+Examples:
+  sf hang JOBDIR; echo $?                              3 while hung, 0 when not
+  sf hang JOBDIR --json | jq '.communicators[] | select(.stuck_seq != null) | .missing_ranks'
+  sf hang JOBDIR --factor 3 --min-stuck-s 1           more patience on a job with uneven steps";
+
 #[derive(Parser)]
 #[command(
     name = "sf",
@@ -191,6 +280,9 @@ enum Sub {
     /// Frontier accounting of per-rank stage durations: exposed time, routing, labels
     #[command(long_about = FRONTIER_LONG_ABOUT, after_help = FRONTIER_EXAMPLES)]
     Frontier(FrontierArgs),
+    /// Is the job hung, and where: the rank, the collective, the stage, since when
+    #[command(long_about = HANG_LONG_ABOUT, after_help = HANG_EXAMPLES)]
+    Hang(HangArgs),
 }
 
 #[derive(Args)]
@@ -262,6 +354,38 @@ impl FrontierArgs {
 }
 
 #[derive(Args)]
+struct HangArgs {
+    /// Job directory holding the rank-*.sflog files
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    /// A wait is stuck after this many median step times
+    #[arg(long, value_name = "F", default_value = "1.5", value_parser = non_negative)]
+    factor: f64,
+    /// ...but never before this many seconds
+    #[arg(long, value_name = "S", default_value = "0.05", value_parser = non_negative)]
+    min_stuck_s: f64,
+    /// Seconds after which a wait is stuck while the logs hold too few steps to time one
+    #[arg(long, value_name = "S", default_value = "30", value_parser = non_negative)]
+    fallback_stuck_s: f64,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+impl HangArgs {
+    fn options(&self) -> HangOptions {
+        HangOptions { factor: self.factor, min_stuck_s: self.min_stuck_s, fallback_stuck_s: self.fallback_stuck_s }
+    }
+}
+
+/// A finite number >= 0 (seconds, or a factor).
+fn non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("wants a number >= 0, not '{text}'")),
+    }
+}
+
+#[derive(Args)]
 struct OutputArgs {
     /// Print JSON instead of a table
     #[arg(long)]
@@ -321,6 +445,25 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn hang_takes_a_directory_and_threshold_settings() {
+        let defaults = HangOptions { factor: 1.5, min_stuck_s: 0.05, fallback_stuck_s: 30.0 };
+        assert_eq!(
+            parse(&["sf", "hang", "job"]),
+            Ok(Command::Hang { dir: "job".into(), options: defaults, format: Format::Human })
+        );
+        let custom = HangOptions { factor: 3.0, min_stuck_s: 1.0, fallback_stuck_s: 5.0 };
+        assert_eq!(
+            parse(&["sf", "hang", "job", "--json", "--factor", "3", "--min-stuck-s", "1", "--fallback-stuck-s=5"]),
+            Ok(Command::Hang { dir: "job".into(), options: custom, format: Format::Json })
+        );
+        assert_eq!(parse(&["sf", "hang"]), Err(ErrorKind::MissingRequiredArgument));
+        for bad in ["--factor=-1", "--factor=NaN", "--min-stuck-s=inf", "--fallback-stuck-s=soon"] {
+            assert_eq!(parse(&["sf", "hang", "job", bad]), Err(ErrorKind::ValueValidation), "{bad}");
+        }
+        assert_eq!(parse(&["sf", "hang", "--help"]), Err(ErrorKind::DisplayHelp));
     }
 
     #[test]

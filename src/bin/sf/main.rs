@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::Command;
-use commands::{dump, frontier, ls, Failure};
+use commands::{dump, frontier, hang, ls, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -62,8 +62,24 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             }
             Err(failure) => Err(failure),
         },
+        Command::Hang { dir, options, format } => {
+            let report = hang::build(&dir, &options)?;
+            output::new(format, stdout).hang(&report)?;
+            for error in &report.errors {
+                error_line(&error.error);
+            }
+            // A diagnosed hang is the answer even when some log could not be read.
+            Ok(match (report.hung, report.errors.is_empty()) {
+                (true, _) => ExitCode::from(EXIT_HUNG),
+                (false, true) => ExitCode::SUCCESS,
+                (false, false) => ExitCode::FAILURE,
+            })
+        }
     }
 }
+
+/// `sf hang`'s status for a diagnosed hang, apart from 1 for errors so scripts can tell.
+const EXIT_HUNG: u8 = 3;
 
 fn error_line(message: &str) {
     note_line(&format!("sf: {message}"));

@@ -2,6 +2,7 @@
 
 pub mod dump;
 pub mod frontier;
+pub mod hang;
 pub mod ls;
 mod step_vectors;
 

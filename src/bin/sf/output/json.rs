@@ -10,6 +10,7 @@ use stagefrontier::core::nccl_op::{dtype_name, redop_name, result_name};
 use super::Output;
 use crate::commands::dump::DumpReport;
 use crate::commands::frontier::FrontierReport;
+use crate::commands::hang::HangReport;
 use crate::commands::ls::LsReport;
 
 pub struct Json<W> {
@@ -69,6 +70,12 @@ impl<W: Write> Output for Json<W> {
     }
 
     fn frontier(&mut self, report: &FrontierReport) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, report)?;
+        writeln!(self.out)?;
+        self.out.flush()
+    }
+
+    fn hang(&mut self, report: &HangReport) -> io::Result<()> {
         serde_json::to_writer(&mut self.out, report)?;
         writeln!(self.out)?;
         self.out.flush()

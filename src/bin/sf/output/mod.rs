@@ -11,12 +11,14 @@ use stagefrontier::core::log::reader::ScanStats;
 use crate::cli::Format;
 use crate::commands::dump::DumpReport;
 use crate::commands::frontier::FrontierReport;
+use crate::commands::hang::HangReport;
 use crate::commands::ls::LsReport;
 
 pub trait Output {
     fn ls(&mut self, report: &LsReport) -> io::Result<()>;
     fn dump(&mut self, report: &DumpReport) -> io::Result<()>;
     fn frontier(&mut self, report: &FrontierReport) -> io::Result<()>;
+    fn hang(&mut self, report: &HangReport) -> io::Result<()>;
 }
 
 pub fn new<'a, W: Write + 'a>(format: Format, out: W) -> Box<dyn Output + 'a> {

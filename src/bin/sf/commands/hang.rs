@@ -1,0 +1,407 @@
+//! `sf hang`: which rank holds a job up, in which collective, since when, from the rank
+//! logs alone: while every rank is wedged, or after they died.
+//!
+//! A thin adapter around `analysis::hang`. It reads every log's records first; then the
+//! clock, once; then every log's heartbeat and live table. Everything a log says after the
+//! clock was read can only make a wait or a silence look shorter than it is, so a reader
+//! descheduled halfway (a loaded host) may miss a hang for a moment but never invents one.
+//! The report keeps the verdict's words and adds what an operator wants next to it:
+//! heartbeats, steps and stages, injections, watchdog evidence.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Serialize, Serializer};
+use stagefrontier::analysis::hang::{
+    self, CommVerdict, Diagnosis, Member, Mismatch, RankInput, RankVerdict, Settings, State,
+};
+use stagefrontier::analysis::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use stagefrontier::analysis::liveness::{classify, Liveness};
+use stagefrontier::core::clock::{monotonic_ns, wall_ns};
+use stagefrontier::core::host as local_host;
+use stagefrontier::core::log::reader::{RankLog, ReadError};
+use stagefrontier::core::log::records::{CommCreated, HangEvidence, Injection, NcclCall, RecordBody};
+use stagefrontier::core::nccl_op::NcclOp;
+
+use super::ls::FileError;
+use super::Failure;
+use crate::cli::HangOptions;
+use crate::discover;
+use crate::progress::Progress;
+
+/// Newest `nccl_call` records kept per rank: more than the analysis looks at (8192
+/// collectives for the cadence, 4096 for mismatches), and a bound on memory for big jobs.
+const CALLS_KEPT: usize = 16_384;
+
+/// The `--json` object; its field names are a contract.
+#[derive(Debug, Serialize)]
+pub struct HangReport {
+    pub dir: String,
+    /// The reader's `CLOCK_MONOTONIC` when it read the live tables.
+    pub now_mono_ns: u64,
+    pub hung: bool,
+    pub threshold: ThresholdReport,
+    /// Every live rank has been outside NCCL this long (more than the threshold).
+    pub quiet_s: Option<f64>,
+    pub communicators: Vec<CommReport>,
+    pub ranks: Vec<RankReport>,
+    pub errors: Vec<FileError>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThresholdReport {
+    pub threshold_s: f64,
+    /// `cadence` (factor x step time) or `fallback` (too few steps in the logs).
+    pub source: &'static str,
+    pub step_s: Option<f64>,
+    /// The longest call and the longest gap between calls in the recent history.
+    pub longest_call_s: Option<f64>,
+    pub longest_gap_s: Option<f64>,
+    /// Collectives per step on the communicator the cadence was measured on.
+    pub period: Option<usize>,
+    #[serde(serialize_with = "opt_hex")]
+    pub cadence_comm_id: Option<u64>,
+    /// Step durations measured, one per starting collective of each sampled rank.
+    pub step_samples: Option<usize>,
+    pub factor: f64,
+    pub min_stuck_s: f64,
+    pub fallback_stuck_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CommReport {
+    #[serde(serialize_with = "hex")]
+    pub comm_id: u64,
+    pub nranks: i32,
+    pub stuck_seq: Option<u64>,
+    pub stuck_op: Option<NcclOp>,
+    pub stuck_p2p: bool,
+    pub stuck_s: Option<f64>,
+    pub missing_ranks: Vec<i32>,
+    pub waiting_ranks: Vec<i32>,
+    pub dead_ranks: Vec<i32>,
+    pub wedged_ranks: Vec<i32>,
+    pub slow_ranks: Vec<i32>,
+    pub stalled_ranks: Vec<i32>,
+    pub exited_ranks: Vec<i32>,
+    pub disabled_ranks: Vec<i32>,
+    pub no_log_comm_ranks: Vec<i32>,
+    pub mismatches: Vec<Mismatch>,
+    pub mismatches_total: usize,
+    pub members: Vec<MemberReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemberReport {
+    pub rank: i32,
+    pub comm_rank: i32,
+    pub coll_entered: u64,
+    pub coll_returned: u64,
+    pub p2p_entered: u64,
+    pub p2p_returned: u64,
+    pub in_flight: Option<MemberCallReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemberCallReport {
+    pub op: Option<NcclOp>,
+    pub comm_seq: u64,
+    pub age_s: f64,
+    pub grouped: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RankReport {
+    pub rank: i32,
+    pub state: State,
+    pub role: State,
+    pub stage: Option<String>,
+    pub step: Option<u64>,
+    pub stuck_s: Option<f64>,
+    #[serde(serialize_with = "opt_hex")]
+    pub comm_id: Option<u64>,
+    pub comm_seq: Option<u64>,
+    pub op: Option<NcclOp>,
+    pub in_flight: bool,
+    pub grouped: bool,
+    pub waiting_for: Vec<i32>,
+    pub liveness: Liveness,
+    pub heartbeat_age_s: Option<f64>,
+    pub silent_s: Option<f64>,
+    pub host: String,
+    pub pid: u32,
+    pub file: String,
+    pub injections: Vec<InjectionReport>,
+    pub hang_evidence: Vec<HangEvidence>,
+}
+
+/// An `injection` record, with its stage named.
+#[derive(Debug, Serialize)]
+pub struct InjectionReport {
+    #[serde(flatten)]
+    pub record: Injection,
+    pub stage_name: Option<String>,
+}
+
+fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:#018x}"))
+}
+
+fn opt_hex<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => hex(v, s),
+        None => s.serialize_none(),
+    }
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// What the adapter keeps of one log besides the analysis input.
+struct Extra {
+    host: String,
+    pid: u32,
+    file: String,
+    step: Option<u64>,
+    liveness: Liveness,
+    heartbeat_age_ns: Option<u64>,
+    injections: Vec<InjectionReport>,
+    hang_evidence: Vec<HangEvidence>,
+}
+
+pub fn build(dir: &Path, options: &HangOptions) -> Result<HangReport, Failure> {
+    let files = files_to_read(dir)?;
+    let reader_host = local_host::hostname();
+    let mut errors = Vec::new();
+    let mut progress = Progress::new(files.len());
+    // Records first: the long part.
+    let mut logs = Vec::with_capacity(files.len());
+    for (i, file) in files.iter().enumerate() {
+        match RankLog::open(file) {
+            Ok(log) => {
+                let history = History::of(&log);
+                logs.push((log, history));
+            }
+            Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+        }
+        progress.done(i + 1);
+    }
+    drop(progress);
+    let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
+    let (inputs, extras): (Vec<RankInput>, Vec<Extra>) =
+        logs.into_iter().map(|(log, history)| read_live(&log, history, &reader_host, now)).unzip();
+    let settings = Settings {
+        factor: options.factor,
+        min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
+        fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
+    };
+    let diagnosis = hang::diagnose(&inputs, &settings);
+    Ok(report(dir, now.mono_ns, diagnosis, extras, errors))
+}
+
+/// The job directory's logs; a directory without any says where logs are written.
+fn files_to_read(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let unreadable = |error| Failure::Message(ReadError::Unreadable { path: dir.to_path_buf(), error }.to_string());
+    if !std::fs::metadata(dir).map_err(unreadable)?.is_dir() {
+        return Err(Failure::Message(format!(
+            "{} is not a directory; sf hang reads every rank log of a job: pass the job directory holding them",
+            dir.display()
+        )));
+    }
+    let files = discover::logs_in(dir).map_err(unreadable)?;
+    if files.is_empty() {
+        let hint = match discover::job_dirs_in(dir).first() {
+            Some(job) => format!("; it holds job directories: pass one, e.g. sf hang {}", job.display()),
+            None => "; logs are written to $SF_LOG_DIR/<job id>/, default /dev/shm/stagefrontier-<uid>/<job id>/"
+                .to_string(),
+        };
+        return Err(Failure::Message(format!("no rank logs (*.sflog) in {}{hint}", dir.display())));
+    }
+    Ok(files)
+}
+
+/// What a log's records say.
+struct History {
+    /// The heartbeat read just before the records: every call returned before it is in them.
+    drained_ns: u64,
+    calls: Vec<NcclCall>,
+    created: Vec<CommCreated>,
+    injections: Vec<Injection>,
+    hang_evidence: Vec<HangEvidence>,
+    complete: bool,
+    newest_drop_ns: Option<u64>,
+    /// The newest record the scan saw: more committed later means the rank moved on.
+    newest_seq: u64,
+}
+
+impl History {
+    fn of(log: &RankLog) -> History {
+        let drained_ns = log.live().heartbeat_mono_ns;
+        let (records, stats) = log.records();
+        let mut history = History {
+            drained_ns,
+            calls: Vec::new(),
+            created: Vec::new(),
+            injections: Vec::new(),
+            hang_evidence: Vec::new(),
+            complete: stats.missing == 0,
+            newest_drop_ns: None,
+            newest_seq: stats.last_seq,
+        };
+        for record in records {
+            match record.body {
+                RecordBody::NcclCall(c) => history.calls.push(c),
+                RecordBody::CommCreated(c) => history.created.push(c),
+                RecordBody::Injection(i) => history.injections.push(i),
+                RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
+                RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
+                // Kinds the hang analysis does not use.
+                _ => {}
+            }
+        }
+        let excess = history.calls.len().saturating_sub(CALLS_KEPT);
+        history.calls.drain(..excess);
+        history
+    }
+}
+
+fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderClock) -> (RankInput, Extra) {
+    let h = &log.header;
+    let live = log.live();
+    let comms = log.comms();
+    let (step, stage) = log.position();
+    let here = same_host(&h.host, reader_host);
+    let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
+    let process_exists = here.then(|| local_host::process_exists(h.pid));
+    let stage_names = log.stage_names();
+    // Until its collector first beats, a log is as fresh as its creation: a rank starting
+    // up must not pass for a stopped one.
+    let since_created = || heartbeat_age_ns(here, h.base_mono_ns, h.base_wall_ns, now);
+    let liveness = classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process_exists);
+    let input = RankInput {
+        rank: h.global_rank,
+        liveness,
+        // On this host the clock read before the table; elsewhere what the wall clock says.
+        now_ns: if here { Some(now.mono_ns) } else { age_ns.map(|age| live.heartbeat_mono_ns.saturating_add(age)) },
+        heartbeat_age_ns: age_ns,
+        heartbeat_mono_ns: live.heartbeat_mono_ns,
+        drained_ns: history.drained_ns,
+        comms,
+        created: history.created,
+        calls: history.calls,
+        history_complete: history.complete,
+        // A record committed while the scan passed its slot counts too.
+        records_stale: live.committed > history.newest_seq,
+        newest_drop_ns: history.newest_drop_ns,
+        stage,
+    };
+    let extra = Extra {
+        host: h.host.clone(),
+        pid: h.pid,
+        file: log.path().display().to_string(),
+        step,
+        liveness,
+        heartbeat_age_ns: age_ns,
+        injections: history
+            .injections
+            .into_iter()
+            .map(|record| InjectionReport {
+                stage_name: record.stage.and_then(|id| stage_names.get(id as usize).cloned().flatten()),
+                record,
+            })
+            .collect(),
+        hang_evidence: history.hang_evidence,
+    };
+    (input, extra)
+}
+
+fn report(dir: &Path, now_mono_ns: u64, d: Diagnosis, extras: Vec<Extra>, errors: Vec<FileError>) -> HangReport {
+    let t = &d.threshold;
+    HangReport {
+        dir: dir.display().to_string(),
+        now_mono_ns,
+        hung: d.hung,
+        threshold: ThresholdReport {
+            threshold_s: seconds(t.threshold_ns),
+            source: if t.cadence.is_some() { "cadence" } else { "fallback" },
+            step_s: t.cadence.map(|c| seconds(c.step_ns)),
+            longest_call_s: t.cadence.map(|c| seconds(c.longest_call_ns)),
+            longest_gap_s: t.cadence.map(|c| seconds(c.longest_gap_ns)),
+            period: t.cadence.map(|c| c.period),
+            cadence_comm_id: t.cadence.map(|c| c.comm_id),
+            step_samples: t.cadence.map(|c| c.samples),
+            factor: t.factor,
+            min_stuck_s: seconds(t.min_stuck_ns),
+            fallback_stuck_s: seconds(t.fallback_stuck_ns),
+        },
+        quiet_s: d.quiet_ns.map(seconds),
+        communicators: d.communicators.into_iter().map(comm_report).collect(),
+        ranks: d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect(),
+        errors,
+    }
+}
+
+fn comm_report(c: CommVerdict) -> CommReport {
+    CommReport {
+        comm_id: c.comm_id,
+        nranks: c.nranks,
+        stuck_seq: c.stuck_seq,
+        stuck_op: c.stuck_op,
+        stuck_p2p: c.stuck_p2p,
+        stuck_s: c.stuck_ns.map(seconds),
+        missing_ranks: c.missing_ranks,
+        waiting_ranks: c.waiting_ranks,
+        dead_ranks: c.dead_ranks,
+        wedged_ranks: c.wedged_ranks,
+        slow_ranks: c.slow_ranks,
+        stalled_ranks: c.stalled_ranks,
+        exited_ranks: c.exited_ranks,
+        disabled_ranks: c.disabled_ranks,
+        no_log_comm_ranks: c.no_log_comm_ranks,
+        mismatches: c.mismatches,
+        mismatches_total: c.mismatches_total,
+        members: c.members.into_iter().map(member_report).collect(),
+    }
+}
+
+fn member_report(m: Member) -> MemberReport {
+    MemberReport {
+        rank: m.rank,
+        comm_rank: m.comm_rank,
+        coll_entered: m.coll_entered,
+        coll_returned: m.coll_returned,
+        p2p_entered: m.p2p_entered,
+        p2p_returned: m.p2p_returned,
+        in_flight: m.in_flight.map(|c| MemberCallReport {
+            op: c.op,
+            comm_seq: c.comm_seq,
+            age_s: seconds(c.age_ns),
+            grouped: c.grouped,
+        }),
+    }
+}
+
+fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
+    RankReport {
+        rank: v.rank,
+        state: v.state,
+        role: v.role,
+        stage: v.stage,
+        step: extra.step,
+        stuck_s: v.stuck_ns.map(seconds),
+        comm_id: v.at.map(|at| at.comm_id),
+        comm_seq: v.at.and_then(|at| at.comm_seq),
+        op: v.at.and_then(|at| at.op),
+        in_flight: v.at.is_some_and(|at| at.in_flight),
+        grouped: v.at.is_some_and(|at| at.grouped),
+        waiting_for: v.waiting_for,
+        liveness: extra.liveness,
+        heartbeat_age_s: extra.heartbeat_age_ns.map(seconds),
+        silent_s: v.silent_ns.map(seconds),
+        host: extra.host,
+        pid: extra.pid,
+        file: extra.file,
+        injections: extra.injections,
+        hang_evidence: extra.hang_evidence,
+    }
+}
