@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Fault matrix: runs a job once per injected fault, diagnoses each run from the logs alone
+# (`sf hang` for hangs, `sf frontier` for a slow stage on one rank: the stage must be in the
+# top-2 and the rank among its leaders), and prints injected ground truth against
+# diagnosis, pass/fail per case, and hang-localization precision and recall.
+#
+#   scripts/fault_matrix.sh                 # sf-trainer-sim, 8 ranks, on this machine
+#   SF_MATRIX_JOB='torchrun --nproc-per-node 8 train.py' scripts/fault_matrix.sh
+#
+# SF_MATRIX_JOB is any command that launches the whole job; it runs with LD_PRELOAD set to
+# the library and SF_LOG_DIR/SF_JOB_ID/SF_INJECT set per case. SF_MATRIX_RANKS is its world
+# size (default 8), SF_MATRIX_QUICK=1 runs a reduced matrix (what CI runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x target/release/sf ] && [ -f target/release/libstagefrontier.so ] || cargo build --release --workspace --locked -q
+
+ranks=${SF_MATRIX_RANKS:-8}
+job=${SF_MATRIX_JOB:-"target/release/sf-trainer-sim --ranks $ranks --steps 100000 --stage-ms data=4,fwd=4,bwd=8,callbacks=1,optim=2"}
+lib=$PWD/target/release/libstagefrontier.so
+sf=$PWD/target/release/sf
+root=$(mktemp -d /tmp/sf-matrix.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+
+# name | SF_INJECT | expected: a culprit rank for a hang, STAGE@RANK for a slow stage, - for none
+cases=(
+  "hang-r3-s40|hang:rank=3,op=allreduce,seq=40|3"
+  "hang-r0-s26|hang:rank=0,op=allgather,seq=26|0"
+  "hang-r$((ranks - 1))-s60|hang:rank=$((ranks - 1)),op=allreduce,seq=60|$((ranks - 1))"
+  "slow-data-r2|delay:rank=2,stage=data.next_wait,ms=120,step=2-1000|data.next_wait@2"
+  "healthy|-|-"
+)
+if [ "${SF_MATRIX_QUICK:-0}" != 1 ]; then
+  cases+=(
+    "hang-r5-s33|hang:rank=5,op=allreduce,seq=33|5"
+    "hang-r2-s101|hang:rank=2,seq=101|2"
+    "hang-r6-stage|hang:rank=6,op=allreduce,stage=model.backward_cpu_wall,step=7|6"
+    "slow-bwd-r4|delay:rank=4,stage=model.backward_cpu_wall,ms=120,step=2-1000|model.backward_cpu_wall@4"
+    "slow-fwd-r1|delay:rank=1,stage=model.fwd_loss_cpu_wall,ms=120,step=2-1000|model.fwd_loss_cpu_wall@1"
+    "healthy-again|-|-"
+  )
+fi
+
+run_case() {
+  local name=$1 inject=$2 dir=$root/$1
+  mkdir -p "$dir"
+  local env=(LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_HANG_MIN_S=1)
+  [ "$inject" != - ] && env+=(SF_INJECT="$inject")
+  env "${env[@]}" setsid bash -c "exec $job" >"$dir/job.out" 2>&1 &
+  local pid=$!
+  # Let it run into its fault (or, healthy, through many steps), then diagnose live.
+  sleep "${SF_MATRIX_WAIT_S:-3}"
+  "$sf" hang "$dir/job" --json >"$dir/hang.json" 2>"$dir/hang.err" || true
+  "$sf" frontier "$dir/job" --json >"$dir/frontier.json" 2>"$dir/frontier.err" || true
+  kill -KILL -- -"$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+printf '%-15s %-62s %-26s %-26s %s\n' CASE INJECTED EXPECTED DIAGNOSED RESULT
+tp=0 fp=0 fn=0 failed=0
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name inject expected <<<"$entry"
+  run_case "$name" "$inject"
+  diagnosed=$(python3 - "$root/$name" "$expected" <<'PY'
+import json, os, sys
+case, expected = sys.argv[1], sys.argv[2]
+def load(name):
+    try:
+        return json.load(open(os.path.join(case, name)))
+    except Exception:
+        return None
+hang = load("hang.json") or {}
+culprits = sorted({r for c in hang.get("communicators", []) for r in c.get("missing_ranks", [])})
+if hang.get("hung"):
+    print(",".join(map(str, culprits)) or "hung:?")
+elif "@" in expected:
+    stage, rank = expected.split("@")
+    windows = (load("frontier.json") or {}).get("windows", [])
+    window = windows[-1] if windows else {}
+    top2 = window.get("top2", [])
+    leaders = window.get("leader_ranks", {}).get(stage, [])
+    hit = stage in top2 and int(rank) in leaders
+    print(expected if hit else f"{window.get('top1')}@{','.join(map(str, window.get('leader_ranks', {}).get(window.get('top1'), [])))}")
+else:
+    print("-")
+PY
+)
+  result=pass
+  if [ "$expected" = - ] || [[ "$expected" == *@* ]]; then
+    [ "$diagnosed" = "$expected" ] || result=FAIL
+    [[ "$diagnosed" =~ ^[0-9,]+$ ]] && fp=$((fp + 1))  # a hang named where there is none
+  elif [ "$diagnosed" = "$expected" ]; then
+    tp=$((tp + 1))
+  else
+    result=FAIL; fn=$((fn + 1))
+    [[ "$diagnosed" =~ ^[0-9,]+$ ]] && fp=$((fp + 1))
+  fi
+  [ $result = pass ] || failed=$((failed + 1))
+  printf '%-15s %-62s %-26s %-26s %s\n' "$name" "$inject" "$expected" "$diagnosed" "$result"
+done
+python3 - "$tp" "$fp" "$fn" <<'PY'
+import sys
+tp, fp, fn = map(int, sys.argv[1:])
+precision = tp / (tp + fp) if tp + fp else 1.0
+recall = tp / (tp + fn) if tp + fn else 1.0
+print(f"hang localization: precision {precision:.0%} recall {recall:.0%} (tp={tp} fp={fp} fn={fn})")
+PY
+[ "$failed" = 0 ]
