@@ -12,7 +12,8 @@ pub fn hostname() -> String {
 }
 
 /// Whether a process with this pid exists here. A process of another user still exists
-/// (EPERM). Pid 0 and pids beyond `i32::MAX` are refused, because `kill` would read them
+/// (EPERM); a zombie (killed, not yet reaped by a parent that is itself stuck or stopped)
+/// does not. Pid 0 and pids beyond `i32::MAX` are refused, because `kill` would read them
 /// as process groups.
 pub fn process_exists(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
@@ -24,7 +25,16 @@ pub fn process_exists(pid: u32) -> bool {
     // SAFETY: signal 0 sends nothing; kill only checks that the pid exists and may be
     // signalled.
     let alive = unsafe { libc::kill(pid, 0) } == 0;
-    alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    (alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)) && !is_zombie(pid)
+}
+
+/// `/proc/<pid>/stat`'s state field is `Z` for a zombie; it follows the parenthesised
+/// command name, which may itself contain spaces and parentheses.
+fn is_zombie(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -40,6 +50,20 @@ mod tests {
         assert!(!process_exists(pid));
         assert!(!process_exists(0));
         assert!(!process_exists(u32::MAX));
+    }
+
+    #[test]
+    fn a_zombie_does_not_exist() {
+        // SAFETY: fork in a test; the child exits at once and is reaped below.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the child ends immediately.
+            unsafe { libc::_exit(0) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!process_exists(pid as u32), "exited but unreaped");
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
     }
 
     #[test]

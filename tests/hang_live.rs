@@ -1,0 +1,199 @@
+//! `sf hang` on real jobs, read while they are hung: a culprit injected with SF_INJECT is
+//! named within two steps, a rank killed with kill -9 is dead, and a healthy job sampled
+//! again and again never looks hung.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use stagefrontier::core::clock::monotonic_ns;
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::RecordBody;
+
+fn sf_hang(dir: &std::path::Path) -> (Option<i32>, serde_json::Value) {
+    let out = Command::new(artifact("sf")).arg("hang").arg(dir).arg("--json").output().unwrap();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code(), report)
+}
+
+fn ranks_in(report: &serde_json::Value, comm_field: &str) -> Vec<u64> {
+    let mut ranks: Vec<u64> = report["communicators"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c[comm_field].as_array().into_iter().flatten().filter_map(|r| r.as_u64()))
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks
+}
+
+fn state_of(report: &serde_json::Value, rank: u64) -> String {
+    report["ranks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["rank"] == rank)
+        .map_or(String::new(), |r| r["state"].as_str().unwrap_or_default().to_string())
+}
+
+/// Kills the launcher and, through PR_SET_PDEATHSIG, its ranks.
+struct Job(Child);
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(root: &std::path::Path, ranks: u32, stage_ms: &str, inject: Option<&str>) -> Job {
+    let mut cmd = preloaded(&trainer_sim(), root, "job");
+    cmd.args(["--ranks", &ranks.to_string(), "--steps", "100000", "--stage-ms", stage_ms])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(rule) = inject {
+        cmd.env("SF_INJECT", rule);
+    }
+    Job(cmd.spawn().unwrap())
+}
+
+fn median_step_ns(log: &RankLog) -> u64 {
+    let mut walls: Vec<u64> = log
+        .records()
+        .0
+        .iter()
+        .filter_map(|r| match r.body {
+            RecordBody::StepVector(v) if v.part == 0 => Some(v.wall_ns),
+            _ => None,
+        })
+        .collect();
+    walls.sort_unstable();
+    walls[walls.len() / 2]
+}
+
+#[test]
+fn the_culprit_of_an_injected_hang_is_named_within_two_steps_while_the_job_is_hung() {
+    let root = log_root("hang-live");
+    // #40 is an allreduce of step 7: a broadcast, then 4 allreduces and an allgather per step.
+    let _job = start(&root, 8, "data=40,fwd=40,bwd=80,callbacks=5,optim=20", Some("hang:rank=3,op=allreduce,seq=40"));
+    let dir = root.join("job");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let hang_started_ns = loop {
+        let logs = rank_logs(&root, "job");
+        let fired = logs.get(3).and_then(|path| RankLog::open(path).ok()).and_then(|log| {
+            log.records().0.iter().find_map(|r| match r.body {
+                RecordBody::Injection(i) => Some(i.t_ns),
+                _ => None,
+            })
+        });
+        if let Some(t) = fired {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "the hang never fired");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let step_ns = median_step_ns(&RankLog::open(&rank_logs(&root, "job")[0]).unwrap());
+
+    let (code, report) = loop {
+        let (code, report) = sf_hang(&dir);
+        if code == Some(3) {
+            break (code, report);
+        }
+        assert!(Instant::now() < deadline, "never diagnosed: {report}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let detected_ns = monotonic_ns();
+    // The job stops making progress once the last of the other ranks has entered #40 and
+    // can go no further: that is when the hang starts to be observable.
+    let stopped_ns = rank_logs(&root, "job")
+        .iter()
+        .filter_map(|path| RankLog::open(path).ok())
+        .filter_map(|log| log.comms().first().and_then(|c| c.inflight.as_ref()).map(|f| f.since_mono_ns))
+        .max()
+        .expect("the waiters are in flight");
+    assert!(stopped_ns >= hang_started_ns);
+    assert!(
+        detected_ns - stopped_ns <= 2 * step_ns,
+        "diagnosed {} ms after the job stopped ({} ms after the culprit did); 2 steps are {} ms",
+        (detected_ns - stopped_ns) / 1_000_000,
+        (detected_ns - hang_started_ns) / 1_000_000,
+        2 * step_ns / 1_000_000
+    );
+    assert_eq!(code, Some(3));
+    assert_eq!(ranks_in(&report, "missing_ranks"), [3], "{report}");
+    assert_eq!(ranks_in(&report, "waiting_ranks"), [0, 1, 2, 4, 5, 6, 7], "{report}");
+    let stuck: Vec<u64> =
+        report["communicators"].as_array().unwrap().iter().filter_map(|c| c["stuck_seq"].as_u64()).collect();
+    assert_eq!(stuck, [40], "{report}");
+    assert_eq!(state_of(&report, 3), "missing");
+    let culprit = report["ranks"].as_array().unwrap().iter().find(|r| r["rank"] == 3).unwrap();
+    assert_eq!(culprit["stage"], "model.backward_cpu_wall", "{culprit}");
+}
+
+#[test]
+fn a_rank_killed_with_kill_9_is_reported_dead() {
+    let root = log_root("hang-dead");
+    let job = start(&root, 4, "data=5,fwd=5,bwd=10,callbacks=1,optim=2", None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let victim = loop {
+        let logs = rank_logs(&root, "job");
+        if let Some(log) = logs.get(2).and_then(|p| RankLog::open(p).ok()).filter(|l| l.live().committed > 100) {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "job never got going");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Stop the launcher first, as a wedged launcher would be, so the other ranks stay up
+    // and wait for the dead one instead of being torn down.
+    let launcher = job.0.id() as i32;
+    // SAFETY: kill(2) on pids this test started; no memory is involved.
+    unsafe {
+        assert_eq!(libc::kill(launcher, libc::SIGSTOP), 0);
+        assert_eq!(libc::kill(victim.header.pid as i32, libc::SIGKILL), 0);
+    }
+    std::thread::sleep(Duration::from_millis(1500)); // past the heartbeat's staleness
+    let (code, report) = sf_hang(&root.join("job"));
+    assert_eq!(code, Some(3), "{report}");
+    assert_eq!(state_of(&report, 2), "dead", "{report}");
+    assert_eq!(ranks_in(&report, "dead_ranks"), [2], "{report}");
+    // SAFETY: as above; the launcher must run again to be killed and reaped by Drop.
+    unsafe { libc::kill(launcher, libc::SIGCONT) };
+}
+
+#[test]
+fn a_healthy_job_sampled_again_and_again_is_never_hung() {
+    let root = log_root("hang-healthy");
+    let mut job = preloaded(&trainer_sim(), &root, "job")
+        .args([
+            "--ranks",
+            "4",
+            "--steps",
+            "200",
+            "--stage-ms",
+            "data=2,fwd=2,bwd=4,callbacks=1,optim=1",
+            "--jitter-ms",
+            "3",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut samples = 0;
+    while job.try_wait().unwrap().is_none() {
+        if rank_logs(&root, "job").len() == 4 {
+            let (code, report) = sf_hang(&root.join("job"));
+            assert_eq!(code, Some(0), "sample {samples}: {report}");
+            samples += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(job.wait().unwrap().success());
+    assert!(samples >= 10, "only {samples} samples");
+    let (code, report) = sf_hang(&root.join("job"));
+    assert_eq!(code, Some(0), "{report}");
+    for path in rank_logs(&root, "job") {
+        assert!(!bodies(&path).iter().any(|b| matches!(b, RecordBody::HangEvidence(_))));
+    }
+}
