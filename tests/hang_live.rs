@@ -197,3 +197,23 @@ fn a_healthy_job_sampled_again_and_again_is_never_hung() {
         assert!(!bodies(&path).iter().any(|b| matches!(b, RecordBody::HangEvidence(_))));
     }
 }
+
+#[test]
+fn a_count_mismatch_on_one_rank_is_flagged() {
+    let root = log_root("hang-mismatch");
+    let out = preloaded(&trainer_sim(), &root, "job")
+        .args(["--ranks", "4", "--steps", "6", "--stage-ms", "data=1,fwd=1,bwd=1,callbacks=0,optim=0"])
+        .args(["--count-mismatch", "2@3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "a silent desynchronization: the job itself notices nothing");
+    let (_, report) = sf_hang(&root.join("job"));
+    let mismatches: Vec<&serde_json::Value> =
+        report["communicators"].as_array().unwrap().iter().flat_map(|c| c["mismatches"].as_array().unwrap()).collect();
+    let count =
+        mismatches.iter().find(|m| m["field"] == "count").unwrap_or_else(|| panic!("no count mismatch: {report}"));
+    // Step 3's allgather is #21: a broadcast, then 4 allreduces and an allgather per step.
+    assert_eq!(count["comm_seq"], 21, "{count}");
+    let values = count["values"].to_string();
+    assert!(values.contains('1') && values.contains('2'), "counts 1 (rank 2) and 2 (the others): {values}");
+}
