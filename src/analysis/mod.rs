@@ -5,5 +5,6 @@
 pub mod frontier;
 pub mod hang;
 pub mod heartbeat;
+pub mod kernels;
 pub mod liveness;
 pub mod nccl_version;
