@@ -40,8 +40,9 @@ use crate::core::nccl_op::NcclOp;
 /// compute phase, both less than one step; 1.5 leaves half a step for steps slower than
 /// the median and still reports a hang within 2 steps of its start.
 pub const DEFAULT_FACTOR: f64 = 1.5;
-/// Floor of the threshold: below it, scheduling noise on a loaded host looks like a hang.
-pub const DEFAULT_MIN_STUCK_NS: u64 = 50_000_000;
+/// Floor of the threshold: below it, scheduling noise on a loaded host looks like a hang (a
+/// healthy rank on a busy 2-core CI machine was seen silent for 73 ms in a 43 ms step).
+pub const DEFAULT_MIN_STUCK_NS: u64 = 250_000_000;
 /// The threshold while the logs hold too few steps to estimate the cadence: the first
 /// collectives of a job (connection set-up, warm-up) may legitimately take this long.
 pub const DEFAULT_FALLBACK_STUCK_NS: u64 = 30_000_000_000;

@@ -362,7 +362,7 @@ struct HangArgs {
     #[arg(long, value_name = "F", default_value = "1.5", value_parser = non_negative)]
     factor: f64,
     /// ...but never before this many seconds
-    #[arg(long, value_name = "S", default_value = "0.05", value_parser = non_negative)]
+    #[arg(long, value_name = "S", default_value = "0.25", value_parser = non_negative)]
     min_stuck_s: f64,
     /// Seconds after which a wait is stuck while the logs hold too few steps to time one
     #[arg(long, value_name = "S", default_value = "30", value_parser = non_negative)]
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn hang_takes_a_directory_and_threshold_settings() {
-        let defaults = HangOptions { factor: 1.5, min_stuck_s: 0.05, fallback_stuck_s: 30.0 };
+        let defaults = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
         assert_eq!(
             parse(&["sf", "hang", "job"]),
             Ok(Command::Hang { dir: "job".into(), options: defaults, format: Format::Human })
