@@ -26,3 +26,8 @@ pub use doors::nccl::{
 };
 /// NVTX's injection entry point (NVTX_INJECTION64_PATH),
 pub use doors::nvtx::InitializeInjectionNvtx2;
+/// and the NCCL profiler plugin tables (NCCL_PROFILER_PLUGIN).
+pub use doors::profiler::{
+    ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
+    ncclProfiler_v7,
+};

@@ -25,6 +25,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_HANG_FACTOR", "10", "hang threshold = max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S)"),
     ("SF_NVTX_STEP", "step", "NVTX range name of a logical step (`step 12` / `step:12` give the index)"),
     ("SF_NVTX_STAGES", "unset", "more NVTX range names that are stages: `name` or `nvtxname=stage`, comma-separated"),
+    (
+        "SF_CHAIN_PROFILER",
+        "unset",
+        "NCCL profiler plugin (.so path) the profiler door loads and forwards every call to",
+    ),
+    ("SF_PROFILER_KERNEL_CH", "0", "1 asks NCCL for ncclProfileKernelCh events through the profiler door"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +56,10 @@ pub struct Config {
     pub nvtx_step: String,
     /// (NVTX range name, stage name) beyond the default stages.
     pub nvtx_stages: Vec<(String, String)>,
+    /// Another NCCL profiler plugin the profiler door chains to.
+    pub chain_profiler: Option<PathBuf>,
+    /// Whether the profiler door asks for kernel-channel events.
+    pub profiler_kernel_ch: bool,
 }
 
 impl Config {
@@ -68,6 +78,8 @@ impl Config {
             hang_factor: 10.0,
             nvtx_step: nvtx_stages::DEFAULT_STEP.to_string(),
             nvtx_stages: Vec::new(),
+            chain_profiler: None,
+            profiler_kernel_ch: false,
         }
     }
 
@@ -154,6 +166,12 @@ impl Config {
                 Err(why) => warnings.push(format!("{name}={v:?}: {why}; using the default stages only")),
             }
         }
+        if let Some((_, v)) = setting("SF_CHAIN_PROFILER") {
+            cfg.chain_profiler = Some(PathBuf::from(v));
+        }
+        if let Some((name, v)) = setting("SF_PROFILER_KERNEL_CH") {
+            cfg.profiler_kernel_ch = parse_bool(&name, &v, &mut warnings).unwrap_or(false);
+        }
         (cfg, warnings)
     }
 
@@ -199,6 +217,16 @@ mod tests {
         assert!(warnings.is_empty());
         assert_eq!(cfg, Config::defaults_for_uid(1000));
         assert_eq!(cfg.log_root, PathBuf::from("/dev/shm/stagefrontier-1000"));
+    }
+
+    #[test]
+    fn profiler_settings() {
+        let (cfg, warnings) = parse(&[("SF_CHAIN_PROFILER", "/opt/p.so"), ("SF_PROFILER_KERNEL_CH", "1")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.chain_profiler, Some(PathBuf::from("/opt/p.so")));
+        assert!(cfg.profiler_kernel_ch);
+        let (cfg, warnings) = parse(&[("SF_PROFILER_KERNEL_CH", "maybe")]);
+        assert_eq!((cfg.profiler_kernel_ch, warnings.len()), (false, 1));
     }
 
     #[test]

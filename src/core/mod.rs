@@ -16,6 +16,7 @@ pub mod nccl_op;
 pub mod notice;
 pub mod nvtx_ranges;
 pub mod nvtx_stages;
+pub mod profiler;
 pub mod ring;
 pub mod runtime;
 pub mod stage_names;

@@ -6,5 +6,6 @@ pub mod markers;
 pub mod nccl;
 mod nccl_abi;
 pub mod nvtx;
+pub mod profiler;
 mod real_symbol;
 mod traced;

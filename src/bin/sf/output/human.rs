@@ -303,6 +303,47 @@ fn record_line(record: &Record, base_mono_ns: u64) -> String {
         RecordBody::SideValue(v) => {
             format!("{seq:>8}  {:>12}  {:<12}  step={} name#{}={}", "-", "side_value", v.step, v.name_id, v.value)
         }
+        RecordBody::ProfOp(p) => format!(
+            "{seq:>8}  {:>12}  {:<12}  func#{} nccl_comm={:#018x} seq={} count={} dtype={} peer={} algo#{} proto#{} nchannels={} abi=v{}",
+            since_start(p.t_start_ns),
+            if p.p2p { "prof_p2p" } else { "prof_coll" },
+            p.func,
+            p.comm_hash,
+            p.seq,
+            p.count,
+            p.dtype,
+            p.peer,
+            p.algo,
+            p.proto,
+            p.n_channels,
+            p.abi
+        ),
+        RecordBody::ProfProxy(p) => format!(
+            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} seq={} channel={} peer={} send={} step={} states={:#x} trans_size={}",
+            since_start(p.t_start_ns),
+            ["prof_proxy_op", "prof_step", "prof_kernel_ch"].get(p.unit as usize).unwrap_or(&"prof_proxy"),
+            p.comm_hash,
+            p.seq,
+            p.channel,
+            p.peer,
+            p.is_send,
+            p.step_no,
+            p.states,
+            p.trans_size
+        ),
+        RecordBody::ProfNet(n) => format!(
+            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} seq={} plugin={:#x} dev={} qp={} wr_id={} opcode={} length={}",
+            since_start(n.t_start_ns),
+            "prof_net",
+            n.comm_hash,
+            n.seq,
+            n.plugin_id,
+            n.device,
+            n.qp_num,
+            n.wr_id,
+            n.opcode,
+            n.length
+        ),
     }
 }
 
