@@ -8,3 +8,4 @@ pub mod heartbeat;
 pub mod kernels;
 pub mod liveness;
 pub mod nccl_version;
+pub mod slow;

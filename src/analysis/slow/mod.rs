@@ -1,0 +1,9 @@
+//! Slow-rank levels over iteration and stage timings: L1 (one rank's iteration-time
+//! series: jitter windows and a step regression, ARGUS §6.1 and App. B), L2 (one stage
+//! across a parallel group: CV and z-score stragglers, ARGUS App. B) and VenusTrace's
+//! expected-time tracking of critical-path nodes (Alg. 2). L3 lives in `kernels`.
+
+pub mod change_point;
+pub mod expected_time;
+pub mod jitter;
+pub mod stragglers;
