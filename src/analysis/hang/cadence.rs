@@ -343,12 +343,13 @@ mod tests {
 
     #[test]
     fn threshold_is_factor_paces_with_a_floor_and_a_fallback() {
-        let settings = Settings::default();
+        let settings = Settings { min_stuck_ns: 50 * MS, ..Settings::default() };
         let cadence =
             Cadence { comm_id: 1, period: 5, step_ns: 100 * MS, samples: 10, longest_call_ns: 0, longest_gap_ns: 0 };
         assert_eq!(Threshold::new(Some(cadence), &settings).threshold_ns, 150 * MS);
         let fast = Cadence { step_ns: MS, ..cadence };
         assert_eq!(Threshold::new(Some(fast), &settings).threshold_ns, 50 * MS, "floor");
+        assert_eq!(Threshold::new(Some(fast), &Settings::default()).threshold_ns, 250 * MS, "default floor");
         assert_eq!(Threshold::new(None, &settings).threshold_ns, 30 * SEC, "fallback");
         let custom = Settings { factor: 3.0, min_stuck_ns: 0, fallback_stuck_ns: SEC };
         assert_eq!(Threshold::new(Some(cadence), &custom).threshold_ns, 300 * MS);

@@ -567,8 +567,10 @@ mod tests {
         d.ranks.iter().map(|r| r.state).collect()
     }
 
+    /// The fixtures' steps are 100 ms: the production floor (0.25 s) would hide the
+    /// cadence rule these tests exercise.
     fn diag(ranks: &[RankInput]) -> Diagnosis {
-        let d = diagnose(ranks, &Settings::default());
+        let d = diagnose(ranks, &Settings { min_stuck_ns: 50 * MS, ..Settings::default() });
         assert_eq!(d.threshold.threshold_ns, 150 * MS, "the cadence sets the threshold: {:?}", d.threshold);
         d
     }
