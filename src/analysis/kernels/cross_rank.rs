@@ -56,6 +56,7 @@ pub fn anomalous_kernels<K: Ord + Clone>(
 mod tests {
     use super::*;
     use crate::analysis::kernels::kde::{cluster_durations, KdeParams};
+    use crate::analysis::kernels::reservoir::{Reservoir, DEFAULT_RESERVOIR_CAP};
     use crate::analysis::kernels::rng::SplitMix64;
 
     /// 16 ranks of one role. Ranks of one role launch the same kernels the same number of
@@ -98,6 +99,33 @@ mod tests {
         for seed in 0..50 {
             let found = anomalous_kernels(&job(seed, &[]), &L3Params::default());
             assert!(found.is_empty(), "seed {seed}: {found:?}");
+        }
+    }
+
+    /// The collector's path: many launches per window, a bounded reservoir per series, so
+    /// cluster shares carry sampling noise again. Still quiet when healthy, still finds 10%.
+    #[test]
+    fn through_a_reservoir_per_series() {
+        let summarize = |seed: u64, slow: Option<u32>| {
+            let rows: Vec<(u32, Vec<Cluster>)> = (0..16u32)
+                .map(|r| {
+                    let f = if slow == Some(r) { 1.1 } else { 1.0 };
+                    let mut rng = SplitMix64::new(seed * 100 + u64::from(r));
+                    let mut res = Reservoir::new(DEFAULT_RESERVOIR_CAP, seed ^ u64::from(r));
+                    for i in 0..20_000 {
+                        let (median, s) = if i % 5 < 3 { (10.0, 0.08) } else { (40.0, 0.1) };
+                        res.push(f * median * (s * rng.normal()).exp());
+                    }
+                    (r, res.summarize(&KdeParams::default()))
+                })
+                .collect();
+            BTreeMap::from([("gemm", rows)])
+        };
+        for seed in 0..10 {
+            assert!(anomalous_kernels(&summarize(seed, None), &L3Params::default()).is_empty(), "seed {seed}");
+            let found = anomalous_kernels(&summarize(seed, Some(6)), &L3Params::default());
+            assert_eq!(found.len(), 1, "seed {seed}");
+            assert_eq!(found[0].verdict.anomalous, vec![6]);
         }
     }
 

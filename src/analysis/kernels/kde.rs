@@ -9,9 +9,11 @@
 //! boundaries must be far enough apart), plus a valley-depth filter of ours. Each cluster is summarised by count, p50 and p99,
 //! which is all L3 needs to rebuild its CDF.
 //!
-//! Cost is O(n + G·J) for n samples, G grid points and J = ⌈4h/Δ⌉ kernel taps: the samples
-//! are linearly binned onto the grid (Wand 1994) and the density is the binned counts
-//! convolved with the truncated kernel, so n never multiplies G. Linear binning moves each
+//! Cost is O(n log m + G·J) for n samples, m candidate valleys (a handful), G grid points
+//! and J = ⌈4h/Δ⌉ kernel taps: the samples are linearly binned onto the grid (Wand 1994) and
+//! the density is the binned counts convolved with the truncated kernel, so n never
+//! multiplies G; cluster quantiles come from selection, not sorting. Memory is O(n + G);
+//! bound n per window with [`super::reservoir::Reservoir`]. Linear binning moves each
 //! sample by less than one grid step Δ, which changes the density by O(Δ²/h²); with the
 //! default grid that is far below the depth of any valley the filters keep.
 
