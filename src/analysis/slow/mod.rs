@@ -6,4 +6,5 @@
 pub mod change_point;
 pub mod expected_time;
 pub mod jitter;
+pub mod l1;
 pub mod stragglers;
