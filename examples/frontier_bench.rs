@@ -64,7 +64,15 @@ fn main() {
     let mut analyzer = Analyzer::new(Context::default(), None);
     let mut windows = Vec::new();
     for (t, durations) in matrix.chunks_exact(per_step).enumerate() {
-        let step = Step { index: t as u64, schema: &schema, world: ranks, ranks: &world, missing: &[], durations };
+        let step = Step {
+            index: t as u64,
+            schema: &schema,
+            world: ranks,
+            ranks: &world,
+            missing: &[],
+            durations,
+            overlap_s: &[],
+        };
         windows.extend(analyzer.push(step).expect("valid step"));
     }
     windows.extend(analyzer.finish());

@@ -23,6 +23,7 @@ fn window(stages: &[&str], ranks: usize, steps: &[Vec<f64>], context: Context) -
         ranks: &ids,
         missing: &[],
         durations: d,
+        overlap_s: &[],
     });
     let mut windows = analyze(steps, context, None).unwrap();
     assert_eq!(windows.len(), 1);
@@ -98,6 +99,47 @@ fn downgrade_fixture_telemetry_limited() {
     assert!(!kinds(&w).contains(&LabelKind::TelemetryLimited));
     let w = window(&stages, 4, &[step], Context { residual_stage: None, ..Context::default() });
     assert!(!kinds(&w).contains(&LabelKind::TelemetryLimited));
+}
+
+/// Table 13's overlap-error gate: explicit stages that exceed the step's wall time by more
+/// than 1% of all rank time (nested or double-counted stages) limit the telemetry.
+#[test]
+fn overlap_error_above_one_percent_limits_the_telemetry() {
+    let stages = ["data", "fwd", "bwd"];
+    let schema = schema(&stages);
+    let ids = [0u32, 1, 2, 3];
+    let durations: Vec<f64> = (0..4).flat_map(|r| [5.0 + r as f64, 1.0, 3.0]).collect();
+    let analyze_with = |overlap: &[f64]| {
+        let step = Step {
+            index: 0,
+            schema: &schema,
+            world: 4,
+            ranks: &ids,
+            missing: &[],
+            durations: &durations,
+            overlap_s: overlap,
+        };
+        analyze([step], Context::default(), None).unwrap().remove(0)
+    };
+    // Rank time is 42 s: 0.6 s of overlap is 1.4%, 0.3 s is 0.7%.
+    let w = analyze_with(&[0.6, 0.0, 0.0, 0.0]);
+    assert!((w.overlap_share.unwrap() - 0.6 / 42.0).abs() < 1e-12);
+    assert!(kinds(&w).contains(&LabelKind::TelemetryLimited));
+    assert!(reason(&w, LabelKind::TelemetryLimited).contains("nested or double-counted"));
+    let w = analyze_with(&[0.3, 0.0, 0.0, 0.0]);
+    assert!(!kinds(&w).contains(&LabelKind::TelemetryLimited));
+    let w = analyze_with(&[]);
+    assert_eq!(w.overlap_share, None, "a CSV cannot tell");
+    let mismatched = Step {
+        index: 0,
+        schema: &schema,
+        world: 4,
+        ranks: &ids,
+        missing: &[],
+        durations: &durations,
+        overlap_s: &[0.1],
+    };
+    assert!(matches!(analyze([mismatched], Context::default(), None), Err(StepError::Shape { .. })));
 }
 
 /// Sec. 6.1 downgrade fixture: two stages tied for the lead.
@@ -177,8 +219,15 @@ fn windows_close_on_length_schema_world_and_missing_ranks() {
     let d4 = [1.0; 8];
     let d3 = [1.0; 6];
     let d4c = [1.0; 12];
-    let step =
-        |index, schema, world, ranks, missing, durations| Step { index, schema, world, ranks, missing, durations };
+    let step = |index, schema, world, ranks, missing, durations| Step {
+        index,
+        schema,
+        world,
+        ranks,
+        missing,
+        durations,
+        overlap_s: &[],
+    };
     let steps = vec![
         step(0, &ab, 4, &all[..], &[][..], &d4[..]),
         step(1, &ab, 4, &all[..], &[], &d4[..]),
@@ -209,7 +258,7 @@ fn malformed_steps_are_refused() {
     let s = schema(&["a", "b"]);
     let ids = [0u32, 1];
     let bad = [1.0, -0.5, 1.0, 1.0];
-    let step = Step { index: 0, schema: &s, world: 2, ranks: &ids, missing: &[], durations: &bad };
+    let step = Step { index: 0, schema: &s, world: 2, ranks: &ids, missing: &[], durations: &bad, overlap_s: &[] };
     let e = analyze([step], Context::default(), None).unwrap_err();
     assert!(matches!(e, StepError::Duration { rank: 0, ref stage, .. } if stage == "b"), "{e}");
     let ok = [1.0, -0.0, 1.0, 1.0];

@@ -34,6 +34,7 @@ fn window_of(ranks: usize, stages: usize, steps: &[Vec<f64>]) -> Window {
         ranks: &ids,
         missing: &[],
         durations: d,
+        overlap_s: &[],
     });
     let mut windows = analyze(steps, Context::default(), None).unwrap();
     assert_eq!(windows.len(), 1);

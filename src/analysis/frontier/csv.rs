@@ -107,6 +107,8 @@ pub struct StageTable {
     schema: Arc<Schema>,
     world: Vec<u32>,
     rows: Vec<Row>,
+    /// ((step, rank), overlap seconds), sorted; empty when the source has no such telemetry.
+    overlaps: Vec<((u64, u32), f64)>,
 }
 
 /// Reads the whole input. `stages`, when given, fixes the stage order and rejects any other
@@ -191,16 +193,18 @@ fn assemble(mut rows: Vec<Row>, names: Vec<String>, world: Option<Vec<u32>>) -> 
     world.dedup();
     // Checked above when given; first appearance never repeats or blanks a name.
     let schema = Schema::new(names).map_err(CsvError::StageList)?;
-    Ok(StageTable { schema: Arc::new(schema), world, rows })
+    Ok(StageTable { schema: Arc::new(schema), world, rows, overlaps: Vec::new() })
 }
 
 /// A table from durations that did not come from a CSV file: the rank logs' step vectors.
 /// Stages are ordered by first appearance in `durations` (step, rank, stage, seconds);
 /// `world` lists every rank of the job, so ranks without any step count as missing.
-/// Errors report the position in `durations` as the line.
+/// Errors report the position in `durations` as the line. `overlaps` gives, per
+/// (step, rank), the seconds by which the explicit stages exceeded the step's wall time.
 pub fn from_durations(
     world: Vec<u32>,
     durations: impl IntoIterator<Item = (u64, u32, String, f64)>,
+    overlaps: impl IntoIterator<Item = (u64, u32, f64)>,
 ) -> Result<StageTable, CsvError> {
     let mut names: Vec<String> = Vec::new();
     let mut rows = Vec::new();
@@ -217,7 +221,10 @@ pub fn from_durations(
         };
         rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage: stage as u32 });
     }
-    assemble(rows, names, Some(world))
+    let mut table = assemble(rows, names, Some(world))?;
+    table.overlaps = overlaps.into_iter().map(|(step, rank, seconds)| ((step, rank), seconds)).collect();
+    table.overlaps.sort_by_key(|(key, _)| *key);
+    Ok(table)
 }
 
 fn field(text: &str) -> &str {
@@ -264,7 +271,7 @@ impl StageTable {
     pub fn for_each_step<E>(&self, mut visit: impl FnMut(Step) -> Result<(), E>) -> Result<(), E> {
         let all = self.schema.len();
         let mut schemas: Vec<(Vec<bool>, Arc<Schema>)> = vec![(vec![true; all], Arc::clone(&self.schema))];
-        let (mut ranks, mut missing, mut durations) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut ranks, mut missing, mut durations, mut overlap) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for step_rows in self.rows.chunk_by(|a, b| a.step == b.step) {
             let mut used = vec![false; all];
             for row in step_rows {
@@ -290,6 +297,15 @@ impl StageTable {
             }
             missing.clear();
             missing.extend(self.world.iter().copied().filter(|r| ranks.binary_search(r).is_err()));
+            overlap.clear();
+            if !self.overlaps.is_empty() {
+                let step = step_rows[0].step;
+                overlap.extend(ranks.iter().map(|&rank| {
+                    self.overlaps
+                        .binary_search_by_key(&(step, rank), |(key, _)| *key)
+                        .map_or(0.0, |i| self.overlaps[i].1)
+                }));
+            }
             visit(Step {
                 index: step_rows[0].step,
                 schema: &schema,
@@ -297,6 +313,7 @@ impl StageTable {
                 ranks: &ranks,
                 missing: &missing,
                 durations: &durations,
+                overlap_s: &overlap,
             })?;
         }
         Ok(())

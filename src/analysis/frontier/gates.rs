@@ -29,6 +29,10 @@ pub struct Gates {
     /// Closure residual share: the residual stage's part of all rank time above this makes
     /// the window telemetry-limited.
     pub closure_residual_max: f64,
+    /// Overlap error share: explicit stages exceeding their step's wall time by more than
+    /// this share of all rank time (nested or double-counted ordered stages) make the window
+    /// telemetry-limited.
+    pub overlap_error_max: f64,
     /// Missing ranks tolerated before distributed labels are withheld.
     pub missing_ranks_max: usize,
     /// Window denominator Σ_t F_{t,S} below this (seconds) gives raw advances only: no
@@ -60,6 +64,7 @@ impl Default for Gates {
             leader_eligibility: 0.5,
             switch_rate: 0.5,
             closure_residual_max: 0.05,
+            overlap_error_max: 0.01,
             missing_ranks_max: 0,
             min_denominator_s: 1e-3,
             lag_share: 0.1,

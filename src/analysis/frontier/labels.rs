@@ -118,6 +118,12 @@ fn telemetry_reasons(w: &Window, g: &Gates) -> Vec<String> {
             g.closure_residual_max
         ));
     }
+    if let Some(share) = w.overlap_share.filter(|&s| s > g.overlap_error_max) {
+        reasons.push(format!(
+            "explicit stages exceed their steps' wall time by {share:.3} of all rank time (gate {}): nested or double-counted ordered stages",
+            g.overlap_error_max
+        ));
+    }
     reasons
 }
 

@@ -20,6 +20,9 @@ pub struct Step<'a> {
     pub missing: &'a [u32],
     /// `ranks.len() × schema.len()` seconds, row-major, each finite and non-negative.
     pub durations: &'a [f64],
+    /// Per present rank, seconds by which its explicit stages exceeded its step's wall time
+    /// (nested or double-counted stages); empty when the source cannot tell (a CSV).
+    pub overlap_s: &'a [f64],
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +67,9 @@ impl Step<'_> {
         let expected = self.ranks.len() * stages;
         if self.durations.len() != expected {
             return Err(StepError::Shape { index, expected, got: self.durations.len() });
+        }
+        if !self.overlap_s.is_empty() && self.overlap_s.len() != self.ranks.len() {
+            return Err(StepError::Shape { index, expected: self.ranks.len(), got: self.overlap_s.len() });
         }
         let accounted = self.ranks.len() + self.missing.len();
         if accounted != self.world {

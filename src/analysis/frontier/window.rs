@@ -75,6 +75,9 @@ pub struct Window {
     pub deviating_ranks: Vec<u32>,
     /// The residual stage's share of all rank time, when the schema has that stage.
     pub residual_share: Option<f64>,
+    /// Overlap error (explicit stages exceeding the step's wall time) as a share of all
+    /// rank time, when the source reports it.
+    pub overlap_share: Option<f64>,
     pub baselines: Baselines,
     pub labels: Vec<Label>,
     /// The ambiguity set E_amb when `co_critical` is among the labels, in schema order.
@@ -97,6 +100,8 @@ pub(super) struct WindowAcc {
     counterfactual: CounterfactualAcc,
     baselines: BaselineAcc,
     role: RoleAcc,
+    /// Σ overlap seconds, when the source reports overlap.
+    overlap: Option<f64>,
 }
 
 impl WindowAcc {
@@ -118,6 +123,7 @@ impl WindowAcc {
             counterfactual: CounterfactualAcc::new(stages),
             baselines: BaselineAcc::new(ranks, stages),
             role: RoleAcc::new(ranks, stages),
+            overlap: None,
         }
     }
 
@@ -138,7 +144,10 @@ impl WindowAcc {
         }
     }
 
-    pub fn add(&mut self, index: u64, v: &StepView) {
+    pub fn add(&mut self, index: u64, v: &StepView, overlap_s: &[f64]) {
+        if !overlap_s.is_empty() {
+            *self.overlap.get_or_insert(0.0) += overlap_s.iter().sum::<f64>();
+        }
         self.last_step = index;
         self.steps += 1;
         self.exposed += v.frontier[v.stages - 1];
@@ -181,6 +190,8 @@ impl WindowAcc {
                 0.0
             }
         });
+        let total_rank_time: f64 = rank_time.iter().sum();
+        let overlap_share = self.overlap.map(|o| if total_rank_time > 0.0 { o / total_rank_time } else { 0.0 });
         let mut window = Window {
             first_step: self.first_step,
             last_step: self.last_step,
@@ -201,6 +212,7 @@ impl WindowAcc {
             gap_s: (self.ranks.len() > 1).then(|| self.gap.iter().map(|g| g / steps).collect()),
             deviating_ranks: self.role.deviating(&self.ranks, gates.role_deviation),
             residual_share,
+            overlap_share,
             baselines: self.baselines.finish(&self.ranks),
             labels: Vec::new(),
             co_critical_stages: Vec::new(),

@@ -53,6 +53,8 @@ pub struct WindowReport {
     pub gap_s: StageMap<f64>,
     pub deviating_ranks: Vec<u32>,
     pub residual_share: Option<f64>,
+    /// Overlap error share of all rank time, for logs (a CSV cannot tell).
+    pub overlap_share: Option<f64>,
 }
 
 #[derive(Debug, DeriveSerialize)]
@@ -208,5 +210,6 @@ fn window_report(w: &Window) -> WindowReport {
         gap_s: some(w.gap_s.as_ref()),
         deviating_ranks: w.deviating_ranks.clone(),
         residual_share: w.residual_share,
+        overlap_share: w.overlap_share,
     }
 }

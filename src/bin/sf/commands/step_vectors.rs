@@ -21,6 +21,7 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
     }
     let mut world = 0;
     let mut durations = Vec::new();
+    let mut overlaps = Vec::new();
     let mut seen_ranks = Vec::new();
     for path in &logs {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
@@ -33,6 +34,7 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
         let names = log.stage_names();
         let name = |id: u16| names.get(id as usize).cloned().flatten().unwrap_or_else(|| format!("stage#{id}"));
         for (step, parts) in complete_steps(&log) {
+            overlaps.push((step, rank as u32, parts[0].overlap_ns as f64 / 1e9));
             for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
                 durations.push((step, rank as u32, name(id), ns as f64 / 1e9));
             }
@@ -45,7 +47,7 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
         ));
     }
     durations.sort_by_key(|d| (d.0, d.1));
-    csv::from_durations((0..world as u32).collect(), durations).map_err(|e| fail(e.to_string()))
+    csv::from_durations((0..world as u32).collect(), durations, overlaps).map_err(|e| fail(e.to_string()))
 }
 
 /// Steps whose parts are all held, parts in order.
