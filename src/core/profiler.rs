@@ -9,9 +9,11 @@
 //!
 //! Event lifetimes follow NCCL's hierarchy: a proxy operation's parent is the collective or
 //! point-to-point task, a proxy step's parent is the proxy operation, a network-plugin
-//! event's parent is the proxy step. A child takes a reference on its parent, so a slot is
-//! reused only after the event *and* all its children were stopped; children inherit the
-//! task's communicator hash and sequence number through it.
+//! event's parent is the proxy step. A child takes a reference on a live parent, so a slot
+//! is freed only after the event *and* its children were stopped, and a freed slot is not
+//! reused for a grace period, because NCCL stops a task when it is enqueued and may start
+//! its proxy operations afterwards. Children inherit the task's communicator hash and
+//! sequence number through the parent.
 //!
 //! Facts about the ABI come from NVIDIA/nccl: `src/include/plugin/nccl_profiler.h` (event
 //! type bits, state values, `NCCL_PROFILER_NET_TYPE_IB`), `src/include/plugin/profiler/
@@ -291,6 +293,8 @@ const WORDS: usize = PAYLOAD_CAPACITY / 8;
 /// One in-flight event: its record-to-be (encoded payload words) and its mutable state.
 pub struct Slot {
     busy: AtomicBool,
+    /// When the slot was last freed (ticks); reused only after `GRACE_TICKS`.
+    freed_at: AtomicU64,
     /// The event itself plus one per live child.
     refs: AtomicU32,
     /// Parent slot index + 1, 0 for none.
@@ -312,6 +316,7 @@ impl Slot {
     const fn new() -> Slot {
         Slot {
             busy: AtomicBool::new(false),
+            freed_at: AtomicU64::new(0),
             refs: AtomicU32::new(0),
             parent: AtomicUsize::new(0),
             chain: AtomicUsize::new(0),
@@ -340,11 +345,20 @@ pub fn event(addr: usize) -> Option<&'static Slot> {
     index_in(&SLOT_POOL, addr).map(|i| &SLOT_POOL[i])
 }
 
+/// Ticks a freed slot stays untouched (about 0.7 to 2 s, TSC or nanoseconds): NCCL stops a
+/// task when it is enqueued and may start the task's proxy operations after that, naming
+/// the stopped task as their parent; within the grace the parent's data is still there.
+const GRACE_TICKS: u64 = 1 << 31;
+
 fn claim() -> Option<usize> {
     let from = CURSOR.fetch_add(1, Ordering::Relaxed);
-    (0..SCAN)
-        .map(|k| (from + k) % SLOTS)
-        .find(|&i| SLOT_POOL[i].busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    let now = now_ticks();
+    (0..SCAN).map(|k| (from + k) % SLOTS).find(|&i| {
+        let slot = &SLOT_POOL[i];
+        !slot.busy.load(Ordering::Relaxed)
+            && now.wrapping_sub(slot.freed_at.load(Ordering::Relaxed)) >= GRACE_TICKS
+            && slot.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    })
 }
 
 fn release(mut index: usize) {
@@ -354,6 +368,7 @@ fn release(mut index: usize) {
             return;
         }
         let parent = slot.parent.swap(0, Ordering::AcqRel);
+        slot.freed_at.store(now_ticks(), Ordering::Relaxed);
         slot.busy.store(false, Ordering::Release);
         match parent {
             0 => return,
@@ -374,9 +389,13 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     let context = context(ctx);
     let parent = index_in(&SLOT_POOL, parent);
     let (mut comm_hash, mut seq) = (context.map_or(0, |c| c.comm_hash.load(Ordering::Relaxed)), u64::MAX);
+    let mut linked = None;
     if let Some(p) = parent {
         let p_slot = &SLOT_POOL[p];
-        p_slot.refs.fetch_add(1, Ordering::AcqRel);
+        // A live parent is kept alive by this child; a parent already stopped and freed
+        // (within the grace) only lends its data.
+        let alive = p_slot.refs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| (r > 0).then_some(r + 1));
+        linked = alive.is_ok().then_some(p);
         comm_hash = p_slot.comm_hash.load(Ordering::Relaxed);
         seq = p_slot.seq.load(Ordering::Relaxed);
     }
@@ -519,7 +538,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     }
     slot.trans_size.store(0, Ordering::Relaxed);
     slot.chain.store(chain, Ordering::Relaxed);
-    slot.parent.store(parent.map_or(0, |p| p + 1), Ordering::Relaxed);
+    slot.parent.store(linked.map_or(0, |p| p + 1), Ordering::Relaxed);
     slot.refs.store(1, Ordering::Release);
     slot as *const Slot as usize
 }
@@ -638,5 +657,17 @@ mod tests {
         release(child);
         assert!(!SLOT_POOL[parent].busy.load(Ordering::Acquire));
         assert!(!SLOT_POOL[child].busy.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_freed_slot_waits_out_the_grace_before_reuse() {
+        let freed = claim().unwrap();
+        SLOT_POOL[freed].refs.store(1, Ordering::Release);
+        release(freed);
+        CURSOR.store(freed, Ordering::Relaxed);
+        let next = claim().unwrap();
+        assert_ne!(next, freed, "a late child may still read the freed task");
+        SLOT_POOL[next].refs.store(1, Ordering::Release);
+        release(next);
     }
 }
