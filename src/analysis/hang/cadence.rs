@@ -9,7 +9,8 @@
 //! 1. the pattern repeats, allowing 2% (then, failing that, 20%) of irregular collectives
 //!    (evaluation, checkpoints, a first step that differs), and
 //! 2. the steps it measures agree: their 1st and 99th percentiles are within a factor of
-//!    two of their median.
+//!    two of their median, leaving out at least the P shortest and P longest (one late
+//!    step shifts the P measurements that span it).
 //!
 //! (2) is what makes it robust. A job whose gradient buckets are all the same size repeats
 //! (op, count) with period 1, but the time between two of them alternates between a short
@@ -187,14 +188,19 @@ fn busiest_comm(ranks: &[&[NcclCall]]) -> Option<u64> {
     counts.into_iter().max_by_key(|&(id, n)| (n, std::cmp::Reverse(id))).map(|(id, _)| id)
 }
 
-/// The median step if the steps agree (see the module doc), with how many were measured.
-fn agreeing_median(mut steps: Vec<u64>) -> Option<(u64, usize)> {
+/// The median step if the steps measured with period `p` agree (see the module doc), with
+/// how many were measured.
+fn agreeing_median(mut steps: Vec<u64>, p: usize) -> Option<(u64, usize)> {
     if steps.is_empty() {
         return None;
     }
     steps.sort_unstable();
     let n = steps.len();
-    let (p1, median, p99) = (steps[n / 100], steps[(n - 1) / 2], steps[(n * 99 / 100).min(n - 1)]);
+    // In a short history the percentiles would be the extremes: one late step must not
+    // hide the cadence.
+    let p1 = steps[(n / 100).max(p).min(n - 1)];
+    let p99 = steps[(n * 99 / 100).min(n.saturating_sub(p + 1))];
+    let median = steps[(n - 1) / 2];
     let agree = p99 <= median.saturating_mul(MAX_SPREAD) && median <= p1.saturating_mul(MAX_SPREAD);
     (median > 0 && agree).then_some((median, n))
 }
@@ -232,7 +238,7 @@ pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
             for (_, s) in &series {
                 s.steps(p, &mut steps);
             }
-            if let Some((step_ns, samples)) = agreeing_median(steps) {
+            if let Some((step_ns, samples)) = agreeing_median(steps, p) {
                 let (mut longest_call_ns, mut longest_gap_ns) = (0, 0);
                 for (calls, s) in &series {
                     let from = s.entered_after(2 * p).unwrap_or(u64::MAX);
@@ -280,6 +286,13 @@ mod tests {
         let c = estimate(&[&calls, &calls]).unwrap();
         assert_eq!((c.comm_id, c.period, c.step_ns), (WORLD, 5, 110 * MS));
         assert!(c.samples >= 2 * 15, "{c:?}");
+
+        // One step a second late, in a history of twenty.
+        let mut late = ddp(20);
+        for c in &mut late[50..] {
+            (c.t_enter_ns, c.t_exit_ns) = (c.t_enter_ns + SEC, c.t_exit_ns + SEC);
+        }
+        assert_eq!(estimate(&[&late]).map(|c| (c.period, c.step_ns)), Some((5, 110 * MS)));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! communicator and its state is the strongest of them, in this order: wedged, waiting,
 //! gone (dead, stalled, exited), missing, waiting outside NCCL, slow, ok.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::facts::{Facts, Membership, Wait, WaitKind};
@@ -105,6 +106,8 @@ struct Graph<'a> {
     facts: &'a [Facts],
     comms: Vec<Comm<'a>>,
     threshold_ns: u64,
+    /// `op_at` answers: each searches every rank's records.
+    ops: RefCell<BTreeMap<(u64, u64), Option<NcclOp>>>,
 }
 
 fn communicators(facts: &[Facts]) -> Vec<Comm<'_>> {
@@ -170,17 +173,19 @@ impl Graph<'_> {
 
     /// The op of collective `seq` on a communicator, from any rank that entered it.
     fn op_at(&self, comm_id: u64, seq: u64) -> Option<NcclOp> {
-        let in_flight = self
-            .facts
-            .iter()
-            .flat_map(|f| &f.waits)
-            .find(|w| w.comm_id == comm_id && w.kind == WaitKind::Coll && w.seq == seq && w.op.is_some());
-        in_flight.and_then(|w| w.op).or_else(|| {
-            self.ranks
+        *self.ops.borrow_mut().entry((comm_id, seq)).or_insert_with(|| {
+            let in_flight = self
+                .facts
                 .iter()
-                .flat_map(|r| &r.calls)
-                .find(|c| c.comm_id == comm_id && c.seq == seq && c.op.is_collective())
-                .map(|c| c.op)
+                .flat_map(|f| &f.waits)
+                .find(|w| w.comm_id == comm_id && w.kind == WaitKind::Coll && w.seq == seq && w.op.is_some());
+            in_flight.and_then(|w| w.op).or_else(|| {
+                self.ranks
+                    .iter()
+                    .flat_map(|r| &r.calls)
+                    .find(|c| c.comm_id == comm_id && c.seq == seq && c.op.is_collective())
+                    .map(|c| c.op)
+            })
         })
     }
 
@@ -304,12 +309,18 @@ impl Graph<'_> {
     }
 
     /// Stuck with nobody to wait for: a collective everyone entered (for longer than the
-    /// threshold since the last arrived), or a send/recv whose peers are all there.
+    /// threshold since the last arrived) and nobody returned from, or a send/recv whose
+    /// peers are all there. A rank still inside a collective another rank has returned
+    /// from is finishing it; should it never return, the next collective finds it missing.
     fn wedged(&self, b: &Blockage) -> bool {
         if !b.targets.is_empty() || !b.in_flight {
             return false;
         }
-        let comm_id = self.comms[b.comm].id;
+        let comm = &self.comms[b.comm];
+        if b.coll && comm.members.iter().any(|c| c.m.current && c.m.coll_returned >= b.seq) {
+            return false;
+        }
+        let comm_id = comm.id;
         let since_complete = if b.coll {
             self.facts
                 .iter()
@@ -349,10 +360,12 @@ impl Graph<'_> {
     }
 }
 
-/// Every rank's part and every communicator's verdict; `hung` when a culprit holds up a
-/// stuck wait.
+/// Every rank's part and every communicator's verdict; `hung` when a stuck wait ends at a
+/// culprit: a rank whose strongest part is missing, wedged or gone, or a communicator rank
+/// without a log. A chain that ends at a rank still making progress is not a hang (yet),
+/// and a rank waited for that is itself waiting only passes the blame on.
 pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) -> Classified {
-    let graph = Graph { ranks, facts, comms: communicators(facts), threshold_ns };
+    let graph = Graph { ranks, facts, comms: communicators(facts), threshold_ns, ops: RefCell::default() };
     let mut blockages = Vec::new();
     for (rank, f) in facts.iter().enumerate() {
         blockages.extend(f.waits.iter().filter_map(|w| graph.blockage_of(rank, w)));
@@ -364,7 +377,7 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
     let mut waiting_for: Vec<BTreeSet<i32>> = vec![BTreeSet::new(); ranks.len()];
     let mut no_log: Vec<BTreeSet<i32>> = vec![BTreeSet::new(); graph.comms.len()];
     let mut stuck: Vec<Vec<&Blockage>> = vec![Vec::new(); graph.comms.len()];
-    let mut hung = false;
+    let mut no_log_waited_for = false;
     let mut play = |rank: usize, comm: usize, part: Part| {
         let mut slot = parts.get(&(rank, comm)).copied();
         stronger(&mut slot, part);
@@ -373,7 +386,6 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
     };
     for b in &blockages {
         if graph.wedged(b) {
-            hung = true;
             stuck[b.comm].push(b);
             play(b.waiter, b.comm, Part { role: Role::Wedged, at: graph.position(b), stuck_ns: Some(b.age_ns) });
             continue;
@@ -387,9 +399,9 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
         let role = if b.in_flight { Role::Waiting } else { Role::Ahead };
         play(b.waiter, b.comm, Part { role, at: graph.position(b), stuck_ns: Some(b.age_ns) });
         for (target, role) in edges {
-            hung |= matches!(target, Target::NoLog(_)) || role.is_culprit();
             match target {
                 Target::NoLog(r) => {
+                    no_log_waited_for = true;
                     no_log[b.comm].insert(r);
                     waiting_for[b.waiter].insert(-1);
                 }
@@ -403,6 +415,7 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
         }
     }
 
+    let hung = no_log_waited_for || best.iter().flatten().any(|part| part.role.is_culprit());
     let rank_verdicts = ranks
         .iter()
         .enumerate()
@@ -659,6 +672,13 @@ mod tests {
         let d = diag(&ranks);
         assert!(!d.hung);
         assert!(states(&d).iter().all(|&s| s == State::Ok), "{:?}", states(&d));
+
+        // Rank 3 returned from it (its record is not drained yet): it completed, and the
+        // others, a second into it, are on their way out.
+        (1..3).for_each(|r| wait_next(&mut ranks[r], SEC));
+        returned(&mut ranks[3], WORLD, DONE + 1);
+        let d = diag(&ranks);
+        assert!(!d.hung, "{:?}", states(&d));
     }
 
     #[test]
@@ -851,6 +871,35 @@ mod tests {
         assert_eq!(d.ranks[4].waiting_for, [5]);
         let at = d.ranks[4].at.unwrap();
         assert!(at.in_flight && at.grouped, "{at:?}");
+    }
+
+    #[test]
+    fn blame_passes_along_a_chain_of_waits_to_its_end() {
+        // Rank 1 waits in the collective for rank 0, which waits in ncclGroupEnd for its
+        // send to rank 2, which is still busy with collectives of its own every 100 ms.
+        let mut ranks = job(3, 2 * SEC);
+        wait_next(&mut ranks[1], SEC);
+        let t = BEAT - 2 * SEC + 50 * MS;
+        ranks[0].calls.extend([group_start(t), p2p(WORLD, 1, NcclOp::Send, 2, t + 10)]);
+        (ranks[0].comms[0].p2p_entered, ranks[0].comms[0].p2p_returned) = (1, 1);
+        let busy_until = |r: &mut RankInput, last: u64| {
+            r.calls.retain(|c| c.comm_id == WORLD);
+            r.calls.extend((0..30).map(|k| coll(0x99, 30 - k, NcclOp::AllGather, last - k * STEP)));
+            r.calls.sort_by_key(|c| c.t_enter_ns);
+        };
+        ranks[2].comms.push(row(0x99, 0, 1));
+        (ranks[2].comms[1].coll_entered, ranks[2].comms[1].coll_returned) = (30, 30);
+        busy_until(&mut ranks[2], BEAT - 10 * MS);
+        let d = diag(&ranks);
+        assert!(!d.hung, "the chain ends at a rank making progress: {:?}", states(&d));
+        assert_eq!(states(&d), [State::Waiting, State::Waiting, State::Slow]);
+        assert_eq!(d.ranks[0].waiting_for, [2]);
+
+        busy_until(&mut ranks[2], BEAT - 1100 * MS);
+        let d = diag(&ranks);
+        assert!(d.hung);
+        let w = world(&d);
+        assert_eq!((w.missing_ranks.as_slice(), w.waiting_ranks.as_slice()), (&[2][..], &[0, 1][..]));
     }
 
     #[test]

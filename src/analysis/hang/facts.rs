@@ -125,13 +125,15 @@ impl Facts {
         // counts but the records do not hold, or records committed since they were read,
         // mean progress after them, maybe a moment ago: no silence. Otherwise the table,
         // read after the clock, says no collective or send/recv came since the newest
-        // record; only a ncclGroupEnd, which no counter sees, could have returned unseen,
-        // so with a group open (or records lost) silence counts only up to the drain.
+        // record; only the ncclGroupEnd of a group holding such calls, which no counter
+        // sees, could have blocked and returned unseen, so with one open (or records lost)
+        // silence counts only up to the drain.
         let unflushed = input.comms.iter().any(|row| {
             let (coll, p2p) = newest.get(&row.comm_id).copied().unwrap_or_default();
             row.coll_returned > coll || row.p2p_returned > p2p
         });
-        let sure_until = if groups.is_empty() && input.history_complete { known_ns } else { Some(input.drained_ns) };
+        let group_may_block = groups.iter().any(|g| !g.calls.is_empty());
+        let sure_until = if group_may_block || !input.history_complete { Some(input.drained_ns) } else { known_ns };
         let silent_ns = match sure_until.filter(|&t| t != 0 && input.drained_ns != 0) {
             Some(_) if unflushed || input.records_stale => Some(0),
             Some(until) => activity.map(|last| until.saturating_sub(last)),
@@ -340,7 +342,11 @@ mod tests {
 
         r.calls.push(group_end(t + 30));
         assert!(Facts::of(&r).waits.is_empty(), "a closed group waits for nothing");
-        r.calls.pop();
+        r.calls.truncate(1);
+        let f = Facts::of(&r);
+        assert!(f.waits.is_empty(), "a group holding no call yet is being built, not waited in");
+        assert_eq!(f.silent_ns, Some(3 * SEC - CALL_NS), "its ncclGroupEnd cannot block: silent until now");
+        r.calls.extend([p2p(WORLD, 7, NcclOp::Send, 5, t + 10), p2p(WORLD, 8, NcclOp::Recv, 3, t + 20)]);
         r.newest_drop_ns = Some(t + 5 * SEC / 10);
         assert!(Facts::of(&r).waits.is_empty(), "a dropped ncclGroupEnd must not look like a wait");
         r.newest_drop_ns = Some(t - 1);

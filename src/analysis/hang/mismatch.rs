@@ -90,35 +90,39 @@ fn differences(entries: &BTreeMap<i32, Entry>) -> Vec<(MismatchField, BTreeMap<i
         .collect()
 }
 
-/// Mismatches on one communicator, the first `LIST_AT_MOST` by sequence number, and how
-/// many there are in all.
-pub(super) fn find(comm_id: u64, ranks: &[RankInput], facts: &[Facts]) -> (Vec<Mismatch>, usize) {
-    let on_comm = |c: &&NcclCall| c.comm_id == comm_id && c.seq != 0 && c.op.is_collective();
-    let newest = ranks.iter().flat_map(|r| r.calls.iter().filter(on_comm)).map(|c| c.seq).max().unwrap_or(0);
-    let oldest = newest.saturating_sub(WINDOW);
-    let mut by_seq: BTreeMap<u64, BTreeMap<i32, Entry>> = BTreeMap::new();
+/// Per communicator: its mismatches, the first `LIST_AT_MOST` by sequence number, and how
+/// many there are in all. One pass over the records, however many communicators.
+pub(super) fn find(ranks: &[RankInput], facts: &[Facts]) -> BTreeMap<u64, (Vec<Mismatch>, usize)> {
+    let collective = |c: &&NcclCall| c.comm_id != 0 && c.seq != 0 && c.op.is_collective();
+    let mut newest: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in ranks.iter().flat_map(|r| r.calls.iter().filter(collective)) {
+        let seq = newest.entry(c.comm_id).or_default();
+        *seq = (*seq).max(c.seq);
+    }
+    let in_window = |comm_id: u64, seq: u64| seq + WINDOW > newest.get(&comm_id).copied().unwrap_or(0);
+    let mut by_seq: BTreeMap<(u64, u64), BTreeMap<i32, Entry>> = BTreeMap::new();
     for (r, f) in ranks.iter().zip(facts) {
-        for c in r.calls.iter().filter(on_comm).filter(|c| c.seq > oldest) {
-            by_seq.entry(c.seq).or_default().entry(r.rank).or_insert(Entry { op: c.op, call: Some(*c) });
+        for c in r.calls.iter().filter(collective).filter(|c| in_window(c.comm_id, c.seq)) {
+            by_seq.entry((c.comm_id, c.seq)).or_default().entry(r.rank).or_insert(Entry { op: c.op, call: Some(*c) });
         }
         // A grouped collective has a record already; one in flight has only its op so far.
-        for w in f.waits.iter().filter(|w| w.comm_id == comm_id && w.kind == WaitKind::Coll && !w.grouped) {
+        for w in f.waits.iter().filter(|w| w.kind == WaitKind::Coll && !w.grouped) {
             if let Some(op) = w.op {
-                by_seq.entry(w.seq).or_default().entry(r.rank).or_insert(Entry { op, call: None });
+                by_seq.entry((w.comm_id, w.seq)).or_default().entry(r.rank).or_insert(Entry { op, call: None });
             }
         }
     }
-    let mut found = Vec::new();
-    let mut total = 0;
-    for (seq, entries) in by_seq.iter().filter(|(_, e)| e.len() > 1) {
+    let mut found: BTreeMap<u64, (Vec<Mismatch>, usize)> = BTreeMap::new();
+    for (&(comm_id, seq), entries) in by_seq.iter().filter(|(_, e)| e.len() > 1) {
         for (field, values) in differences(entries) {
-            total += 1;
-            if found.len() < LIST_AT_MOST {
-                found.push(Mismatch { comm_seq: *seq, field, values });
+            let (list, total) = found.entry(comm_id).or_default();
+            *total += 1;
+            if list.len() < LIST_AT_MOST {
+                list.push(Mismatch { comm_seq: seq, field, values });
             }
         }
     }
-    (found, total)
+    found
 }
 
 #[cfg(test)]
@@ -128,7 +132,7 @@ mod tests {
 
     fn find_on_world(ranks: &[RankInput]) -> (Vec<Mismatch>, usize) {
         let facts: Vec<Facts> = ranks.iter().map(Facts::of).collect();
-        find(WORLD, ranks, &facts)
+        find(ranks, &facts).remove(&WORLD).unwrap_or_default()
     }
 
     fn three_ranks_agreeing() -> Vec<RankInput> {

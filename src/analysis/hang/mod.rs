@@ -233,8 +233,9 @@ pub fn diagnose(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
     let threshold = Threshold::new(cadence::estimate(&calls), settings);
     let facts: Vec<facts::Facts> = ranks.iter().map(facts::Facts::of).collect();
     let mut verdict = classify::classify(ranks, &facts, threshold.threshold_ns);
+    let mut mismatches = mismatch::find(ranks, &facts);
     for comm in &mut verdict.communicators {
-        (comm.mismatches, comm.mismatches_total) = mismatch::find(comm.comm_id, ranks, &facts);
+        (comm.mismatches, comm.mismatches_total) = mismatches.remove(&comm.comm_id).unwrap_or_default();
     }
     Diagnosis {
         hung: verdict.hung,

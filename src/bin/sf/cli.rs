@@ -200,15 +200,17 @@ it waits for has been silent for longer, or when that rank is gone while the wai
 A healthy job always has some ranks inside collective #k and others not there yet: below
 the threshold, that is skew.
 
-THRESHOLD = max(--min-stuck-s, --factor x step time). The step time comes from the job's
-own cadence, no markers needed: on the communicator with the most collectives, the
-smallest period P (collectives per step) of the repeating (op, count, dtype) pattern whose
-measured steps agree, and the median of t_enter[#k+P] - t_enter[#k] over recent steps of
-all ranks. A rank waits in a healthy collective for at most the skew between ranks and
-goes without NCCL calls for at most its longest compute phase, both under one step; the
-default factor 1.5 allows steps 50% slower than the median and still reports a hang
-within 2 steps of its start. While the logs hold fewer than two steps,
---fallback-stuck-s takes the place of factor x step.
+THRESHOLD = max(--min-stuck-s, --factor x PACE). PACE is the longest of three things
+the job's own records show, no markers needed: its step time (on the communicator with
+the most collectives, the smallest period P, in collectives, of the repeating (op, count,
+dtype) pattern whose measured steps agree, and the median of t_enter[#k+P] - t_enter[#k]
+over recent steps of all ranks); the longest call; and the longest gap between two calls
+of a thread, in the same recent history, warm-up left out. A healthy rank waits inside a
+collective at most the skew between ranks and goes without NCCL calls at most its longest
+compute phase, both within one step unless the job's history shows longer (a crowded
+host, a checkpoint). The default factor 1.5 allows steps 50% slower than the median and
+still reports a hang within 2 steps of its start. While the logs hold fewer than two
+steps, --fallback-stuck-s takes the place of factor x pace.
 
 STATE of each rank:
   missing   never entered the call others are stuck in, and silent since: the culprit
@@ -235,20 +237,25 @@ Exit status: 0 nothing hung, 3 a hang is diagnosed, 1 an error (no logs; or a lo
 cannot be read, when no hang is found in the others).";
 
 const HANG_EXAMPLES: &str = "\
-Example: rank 5 of 8 stopped before collective #41 (here with SF_INJECT=hang:rank=5,seq=41)
+Example: 8 ranks of sf-trainer-sim, rank 5 stopped before its 42nd collective
+(SF_INJECT=hang:rank=5,op=allreduce,seq=42):
   $ sf hang /dev/shm/stagefrontier-$(id -u)/job-42
-  HUNG: rank 5 never entered allreduce #41 on 0x5eed000000000001; 7 ranks have waited 4.1s in it
-  threshold 0.153s = 1.5 x step 0.102s (5 collectives per step on 0x5eed000000000001, 296 steps measured)
+  HUNG: rank 5 never entered allreduce #42 on 0xe5bcd4f4e5c81503; 7 ranks have waited 5.0s
+  threshold 0.250s, the --min-stuck-s floor, over 1.5 x the longest of: step 0.124s (5 collectives per step \
+on 0xe5bcd4f4e5c81503), call 0.007s, gap between calls 0.061s
 
-  COMMUNICATOR        NRANKS  STUCK AT        FOR   MISSING  WAITING   OTHERS
-  0x5eed000000000001       8  allreduce #41  4.1s  5        0-4, 6-7  -
+  COMMUNICATOR        NRANKS  STUCK AT        FOR  MISSING  WAITING   OTHERS
+  0xe5bcd4f4e5c81503       8  allreduce #42  5.0s  5        0-4, 6-7  -
 
-  RANK  STATE    STEP  STAGE  STUCK  WHERE                  HEARTBEAT  WAITING FOR
-     0  waiting     8  bwd     4.1s  in allreduce #41            0.0s  5
+  RANK  STATE    STEP  STAGE                    STUCK  WHERE                 COMM                HEARTBEAT  WAITING FOR
+     0  waiting     8  model.backward_cpu_wall   5.0s  in allreduce #42      0xe5bcd4f4e5c81503       0.0s  5
      ...
-     5  missing     8  bwd     4.2s  before allreduce #41        0.0s  -
+     5  missing     8  model.backward_cpu_wall   5.0s  before allreduce #42  0xe5bcd4f4e5c81503       0.0s  -
      ...
-  injected: rank 5 hang (rule 0) before allreduce #41 on 0x5eed000000000001
+
+  injected on rank 5: hang (rule 0) before allreduce #42 on 0xe5bcd4f4e5c81503 in step 8
+  $ echo $?
+  3
 
 Examples:
   sf hang JOBDIR; echo $?                              3 while hung, 0 when not

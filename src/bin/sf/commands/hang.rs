@@ -28,9 +28,14 @@ use crate::cli::HangOptions;
 use crate::discover;
 use crate::progress::Progress;
 
-/// Newest `nccl_call` records kept per rank: more than the analysis looks at (8192
-/// collectives for the cadence, 4096 for mismatches), and a bound on memory for big jobs.
-const CALLS_KEPT: usize = 16_384;
+/// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
+/// collectives for the cadence, 4096 per communicator for mismatches), and a bound on
+/// memory for big jobs (about 0.8 MB a rank).
+const CALLS_KEPT: usize = 8_192;
+
+/// How far a converted tick time may stray from `CLOCK_MONOTONIC` as the collector refines
+/// the tick frequency.
+const PLAUSIBLE_CLOCK_ERROR_NS: u64 = 1_000_000_000;
 
 /// The `--json` object; its field names are a contract.
 #[derive(Debug, Serialize)]
@@ -187,6 +192,8 @@ pub fn build(dir: &Path, options: &HangOptions) -> Result<HangReport, Failure> {
         progress.done(i + 1);
     }
     drop(progress);
+    // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
+    logs.sort_by_key(|(log, _)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
     let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
     let (inputs, extras): (Vec<RankInput>, Vec<Extra>) =
         logs.into_iter().map(|(log, history)| read_live(&log, history, &reader_host, now)).unzip();
@@ -268,7 +275,13 @@ impl History {
 fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderClock) -> (RankInput, Extra) {
     let h = &log.header;
     let live = log.live();
-    let comms = log.comms();
+    let mut comms = log.comms();
+    // No call enters before the library calibrated its clock: an enter time before that
+    // is a tick value the reader cannot map (it would pass for a wait since boot).
+    let calibrated = h.base_mono_ns.saturating_sub(PLAUSIBLE_CLOCK_ERROR_NS);
+    for row in &mut comms {
+        row.inflight = row.inflight.take().filter(|f| f.since_mono_ns >= calibrated);
+    }
     let (step, stage) = log.position();
     let here = same_host(&h.host, reader_host);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);

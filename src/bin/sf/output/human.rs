@@ -550,14 +550,25 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     if lines.is_empty() {
         lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
     }
+    // The same nanoseconds on both sides when the floor decides.
+    let floor = t.threshold_s <= t.min_stuck_s;
     lines.push(match (t.step_s, t.period, t.cadence_comm_id, t.longest_call_s, t.longest_gap_s) {
-        (Some(step), Some(period), Some(comm), Some(call), Some(gap)) => format!(
-            "threshold {:.3}s = {} x the longest of: step {step:.3}s ({} per step on {comm:#018x}), \
-             call {call:.3}s, gap between calls {gap:.3}s",
-            t.threshold_s,
-            t.factor,
-            plural(period as u64, "collective"),
-        ),
+        (Some(step), Some(period), Some(comm), Some(call), Some(gap)) => {
+            let pace = format!(
+                "{} x the longest of: step {step:.3}s ({} per step on {comm:#018x}), call {call:.3}s, \
+                 gap between calls {gap:.3}s",
+                t.factor,
+                plural(period as u64, "collective")
+            );
+            if floor {
+                format!("threshold {:.3}s, the --min-stuck-s floor, over {pace}", t.threshold_s)
+            } else {
+                format!("threshold {:.3}s = {pace}", t.threshold_s)
+            }
+        }
+        _ if floor => {
+            format!("threshold {:.3}s, the --min-stuck-s floor: the logs hold too few steps to time one", t.threshold_s)
+        }
         _ => format!("threshold {:.3}s (--fallback-stuck-s): the logs hold too few steps to time one", t.threshold_s),
     });
     lines
