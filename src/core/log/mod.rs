@@ -7,4 +7,6 @@ pub mod records;
 pub mod writer;
 
 #[cfg(test)]
+mod records_tests;
+#[cfg(test)]
 mod roundtrip_tests;

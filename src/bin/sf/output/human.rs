@@ -3,14 +3,13 @@
 use std::io::{self, Write};
 
 use serde::Serialize;
-use stagefrontier::core::log::reader::Record;
-use stagefrontier::core::log::records::{NcclCall, RecordBody};
-use stagefrontier::core::nccl_op::{dtype_name, redop_name, result_name};
 
+use super::human_frontier::{frontier_columns, window_head, window_rows, window_tail};
+use super::human_records::record_line;
 use super::table::{self, Align};
 use super::Output;
 use crate::commands::dump::DumpReport;
-use crate::commands::frontier::{FrontierReport, StageMap, WindowReport};
+use crate::commands::frontier::FrontierReport;
 use crate::commands::hang::{CommReport, HangReport, InjectionReport, RankReport};
 use crate::commands::ls::{Gap, LsReport, RankRow};
 
@@ -130,7 +129,7 @@ fn rank_cells(r: &RankRow) -> Vec<String> {
 
 /// The word `--json` uses for a unit variant (liveness, origin), so both outputs say the
 /// same and cannot drift apart.
-fn json_name<T: Serialize>(value: &T) -> String {
+pub(super) fn json_name<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(name)) => name,
         _ => "?".to_string(),
@@ -138,7 +137,7 @@ fn json_name<T: Serialize>(value: &T) -> String {
 }
 
 /// Heartbeat age at the precision that matters: sub-second while live, coarse once stale.
-fn age(seconds: f64) -> String {
+pub(super) fn age(seconds: f64) -> String {
     let whole = seconds as u64;
     match whole {
         0..=59 => format!("{seconds:.1}s"),
@@ -212,7 +211,7 @@ fn gap(g: &Gap) -> String {
     }
 }
 
-fn plural(n: u64, noun: &str) -> String {
+pub(super) fn plural(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {
@@ -221,7 +220,7 @@ fn plural(n: u64, noun: &str) -> String {
 }
 
 /// Sorted ranks as runs, `0-3, 7, 9-10`, at most `LIST_AT_MOST` runs.
-fn ranges(ranks: &[i32]) -> String {
+pub(super) fn ranges(ranks: &[i32]) -> String {
     let mut runs: Vec<(i32, i32)> = Vec::new();
     for &r in ranks {
         match runs.last_mut() {
@@ -237,250 +236,7 @@ fn ranges(ranks: &[i32]) -> String {
     named.join(", ")
 }
 
-fn record_line(record: &Record, base_mono_ns: u64) -> String {
-    let since_start = |t_ns: u64| format!("{:.6}", (t_ns as i128 - base_mono_ns as i128) as f64 / 1e9);
-    let seq = record.seq;
-    match &record.body {
-        RecordBody::NcclCall(c) => format!("{seq:>8}  {:>12}  {:<12}  {}", since_start(c.t_enter_ns), "nccl_call", call_columns(c)),
-        RecordBody::CommCreated(c) => format!(
-            "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  rank={}/{} global_rank={} color={} key={} parent={:#018x} origin={}",
-            since_start(c.t_ns),
-            "comm_created",
-            "-",
-            c.comm_id,
-            c.rank,
-            c.nranks,
-            c.global_rank,
-            c.color,
-            c.key,
-            c.parent_id,
-            json_name(&c.origin)
-        ),
-        RecordBody::Drops(d) => format!(
-            "{seq:>8}  {:>12}  {:<12}  dropped_total={} ring_capacity={}",
-            since_start(d.t_ns),
-            "drops",
-            d.dropped_total,
-            d.ring_capacity
-        ),
-        RecordBody::Injection(i) => format!(
-            "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  {:>8}  action={} rule={} delay_ms={:.3} result={}",
-            since_start(i.t_ns),
-            "injection",
-            i.op.map_or("stage_end", |op| op.name()),
-            i.comm_id,
-            i.comm_seq,
-            json_name(&i.action),
-            i.rule,
-            i.delay_ns as f64 / 1e6,
-            result_name(i.result)
-        ),
-        RecordBody::HangEvidence(h) => format!(
-            "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  {:>8}  in flight {:.3} s (threshold {:.3} s)",
-            since_start(h.t_ns),
-            "hang_evidence",
-            h.op.name(),
-            h.comm_id,
-            h.comm_seq,
-            h.t_ns.saturating_sub(h.since_ns) as f64 / 1e9,
-            h.threshold_ns as f64 / 1e9
-        ),
-        RecordBody::StepVector(v) => {
-            let stages: Vec<String> =
-                v.stages().map(|(id, ns)| format!("stage#{id}={:.3}ms", ns as f64 / 1e6)).collect();
-            format!(
-                "{seq:>8}  {:>12}  {:<12}  step={} part={} wall={:.3}ms overlap={:.3}ms nested_rejected={}  {}",
-                since_start(v.t_begin_ns),
-                "step_vector",
-                v.step,
-                v.part,
-                v.wall_ns as f64 / 1e6,
-                v.overlap_ns as f64 / 1e6,
-                v.nested_rejected,
-                stages.join(" ")
-            )
-        }
-        RecordBody::SideValue(v) => {
-            format!("{seq:>8}  {:>12}  {:<12}  step={} name#{}={}", "-", "side_value", v.step, v.name_id, v.value)
-        }
-        RecordBody::ProfOp(p) => format!(
-            "{seq:>8}  {:>12}  {:<12}  func#{} nccl_comm={:#018x} seq={} count={} dtype={} peer={} algo#{} proto#{} nchannels={} abi=v{}",
-            since_start(p.t_start_ns),
-            if p.p2p { "prof_p2p" } else { "prof_coll" },
-            p.func,
-            p.comm_hash,
-            p.seq,
-            p.count,
-            p.dtype,
-            p.peer,
-            p.algo,
-            p.proto,
-            p.n_channels,
-            p.abi
-        ),
-        RecordBody::ProfProxy(p) => format!(
-            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} seq={} channel={} peer={} send={} step={} states={:#x} trans_size={}",
-            since_start(p.t_start_ns),
-            ["prof_proxy_op", "prof_step", "prof_kernel_ch"].get(p.unit as usize).unwrap_or(&"prof_proxy"),
-            p.comm_hash,
-            p.seq,
-            p.channel,
-            p.peer,
-            p.is_send,
-            p.step_no,
-            p.states,
-            p.trans_size
-        ),
-        RecordBody::ProfNet(n) => format!(
-            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} seq={} plugin={:#x} dev={} qp={} wr_id={} opcode={} length={}",
-            since_start(n.t_start_ns),
-            "prof_net",
-            n.comm_hash,
-            n.seq,
-            n.plugin_id,
-            n.device,
-            n.qp_num,
-            n.wr_id,
-            n.opcode,
-            n.length
-        ),
-    }
-}
-
-/// The columns after KIND for an NCCL call; `-` where the operation has no such field.
-fn call_columns(c: &NcclCall) -> String {
-    let moves_data = c.op.is_collective() || c.op.is_p2p();
-    let data = |v: String| if moves_data { v } else { "-".to_string() };
-    let (comm, comm_seq) = match c.comm_id {
-        0 => ("-".to_string(), "-".to_string()),
-        id => (format!("{id:#018x}"), c.seq.to_string()),
-    };
-    let mut line = format!(
-        "{:<21}  {comm:<18}  {comm_seq:>8}  {:>12}  {:<10}  {:>14}  {:<6}  {:>12.3}  {}",
-        c.op.name(),
-        data(c.count.to_string()),
-        data(dtype_name(c.dtype).to_string()),
-        data(c.bytes.to_string()),
-        if c.op.is_collective() { redop_name(c.redop) } else { "-" },
-        c.t_exit_ns.saturating_sub(c.t_enter_ns) as f64 / 1e3,
-        result_name(c.result)
-    );
-    if c.peer >= 0 {
-        line += &format!("  peer={}", c.peer);
-    }
-    line += &format!("  group={} tid={} stream={:#x}", c.group_depth, c.tid, c.stream);
-    line
-}
-
-fn window_head(w: &WindowReport) -> Vec<String> {
-    let per_step = w.exposed_s / w.steps as f64;
-    let closed = match w.closed_by {
-        "end" => "the end of the input",
-        "length" => "its length",
-        "schema_change" => "the next step's other stages",
-        "world_change" => "the next step's other world size",
-        _ => "the next step's other missing ranks",
-    };
-    let mut lines = vec![format!(
-        "steps {}-{} ({}, {} ranks, closed by {closed}): exposed {:.6} s, {:.6} s per step",
-        w.first_step,
-        w.last_step,
-        plural(w.steps as u64, "step"),
-        w.ranks,
-        w.exposed_s,
-        per_step
-    )];
-    if !w.missing_ranks.is_empty() {
-        lines.push(format!("missing ranks {}", ranges(&as_i32(&w.missing_ranks))));
-    }
-    lines.push(match &w.top1 {
-        Some(top1) => format!("routing set {} (top-1 {top1}; top-2 {})", w.routing_set.join(", "), w.top2.join(", ")),
-        None => "no shares: the window's exposed time is under the floor".to_string(),
-    });
-    lines
-}
-
-fn frontier_columns(w: &WindowReport) -> Vec<(String, Align)> {
-    let local = format!("RANK{}_S", w.baselines.local_rank);
-    ["STAGE", "ADVANCE_S", "SHARE", "GAIN", "LEADER_RANKS", "MAX_S", "AVG_S", "SPREAD_S", "SLOWEST_S", &local]
-        .iter()
-        .enumerate()
-        .map(|(i, title)| (title.to_string(), if i == 0 || i == 4 { Align::Left } else { Align::Right }))
-        .collect()
-}
-
-fn window_rows(w: &WindowReport) -> Vec<Vec<String>> {
-    let b = &w.baselines;
-    let value = |map: &StageMap<f64>, i: usize, digits: usize| {
-        map.0.get(i).map_or("-".to_string(), |(_, v)| format!("{v:.digits$}"))
-    };
-    let total = |map: &StageMap<f64>| format!("{:.6}", map.0.iter().map(|(_, v)| v).sum::<f64>());
-    let mut rows: Vec<Vec<String>> = w
-        .advances_s
-        .0
-        .iter()
-        .enumerate()
-        .map(|(i, (stage, advance))| {
-            let leaders = &w.leader_ranks.0[i].1;
-            let tied = w.leader_tie_counts.0[i].1;
-            let mut cell = if leaders.is_empty() { "-".to_string() } else { ranges(&as_i32(leaders)) };
-            if tied > leaders.len() {
-                cell += &format!(" (+{})", tied - leaders.len());
-            }
-            vec![
-                stage.clone(),
-                format!("{advance:.6}"),
-                value(&w.shares, i, 3),
-                value(&w.gains, i, 3),
-                cell,
-                value(&b.per_stage_max_s, i, 6),
-                value(&b.per_stage_avg_s, i, 6),
-                value(&b.rank_spread_s, i, 6),
-                value(&b.slowest_rank_s, i, 6),
-                value(&b.local_rank_s, i, 6),
-            ]
-        })
-        .collect();
-    let share_total = if w.shares.0.is_empty() { "-".to_string() } else { "1.000".to_string() };
-    rows.push(vec![
-        "total".to_string(),
-        format!("{:.6}", w.exposed_s),
-        share_total,
-        String::new(),
-        String::new(),
-        total(&b.per_stage_max_s),
-        total(&b.per_stage_avg_s),
-        total(&b.rank_spread_s),
-        total(&b.slowest_rank_s),
-        total(&b.local_rank_s),
-    ]);
-    rows
-}
-
-fn window_tail(w: &WindowReport) -> Vec<String> {
-    let t = &w.baselines.top1;
-    let mut lines = vec![format!(
-        "baselines' top stage: per-stage max {}, average {}, rank spread {}, slowest rank ({} most often) {}, rank {} {}",
-        t.per_stage_max,
-        t.per_stage_avg,
-        t.rank_spread,
-        w.baselines.slowest_rank,
-        t.slowest_rank,
-        w.baselines.local_rank,
-        t.local_rank
-    )];
-    let width = w.labels.iter().map(|l| l.label.len()).max().unwrap_or(0);
-    for label in &w.labels {
-        let mut reason = label.reason.clone();
-        if label.label == "co_critical" {
-            reason = format!("[{}] {reason}", w.co_critical_stages.join(", "));
-        }
-        lines.push(format!("  {:<width$}  {reason}", label.label));
-    }
-    lines
-}
-
-fn as_i32(ranks: &[u32]) -> Vec<i32> {
+pub(super) fn as_i32(ranks: &[u32]) -> Vec<i32> {
     ranks.iter().map(|&r| r as i32).collect()
 }
 
@@ -769,6 +525,8 @@ fn injection(i: &InjectionReport) -> String {
 mod tests {
     use super::*;
     use crate::commands::ls::Summary;
+    use stagefrontier::core::log::reader::Record;
+    use stagefrontier::core::log::records::{NcclCall, RecordBody};
     use stagefrontier::core::nccl_op::NcclOp;
 
     #[test]

@@ -1,6 +1,8 @@
 //! Output formats. Each command's report is computed once; an `Output` only formats it.
 
 mod human;
+mod human_frontier;
+mod human_records;
 mod json;
 mod table;
 
