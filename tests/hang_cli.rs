@@ -1,11 +1,14 @@
 //! `sf hang` end to end: rank logs written with the library's own writer, live state set
 //! through the library's own communicator table, read by the built binary.
 
+mod common;
+
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
 
+use common::{dead_pid, TempDir};
 use serde_json::Value;
 use stagefrontier::core::clock::{monotonic_ns, wall_ns, Calibration, ClockSource};
 use stagefrontier::core::comm_table::{CommSlot, CommTable, Registration};
@@ -27,37 +30,6 @@ const DONE: u64 = 20;
 /// then, before every call it recorded.
 const JOB_AGE: u64 = 80 * SEC;
 const COUNT: u64 = 1 << 20;
-
-/// A directory under the system temp dir, removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!("sf-hang-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The name sf compares with each log's host (what `gethostname` returns).
-fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string()
-}
-
-/// The pid of a process that has exited and been reaped.
-fn dead_pid() -> u32 {
-    let mut child = Command::new("true").spawn().expect("spawn true");
-    let pid = child.id();
-    child.wait().expect("wait for true");
-    pid
-}
 
 /// One rank's log and its live communicator slot.
 struct Rank {
@@ -83,7 +55,7 @@ impl Rank {
         // Ticks are CLOCK_MONOTONIC nanoseconds; the job started JOB_AGE ago.
         let start = now.checked_sub(JOB_AGE).expect("the machine has been up longer than JOB_AGE");
         let calibration = Calibration::new(ClockSource::Monotonic, start, start, wall_ns() - (now - start), 1e9);
-        let host = this_host();
+        let host = stagefrontier::core::host::hostname();
         let info = HeaderInfo {
             identity: &identity,
             pid,
