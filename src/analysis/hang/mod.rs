@@ -20,6 +20,8 @@
 
 pub mod cadence;
 mod classify;
+#[cfg(test)]
+mod classify_tests;
 mod facts;
 mod mismatch;
 #[cfg(test)]
