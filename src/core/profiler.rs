@@ -443,21 +443,11 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
             })
         }
         Start::ProxyOp { channel, peer, n_steps, chunk_size, is_send } => RecordBody::ProfProxy(ProfProxy {
-            t_start_ns: t_start,
-            t_stop_ns: 0,
-            comm_hash,
-            seq,
-            trans_size: 0,
-            t_states_ns: [0; 3],
-            states: 0,
-            transitions: 0,
-            unit: ProfProxy::OP,
-            channel,
             is_send,
             peer,
             n_steps,
             chunk_size,
-            step_no: -1,
+            ..proxy_started(t_start, comm_hash, seq, ProfProxy::OP, channel)
         }),
         Start::ProxyStep { step } => {
             // A step inherits the proxy operation's direction and peer.
@@ -469,40 +459,15 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
                 })
                 .unwrap_or((false, -1, 0));
             RecordBody::ProfProxy(ProfProxy {
-                t_start_ns: t_start,
-                t_stop_ns: 0,
-                comm_hash,
-                seq,
-                trans_size: 0,
-                t_states_ns: [0; 3],
-                states: 0,
-                transitions: 0,
-                unit: ProfProxy::STEP,
-                channel,
                 is_send,
                 peer,
-                n_steps: 0,
-                chunk_size: 0,
                 step_no: step,
+                ..proxy_started(t_start, comm_hash, seq, ProfProxy::STEP, channel)
             })
         }
-        Start::KernelCh { channel } => RecordBody::ProfProxy(ProfProxy {
-            t_start_ns: t_start,
-            t_stop_ns: 0,
-            comm_hash,
-            seq,
-            trans_size: 0,
-            t_states_ns: [0; 3],
-            states: 0,
-            transitions: 0,
-            unit: ProfProxy::KERNEL_CH,
-            channel,
-            is_send: false,
-            peer: -1,
-            n_steps: 0,
-            chunk_size: 0,
-            step_no: -1,
-        }),
+        Start::KernelCh { channel } => {
+            RecordBody::ProfProxy(proxy_started(t_start, comm_hash, seq, ProfProxy::KERNEL_CH, channel))
+        }
         Start::Net { plugin_id, qp } => {
             let q = qp.unwrap_or_default();
             RecordBody::ProfNet(ProfNet {
@@ -613,6 +578,27 @@ pub fn stop(slot: &'static Slot) {
     }
     if let Some(i) = index_in(&SLOT_POOL, slot as *const Slot as usize) {
         release(i);
+    }
+}
+
+/// A proxy-side record at its start: no state seen yet, no peer, no step.
+fn proxy_started(t_start_ns: u64, comm_hash: u64, seq: u64, unit: u8, channel: u8) -> ProfProxy {
+    ProfProxy {
+        t_start_ns,
+        t_stop_ns: 0,
+        comm_hash,
+        seq,
+        trans_size: 0,
+        t_states_ns: [0; 3],
+        states: 0,
+        transitions: 0,
+        unit,
+        channel,
+        is_send: false,
+        peer: -1,
+        n_steps: 0,
+        chunk_size: 0,
+        step_no: -1,
     }
 }
 
