@@ -1,16 +1,17 @@
 //! Job-wide communicator ids: every rank of a communicator derives the same id from what
 //! all of them know, with no message exchanged.
 
+use super::fnv::Fnv1a;
+
 /// FNV-1a then a SplitMix64 finaliser: cheap, deterministic across machines, and never 0
 /// (0 means "no communicator" in records).
 fn hash(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut fnv = Fnv1a::default();
     for part in parts {
-        for &b in *part {
-            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h = (h ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3);
+        fnv.write(part);
+        fnv.write(&[0xff]);
     }
+    let mut h = fnv.finish();
     h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     (h ^ (h >> 31)).max(1)

@@ -227,11 +227,7 @@ fn decode_string_handle(handle: usize) -> RangeClass {
 /// `nvtxDomainCreate*`: a handle per domain name (its hash, odd so never null and never
 /// the default domain's 0). Nothing is stored: the handle only has to keep domains apart.
 pub fn domain_handle(name: &[u8]) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in name {
-        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h as usize | 1
+    super::fnv::fnv1a(name) as usize | 1
 }
 
 #[cfg(test)]

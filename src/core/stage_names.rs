@@ -14,11 +14,7 @@ pub struct StageNames {
 
 /// FNV-1a of the name with the top bit set, so a tag is never EMPTY or WRITING.
 fn tag_of(name: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in name {
-        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h | 1 << 63
+    super::fnv::fnv1a(name) | 1 << 63
 }
 
 impl StageNames {

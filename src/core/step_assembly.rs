@@ -179,14 +179,13 @@ fn accumulation_name(names: StageNames, id: u16, index: usize) -> Option<u16> {
 
 /// FNV-1a over the ordered stage names, NUL-separated.
 fn schema_hash(names: StageNames, stages: &[(u16, u64)]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash = super::fnv::Fnv1a::default();
     for &(id, _) in stages {
         let (name, len) = names.name(id).unwrap_or(([0; 40], 0));
-        for &b in name[..len].iter().chain(&[0]) {
-            hash = (hash ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        hash.write(&name[..len]);
+        hash.write(&[0]);
     }
-    hash
+    hash.finish()
 }
 
 #[cfg(test)]
