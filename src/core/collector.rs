@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::clock::{monotonic_ns, now_ticks, wall_ns};
 use super::event::Event;
+use super::kernel_windows::KernelWindows;
 use super::log::format::{live, COMM_SLOTS};
 use super::log::records::{Drops, HangEvidence, RecordBody};
 use super::log::writer::LogWriter;
@@ -24,6 +25,8 @@ pub struct Collector {
     steps: StepAssembly,
     /// Wall times of the last completed steps, for the hang threshold.
     recent_steps: StepTimes,
+    /// GPU kernel summaries per window and per step (fed by the CUDA door's drain).
+    pub kernels: KernelWindows,
 }
 
 impl Collector {
@@ -34,6 +37,7 @@ impl Collector {
             hang_reported: [(0, 0); COMM_SLOTS],
             steps: StepAssembly::default(),
             recent_steps: StepTimes::default(),
+            kernels: KernelWindows::default(),
         }
     }
 
@@ -69,6 +73,7 @@ impl Collector {
             self.writer.append(&drops.to_nanoseconds(&rt.calibration));
             self.drops_written = dropped;
         }
+        self.kernels.round(rt, &mut self.writer);
         self.watch_for_hangs(rt);
         rt.calibration.refine();
         self.writer.heartbeat(monotonic_ns(), wall_ns(), rt.calibration.ticks_per_sec());

@@ -12,6 +12,7 @@ pub mod host;
 pub mod identity;
 pub mod inject;
 pub mod kernel_activity;
+pub mod kernel_windows;
 pub mod log;
 pub mod markers;
 pub mod nccl_op;

@@ -4,6 +4,7 @@ pub mod format;
 pub mod mapping;
 pub mod reader;
 pub mod records;
+pub mod records_kernels;
 pub mod writer;
 
 #[cfg(test)]

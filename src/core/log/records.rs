@@ -10,6 +10,9 @@ use super::format::PAYLOAD_CAPACITY;
 use crate::core::clock::Calibration;
 use crate::core::nccl_op::{dtype_size, NcclOp};
 
+use super::records_kernels as kernels;
+pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
+
 /// Kind codes stored in each slot. Append, never renumber.
 pub mod kind {
     pub const NCCL_CALL: u16 = 1;
@@ -25,6 +28,16 @@ pub mod kind {
     pub const PROF_PROXY: u16 = 9;
     /// A network-plugin event (an IB QP work request) seen through the profiler door.
     pub const PROF_NET: u16 = 10;
+    /// A kernel name interned on this rank (records_kernels.rs).
+    pub const KERNEL_NAME: u16 = 11;
+    /// KDE clusters of kernel durations per (name, device, stream) and window.
+    pub const KERNEL_CLUSTER: u16 = 12;
+    /// NCCL kernels' start offsets and durations per window.
+    pub const NCCL_KERNELS: u16 = 13;
+    /// GPU busy time per (device, stream) and window.
+    pub const STREAM_BUSY: u16 = 14;
+    /// Device time per stage of one step.
+    pub const STAGE_DEVICE: u16 = 16;
 }
 
 /// Stages one `step_vector` record carries; a step with more continues in further parts.
@@ -301,6 +314,11 @@ pub enum RecordBody {
     ProfOp(ProfOp),
     ProfProxy(ProfProxy),
     ProfNet(ProfNet),
+    KernelName(KernelName),
+    KernelCluster(KernelCluster),
+    NcclKernels(NcclKernels),
+    StreamBusy(StreamBusy),
+    StageDevice(StageDevice),
 }
 
 impl RecordBody {
@@ -316,6 +334,11 @@ impl RecordBody {
             RecordBody::ProfOp(_) => kind::PROF_OP,
             RecordBody::ProfProxy(_) => kind::PROF_PROXY,
             RecordBody::ProfNet(_) => kind::PROF_NET,
+            RecordBody::KernelName(_) => kind::KERNEL_NAME,
+            RecordBody::KernelCluster(_) => kind::KERNEL_CLUSTER,
+            RecordBody::NcclKernels(_) => kind::NCCL_KERNELS,
+            RecordBody::StreamBusy(_) => kind::STREAM_BUSY,
+            RecordBody::StageDevice(_) => kind::STAGE_DEVICE,
         }
     }
 
@@ -352,6 +375,12 @@ impl RecordBody {
                 n.t_start_ns = cal.to_mono_ns(n.t_start_ns);
                 n.t_stop_ns = cal.to_mono_ns(n.t_stop_ns);
             }
+            // Made by the collector from GPU activity, already in nanoseconds.
+            RecordBody::KernelName(_)
+            | RecordBody::KernelCluster(_)
+            | RecordBody::NcclKernels(_)
+            | RecordBody::StreamBusy(_)
+            | RecordBody::StageDevice(_) => {}
         }
         self
     }
@@ -454,6 +483,11 @@ impl RecordBody {
                 w.u16(n.updates);
                 w.u8(n.qp as u8);
             }
+            RecordBody::KernelName(n) => kernels::encode_kernel_name(n, &mut w),
+            RecordBody::KernelCluster(c) => kernels::encode_kernel_cluster(c, &mut w),
+            RecordBody::NcclKernels(n) => kernels::encode_nccl_kernels(n, &mut w),
+            RecordBody::StreamBusy(b) => kernels::encode_stream_busy(b, &mut w),
+            RecordBody::StageDevice(d) => kernels::encode_stage_device(d, &mut w),
         }
         w.at
     }
@@ -605,40 +639,45 @@ impl RecordBody {
                 updates: r.u16()?,
                 qp: r.u8()? != 0,
             }),
+            kind::KERNEL_NAME => RecordBody::KernelName(kernels::decode_kernel_name(&mut r)?),
+            kind::KERNEL_CLUSTER => RecordBody::KernelCluster(kernels::decode_kernel_cluster(&mut r)?),
+            kind::NCCL_KERNELS => RecordBody::NcclKernels(kernels::decode_nccl_kernels(&mut r)?),
+            kind::STREAM_BUSY => RecordBody::StreamBusy(kernels::decode_stream_busy(&mut r)?),
+            kind::STAGE_DEVICE => RecordBody::StageDevice(kernels::decode_stage_device(&mut r)?),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)
     }
 }
 
-struct Encoder<'a> {
+pub(super) struct Encoder<'a> {
     buf: &'a mut [u8; PAYLOAD_CAPACITY],
     at: usize,
 }
 
 impl Encoder<'_> {
-    fn put(&mut self, bytes: &[u8]) {
+    pub(super) fn put(&mut self, bytes: &[u8]) {
         self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
         self.at += bytes.len();
     }
-    fn u8(&mut self, v: u8) {
+    pub(super) fn u8(&mut self, v: u8) {
         self.put(&[v])
     }
-    fn u16(&mut self, v: u16) {
+    pub(super) fn u16(&mut self, v: u16) {
         self.put(&v.to_le_bytes())
     }
-    fn u32(&mut self, v: u32) {
+    pub(super) fn u32(&mut self, v: u32) {
         self.put(&v.to_le_bytes())
     }
     fn i32(&mut self, v: i32) {
         self.put(&v.to_le_bytes())
     }
-    fn u64(&mut self, v: u64) {
+    pub(super) fn u64(&mut self, v: u64) {
         self.put(&v.to_le_bytes())
     }
 }
 
-struct Decoder<'a> {
+pub(super) struct Decoder<'a> {
     buf: &'a [u8],
     at: usize,
 }
@@ -649,19 +688,19 @@ impl Decoder<'_> {
         self.at += N;
         Some(bytes)
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(super) fn u8(&mut self) -> Option<u8> {
         self.take::<1>().map(|[b]| b)
     }
-    fn u16(&mut self) -> Option<u16> {
+    pub(super) fn u16(&mut self) -> Option<u16> {
         self.take().map(u16::from_le_bytes)
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(super) fn u32(&mut self) -> Option<u32> {
         self.take().map(u32::from_le_bytes)
     }
     fn i32(&mut self) -> Option<i32> {
         self.take().map(i32::from_le_bytes)
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(super) fn u64(&mut self) -> Option<u64> {
         self.take().map(u64::from_le_bytes)
     }
 }

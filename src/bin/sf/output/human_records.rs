@@ -113,6 +113,11 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64) -> String {
             n.opcode,
             n.length
         ),
+        RecordBody::KernelName(_)
+        | RecordBody::KernelCluster(_)
+        | RecordBody::NcclKernels(_)
+        | RecordBody::StreamBusy(_)
+        | RecordBody::StageDevice(_) => super::human_kernels::kernel_record_line(seq, &record.body).unwrap_or_default(),
     }
 }
 

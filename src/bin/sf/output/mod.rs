@@ -2,6 +2,7 @@
 
 mod human;
 mod human_frontier;
+mod human_kernels;
 mod human_records;
 mod json;
 mod table;
