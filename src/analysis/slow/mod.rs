@@ -3,8 +3,12 @@
 //! across a parallel group: CV and z-score stragglers, ARGUS App. B) and VenusTrace's
 //! expected-time tracking of critical-path nodes (Alg. 2). L3 lives in `kernels`.
 
+pub mod attribution;
 pub mod change_point;
 pub mod expected_time;
 pub mod jitter;
+pub mod job;
+#[cfg(test)]
+mod job_tests;
 pub mod l1;
 pub mod stragglers;

@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod slow;
+pub use slow::{GroupBy, SlowOptions};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Human,
@@ -22,6 +25,8 @@ pub enum Command {
     Frontier { options: FrontierOptions, format: Format },
     /// Hang localization over a job directory's logs.
     Hang { dir: PathBuf, options: HangOptions, format: Format },
+    /// Slow ranks and stages over a job directory's step vectors.
+    Slow { dir: PathBuf, options: SlowOptions, format: Format },
 }
 
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
@@ -72,6 +77,7 @@ where
         Sub::Dump(a) => Command::Dump { file: a.file, format: a.output.format() },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
         Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
+        Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
     })
 }
 
@@ -97,7 +103,8 @@ Examples:
   sf ls JOBDIR --json | jq '.ranks[] | select(.liveness != \"live\")'
   sf dump JOBDIR/rank-00003.sflog | less             every record rank 3 still holds
   sf dump JOBDIR/rank-00003.sflog --json > rank3.jsonl
-  sf hang JOBDIR                                     is the job hung, and who holds it up";
+  sf hang JOBDIR                                     is the job hung, and who holds it up
+  sf slow JOBDIR                                     which rank is slow, in which stage";
 
 const LS_LONG_ABOUT: &str = "\
 List the rank logs of a job: one row per rank, then which ranks of the world have no log
@@ -290,6 +297,9 @@ enum Sub {
     /// Is the job hung, and where: the rank, the collective, the stage, since when
     #[command(long_about = HANG_LONG_ABOUT, after_help = HANG_EXAMPLES)]
     Hang(HangArgs),
+    /// Which rank is slow, in which stage, how sure: jitter, regression, stragglers
+    #[command(long_about = slow::LONG_ABOUT, after_help = slow::EXAMPLES)]
+    Slow(slow::SlowArgs),
 }
 
 #[derive(Args)]
@@ -385,7 +395,7 @@ impl HangArgs {
 }
 
 /// A finite number >= 0 (seconds, or a factor).
-fn non_negative(text: &str) -> Result<f64, String> {
+pub(crate) fn non_negative(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("wants a number >= 0, not '{text}'")),
@@ -393,14 +403,14 @@ fn non_negative(text: &str) -> Result<f64, String> {
 }
 
 #[derive(Args)]
-struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
 
 impl OutputArgs {
-    fn format(&self) -> Format {
+    pub(crate) fn format(&self) -> Format {
         if self.json {
             Format::Json
         } else {

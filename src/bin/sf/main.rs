@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::Command;
-use commands::{dump, frontier, hang, ls, Failure};
+use commands::{dump, frontier, hang, ls, slow, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -75,8 +75,16 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                 (false, false) => ExitCode::FAILURE,
             })
         }
+        Command::Slow { dir, options, format } => {
+            let report = slow::build(&dir, &options)?;
+            output::slow::write(format, stdout, &report)?;
+            Ok(if report.found { ExitCode::from(EXIT_SLOW) } else { ExitCode::SUCCESS })
+        }
     }
 }
+
+/// `sf slow`'s status when it finds a slow rank, a jitter spike or a regression.
+const EXIT_SLOW: u8 = 4;
 
 /// `sf hang`'s status for a diagnosed hang, apart from 1 for errors so scripts can tell.
 const EXIT_HUNG: u8 = 3;

@@ -4,6 +4,7 @@ pub mod dump;
 pub mod frontier;
 pub mod hang;
 pub mod ls;
+pub mod slow;
 mod step_vectors;
 
 use std::io;

@@ -9,46 +9,90 @@ use stagefrontier::core::log::records::{RecordBody, StepVector};
 
 use super::Failure;
 use crate::discover;
+use crate::progress::Progress;
 
-/// Every complete step of every rank log in `dir`. A step is complete when all its parts
-/// are held (a wrapped-away part drops the step for that rank, which then counts as
-/// missing at that step). The world is the largest world size the headers record.
-pub fn table(dir: &Path) -> Result<StageTable, Failure> {
+/// One complete step of one rank: wall and overlap time, and its stages by name.
+pub struct RankStep {
+    pub step: u64,
+    pub wall_ns: u64,
+    pub overlap_ns: u64,
+    pub stages: Vec<(String, u64)>,
+}
+
+/// One rank log's identity and complete steps, in step order.
+pub struct RankSteps {
+    pub rank: u32,
+    pub local_rank: i32,
+    pub host: String,
+    pub steps: Vec<RankStep>,
+}
+
+/// Every ranked log in `dir` (ascending rank) and the world size the headers record. A
+/// step is complete when all its parts are held (a wrapped-away part drops the step for
+/// that rank). Unranked logs and a second log claiming a rank are skipped (sf ls warns).
+/// `command` names the sf command in the hint when `dir` holds job directories instead.
+pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), Failure> {
     let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
     let logs = discover::logs_in(dir).map_err(|e| fail(format!("cannot list: {e}")))?;
     if logs.is_empty() {
-        return Err(fail("no rank logs (*.sflog); pass a job directory, or --csv FILE".into()));
+        let hint = match discover::job_dirs_in(dir).first() {
+            Some(job) => format!("it holds job directories: pass one, e.g. sf {command} {}", job.display()),
+            None => "pass a job directory, $SF_LOG_DIR/<job id>/".to_string(),
+        };
+        return Err(fail(format!("no rank logs (*.sflog); {hint}")));
     }
     let mut world = 0;
-    let mut durations = Vec::new();
-    let mut overlaps = Vec::new();
-    let mut seen_ranks = Vec::new();
-    for path in &logs {
+    let mut ranks: Vec<RankSteps> = Vec::new();
+    let mut progress = Progress::new(logs.len());
+    for (i, path) in logs.iter().enumerate() {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
+        progress.done(i + 1);
         let rank = log.header.global_rank;
-        if rank < 0 || seen_ranks.contains(&rank) {
-            continue; // a process without a rank, or a second log claiming one (sf ls warns)
+        if rank < 0 || ranks.iter().any(|r| r.rank == rank as u32) {
+            continue;
         }
-        seen_ranks.push(rank);
         world = world.max(log.header.world_size.max(rank + 1));
         let names = log.stage_names();
         let name = |id: u16| names.get(id as usize).cloned().flatten().unwrap_or_else(|| format!("stage#{id}"));
-        for (step, parts) in complete_steps(&log) {
-            overlaps.push((step, rank as u32, parts[0].overlap_ns as f64 / 1e9));
-            for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
-                durations.push((step, rank as u32, name(id), ns as f64 / 1e9));
-            }
+        let steps = complete_steps(&log)
+            .into_iter()
+            .map(|(step, parts)| RankStep {
+                step,
+                wall_ns: parts[0].wall_ns,
+                overlap_ns: parts[0].overlap_ns,
+                stages: parts.iter().flat_map(|p| p.stages()).map(|(id, ns)| (name(id), ns)).collect(),
+            })
+            .collect();
+        let header = &log.header;
+        ranks.push(RankSteps { rank: rank as u32, local_rank: header.local_rank, host: header.host.clone(), steps });
+    }
+    ranks.sort_by_key(|r| r.rank);
+    Ok((ranks, world as usize))
+}
+
+/// Every complete step of every rank log in `dir`, as a frontier table. The world is the
+/// largest world size the headers record.
+pub fn table(dir: &Path) -> Result<StageTable, Failure> {
+    let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
+    let (ranks, world) = read_ranks(dir, "frontier")?;
+    let mut durations = Vec::new();
+    let mut overlaps = Vec::new();
+    for r in &ranks {
+        for s in &r.steps {
+            overlaps.push((s.step, r.rank, s.overlap_ns as f64 / 1e9));
+            durations.extend(s.stages.iter().map(|(name, ns)| (s.step, r.rank, name.clone(), *ns as f64 / 1e9)));
         }
     }
     if durations.is_empty() {
-        return Err(fail(
-            "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)"
-                .into(),
-        ));
+        return Err(fail(NO_STEP_VECTORS.into()));
     }
     durations.sort_by_key(|d| (d.0, d.1));
     csv::from_durations((0..world as u32).collect(), durations, overlaps).map_err(|e| fail(e.to_string()))
 }
+
+/// What to say when a job's logs hold no stage vectors.
+pub const NO_STEP_VECTORS: &str =
+    "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)";
 
 /// Steps whose parts are all held, parts in order.
 fn complete_steps(log: &RankLog) -> BTreeMap<u64, Vec<StepVector>> {

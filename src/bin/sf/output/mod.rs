@@ -5,6 +5,7 @@ mod human_frontier;
 mod human_kernels;
 mod human_records;
 mod json;
+pub mod slow;
 mod table;
 
 use std::io::{self, Write};

@@ -1,0 +1,366 @@
+//! The three slow-rank detectors over one job's per-rank step series, and the answer they
+//! give together: which rank, which stage, and how many detectors agree.
+//!
+//! - L1 (ARGUS §6.1) per rank, over its iteration (step wall) times: jitter windows and a
+//!   step regression, each attributed to the stage of the rank's own vector that grew.
+//! - L2 (ARGUS App. B) per stage within each group of same-role ranks: CV grade and z-score
+//!   stragglers over the run's per-rank mean stage durations.
+//! - Expected time (VenusTrace Alg. 2) per stage of each group. A node is one stage of one
+//!   step; its duration T_v is the stage's frontier advance (StageFrontier eq. 1: how much
+//!   the group's slowest cumulative time moved during the stage), which is the stage's part
+//!   of the critical path and, unlike the per-stage maximum, does not charge a wait for a
+//!   late peer to the stage where the others wait. The rank named is r_max over the ranks'
+//!   cumulative times at the stage's end: the rank the group was waiting for.
+//!
+//! Two gates of ours keep small effects from being findings: an L2 straggler must exceed its
+//! group's mean, and a slow node its expectation, by at least `min_effect` of the job's
+//! median step time; and a (stage, rank) needs `min_slow_steps` slow steps, so one
+//! descheduled step on a crowded host is not a slow rank.
+
+use std::collections::BTreeMap;
+
+use super::attribution::{largest_shift, Center, StageShift};
+use super::change_point::ChangePointParams;
+use super::expected_time::{ExpectedTimeParams, NodeTiming, SlowNodeDetector};
+use super::jitter::JitterParams;
+use super::l1::{level1, L1Class};
+use super::stragglers::{assess_group, GroupAssessment, StragglerParams};
+use crate::analysis::frontier::{advances_of, prefixes_into};
+use crate::analysis::kernels::quantile::select_quantile;
+
+/// One rank's complete steps, in increasing step order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankSeries {
+    pub rank: u32,
+    /// Ranks with equal groups play the same role: L2 and expected time compare them.
+    pub group: String,
+    pub steps: Vec<u64>,
+    /// Step wall time, seconds: the iteration time L1 reads.
+    pub wall_s: Vec<f64>,
+    /// `durations[i][s]`: seconds of the job's stage `s` at `steps[i]` (0 if it lacks it).
+    pub durations: Vec<Vec<f64>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowParams {
+    pub jitter: JitterParams,
+    pub change: ChangePointParams,
+    pub stragglers: StragglerParams,
+    pub expected: ExpectedTimeParams,
+    /// Smallest excess, as a fraction of the job's median step time, that L2 and expected
+    /// time report. Default 0.02.
+    pub min_effect: f64,
+    /// Fewest slow steps that make a (stage, rank) an expected-time finding. Default 2.
+    pub min_slow_steps: usize,
+}
+
+impl Default for SlowParams {
+    fn default() -> SlowParams {
+        SlowParams {
+            jitter: JitterParams::default(),
+            change: ChangePointParams::default(),
+            stragglers: StragglerParams::default(),
+            expected: ExpectedTimeParams::default(),
+            min_effect: 0.02,
+            min_slow_steps: 2,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct JitterFinding {
+    pub first_step: u64,
+    pub last_step: u64,
+    pub max_ratio: f64,
+    pub baseline_s: f64,
+    /// The spike itself: `None` when the gate fired on a dip.
+    pub effective: Option<(u64, u64)>,
+    pub effective_width: usize,
+    pub stage: Option<StageShift>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegressionFinding {
+    /// First step of the slower segment.
+    pub step: u64,
+    pub mean_before_s: f64,
+    pub mean_after_s: f64,
+    pub ratio: f64,
+    pub cv_before: f64,
+    pub cv_after: f64,
+    pub stage: Option<StageShift>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankL1 {
+    pub rank: u32,
+    pub steps: usize,
+    pub median_step_s: f64,
+    pub class: L1Class,
+    pub jitter: Vec<JitterFinding>,
+    pub regression: Option<RegressionFinding>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Straggler {
+    pub rank: u32,
+    pub z: f64,
+    pub mean_s: f64,
+}
+
+/// L2 for one stage in one group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupStage {
+    pub group: String,
+    pub ranks: Vec<u32>,
+    pub stage: usize,
+    pub assessment: GroupAssessment,
+    /// The assessment's stragglers whose excess passes `min_effect`.
+    pub stragglers: Vec<Straggler>,
+}
+
+/// Expected-time findings of one (group, stage, rank).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowSteps {
+    pub group: String,
+    pub stage: usize,
+    pub rank: u32,
+    pub steps: Vec<u64>,
+    /// Steps the group's tracker saw for this stage.
+    pub observed_steps: usize,
+    /// The largest T_v / T_expect, and T_expect then.
+    pub worst_ratio: f64,
+    pub expected_s: f64,
+}
+
+/// One slow (rank, stage) and the detectors that name it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowRank {
+    pub rank: u32,
+    pub stage: usize,
+    pub group: String,
+    /// (z, CV) when L2 names it.
+    pub l2: Option<(f64, f64)>,
+    /// (slow steps, observed steps) when expected time names it.
+    pub expected: Option<(usize, usize)>,
+    /// Whether the rank's own L1 regression or jitter grew in this stage.
+    pub l1_regression: bool,
+    pub l1_jitter: bool,
+}
+
+impl SlowRank {
+    /// How many of the three levels agree: one is a lead, two or three a finding.
+    pub fn detectors(&self) -> usize {
+        self.l2.is_some() as usize + self.expected.is_some() as usize + (self.l1_regression || self.l1_jitter) as usize
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobSlow {
+    pub median_step_s: f64,
+    pub l1: Vec<RankL1>,
+    pub l2: Vec<GroupStage>,
+    pub expected: Vec<SlowSteps>,
+    /// Named by L2 or expected time, most detectors first.
+    pub slow_ranks: Vec<SlowRank>,
+}
+
+impl JobSlow {
+    /// Anything to act on: a slow rank, a spike, or a regression.
+    pub fn found(&self) -> bool {
+        !self.slow_ranks.is_empty()
+            || self.l1.iter().any(|r| r.regression.is_some() || r.jitter.iter().any(|j| j.effective.is_some()))
+    }
+}
+
+/// All three levels over `ranks`, each rank's stages indexed alike (`stages` of them).
+pub fn analyze_job(ranks: &[RankSeries], stages: usize, params: &SlowParams) -> JobSlow {
+    let mut walls: Vec<f64> = ranks.iter().flat_map(|r| r.wall_s.iter().copied()).collect();
+    let median_step_s = if walls.is_empty() { 0.0 } else { select_quantile(&mut walls, 0.5) };
+    let min_excess = params.min_effect * median_step_s;
+    let l1: Vec<RankL1> = ranks.iter().map(|r| rank_l1(r, params)).collect();
+    let groups = groups_of(ranks);
+    let l2: Vec<GroupStage> = groups
+        .iter()
+        .flat_map(|(group, members)| (0..stages).filter_map(move |s| group_l2(group, members, s, params, min_excess)))
+        .collect();
+    let expected: Vec<SlowSteps> =
+        groups.iter().flat_map(|(group, members)| group_expected(group, members, stages, params, min_excess)).collect();
+    let slow_ranks = combine(ranks, &l1, &l2, &expected);
+    JobSlow { median_step_s, l1, l2, expected, slow_ranks }
+}
+
+fn groups_of(ranks: &[RankSeries]) -> BTreeMap<String, Vec<&RankSeries>> {
+    let mut groups: BTreeMap<String, Vec<&RankSeries>> = BTreeMap::new();
+    for r in ranks {
+        groups.entry(r.group.clone()).or_default().push(r);
+    }
+    groups
+}
+
+fn rank_l1(r: &RankSeries, params: &SlowParams) -> RankL1 {
+    let report = level1(&r.wall_s, &params.jitter, &params.change);
+    let mut sorted = r.wall_s.clone();
+    let median_step_s = if sorted.is_empty() { 0.0 } else { select_quantile(&mut sorted, 0.5) };
+    let jitter = report
+        .jitter
+        .iter()
+        .map(|j| {
+            let run = j.effective_start..j.effective_start + j.effective_width;
+            JitterFinding {
+                first_step: r.steps[j.start],
+                last_step: r.steps[j.end - 1],
+                max_ratio: j.max_ratio,
+                baseline_s: j.baseline,
+                effective: (j.effective_width > 0).then(|| (r.steps[run.start], r.steps[run.end - 1])),
+                effective_width: j.effective_width,
+                stage: largest_shift(&r.durations, run, j.start..j.end, Center::Median),
+            }
+        })
+        .collect();
+    let regression = report.regression.as_ref().map(|c| RegressionFinding {
+        step: r.steps[c.at],
+        mean_before_s: c.mean_before,
+        mean_after_s: c.mean_after,
+        ratio: c.ratio,
+        cv_before: c.cv_before,
+        cv_after: c.cv_after,
+        stage: largest_shift(&r.durations, c.at..r.steps.len(), c.at..r.steps.len(), Center::Mean),
+    });
+    RankL1 { rank: r.rank, steps: r.steps.len(), median_step_s, class: report.class(), jitter, regression }
+}
+
+fn group_l2(
+    group: &str,
+    members: &[&RankSeries],
+    stage: usize,
+    params: &SlowParams,
+    min_excess: f64,
+) -> Option<GroupStage> {
+    let means: Vec<(u32, f64)> = members
+        .iter()
+        .filter(|r| !r.durations.is_empty())
+        .map(|r| (r.rank, r.durations.iter().map(|d| d[stage]).sum::<f64>() / r.durations.len() as f64))
+        .collect();
+    let assessment = assess_group(&means, &params.stragglers)?;
+    let stragglers = assessment
+        .stragglers
+        .iter()
+        .filter_map(|&(rank, z)| {
+            let mean_s = means.iter().find(|m| m.0 == rank).map(|m| m.1)?;
+            (mean_s - assessment.mean >= min_excess).then_some(Straggler { rank, z, mean_s })
+        })
+        .collect();
+    Some(GroupStage {
+        group: group.to_string(),
+        ranks: means.iter().map(|m| m.0).collect(),
+        stage,
+        assessment,
+        stragglers,
+    })
+}
+
+/// Alg. 2 over one group's steps, in step order; a step counts the members that have it.
+fn group_expected(
+    group: &str,
+    members: &[&RankSeries],
+    stages: usize,
+    params: &SlowParams,
+    min_excess: f64,
+) -> Vec<SlowSteps> {
+    let mut all_steps: Vec<u64> = members.iter().flat_map(|r| r.steps.iter().copied()).collect();
+    all_steps.sort_unstable();
+    all_steps.dedup();
+    let mut detector = SlowNodeDetector::new(params.expected);
+    // (stage, rank) -> (steps, worst ratio, T_expect at the worst)
+    let mut slow: BTreeMap<(usize, u32), (Vec<u64>, f64, f64)> = BTreeMap::new();
+    let (mut durations, mut prefixes, mut present) = (Vec::new(), Vec::new(), Vec::new());
+    for &step in &all_steps {
+        durations.clear();
+        present.clear();
+        for r in members {
+            if let Ok(i) = r.steps.binary_search(&step) {
+                durations.extend_from_slice(&r.durations[i]);
+                present.push(r.rank);
+            }
+        }
+        prefixes.resize(durations.len(), 0.0);
+        prefixes_into(&durations, stages, &mut prefixes);
+        let frontier: Vec<f64> =
+            (0..stages).map(|s| prefixes.chunks_exact(stages).map(|p| p[s]).fold(0.0, f64::max)).collect();
+        let nodes: Vec<NodeTiming<usize>> = advances_of(&frontier)
+            .into_iter()
+            .enumerate()
+            .map(|(s, advance)| NodeTiming {
+                node: s,
+                duration: advance,
+                on_critical_path: advance > 0.0,
+                rank_times: present.iter().zip(prefixes.chunks_exact(stages)).map(|(&r, p)| (r, p[s])).collect(),
+            })
+            .collect();
+        for node in detector.observe_iteration(&nodes) {
+            let (Some(rank), true) = (node.slow_rank, node.duration - node.expected >= min_excess) else { continue };
+            let entry = slow.entry((node.node, rank)).or_insert((Vec::new(), 0.0, node.expected));
+            entry.0.push(step);
+            let ratio = node.duration / node.expected;
+            if ratio > entry.1 {
+                (entry.1, entry.2) = (ratio, node.expected);
+            }
+        }
+    }
+    slow.into_iter()
+        .filter(|(_, (steps, _, _))| steps.len() >= params.min_slow_steps.max(1))
+        .map(|((stage, rank), (steps, worst_ratio, expected_s))| SlowSteps {
+            group: group.to_string(),
+            stage,
+            rank,
+            steps,
+            observed_steps: all_steps.len(),
+            worst_ratio,
+            expected_s,
+        })
+        .collect()
+}
+
+fn combine(ranks: &[RankSeries], l1: &[RankL1], l2: &[GroupStage], expected: &[SlowSteps]) -> Vec<SlowRank> {
+    let mut found: BTreeMap<(u32, usize), SlowRank> = BTreeMap::new();
+    for g in l2 {
+        for s in &g.stragglers {
+            slot(&mut found, ranks, s.rank, g.stage).l2 = Some((s.z, g.assessment.cv));
+        }
+    }
+    for e in expected {
+        slot(&mut found, ranks, e.rank, e.stage).expected = Some((e.steps.len(), e.observed_steps));
+    }
+    // L1 corroborates a rank already named; alone it names every rank of a synchronous job.
+    for r in l1 {
+        for (key, hit) in found.iter_mut() {
+            if key.0 != r.rank {
+                continue;
+            }
+            let same = |s: &Option<StageShift>| s.is_some_and(|s| s.stage == key.1);
+            hit.l1_regression |= r.regression.as_ref().is_some_and(|g| same(&g.stage));
+            hit.l1_jitter |= r.jitter.iter().any(|j| same(&j.stage));
+        }
+    }
+    let mut list: Vec<SlowRank> = found.into_values().collect();
+    list.sort_by(|a, b| b.detectors().cmp(&a.detectors()).then(a.rank.cmp(&b.rank)).then(a.stage.cmp(&b.stage)));
+    list
+}
+
+fn slot<'a>(
+    found: &'a mut BTreeMap<(u32, usize), SlowRank>,
+    ranks: &[RankSeries],
+    rank: u32,
+    stage: usize,
+) -> &'a mut SlowRank {
+    found.entry((rank, stage)).or_insert_with(|| SlowRank {
+        rank,
+        stage,
+        group: ranks.iter().find(|r| r.rank == rank).map_or_else(String::new, |r| r.group.clone()),
+        l2: None,
+        expected: None,
+        l1_regression: false,
+        l1_jitter: false,
+    })
+}

@@ -1,0 +1,124 @@
+//! `analyze_job` over synthetic synchronous jobs: the late rank's peers wait for it in the
+//! last stage, as DDP ranks wait in the backward allreduce, so every rank's iterations slow
+//! down and only the frontier-aware detectors can name the late one.
+
+use super::job::{analyze_job, RankSeries, SlowParams};
+use super::l1::L1Class;
+use crate::analysis::kernels::rng::SplitMix64;
+
+/// Stages data, fwd, bwd of 20, 30, 40 ms with 1% noise, `ranks` ranks, `steps` steps.
+/// `delay(step, rank) -> (stage, seconds)` makes a rank late; every other rank then waits
+/// the largest delay of that step in bwd.
+fn job(ranks: u32, steps: u64, delay: impl Fn(u64, u32) -> Option<(usize, f64)>) -> Vec<RankSeries> {
+    let mut rng = SplitMix64::new(11);
+    let base = [0.020, 0.030, 0.040];
+    (0..ranks)
+        .map(|rank| {
+            let mut series =
+                RankSeries { rank, group: "job".into(), steps: Vec::new(), wall_s: Vec::new(), durations: Vec::new() };
+            for step in 0..steps {
+                let mut d: Vec<f64> = base.iter().map(|b| b * (1.0 + 0.01 * rng.normal())).collect();
+                let late = (0..ranks).filter_map(|r| delay(step, r).map(|x| x.1)).fold(0.0, f64::max);
+                match delay(step, rank) {
+                    Some((stage, s)) => {
+                        d[stage] += s;
+                        d[2] += late - s;
+                    }
+                    None => d[2] += late,
+                }
+                series.steps.push(step);
+                series.wall_s.push(d.iter().sum());
+                series.durations.push(d);
+            }
+            series
+        })
+        .collect()
+}
+
+#[test]
+fn a_healthy_job_reports_nothing() {
+    let report = analyze_job(&job(8, 60, |_, _| None), 3, &SlowParams::default());
+    assert!(!report.found(), "{report:#?}");
+    assert!(report.l1.iter().all(|r| r.class == L1Class::Stable));
+    assert_eq!(report.l2.len(), 3);
+    assert!((report.median_step_s - 0.09).abs() < 0.005);
+}
+
+#[test]
+fn a_regression_on_one_rank_names_it_and_its_stage_by_all_three_levels() {
+    let report = analyze_job(
+        &job(8, 60, |step, rank| (rank == 3 && step >= 30).then_some((0, 0.03))),
+        3,
+        &SlowParams::default(),
+    );
+    // L1: every rank slows down from step 30; the late rank's growth is in data, the
+    // others' in bwd, where they wait.
+    for r in &report.l1 {
+        let g = r.regression.as_ref().unwrap_or_else(|| panic!("rank {}: {r:?}", r.rank));
+        assert!(g.step.abs_diff(30) <= 1 && (g.ratio - 4.0 / 3.0).abs() < 0.03, "{g:?}");
+        assert_eq!(g.stage.unwrap().stage, if r.rank == 3 { 0 } else { 2 }, "rank {}", r.rank);
+    }
+    let top = &report.slow_ranks[0];
+    assert_eq!((top.rank, top.stage, top.detectors()), (3, 0, 3), "{:#?}", report.slow_ranks);
+    assert!(top.l1_regression && top.l2.unwrap().0 > 2.0);
+    // Slow from step 30 on, every step, against T_expect ~ 20 ms.
+    assert_eq!(top.expected, Some((30, 60)));
+    let e = report.expected.iter().find(|e| e.rank == 3).unwrap();
+    assert_eq!(e.steps.first(), Some(&30));
+    assert!((e.expected_s - 0.020).abs() < 0.001 && e.worst_ratio > 2.3);
+    // The waiting ranks are not named in bwd: their bwd is the same everywhere.
+    assert!(report.slow_ranks.iter().all(|s| s.rank == 3), "{:#?}", report.slow_ranks);
+}
+
+#[test]
+fn a_short_spike_is_jitter_with_its_width_rank_and_stage() {
+    let report = analyze_job(
+        &job(4, 60, |step, rank| (rank == 2 && (40..43).contains(&step)).then_some((1, 0.15))),
+        3,
+        &SlowParams::default(),
+    );
+    for r in &report.l1 {
+        assert_eq!(r.class, L1Class::Jitter, "rank {}: {r:?}", r.rank);
+        let j = &r.jitter[0];
+        assert_eq!((j.effective, j.effective_width), (Some((40, 42)), 3));
+        assert_eq!(j.stage.unwrap().stage, if r.rank == 2 { 1 } else { 2 });
+    }
+    // Expected time sees the three slow steps at fwd, on rank 2.
+    let top = &report.slow_ranks[0];
+    assert_eq!((top.rank, top.stage), (2, 1), "{:#?}", report.slow_ranks);
+    assert_eq!(top.expected, Some((3, 60)));
+    assert!(top.l1_jitter);
+    assert!(report.slow_ranks.iter().all(|s| s.rank == 2), "{:#?}", report.slow_ranks);
+}
+
+#[test]
+fn one_slow_step_and_small_effects_are_not_slow_ranks() {
+    // One descheduled step: jitter, but not a slow rank by expected time (2 steps needed).
+    let once =
+        analyze_job(&job(4, 60, |step, rank| (rank == 1 && step == 20).then_some((0, 0.1))), 3, &SlowParams::default());
+    assert!(once.expected.is_empty(), "{:#?}", once.expected);
+    assert!(once.found(), "the spike itself is an L1 finding");
+    // A 1 ms persistent excess on a 90 ms step is below min_effect (2% = 1.8 ms).
+    let small = analyze_job(&job(4, 60, |_, rank| (rank == 1).then_some((0, 0.001))), 3, &SlowParams::default());
+    assert!(small.slow_ranks.is_empty(), "{:#?}", small.slow_ranks);
+    let strict = SlowParams { min_effect: 0.0, ..SlowParams::default() };
+    let named = analyze_job(&job(4, 60, |_, rank| (rank == 1).then_some((0, 0.001))), 3, &strict);
+    assert!(named.slow_ranks.iter().any(|s| (s.rank, s.stage) == (1, 0) && s.l2.is_some()), "{:#?}", named.slow_ranks);
+}
+
+#[test]
+fn groups_are_compared_apart() {
+    // Two roles: ranks 0-3 have twice the data time of ranks 4-7. As one group, data is
+    // severely imbalanced; split by role, both groups are balanced.
+    use super::stragglers::Imbalance;
+    let mut ranks = job(8, 40, |_, rank| (rank < 4).then_some((0, 0.02)));
+    let merged = analyze_job(&ranks, 3, &SlowParams::default());
+    assert_eq!(merged.l2[0].assessment.imbalance, Imbalance::Severe);
+    for r in &mut ranks {
+        r.group = if r.rank < 4 { "a".into() } else { "b".into() };
+    }
+    let split = analyze_job(&ranks, 3, &SlowParams::default());
+    assert!(split.l2.iter().all(|g| g.stragglers.is_empty()), "{:#?}", split.l2);
+    assert!(split.l2.iter().filter(|g| g.stage == 0).all(|g| g.assessment.imbalance == Imbalance::Balanced));
+    assert_eq!(split.l2.len(), 6);
+}

@@ -1,0 +1,202 @@
+//! `sf slow`'s arguments and help, apart from cli.rs so that file stays a table of commands.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::{non_negative, OutputArgs};
+
+/// Which ranks play the same role, and so are compared with each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupBy {
+    /// Every rank of the job: data parallelism, where all ranks do the same work.
+    Job,
+    /// Ranks with the same local rank (the same GPU index on every node): pipeline or
+    /// tensor roles laid out by local rank.
+    LocalRank,
+    /// Ranks on the same host.
+    Host,
+}
+
+impl GroupBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Job => "job",
+            GroupBy::LocalRank => "local_rank",
+            GroupBy::Host => "host",
+        }
+    }
+}
+
+/// Detector settings of `sf slow`; defaults are the papers' where they give one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowOptions {
+    pub skip_steps: usize,
+    pub group_by: GroupBy,
+    pub jitter_window: usize,
+    pub jitter_ratio: f64,
+    pub min_regression: f64,
+    pub max_cv: f64,
+    pub z: f64,
+    pub alpha: f64,
+    pub beta: f64,
+    pub min_effect: f64,
+    pub min_slow_steps: usize,
+}
+
+/// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
+impl Eq for SlowOptions {}
+
+pub const LONG_ABOUT: &str = "\
+Find slow ranks and the stage they are slow in, from the step and stage markers the job
+records (C API, NVTX ranges or python/stagefrontier.py): three detectors, and how many
+of them agree.
+
+L1, per rank, over its step wall times (ARGUS Sec. 6.1, App. B):
+  jitter      a window of --jitter-window steps whose max/min exceeds --jitter-ratio;
+              overlapping windows merge, and the EFFECTIVE WIDTH is the longest run in it
+              above 1.2 x the median of the steps outside it: the spike's own width
+  regression  the split with the largest ratio of mean step time after/before, at least
+              --min-regression, both sides stable (CV at most --max-cv, 10 steps or more)
+  Each event names the stage of the rank's own vector that grew the most. In a
+  synchronous job every rank slows down when one is late, and the others grow in the
+  stage where they wait (the backward allreduce): L1 says when, L2 and expected time who.
+L2, per stage within each group of same-role ranks (--group-by): CV of the ranks' mean
+  stage durations (balanced < 0.02 <= mild < 0.05 <= severe) and z-scores; a rank above
+  --z (lower in groups too small to reach it) in a group that is not balanced is a
+  straggler.
+EXPECTED TIME (VenusTrace Alg. 2), per stage of each group, step by step: the first step
+  is warm-up, the second sets T_expect, a duration within --alpha of it updates it (the
+  mean of those accepted), and one above T_expect x (1 + --beta) is slow. The stage's
+  duration is its frontier advance (StageFrontier eq. 1: how far the group's slowest
+  cumulative time moved in it), so a wait for a late peer is charged to the stage where
+  the peer fell behind; the rank named is the one furthest behind at the stage's end.
+
+A finding must exceed its baseline by --min-effect of the median step time, and expected
+time needs --min-slow-steps slow steps of one (stage, rank). The first --skip-steps steps
+of each rank (start-up) are left out.
+
+SLOW lists each (rank, stage) named by L2 or expected time with every detector that
+agrees: 1 of 3 is a lead, 2 or 3 a finding.
+
+Exit status: 0 nothing found; 4 a slow rank, a jitter spike or a regression found;
+1 an error (no logs, an unreadable log, no step vectors).";
+
+pub const EXAMPLES: &str = "\
+Example: 4 ranks of sf-trainer-sim, rank 3's data wait 80 ms longer from step 20 on
+(SF_INJECT=delay:rank=3,stage=data.next_wait,ms=80,step=20-39):
+  $ sf slow /dev/shm/stagefrontier-$(id -u)/job-7
+  /dev/shm/stagefrontier-1000/job-7: 4 ranks, 39 steps each (1 skipped), 6 stages, median step 0.239 s
+  SLOW rank 3 in data.next_wait: 3 of 3 detectors: L2 z 1.50 (CV 0.573, severe); expected time 19 of 39 steps \
+(worst 3.7 x T_expect 0.030 s); L1 regression grew there
+  ...
+  $ echo $?
+  4
+
+Examples:
+  sf slow JOBDIR; echo $?                               4 when something is slow, 0 when not
+  sf slow JOBDIR --json | jq '.slow_ranks[] | select(.detectors >= 2) | {rank, stage}'
+  sf slow JOBDIR --group-by local-rank                  compare each GPU index across nodes
+  sf slow JOBDIR --alpha 0.1 --beta 0.3                 VenusTrace thresholds";
+
+#[derive(Args)]
+pub struct SlowArgs {
+    /// Job directory holding the rank-*.sflog files
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Leave out each rank's first N steps (start-up: communicator creation, caches)
+    #[arg(long, value_name = "N", default_value = "1")]
+    skip_steps: usize,
+    /// Which ranks share a role and are compared in L2 and expected time
+    #[arg(long, value_name = "ROLE", value_enum, default_value = "job")]
+    group_by: GroupBy,
+    /// L1 jitter: window width W in steps
+    #[arg(long, value_name = "W", default_value = "8", value_parser = clap::value_parser!(u32).range(2..))]
+    jitter_window: u32,
+    /// L1 jitter: a window is anomalous when its max/min exceeds this
+    #[arg(long, value_name = "R", default_value = "1.5", value_parser = non_negative)]
+    jitter_ratio: f64,
+    /// L1 regression: smallest ratio of mean step time after/before the change point
+    #[arg(long, value_name = "R", default_value = "1.05", value_parser = non_negative)]
+    min_regression: f64,
+    /// L1 regression: largest CV (sd/mean) of the steps on either side
+    #[arg(long, value_name = "CV", default_value = "0.1", value_parser = non_negative)]
+    max_cv: f64,
+    /// L2: z-score above which a rank is a straggler
+    #[arg(long, value_name = "Z", default_value = "2", value_parser = non_negative)]
+    z: f64,
+    /// Expected time: a duration within this fraction of T_expect updates it
+    #[arg(long, value_name = "A", default_value = "0.05", value_parser = non_negative)]
+    alpha: f64,
+    /// Expected time: a duration above T_expect x (1 + B) is slow
+    #[arg(long, value_name = "B", default_value = "0.5", value_parser = non_negative)]
+    beta: f64,
+    /// Smallest excess reported, as a fraction of the median step time
+    #[arg(long, value_name = "F", default_value = "0.02", value_parser = non_negative)]
+    min_effect: f64,
+    /// Expected time: fewest slow steps that make a (stage, rank) a finding
+    #[arg(long, value_name = "N", default_value = "2")]
+    min_slow_steps: usize,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl SlowArgs {
+    pub fn options(&self) -> SlowOptions {
+        SlowOptions {
+            skip_steps: self.skip_steps,
+            group_by: self.group_by,
+            jitter_window: self.jitter_window as usize,
+            jitter_ratio: self.jitter_ratio,
+            min_regression: self.min_regression,
+            max_cv: self.max_cv,
+            z: self.z,
+            alpha: self.alpha,
+            beta: self.beta,
+            min_effect: self.min_effect,
+            min_slow_steps: self.min_slow_steps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_from, Command, Format};
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &str) -> Result<Command, ErrorKind> {
+        parse_from(args.split(' ')).map_err(|e| e.kind())
+    }
+
+    #[test]
+    fn defaults_are_the_papers() {
+        let Ok(Command::Slow { dir, options, format }) = parse("sf slow job") else { panic!() };
+        assert_eq!((dir, format), (PathBuf::from("job"), Format::Human));
+        assert_eq!(
+            (options.jitter_window, options.jitter_ratio, options.min_regression, options.max_cv),
+            (8, 1.5, 1.05, 0.1)
+        );
+        assert_eq!((options.z, options.alpha, options.beta), (2.0, 0.05, 0.5));
+        assert_eq!((options.skip_steps, options.group_by, options.min_slow_steps), (1, GroupBy::Job, 2));
+    }
+
+    #[test]
+    fn settings_and_their_errors() {
+        let Ok(Command::Slow { options, format, .. }) =
+            parse("sf slow job --json --group-by local-rank --alpha 0.1 --beta 0.3 --skip-steps 0 --jitter-window 4")
+        else {
+            panic!()
+        };
+        assert_eq!(format, Format::Json);
+        assert_eq!(
+            (options.group_by, options.alpha, options.beta, options.skip_steps, options.jitter_window),
+            (GroupBy::LocalRank, 0.1, 0.3, 0, 4)
+        );
+        assert_eq!(parse("sf slow"), Err(ErrorKind::MissingRequiredArgument));
+        assert_eq!(parse("sf slow job --group-by rack"), Err(ErrorKind::InvalidValue));
+        assert_eq!(parse("sf slow job --beta=-1"), Err(ErrorKind::ValueValidation));
+        assert_eq!(parse("sf slow job --jitter-window 1"), Err(ErrorKind::ValueValidation));
+        assert_eq!(parse("sf slow --help"), Err(ErrorKind::DisplayHelp));
+    }
+}

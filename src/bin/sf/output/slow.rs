@@ -1,0 +1,256 @@
+//! `sf slow` for people (the answer first, then each detector's table) and for scripts.
+
+use std::io::{self, Write};
+
+use super::human::plural;
+use super::table::{self, Align};
+use crate::cli::Format;
+use crate::commands::slow::{L1Report, SlowRankReport, SlowReport};
+
+/// Step runs shown before "and N more"; the JSON output has every step.
+const RUNS_AT_MOST: usize = 8;
+
+pub fn write<W: Write>(format: Format, mut out: W, report: &SlowReport) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer(&mut out, report)?;
+            writeln!(out)?;
+        }
+        Format::Human => human(&mut out, report)?,
+    }
+    out.flush()
+}
+
+fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
+    let steps = r.l1.iter().map(|l| l.steps).max().unwrap_or(0) as u64;
+    writeln!(
+        out,
+        "{}: {} of a world of {}, up to {} each (first {} skipped), {}, median step {:.3} s, compared by {}",
+        r.dir,
+        plural(r.ranks as u64, "rank"),
+        r.world,
+        plural(steps, "step"),
+        r.skip_steps,
+        plural(r.stages.len() as u64, "stage"),
+        r.median_step_s,
+        r.group_by
+    )?;
+    if !r.ranks_without_steps.is_empty() {
+        writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
+    }
+    for s in &r.slow_ranks {
+        writeln!(out, "{}", slow_line(s, r))?;
+    }
+    if !r.found {
+        writeln!(out, "nothing slow: no straggler, no slow stage, no jitter spike, no regression")?;
+    } else if r.slow_ranks.is_empty() {
+        writeln!(out, "no rank stands out in a stage; the L1 events below slowed the job as a whole")?;
+    }
+
+    writeln!(
+        out,
+        "\nL1: each rank's step wall time (jitter window {}, max/min > {})",
+        r.params.jitter_window, r.params.jitter_ratio
+    )?;
+    let rows: Vec<Vec<String>> = r.l1.iter().flat_map(l1_rows).collect();
+    table::write(
+        out,
+        &[
+            ("RANK", Align::Right),
+            ("STEPS", Align::Right),
+            ("MEDIAN_S", Align::Right),
+            ("CLASS", Align::Left),
+            ("EVENT", Align::Left),
+        ],
+        &rows,
+    )?;
+
+    let uneven: Vec<_> = r.l2.iter().filter(|g| g.imbalance != "balanced" || !g.stragglers.is_empty()).collect();
+    writeln!(
+        out,
+        "\nL2: mean stage time across each group's ranks ({} of {} group stages balanced, CV < {})",
+        r.l2.len() - uneven.len(),
+        r.l2.len(),
+        r.params.mild_cv
+    )?;
+    if !uneven.is_empty() {
+        let rows: Vec<Vec<String>> = uneven
+            .iter()
+            .map(|g| {
+                let stragglers: Vec<String> =
+                    g.stragglers.iter().map(|s| format!("{} (z {:.2}, {:.4} s)", s.rank, s.z, s.mean_s)).collect();
+                vec![
+                    g.group.clone(),
+                    g.stage.clone(),
+                    format!("{:.4}", g.mean_s),
+                    format!("{:.3}", g.cv),
+                    g.imbalance.to_string(),
+                    if stragglers.is_empty() { "-".to_string() } else { stragglers.join(", ") },
+                ]
+            })
+            .collect();
+        table::write(
+            out,
+            &[
+                ("GROUP", Align::Left),
+                ("STAGE", Align::Left),
+                ("MEAN_S", Align::Right),
+                ("CV", Align::Right),
+                ("GRADE", Align::Left),
+                ("STRAGGLERS", Align::Left),
+            ],
+            &rows,
+        )?;
+    }
+
+    writeln!(
+        out,
+        "\nEXPECTED TIME: stage advances above T_expect x {} (alpha {}, beta {})",
+        1.0 + r.params.beta,
+        r.params.alpha,
+        r.params.beta
+    )?;
+    if r.expected_time.is_empty() {
+        writeln!(out, "no stage was slow in {} or more steps", r.params.min_slow_steps)?;
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .expected_time
+            .iter()
+            .map(|e| {
+                vec![
+                    e.group.clone(),
+                    e.stage.clone(),
+                    e.rank.to_string(),
+                    format!("{} of {}", e.slow_steps.len(), e.observed_steps),
+                    step_runs(&e.slow_steps),
+                    format!("{:.1}x", e.worst_ratio),
+                    format!("{:.4}", e.expected_s),
+                ]
+            })
+            .collect();
+        table::write(
+            out,
+            &[
+                ("GROUP", Align::Left),
+                ("STAGE", Align::Left),
+                ("RANK", Align::Right),
+                ("SLOW", Align::Right),
+                ("STEPS", Align::Left),
+                ("WORST", Align::Right),
+                ("T_EXPECT_S", Align::Right),
+            ],
+            &rows,
+        )?;
+    }
+    Ok(())
+}
+
+/// `SLOW rank 3 in data.next_wait: 3 of 3 detectors: ...`: the answer, with its evidence.
+fn slow_line(s: &SlowRankReport, r: &SlowReport) -> String {
+    let mut evidence = Vec::new();
+    if let Some(l2) = &s.l2 {
+        let grade = if l2.cv >= r.params.severe_cv { "severe" } else { "mild" };
+        evidence.push(format!("L2 z {:.2} (CV {:.3}, {grade})", l2.z, l2.cv));
+    }
+    if let Some(e) = &s.expected_time {
+        let worst = r.expected_time.iter().find(|x| x.rank == s.rank && x.stage == s.stage && x.group == s.group);
+        let worst = worst
+            .map_or_else(String::new, |x| format!(" (worst {:.1} x T_expect {:.4} s)", x.worst_ratio, x.expected_s));
+        evidence.push(format!("expected time {} of {} steps{worst}", e.slow_steps, e.observed_steps));
+    }
+    match (s.l1_regression, s.l1_jitter) {
+        (true, true) => evidence.push("L1 regression and jitter grew there".into()),
+        (true, false) => evidence.push("L1 regression grew there".into()),
+        (false, true) => evidence.push("L1 jitter grew there".into()),
+        (false, false) => {}
+    }
+    let sure = if s.detectors >= 2 { "" } else { " (a lead: one detector)" };
+    format!("SLOW rank {} in {}: {} of 3 detectors{sure}: {}", s.rank, s.stage, s.detectors, evidence.join("; "))
+}
+
+fn l1_rows(l: &L1Report) -> Vec<Vec<String>> {
+    let mut events: Vec<String> = Vec::new();
+    if let Some(g) = &l.regression {
+        let mut e = format!(
+            "regression from step {}: {:.4} -> {:.4} s (x{:.2}, CV {:.3} / {:.3})",
+            g.step, g.mean_before_s, g.mean_after_s, g.ratio, g.cv_before, g.cv_after
+        );
+        if let (Some(stage), Some(d)) = (&g.stage, g.stage_delta_s) {
+            e += &format!(", grew in {stage} (+{d:.4} s)");
+        }
+        events.push(e);
+    }
+    for j in &l.jitter {
+        let mut e = format!("jitter in steps {}-{}, max/min {:.2}", j.first_step, j.last_step, j.max_ratio);
+        match (j.effective_first_step, j.effective_last_step) {
+            (Some(a), Some(b)) => {
+                e += &format!(": spike {} over {:.4} s", step_span(a, b, j.effective_width), j.baseline_s);
+            }
+            _ => e += ": a dip, no spike",
+        }
+        if let (Some(stage), Some(d)) = (&j.stage, j.stage_excess_s) {
+            e += &format!(", grew in {stage} (+{d:.4} s)");
+        }
+        events.push(e);
+    }
+    if events.is_empty() {
+        events.push("-".into());
+    }
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| {
+            let first = i == 0;
+            let cell = |text: String| if first { text } else { String::new() };
+            vec![
+                cell(l.rank.to_string()),
+                cell(l.steps.to_string()),
+                cell(format!("{:.4}", l.median_step_s)),
+                cell(l.class.to_string()),
+                event,
+            ]
+        })
+        .collect()
+}
+
+fn step_span(a: u64, b: u64, width: usize) -> String {
+    if a == b {
+        format!("at step {a}")
+    } else {
+        format!("in steps {a}-{b} ({width} steps)")
+    }
+}
+
+/// Sorted steps as runs, `20-38, 41`.
+fn step_runs(steps: &[u64]) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &s in steps {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == s => *end = s,
+            _ => runs.push((s, s)),
+        }
+    }
+    let mut named: Vec<String> =
+        runs.iter().take(RUNS_AT_MOST).map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+    if runs.len() > RUNS_AT_MOST {
+        named.push(format!("and {} more", runs[RUNS_AT_MOST..].iter().map(|(a, b)| b - a + 1).sum::<u64>()));
+    }
+    named.join(", ")
+}
+
+fn list(ranks: &[u32]) -> String {
+    ranks.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_as_runs() {
+        assert_eq!(step_runs(&[20, 21, 22, 25, 30, 31]), "20-22, 25, 30-31");
+        let many: Vec<u64> = (0..40).step_by(2).collect();
+        assert!(step_runs(&many).ends_with("14, and 12 more"), "{}", step_runs(&many));
+        assert_eq!(step_span(7, 7, 1), "at step 7");
+    }
+}

@@ -1,0 +1,141 @@
+//! `sf slow DIR` on the logs of real jobs: sf-trainer-sim under the library, with a fault
+//! injected on one rank (SF_INJECT) or none. Steps are about 0.2 s so that a 60-100 ms
+//! scheduling stall of the 2-core CI machine stays under L1's 1.5 max/min gate.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+use serde_json::Value;
+
+const STAGES: &str = "data=30,fwd=60,bwd=80,callbacks=5,optim=20";
+
+/// 4 ranks x 40 steps, `inject` as SF_INJECT (empty: none), logs in `root/job`.
+fn job(test: &str, inject: &str) -> std::path::PathBuf {
+    let root = log_root(test);
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "4", "--steps", "40", "--stage-ms", STAGES, "--jitter-ms", "2", "--seed", "3"]);
+    if !inject.is_empty() {
+        cmd.env("SF_INJECT", inject);
+    }
+    run_ok(&mut cmd);
+    root.join("job")
+}
+
+fn sf_slow(dir: &Path, extra: &[&str]) -> Output {
+    Command::new(artifact("sf")).arg("slow").arg(dir).args(extra).output().expect("run sf slow")
+}
+
+fn slow_json(dir: &Path) -> (Option<i32>, Value) {
+    let out = sf_slow(dir, &["--json"]);
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("sf slow --json prints one JSON object ({e}): {}", String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code(), report)
+}
+
+fn l1_of(report: &Value, rank: u64) -> &Value {
+    report["l1"].as_array().unwrap().iter().find(|r| r["rank"] == rank).expect("an L1 row per rank")
+}
+
+#[test]
+fn a_regression_from_step_20_names_the_rank_and_stage_by_three_detectors() {
+    let dir = job("slow-regression", "delay:rank=3,stage=data.next_wait,ms=80,step=20-39");
+    let (code, report) = slow_json(&dir);
+    assert_eq!(code, Some(4), "{report}");
+    assert_eq!(report["found"], true);
+    let top = &report["slow_ranks"][0];
+    assert_eq!(
+        (&top["rank"], &top["stage"], &top["detectors"]),
+        (&3.into(), &"data.next_wait".into(), &3.into()),
+        "{report}"
+    );
+    assert!(top["l1_regression"] == true && top["l2"]["z"].as_f64().unwrap() > 1.0, "{top}");
+    assert!(top["expected_time"]["slow_steps"].as_u64().unwrap() >= 18, "{top}");
+    // Every other (rank, stage) named is at most a one-detector lead, never three.
+    for s in report["slow_ranks"].as_array().unwrap().iter().skip(1) {
+        assert!(s["rank"] == 3 || s["detectors"].as_u64() < Some(2), "{s}");
+    }
+    // L1: the late rank's own regression is at step 20 and grew in its data wait...
+    let g = &l1_of(&report, 3)["regression"];
+    assert!(g["step"].as_u64().unwrap().abs_diff(20) <= 1, "{g}");
+    assert_eq!(g["stage"], "data.next_wait");
+    assert!((g["ratio"].as_f64().unwrap() - 1.38).abs() < 0.1, "{g}");
+    // ...while a peer's grew where it waits for rank 3.
+    assert_eq!(l1_of(&report, 0)["regression"]["stage"], "model.backward_cpu_wall");
+    let e = report["expected_time"].as_array().unwrap().iter().find(|e| e["rank"] == 3).expect("rank 3 slow");
+    assert_eq!(e["stage"], "data.next_wait");
+    assert!(e["slow_steps"].as_array().unwrap().iter().all(|s| s.as_u64().unwrap() >= 20), "{e}");
+}
+
+#[test]
+fn a_three_step_spike_is_jitter_with_its_width_on_the_right_rank_and_stage() {
+    let dir = job("slow-jitter", "delay:rank=2,stage=model.fwd_loss_cpu_wall,ms=250,step=15-17");
+    let (code, report) = slow_json(&dir);
+    assert_eq!(code, Some(4), "{report}");
+    let top = &report["slow_ranks"][0];
+    assert_eq!((&top["rank"], &top["stage"]), (&2.into(), &"model.fwd_loss_cpu_wall".into()), "{report}");
+    assert!(top["l1_jitter"] == true && top["detectors"].as_u64() >= Some(2), "{top}");
+    assert_eq!(top["expected_time"]["slow_steps"], 3, "{top}");
+    let l1 = l1_of(&report, 2);
+    assert_eq!(l1["class"], "jitter", "{l1}");
+    let j = &l1["jitter"][0];
+    assert_eq!(
+        (&j["effective_first_step"], &j["effective_last_step"], &j["effective_width"]),
+        (&15.into(), &17.into(), &3.into()),
+        "{j}"
+    );
+    assert_eq!(j["stage"], "model.fwd_loss_cpu_wall");
+    assert!(j["max_ratio"].as_f64().unwrap() > 1.8, "{j}");
+    assert!(report["slow_ranks"].as_array().unwrap().iter().all(|s| s["rank"] == 2), "{report}");
+    // The human answer names the rank and stage first.
+    let human = String::from_utf8(sf_slow(&dir, &[]).stdout).unwrap();
+    assert!(human.lines().nth(1).unwrap().starts_with("SLOW rank 2 in model.fwd_loss_cpu_wall: "), "{human}");
+}
+
+#[test]
+fn a_healthy_run_reports_nothing_and_exits_0() {
+    let dir = job("slow-healthy", "");
+    let (code, report) = slow_json(&dir);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["found"], false);
+    assert_eq!(report["slow_ranks"], serde_json::json!([]));
+    assert_eq!(report["expected_time"], serde_json::json!([]));
+    assert!(report["l1"].as_array().unwrap().iter().all(|r| r["class"] == "stable"), "{report}");
+    assert_eq!((&report["ranks"], &report["world"], &report["skip_steps"]), (&4.into(), &4.into(), &1.into()));
+    assert_eq!(report["l1"][0]["steps"], 39);
+    assert_eq!(report["params"]["alpha"], 0.05);
+    let human = sf_slow(&dir, &[]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("nothing slow"));
+}
+
+#[test]
+fn no_logs_or_no_step_vectors_is_one_error_line_and_exit_1() {
+    let empty = TempDir::new("slow-empty");
+    let out = sf_slow(&empty.0, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("no rank logs (*.sflog)") && stderr.lines().count() == 1, "{stderr}");
+
+    let root = log_root("slow-none");
+    run_ok(preloaded(&trainer_sim(), &root, "job").args(trainer_args(2, 3)).args(["--markers", "none"]));
+    let out = sf_slow(&root.join("job"), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("no step vectors") && stderr.lines().count() == 1, "{stderr}");
+    // The log root instead of a job directory: the hint names a job directory.
+    let out = sf_slow(&root, &[]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("e.g. sf slow"), "{out:?}");
+}
+
+#[test]
+fn help_teaches_the_detectors_and_the_exit_status() {
+    let out = Command::new(artifact("sf")).args(["slow", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in ["L1", "L2", "EXPECTED TIME", "--alpha", "--group-by", "Exit status: 0 nothing found; 4", "Example"] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+}
