@@ -13,6 +13,7 @@ use super::log::records::{Drops, HangEvidence, RecordBody};
 use super::log::writer::LogWriter;
 use super::nccl_op::NcclOp;
 use super::notice::say;
+use super::port_counters::PortSampler;
 use super::runtime::Runtime;
 use super::step_assembly::StepAssembly;
 
@@ -27,6 +28,8 @@ pub struct Collector {
     recent_steps: StepTimes,
     /// GPU kernel summaries per window and per step (fed by the CUDA door's drain).
     pub kernels: KernelWindows,
+    /// RDMA port counters from sysfs (SF_IB_SAMPLE_MS).
+    ports: PortSampler,
 }
 
 impl Collector {
@@ -38,6 +41,7 @@ impl Collector {
             steps: StepAssembly::default(),
             recent_steps: StepTimes::default(),
             kernels: KernelWindows::default(),
+            ports: PortSampler::default(),
         }
     }
 
@@ -74,6 +78,9 @@ impl Collector {
             self.drops_written = dropped;
         }
         self.kernels.round(rt, &mut self.writer);
+        let writer = &mut self.writer;
+        self.ports.round(rt, &mut |record| writer.append(record));
+        super::verbs::write_notes(monotonic_ns(), &mut |record| writer.append(record));
         self.watch_for_hangs(rt);
         rt.calibration.refine();
         self.writer.heartbeat(monotonic_ns(), wall_ns(), rt.calibration.ticks_per_sec());

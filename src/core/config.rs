@@ -31,6 +31,9 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "NCCL profiler plugin (.so path) the profiler door loads and forwards every call to",
     ),
     ("SF_PROFILER_KERNEL_CH", "0", "1 asks NCCL for ncclProfileKernelCh events through the profiler door"),
+    ("SF_VERBS", "0", "1 counts RDMA work requests through libibverbs (NCCL < 2.26, or programs using verbs)"),
+    ("SF_IB_SYSFS_ROOT", "/sys/class/infiniband", "where the RDMA port-counter sampler finds devices"),
+    ("SF_IB_SAMPLE_MS", "1000", "RDMA port-counter sampling period in ms (10..600000); 0 turns the sampler off"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +63,11 @@ pub struct Config {
     pub chain_profiler: Option<PathBuf>,
     /// Whether the profiler door asks for kernel-channel events.
     pub profiler_kernel_ch: bool,
+    /// The libibverbs fallback door (doors::verbs), and the sysfs port-counter sampler
+    /// (core::port_counters): its root and period (0: off).
+    pub verbs: bool,
+    pub ib_sysfs_root: PathBuf,
+    pub ib_sample_ms: u64,
 }
 
 impl Config {
@@ -80,6 +88,9 @@ impl Config {
             nvtx_stages: Vec::new(),
             chain_profiler: None,
             profiler_kernel_ch: false,
+            verbs: false,
+            ib_sysfs_root: PathBuf::from("/sys/class/infiniband"),
+            ib_sample_ms: 1000,
         }
     }
 
@@ -172,6 +183,7 @@ impl Config {
         if let Some((name, v)) = setting("SF_PROFILER_KERNEL_CH") {
             cfg.profiler_kernel_ch = parse_bool(&name, &v, &mut warnings).unwrap_or(false);
         }
+        parse_rdma_keys(&mut cfg, &setting, &mut warnings);
         (cfg, warnings)
     }
 
@@ -182,14 +194,38 @@ impl Config {
     }
 }
 
+/// The verbs door and port-counter keys (README, libibverbs fallback and RDMA port counters).
+fn parse_rdma_keys(cfg: &mut Config, setting: &dyn Fn(&str) -> Option<(String, String)>, warnings: &mut Vec<String>) {
+    if let Some((name, v)) = setting("SF_VERBS") {
+        cfg.verbs = parse_bool(&name, &v, warnings).unwrap_or(false);
+    }
+    if let Some((_, v)) = setting("SF_IB_SYSFS_ROOT") {
+        cfg.ib_sysfs_root = PathBuf::from(v);
+    }
+    if let Some((name, v)) = setting("SF_IB_SAMPLE_MS") {
+        match v.parse::<u64>() {
+            Ok(n) if n == 0 || (10..=600_000).contains(&n) => cfg.ib_sample_ms = n,
+            _ => warnings.push(format!(
+                "{name}={v:?} is not 0 (off) or a period from 10 to 600000 ms; using {}",
+                cfg.ib_sample_ms
+            )),
+        }
+    }
+}
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
+    let parsed = flag(v);
+    if parsed.is_none() {
+        warnings.push(format!("{name}={v:?} is not 0/1/true/false/yes/no/on/off; using 0"));
+    }
+    parsed
+}
+
+/// A boolean setting's value; also read by doors that decide before the config is parsed.
+pub fn flag(v: &str) -> Option<bool> {
     match v.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),
-        _ => {
-            warnings.push(format!("{name}={v:?} is not 0/1/true/false/yes/no/on/off; using 0"));
-            None
-        }
+        _ => None,
     }
 }
 

@@ -9,3 +9,6 @@ pub mod nvtx;
 pub mod profiler;
 mod real_symbol;
 mod traced;
+/// x86-64 only: its `dlvsym` is an assembly trampoline (see verbs/dlvsym.rs).
+#[cfg(target_arch = "x86_64")]
+pub mod verbs;

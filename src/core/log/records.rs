@@ -12,6 +12,8 @@ use crate::core::nccl_op::{dtype_size, NcclOp};
 
 use super::records_kernels as kernels;
 pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
+use super::records_ports as ports;
+pub use super::records_ports::{CounterState, CounterValue, PortCounterName, PortCounters, Text, VerbsDevice};
 
 /// Kind codes stored in each slot. Append, never renumber.
 pub mod kind {
@@ -38,6 +40,12 @@ pub mod kind {
     pub const STREAM_BUSY: u16 = 14;
     /// Device time per stage of one step.
     pub const STAGE_DEVICE: u16 = 16;
+    /// An RDMA port counter's device, port and name, by id (records_ports.rs).
+    pub const PORT_COUNTER_NAME: u16 = 20;
+    /// RDMA port counters that changed in one sysfs sample.
+    pub const PORT_COUNTERS: u16 = 21;
+    /// A device context the verbs door (SF_VERBS=1) adopted, refused or saw closed.
+    pub const VERBS_DEVICE: u16 = 22;
 }
 
 /// Stages one `step_vector` record carries; a step with more continues in further parts.
@@ -319,6 +327,9 @@ pub enum RecordBody {
     NcclKernels(NcclKernels),
     StreamBusy(StreamBusy),
     StageDevice(StageDevice),
+    PortCounterName(PortCounterName),
+    PortCounters(PortCounters),
+    VerbsDevice(VerbsDevice),
 }
 
 impl RecordBody {
@@ -339,6 +350,9 @@ impl RecordBody {
             RecordBody::NcclKernels(_) => kind::NCCL_KERNELS,
             RecordBody::StreamBusy(_) => kind::STREAM_BUSY,
             RecordBody::StageDevice(_) => kind::STAGE_DEVICE,
+            RecordBody::PortCounterName(_) => kind::PORT_COUNTER_NAME,
+            RecordBody::PortCounters(_) => kind::PORT_COUNTERS,
+            RecordBody::VerbsDevice(_) => kind::VERBS_DEVICE,
         }
     }
 
@@ -381,6 +395,8 @@ impl RecordBody {
             | RecordBody::NcclKernels(_)
             | RecordBody::StreamBusy(_)
             | RecordBody::StageDevice(_) => {}
+            // Made by the collector (sysfs sampler, verbs door notes), already in nanoseconds.
+            RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {}
         }
         self
     }
@@ -488,6 +504,9 @@ impl RecordBody {
             RecordBody::NcclKernels(n) => kernels::encode_nccl_kernels(n, &mut w),
             RecordBody::StreamBusy(b) => kernels::encode_stream_busy(b, &mut w),
             RecordBody::StageDevice(d) => kernels::encode_stage_device(d, &mut w),
+            RecordBody::PortCounterName(n) => ports::encode_port_counter_name(n, &mut w),
+            RecordBody::PortCounters(p) => ports::encode_port_counters(p, &mut w),
+            RecordBody::VerbsDevice(d) => ports::encode_verbs_device(d, &mut w),
         }
         w.at
     }
@@ -644,6 +663,9 @@ impl RecordBody {
             kind::NCCL_KERNELS => RecordBody::NcclKernels(kernels::decode_nccl_kernels(&mut r)?),
             kind::STREAM_BUSY => RecordBody::StreamBusy(kernels::decode_stream_busy(&mut r)?),
             kind::STAGE_DEVICE => RecordBody::StageDevice(kernels::decode_stage_device(&mut r)?),
+            kind::PORT_COUNTER_NAME => RecordBody::PortCounterName(ports::decode_port_counter_name(&mut r)?),
+            kind::PORT_COUNTERS => RecordBody::PortCounters(ports::decode_port_counters(&mut r)?),
+            kind::VERBS_DEVICE => RecordBody::VerbsDevice(ports::decode_verbs_device(&mut r)?),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)
