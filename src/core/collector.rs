@@ -62,6 +62,9 @@ impl Collector {
                         }
                         writer.append(&record)
                     });
+                    if let Some(windows) = self.steps.take_closed() {
+                        self.kernels.step_closed(windows, &mut |r| self.writer.append(r));
+                    }
                 }
             }
             written += 1;
@@ -136,6 +139,7 @@ impl Collector {
 
     pub fn finish(&mut self, rt: &Runtime, state: u64) {
         self.round(rt);
+        self.kernels.finish(&mut self.writer);
         self.writer.set(live::WRITER_STATE, state);
     }
 }

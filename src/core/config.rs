@@ -31,6 +31,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "NCCL profiler plugin (.so path) the profiler door loads and forwards every call to",
     ),
     ("SF_PROFILER_KERNEL_CH", "0", "1 asks NCCL for ncclProfileKernelCh events through the profiler door"),
+    ("SF_KERNEL_WINDOW_MS", "1000", "length of a kernel-summary window in ms (200..4000), aligned to wall-clock time"),
     ("SF_VERBS", "0", "1 counts RDMA work requests through libibverbs (NCCL < 2.26, or programs using verbs)"),
     ("SF_IB_SYSFS_ROOT", "/sys/class/infiniband", "where the RDMA port-counter sampler finds devices"),
     ("SF_IB_SAMPLE_MS", "1000", "RDMA port-counter sampling period in ms (10..600000); 0 turns the sampler off"),
@@ -63,6 +64,8 @@ pub struct Config {
     pub chain_profiler: Option<PathBuf>,
     /// Whether the profiler door asks for kernel-channel events.
     pub profiler_kernel_ch: bool,
+    /// Length of a kernel-summary window (core::kernel_windows).
+    pub kernel_window_ms: u64,
     /// The libibverbs fallback door (doors::verbs), and the sysfs port-counter sampler
     /// (core::port_counters): its root and period (0: off).
     pub verbs: bool,
@@ -88,6 +91,7 @@ impl Config {
             nvtx_stages: Vec::new(),
             chain_profiler: None,
             profiler_kernel_ch: false,
+            kernel_window_ms: 1000,
             verbs: false,
             ib_sysfs_root: PathBuf::from("/sys/class/infiniband"),
             ib_sample_ms: 1000,
@@ -183,6 +187,13 @@ impl Config {
         if let Some((name, v)) = setting("SF_PROFILER_KERNEL_CH") {
             cfg.profiler_kernel_ch = parse_bool(&name, &v, &mut warnings).unwrap_or(false);
         }
+        if let Some((name, v)) = setting("SF_KERNEL_WINDOW_MS") {
+            match v.parse::<u64>() {
+                Ok(n) if (200..=4000).contains(&n) => cfg.kernel_window_ms = n,
+                _ => warnings
+                    .push(format!("{name}={v:?} is not a window from 200 to 4000 ms; using {}", cfg.kernel_window_ms)),
+            }
+        }
         parse_rdma_keys(&mut cfg, &setting, &mut warnings);
         (cfg, warnings)
     }
@@ -245,6 +256,17 @@ mod tests {
     fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
         let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::parse(1000, |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn kernel_window_length_is_bounded() {
+        assert_eq!(parse(&[]).0.kernel_window_ms, 1000);
+        assert_eq!(parse(&[("SF_KERNEL_WINDOW_MS", "250")]).0.kernel_window_ms, 250);
+        for bad in ["100", "5000", "1s"] {
+            let (cfg, warnings) = parse(&[("SF_KERNEL_WINDOW_MS", bad)]);
+            assert_eq!((cfg.kernel_window_ms, warnings.len()), (1000, 1), "{bad}");
+            assert!(warnings[0].starts_with("SF_KERNEL_WINDOW_MS="), "{warnings:?}");
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod port_counters;
 pub mod profiler;
 pub mod ring;
 pub mod runtime;
+pub mod stage_device;
 pub mod stage_names;
 pub mod step_assembly;
 pub mod thread_state;

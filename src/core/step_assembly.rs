@@ -15,6 +15,7 @@
 use super::clock::Calibration;
 use super::event::{Marker, MarkerKind};
 use super::log::records::{RecordBody, SideValue, StepVector, STAGES_PER_PART};
+use super::stage_device::StepWindows;
 use super::stage_names::StageNames;
 
 /// Stage occurrences one step may hold; more are folded into the residual.
@@ -26,6 +27,8 @@ pub const RESIDUAL_STAGE: &str = "step.other_cpu_wall";
 struct Stages {
     /// (stage id, duration ns) in the order the stages closed.
     list: [(u16, u64); MAX_STAGES],
+    /// When each listed stage ended (monotonic ns), for device-time attribution.
+    ends_ns: [u64; MAX_STAGES],
     len: usize,
     open: Option<(u16, u64)>,
     /// When the first of these stages began.
@@ -38,6 +41,7 @@ struct Stages {
 impl Stages {
     const EMPTY: Stages = Stages {
         list: [(0, 0); MAX_STAGES],
+        ends_ns: [0; MAX_STAGES],
         len: 0,
         open: None,
         first_ticks: None,
@@ -63,6 +67,7 @@ impl Stages {
         let Some((_, begin)) = self.open.take().filter(|(open, _)| *open == name) else { return };
         if self.len < MAX_STAGES {
             self.list[self.len] = (name, cal.to_mono_ns(ticks).saturating_sub(cal.to_mono_ns(begin)));
+            self.ends_ns[self.len] = cal.to_mono_ns(ticks);
             self.len += 1;
         }
     }
@@ -78,11 +83,13 @@ pub struct StepAssembly {
     open: Option<OpenStep>,
     /// Stages closed since the last step ended, for the next step.
     between: Stages,
+    /// Host-side stage windows of the step that closed last, until taken.
+    closed: Option<StepWindows>,
 }
 
 impl Default for StepAssembly {
     fn default() -> StepAssembly {
-        StepAssembly { open: None, between: Stages::EMPTY }
+        StepAssembly { open: None, between: Stages::EMPTY, closed: None }
     }
 }
 
@@ -107,13 +114,18 @@ impl StepAssembly {
             MarkerKind::StageEnd => self.stages().end(marker.name, marker.ticks, cal),
             MarkerKind::StepEnd => {
                 if let Some(step) = self.open.take() {
-                    close(&step, marker.ticks, cal, names, &mut emit);
+                    self.closed = Some(close(&step, marker.ticks, cal, names, &mut emit));
                 }
             }
             MarkerKind::Value => {
                 emit(RecordBody::SideValue(SideValue { step: marker.step, name_id: marker.name, value: marker.value }))
             }
         }
+    }
+
+    /// The stage windows of the step that closed last, once.
+    pub fn take_closed(&mut self) -> Option<StepWindows> {
+        self.closed.take()
     }
 
     fn stages(&mut self) -> &mut Stages {
@@ -124,8 +136,14 @@ impl StepAssembly {
     }
 }
 
-/// Emits the vector of a step that ended at `end_ticks`.
-fn close(step: &OpenStep, end_ticks: u64, cal: &Calibration, names: StageNames, emit: &mut impl FnMut(RecordBody)) {
+/// Emits the vector of a step that ended at `end_ticks`; returns its stage windows.
+fn close(
+    step: &OpenStep,
+    end_ticks: u64,
+    cal: &Calibration,
+    names: StageNames,
+    emit: &mut impl FnMut(RecordBody),
+) -> StepWindows {
     let wall = cal.to_mono_ns(end_ticks).saturating_sub(cal.to_mono_ns(step.begin_ticks));
     let recorded = &step.stages.list[..step.stages.len];
     let sum: u64 = recorded.iter().map(|(_, d)| d).sum();
@@ -143,6 +161,14 @@ fn close(step: &OpenStep, end_ticks: u64, cal: &Calibration, names: StageNames, 
         len += 1;
     }
     let stages = &stages[..len];
+    let (begin_ns, end_ns) = (cal.to_mono_ns(step.begin_ticks), cal.to_mono_ns(end_ticks));
+    let mut windows = StepWindows::new(step.step, begin_ns, end_ns);
+    for (i, &(id, duration)) in stages.iter().enumerate().take(recorded.len()) {
+        windows.push(id, step.stages.ends_ns[i].saturating_sub(duration), step.stages.ends_ns[i]);
+    }
+    if len > recorded.len() {
+        windows.set_residual(stages[len - 1].0);
+    }
     let schema_hash = schema_hash(names, stages);
     for (part, chunk) in stages.chunks(STAGES_PER_PART).enumerate() {
         let mut vector = StepVector {
@@ -164,6 +190,7 @@ fn close(step: &OpenStep, end_ticks: u64, cal: &Calibration, names: StageNames, 
         }
         emit(RecordBody::StepVector(vector));
     }
+    windows
 }
 
 /// `name@index`, the `index`-th occurrence of stage `id` within one step.
@@ -322,6 +349,26 @@ mod tests {
         assert_eq!(run.named(&out), owned(&[("data.next_wait", 15), ("fwd", 10), (RESIDUAL_STAGE, 0)]));
         let RecordBody::StepVector(v) = out[0] else { panic!() };
         assert_eq!((v.wall_ns, v.overlap_ns), (25_000_000, 0), "the step's wall begins with the carried wait");
+    }
+
+    #[test]
+    fn closed_steps_hand_over_their_stage_windows() {
+        let run = Run::new(&["data.next_wait", "fwd"]);
+        let cal = Calibration::new(ClockSource::Monotonic, 0, 0, 0, 1e9);
+        let mut assembly = StepAssembly::default();
+        for (kind, ms, stage) in [(StageBegin, 2, 0), (StageEnd, 15, 0), (StepBegin, 15, 0), (StageBegin, 16, 1)] {
+            assembly.feed(&run.marker(kind, ms, stage), &cal, run.names, |_| {});
+        }
+        assert!(assembly.take_closed().is_none());
+        for (kind, ms) in [(StageEnd, 25), (StepEnd, 30)] {
+            assembly.feed(&run.marker(kind, ms, 1), &cal, run.names, |_| {});
+        }
+        let mut expected = StepWindows::new(7, 2_000_000, 30_000_000);
+        expected.push(run.ids[0], 2_000_000, 15_000_000);
+        expected.push(run.ids[1], 16_000_000, 25_000_000);
+        expected.set_residual(run.names.intern(RESIDUAL_STAGE.as_bytes()).unwrap());
+        assert_eq!(assembly.take_closed(), Some(expected));
+        assert!(assembly.take_closed().is_none(), "once");
     }
 
     #[test]
