@@ -1,6 +1,7 @@
 //! The NCCL profiler-plugin door on real multi-process jobs: sf-trainer-sim over fakenccl,
 //! whose profiler driver acts as NCCL towards NCCL_PROFILER_PLUGIN=libstagefrontier.so with
-//! the ABI version FAKENCCL_PROFILER_VERSION selects.
+//! the ABI version FAKENCCL_PROFILER_VERSION selects. SF_NET_RAW=1 keeps one record per
+//! work request, checked against the per-QP aggregates (tests/net.rs covers the default).
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::*;
-use stagefrontier::core::log::records::{NcclCall, ProfNet, ProfOp, ProfProxy, RecordBody};
+use stagefrontier::core::log::records::{NcclCall, ProfNet, ProfOp, ProfProxy, QpWindow, RecordBody};
 use stagefrontier::core::nccl_op::NcclOp;
 
 const RANKS: u32 = 2;
@@ -26,7 +27,8 @@ fn profiled(root: &Path, job: &str, version: u32, preload: bool) -> Command {
     cmd.args(trainer_args(RANKS, STEPS))
         .arg("--p2p")
         .env("NCCL_PROFILER_PLUGIN", library())
-        .env("FAKENCCL_PROFILER_VERSION", version.to_string());
+        .env("FAKENCCL_PROFILER_VERSION", version.to_string())
+        .env("SF_NET_RAW", "1");
     cmd
 }
 
@@ -42,6 +44,7 @@ struct View {
     proxies: Vec<ProfProxy>,
     nets: Vec<ProfNet>,
     calls: Vec<NcclCall>,
+    qp_windows: Vec<QpWindow>,
 }
 
 fn view(path: &Path) -> View {
@@ -52,6 +55,7 @@ fn view(path: &Path) -> View {
             RecordBody::ProfProxy(p) => v.proxies.push(p),
             RecordBody::ProfNet(n) => v.nets.push(n),
             RecordBody::NcclCall(c) => v.calls.push(c),
+            RecordBody::QpWindow(w) => v.qp_windows.push(w),
             _ => {}
         }
     }
@@ -144,6 +148,23 @@ fn check_rank(v: &View, rank: i32, version: u8) {
         assert!(n.length > 0);
         assert_eq!(n.updates, if version >= 4 { 1 } else { 0 });
         assert_eq!(n.comm_hash, hash);
+    }
+    // The per-QP aggregates count the same work requests: v1 and v2 have no network-plugin
+    // events, so no QP either.
+    match v.qp_windows.last() {
+        None => assert_eq!((version < 3, v.nets.len()), (true, 0), "v{version} drove work requests"),
+        Some(w) => {
+            assert!(version >= 3);
+            let bytes: u64 = v.nets.iter().map(|n| n.length).sum();
+            let n = v.nets.len() as u64;
+            assert_eq!((w.qp_num, w.device), (0x100 + rank as u32, 0), "{w:?}");
+            assert_eq!(
+                (w.posted, w.completed, w.in_flight, w.bytes_posted, w.bytes_completed),
+                (n, n, 0, bytes, bytes)
+            );
+            let timed: u64 = v.qp_windows.iter().map(|w| w.latency_n as u64).sum();
+            assert_eq!(timed, n, "every completion timed from its event's start");
+        }
     }
 }
 

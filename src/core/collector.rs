@@ -12,6 +12,7 @@ use super::log::format::{live, COMM_SLOTS};
 use super::log::records::{Drops, HangEvidence, RecordBody};
 use super::log::writer::LogWriter;
 use super::nccl_op::NcclOp;
+use super::qp_monitor::QpMonitor;
 use super::notice::say;
 use super::port_counters::PortSampler;
 use super::runtime::Runtime;
@@ -28,6 +29,8 @@ pub struct Collector {
     recent_steps: StepTimes,
     /// GPU kernel summaries per window and per step (fed by the CUDA door's drain).
     pub kernels: KernelWindows,
+    /// RDMA work requests per QP: stuck and degraded checks, periodic samples.
+    qps: QpMonitor,
     /// RDMA port counters from sysfs (SF_IB_SAMPLE_MS).
     ports: PortSampler,
 }
@@ -41,6 +44,7 @@ impl Collector {
             steps: StepAssembly::default(),
             recent_steps: StepTimes::default(),
             kernels: KernelWindows::default(),
+            qps: QpMonitor::default(),
             ports: PortSampler::default(),
         }
     }
@@ -81,6 +85,7 @@ impl Collector {
             self.drops_written = dropped;
         }
         self.kernels.round(rt, &mut self.writer);
+        self.qps.round(rt, &mut self.writer);
         let writer = &mut self.writer;
         self.ports.round(rt, &mut |record| writer.append(record));
         super::verbs::write_notes(monotonic_ns(), &mut |record| writer.append(record));
@@ -139,6 +144,7 @@ impl Collector {
 
     pub fn finish(&mut self, rt: &Runtime, state: u64) {
         self.round(rt);
+        self.qps.sample(rt, &mut self.writer);
         self.kernels.finish(&mut self.writer);
         self.writer.set(live::WRITER_STATE, state);
     }

@@ -31,6 +31,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "NCCL profiler plugin (.so path) the profiler door loads and forwards every call to",
     ),
     ("SF_PROFILER_KERNEL_CH", "0", "1 asks NCCL for ncclProfileKernelCh events through the profiler door"),
+    ("SF_NET_RAW", "0", "1 also records every RDMA work request (prof_net records); default: per-QP aggregates only"),
+    ("SF_NET_SAMPLE_MS", "1000", "period of the per-QP qp_window samples, in ms (10..600000)"),
+    ("SF_WR_WINDOW", "64", "completed work requests in the sliding bandwidth window (2..256)"),
+    ("SF_WR_TIMEOUT_MS", "500", "a work request in flight longer than this is stuck (qp_stuck), in ms (1..3600000)"),
+    ("SF_WR_DEGRADED", "0.2", "window bandwidth this fraction below the QP's baseline is degraded (0.01..0.99)"),
     ("SF_KERNEL_WINDOW_MS", "1000", "length of a kernel-summary window in ms (200..4000), aligned to wall-clock time"),
     ("SF_VERBS", "0", "1 counts RDMA work requests through libibverbs (NCCL < 2.26, or programs using verbs)"),
     ("SF_IB_SYSFS_ROOT", "/sys/class/infiniband", "where the RDMA port-counter sampler finds devices"),
@@ -64,6 +69,13 @@ pub struct Config {
     pub chain_profiler: Option<PathBuf>,
     /// Whether the profiler door asks for kernel-channel events.
     pub profiler_kernel_ch: bool,
+    /// RDMA work requests (core::qp_monitor): raw per-WR records, sample period, window,
+    /// stuck timeout, degradation fraction.
+    pub net_raw: bool,
+    pub net_sample_ms: u64,
+    pub wr_window: usize,
+    pub wr_timeout_ms: u64,
+    pub wr_degraded: f64,
     /// Length of a kernel-summary window (core::kernel_windows).
     pub kernel_window_ms: u64,
     /// The libibverbs fallback door (doors::verbs), and the sysfs port-counter sampler
@@ -91,6 +103,11 @@ impl Config {
             nvtx_stages: Vec::new(),
             chain_profiler: None,
             profiler_kernel_ch: false,
+            net_raw: false,
+            net_sample_ms: 1000,
+            wr_window: 64,
+            wr_timeout_ms: 500,
+            wr_degraded: 0.2,
             kernel_window_ms: 1000,
             verbs: false,
             ib_sysfs_root: PathBuf::from("/sys/class/infiniband"),
@@ -187,6 +204,7 @@ impl Config {
         if let Some((name, v)) = setting("SF_PROFILER_KERNEL_CH") {
             cfg.profiler_kernel_ch = parse_bool(&name, &v, &mut warnings).unwrap_or(false);
         }
+        parse_net_keys(&mut cfg, &setting, &mut warnings);
         if let Some((name, v)) = setting("SF_KERNEL_WINDOW_MS") {
             match v.parse::<u64>() {
                 Ok(n) if (200..=4000).contains(&n) => cfg.kernel_window_ms = n,
@@ -223,6 +241,36 @@ fn parse_rdma_keys(cfg: &mut Config, setting: &dyn Fn(&str) -> Option<(String, S
         }
     }
 }
+/// The RDMA work-request keys (README, RDMA work requests).
+fn parse_net_keys(cfg: &mut Config, setting: &dyn Fn(&str) -> Option<(String, String)>, warnings: &mut Vec<String>) {
+    if let Some((name, v)) = setting("SF_NET_RAW") {
+        cfg.net_raw = parse_bool(&name, &v, warnings).unwrap_or(false);
+    }
+    let mut int = |key: &str, range: std::ops::RangeInclusive<u64>, what: &str, value: &mut u64| {
+        if let Some((name, v)) = setting(key) {
+            match v.parse::<u64>() {
+                Ok(n) if range.contains(&n) => *value = n,
+                _ => warnings.push(format!(
+                    "{name}={v:?} is not {what} from {} to {}; using {value}",
+                    range.start(),
+                    range.end()
+                )),
+            }
+        }
+    };
+    int("SF_NET_SAMPLE_MS", 10..=600_000, "a period in ms", &mut cfg.net_sample_ms);
+    int("SF_WR_TIMEOUT_MS", 1..=3_600_000, "a timeout in ms", &mut cfg.wr_timeout_ms);
+    let mut window = cfg.wr_window as u64;
+    int("SF_WR_WINDOW", 2..=super::work_requests::WINDOW_MAX as u64, "a window length", &mut window);
+    cfg.wr_window = window as usize;
+    if let Some((name, v)) = setting("SF_WR_DEGRADED") {
+        match v.parse::<f64>() {
+            Ok(f) if (0.01..=0.99).contains(&f) => cfg.wr_degraded = f,
+            _ => warnings.push(format!("{name}={v:?} is not a fraction from 0.01 to 0.99; using {}", cfg.wr_degraded)),
+        }
+    }
+}
+
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
     let parsed = flag(v);
     if parsed.is_none() {
@@ -351,6 +399,29 @@ mod tests {
 
         let (_, warnings) = parse(&[("SF_NVTX_STEP", "iter"), ("SF_NVTX_STAGES", "iter")]);
         assert_eq!(warnings.len(), 1, "a stage may not take the configured step's name: {warnings:?}");
+    }
+
+    #[test]
+    fn work_request_settings() {
+        let (cfg, warnings) = parse(&[
+            ("SF_NET_RAW", "1"),
+            ("SF_NET_SAMPLE_MS", "100"),
+            ("SF_WR_WINDOW", "16"),
+            ("SF_WR_TIMEOUT_MS", "200"),
+            ("SF_WR_DEGRADED", "0.3"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(cfg.net_raw);
+        assert_eq!((cfg.net_sample_ms, cfg.wr_window, cfg.wr_timeout_ms, cfg.wr_degraded), (100, 16, 200, 0.3));
+        let (cfg, warnings) = parse(&[
+            ("SF_NET_SAMPLE_MS", "0"),
+            ("SF_WR_WINDOW", "1000"),
+            ("SF_WR_TIMEOUT_MS", "soon"),
+            ("SF_WR_DEGRADED", "1.5"),
+        ]);
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(warnings[1].starts_with("SF_WR_TIMEOUT_MS"), "{warnings:?}");
+        assert_eq!(cfg, Config::defaults_for_uid(1000));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod nvtx_ranges;
 pub mod nvtx_stages;
 pub mod port_counters;
 pub mod profiler;
+pub mod qp_monitor;
 pub mod ring;
 pub mod runtime;
 pub mod stage_device;

@@ -27,6 +27,7 @@ use super::event::Event;
 use super::log::format::PAYLOAD_CAPACITY;
 use super::log::records::{kind, ProfNet, ProfOp, ProfProxy, RecordBody};
 use super::runtime;
+use super::work_requests::{self, QpKey, WrSource};
 
 /// `ncclProfile*` event type bits (nccl_profiler.h). The descriptor's `type` is one bit.
 pub mod ty {
@@ -470,6 +471,10 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
         }
         Start::Net { plugin_id, qp } => {
             let q = qp.unwrap_or_default();
+            if qp.is_some() {
+                // The event's start is the post; its stop, the completion (see `stop`).
+                work_requests::posted(wr_qp(q.device, q.qp_num), q.wr_id, q.length, q.opcode, t_start);
+            }
             RecordBody::ProfNet(ProfNet {
                 t_start_ns: t_start,
                 t_stop_ns: 0,
@@ -574,11 +579,36 @@ pub fn stop(slot: &'static Slot) {
             other => other,
         };
         debug_assert!(matches!(body.kind(), kind::PROF_OP | kind::PROF_PROXY | kind::PROF_NET));
-        rt.ring.push(Event::Record(body));
+        match body {
+            // A work request: NCCL stops the QP event when it polled the completion. The
+            // per-QP aggregates take it; the record itself only with SF_NET_RAW=1, since a
+            // real job posts thousands per second and would flood the log ring.
+            RecordBody::ProfNet(n) if n.qp => {
+                work_requests::completed(
+                    wr_qp(n.device, n.qp_num),
+                    n.wr_id,
+                    n.length,
+                    Some(n.t_start_ns),
+                    t_stop,
+                    true,
+                );
+                if rt.config.net_raw {
+                    rt.ring.push(Event::Record(body));
+                }
+            }
+            _ => {
+                rt.ring.push(Event::Record(body));
+            }
+        }
     }
     if let Some(i) = index_in(&SLOT_POOL, slot as *const Slot as usize) {
         release(i);
     }
+}
+
+/// The work-request table's key of a profiler QP event.
+fn wr_qp(device: i32, qp_num: i32) -> QpKey {
+    QpKey { source: WrSource::Profiler, device, qp_num: qp_num as u32 }
 }
 
 /// A proxy-side record at its start: no state seen yet, no peer, no step.

@@ -23,7 +23,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Which door saw the work request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 #[repr(u8)]
 pub enum WrSource {
     Profiler = 1,

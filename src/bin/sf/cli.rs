@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod net;
 mod slow;
 pub use slow::{GroupBy, SlowOptions};
 
@@ -27,6 +28,8 @@ pub enum Command {
     Hang { dir: PathBuf, options: HangOptions, format: Format },
     /// Slow ranks and stages over a job directory's step vectors.
     Slow { dir: PathBuf, options: SlowOptions, format: Format },
+    /// RDMA work requests per rank and QP.
+    Net { dir: PathBuf, series: bool, format: Format },
 }
 
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
@@ -78,6 +81,7 @@ where
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
         Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
+        Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
     })
 }
 
@@ -104,7 +108,8 @@ Examples:
   sf dump JOBDIR/rank-00003.sflog | less             every record rank 3 still holds
   sf dump JOBDIR/rank-00003.sflog --json > rank3.jsonl
   sf hang JOBDIR                                     is the job hung, and who holds it up
-  sf slow JOBDIR                                     which rank is slow, in which stage";
+  sf slow JOBDIR                                     which rank is slow, in which stage
+  sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP";
 
 const LS_LONG_ABOUT: &str = "\
 List the rank logs of a job: one row per rank, then which ranks of the world have no log
@@ -300,6 +305,9 @@ enum Sub {
     /// Which rank is slow, in which stage, how sure: jitter, regression, stragglers
     #[command(long_about = slow::LONG_ABOUT, after_help = slow::EXAMPLES)]
     Slow(slow::SlowArgs),
+    /// RDMA work requests per rank and QP: bandwidth, in flight, latency, stuck, degraded
+    #[command(long_about = net::LONG_ABOUT, after_help = net::EXAMPLES)]
+    Net(net::NetArgs),
 }
 
 #[derive(Args)]

@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::Command;
-use commands::{dump, frontier, hang, ls, slow, Failure};
+use commands::{dump, frontier, hang, ls, net, slow, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -80,6 +80,25 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             output::slow::write(format, stdout, &report)?;
             Ok(if report.found { ExitCode::from(EXIT_SLOW) } else { ExitCode::SUCCESS })
         }
+        Command::Net { dir, series, format } => {
+            let report = net::build(&dir)?;
+            output::net::write(format, stdout, &report, series)?;
+            for error in &report.errors {
+                error_line(&error.error);
+            }
+            Ok(net_status(&report))
+        }
+    }
+}
+
+/// `sf net`'s status: stuck evidence is a hang (EXIT_HUNG), degraded evidence alone a slow
+/// link (EXIT_SLOW); a log that cannot be read fails only when nothing was found.
+fn net_status(report: &net::NetReport) -> ExitCode {
+    match (report.stuck, report.degraded, report.errors.is_empty()) {
+        (true, _, _) => ExitCode::from(EXIT_HUNG),
+        (false, true, _) => ExitCode::from(EXIT_SLOW),
+        (false, false, true) => ExitCode::SUCCESS,
+        (false, false, false) => ExitCode::FAILURE,
     }
 }
 

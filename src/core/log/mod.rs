@@ -5,6 +5,7 @@ pub mod mapping;
 pub mod reader;
 pub mod records;
 pub mod records_kernels;
+pub mod records_net;
 pub mod records_ports;
 pub mod writer;
 

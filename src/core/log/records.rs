@@ -12,6 +12,8 @@ use crate::core::nccl_op::{dtype_size, NcclOp};
 
 use super::records_kernels as kernels;
 pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
+use super::records_net as net;
+pub use super::records_net::{QpDegraded, QpStuck, QpWindow};
 use super::records_ports as ports;
 pub use super::records_ports::{CounterState, CounterValue, PortCounterName, PortCounters, Text, VerbsDevice};
 
@@ -40,6 +42,12 @@ pub mod kind {
     pub const STREAM_BUSY: u16 = 14;
     /// Device time per stage of one step.
     pub const STAGE_DEVICE: u16 = 16;
+    /// Periodic per-QP work-request sample (records_net.rs).
+    pub const QP_WINDOW: u16 = 17;
+    /// A work request in flight longer than SF_WR_TIMEOUT_MS.
+    pub const QP_STUCK: u16 = 18;
+    /// A QP's window bandwidth below its baseline by more than SF_WR_DEGRADED.
+    pub const QP_DEGRADED: u16 = 19;
     /// An RDMA port counter's device, port and name, by id (records_ports.rs).
     pub const PORT_COUNTER_NAME: u16 = 20;
     /// RDMA port counters that changed in one sysfs sample.
@@ -327,6 +335,9 @@ pub enum RecordBody {
     NcclKernels(NcclKernels),
     StreamBusy(StreamBusy),
     StageDevice(StageDevice),
+    QpWindow(QpWindow),
+    QpStuck(QpStuck),
+    QpDegraded(QpDegraded),
     PortCounterName(PortCounterName),
     PortCounters(PortCounters),
     VerbsDevice(VerbsDevice),
@@ -350,6 +361,9 @@ impl RecordBody {
             RecordBody::NcclKernels(_) => kind::NCCL_KERNELS,
             RecordBody::StreamBusy(_) => kind::STREAM_BUSY,
             RecordBody::StageDevice(_) => kind::STAGE_DEVICE,
+            RecordBody::QpWindow(_) => kind::QP_WINDOW,
+            RecordBody::QpStuck(_) => kind::QP_STUCK,
+            RecordBody::QpDegraded(_) => kind::QP_DEGRADED,
             RecordBody::PortCounterName(_) => kind::PORT_COUNTER_NAME,
             RecordBody::PortCounters(_) => kind::PORT_COUNTERS,
             RecordBody::VerbsDevice(_) => kind::VERBS_DEVICE,
@@ -395,6 +409,8 @@ impl RecordBody {
             | RecordBody::NcclKernels(_)
             | RecordBody::StreamBusy(_)
             | RecordBody::StageDevice(_) => {}
+            // Made by the collector's QP monitor, already in nanoseconds.
+            RecordBody::QpWindow(_) | RecordBody::QpStuck(_) | RecordBody::QpDegraded(_) => {}
             // Made by the collector (sysfs sampler, verbs door notes), already in nanoseconds.
             RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {}
         }
@@ -504,6 +520,9 @@ impl RecordBody {
             RecordBody::NcclKernels(n) => kernels::encode_nccl_kernels(n, &mut w),
             RecordBody::StreamBusy(b) => kernels::encode_stream_busy(b, &mut w),
             RecordBody::StageDevice(d) => kernels::encode_stage_device(d, &mut w),
+            RecordBody::QpWindow(q) => net::encode_qp_window(q, &mut w),
+            RecordBody::QpStuck(q) => net::encode_qp_stuck(q, &mut w),
+            RecordBody::QpDegraded(q) => net::encode_qp_degraded(q, &mut w),
             RecordBody::PortCounterName(n) => ports::encode_port_counter_name(n, &mut w),
             RecordBody::PortCounters(p) => ports::encode_port_counters(p, &mut w),
             RecordBody::VerbsDevice(d) => ports::encode_verbs_device(d, &mut w),
@@ -663,6 +682,9 @@ impl RecordBody {
             kind::NCCL_KERNELS => RecordBody::NcclKernels(kernels::decode_nccl_kernels(&mut r)?),
             kind::STREAM_BUSY => RecordBody::StreamBusy(kernels::decode_stream_busy(&mut r)?),
             kind::STAGE_DEVICE => RecordBody::StageDevice(kernels::decode_stage_device(&mut r)?),
+            kind::QP_WINDOW => RecordBody::QpWindow(net::decode_qp_window(&mut r)?),
+            kind::QP_STUCK => RecordBody::QpStuck(net::decode_qp_stuck(&mut r)?),
+            kind::QP_DEGRADED => RecordBody::QpDegraded(net::decode_qp_degraded(&mut r)?),
             kind::PORT_COUNTER_NAME => RecordBody::PortCounterName(ports::decode_port_counter_name(&mut r)?),
             kind::PORT_COUNTERS => RecordBody::PortCounters(ports::decode_port_counters(&mut r)?),
             kind::VERBS_DEVICE => RecordBody::VerbsDevice(ports::decode_verbs_device(&mut r)?),
@@ -691,7 +713,7 @@ impl Encoder<'_> {
     pub(super) fn u32(&mut self, v: u32) {
         self.put(&v.to_le_bytes())
     }
-    fn i32(&mut self, v: i32) {
+    pub(super) fn i32(&mut self, v: i32) {
         self.put(&v.to_le_bytes())
     }
     pub(super) fn u64(&mut self, v: u64) {
@@ -719,7 +741,7 @@ impl Decoder<'_> {
     pub(super) fn u32(&mut self) -> Option<u32> {
         self.take().map(u32::from_le_bytes)
     }
-    fn i32(&mut self) -> Option<i32> {
+    pub(super) fn i32(&mut self) -> Option<i32> {
         self.take().map(i32::from_le_bytes)
     }
     pub(super) fn u64(&mut self) -> Option<u64> {

@@ -4,6 +4,7 @@ pub mod dump;
 pub mod frontier;
 pub mod hang;
 pub mod ls;
+pub mod net;
 pub mod slow;
 mod step_vectors;
 

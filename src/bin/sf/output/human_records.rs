@@ -118,6 +118,9 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64) -> String {
         | RecordBody::NcclKernels(_)
         | RecordBody::StreamBusy(_)
         | RecordBody::StageDevice(_) => super::human_kernels::kernel_record_line(seq, &record.body).unwrap_or_default(),
+        RecordBody::QpWindow(_) | RecordBody::QpStuck(_) | RecordBody::QpDegraded(_) => {
+            super::net::record_line(seq, &record.body, base_mono_ns).unwrap_or_default()
+        }
         RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {
             super::human_ports::record_line(seq, &record.body, base_mono_ns).unwrap_or_default()
         }

@@ -6,6 +6,7 @@ mod human_kernels;
 mod human_records;
 mod json;
 pub mod slow;
+pub mod net;
 mod table;
 
 use std::io::{self, Write};

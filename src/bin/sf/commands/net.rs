@@ -1,0 +1,282 @@
+//! `sf net`: RDMA work requests per rank and queue pair, from the `qp_window`, `qp_stuck`
+//! and `qp_degraded` records the collector writes (README "RDMA work requests"): totals,
+//! bandwidth, latency, stuck and degraded evidence, and each QP's time series.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
+
+use super::ls::FileError;
+use super::Failure;
+use crate::discover;
+use crate::progress::Progress;
+
+/// The `--json` object; the field names the README lists are a contract.
+#[derive(Debug, Serialize)]
+pub struct NetReport {
+    pub dir: String,
+    /// Any QP has a `qp_stuck` record (sf net exits 3).
+    pub stuck: bool,
+    /// Any QP has a `qp_degraded` record (sf net exits 4 when nothing is stuck).
+    pub degraded: bool,
+    /// QPs with stuck evidence first, then degraded, as "rank R qp 0xN".
+    pub summary: Summary,
+    pub ranks: Vec<RankNet>,
+    pub errors: Vec<FileError>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    pub ranks: usize,
+    pub qps: usize,
+    pub stuck_qps: Vec<QpRef>,
+    pub degraded_qps: Vec<QpRef>,
+    /// Ranks whose log holds no work-request record (no RDMA door, or NCCL never used one).
+    pub ranks_without_work_requests: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QpRef {
+    pub rank: i32,
+    pub source: &'static str,
+    pub device: i32,
+    pub qp_num: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RankNet {
+    pub rank: i32,
+    pub host: String,
+    pub file: String,
+    pub qps: Vec<QpReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct QpReport {
+    pub source: &'static str,
+    pub device: i32,
+    pub qp_num: u32,
+    /// From the newest sample: cumulative counts.
+    pub posted: u64,
+    pub completed: u64,
+    pub in_flight: u32,
+    pub errors: u32,
+    pub bytes_posted: u64,
+    pub bytes_completed: u64,
+    /// Over every sample's completions with a known post time.
+    pub latency_mean_ns: u64,
+    pub latency_max_ns: u64,
+    /// The newest sample's window bandwidth and the QP's baseline (0: not known).
+    pub window_bps: u64,
+    pub baseline_bps: u64,
+    /// The extremes of the window bandwidth over the samples that had one.
+    pub max_window_bps: u64,
+    pub min_window_bps: u64,
+    pub last_sample_ns: u64,
+    pub table_dropped: u32,
+    pub stuck: Vec<StuckEvidence>,
+    pub degraded: Vec<DegradedEvidence>,
+    pub series: Vec<Sample>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StuckEvidence {
+    pub t_ns: u64,
+    pub since_ns: u64,
+    /// Age of the oldest request in flight when the collector saw it.
+    pub age_s: f64,
+    pub timeout_s: f64,
+    pub in_flight: u32,
+    pub posted: u64,
+    pub completed: u64,
+    /// A later sample shows completions past it: the QP moved again.
+    pub resolved: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DegradedEvidence {
+    pub t_ns: u64,
+    pub window_bps: u64,
+    pub baseline_bps: u64,
+    pub threshold: f64,
+    pub windows: u16,
+    pub completed: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Sample {
+    pub t_ns: u64,
+    pub posted: u64,
+    pub completed: u64,
+    pub in_flight: u32,
+    pub bytes_completed: u64,
+    pub window_bps: u64,
+    pub latency_mean_ns: u64,
+    pub latency_max_ns: u64,
+    pub stuck: bool,
+    pub degraded: bool,
+}
+
+type QpId = (&'static str, i32, u32);
+
+pub fn build(dir: &Path) -> Result<NetReport, Failure> {
+    let files = job_logs(dir)?;
+    let mut report = NetReport {
+        dir: dir.display().to_string(),
+        stuck: false,
+        degraded: false,
+        summary: Summary::default(),
+        ranks: Vec::new(),
+        errors: Vec::new(),
+    };
+    let mut progress = Progress::new(files.len());
+    for (i, file) in files.iter().enumerate() {
+        match RankLog::open(file) {
+            Ok(log) => report.ranks.push(rank_net(&log)),
+            Err(e) => report.errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+        }
+        progress.done(i + 1);
+    }
+    drop(progress);
+    report.ranks.sort_by_key(|r| (r.rank < 0, r.rank, r.file.clone()));
+    let s = &mut report.summary;
+    s.ranks = report.ranks.len();
+    for r in &report.ranks {
+        if r.qps.is_empty() {
+            s.ranks_without_work_requests.push(r.rank);
+        }
+        for q in &r.qps {
+            s.qps += 1;
+            let at = || QpRef { rank: r.rank, source: q.source, device: q.device, qp_num: q.qp_num };
+            if !q.stuck.is_empty() {
+                s.stuck_qps.push(at());
+            }
+            if !q.degraded.is_empty() {
+                s.degraded_qps.push(at());
+            }
+        }
+    }
+    report.stuck = !s.stuck_qps.is_empty();
+    report.degraded = !s.degraded_qps.is_empty();
+    Ok(report)
+}
+
+fn job_logs(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
+    if !dir.is_dir() {
+        return Err(fail(
+            "not a directory; sf net reads every rank log of a job: pass the job directory, $SF_LOG_DIR/<job id>/"
+                .into(),
+        ));
+    }
+    let logs = discover::logs_in(dir).map_err(|e| fail(format!("cannot list: {e}")))?;
+    if logs.is_empty() {
+        let hint = match discover::job_dirs_in(dir).first() {
+            Some(job) => format!("it holds job directories: pass one, e.g. sf net {}", job.display()),
+            None => "pass a job directory, $SF_LOG_DIR/<job id>/".to_string(),
+        };
+        return Err(fail(format!("no rank logs (*.sflog); {hint}")));
+    }
+    Ok(logs)
+}
+
+fn rank_net(log: &RankLog) -> RankNet {
+    let (records, _) = log.records();
+    let mut windows: Vec<QpWindow> = Vec::new();
+    let mut stucks: Vec<QpStuck> = Vec::new();
+    let mut degradeds: Vec<QpDegraded> = Vec::new();
+    for record in records {
+        match record.body {
+            RecordBody::QpWindow(w) => windows.push(w),
+            RecordBody::QpStuck(s) => stucks.push(s),
+            RecordBody::QpDegraded(d) => degradeds.push(d),
+            _ => {}
+        }
+    }
+    let mut ids: Vec<QpId> = windows
+        .iter()
+        .map(|w| (w.source.name(), w.device, w.qp_num))
+        .chain(stucks.iter().map(|s| (s.source.name(), s.device, s.qp_num)))
+        .chain(degradeds.iter().map(|d| (d.source.name(), d.device, d.qp_num)))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let qps = ids
+        .into_iter()
+        .map(|id| {
+            let is = |source: &'static str, device: i32, qp_num: u32| (source, device, qp_num) == id;
+            let series: Vec<&QpWindow> = windows.iter().filter(|w| is(w.source.name(), w.device, w.qp_num)).collect();
+            let stuck = stucks.iter().filter(|s| is(s.source.name(), s.device, s.qp_num)).map(|s| StuckEvidence {
+                t_ns: s.t_ns,
+                since_ns: s.since_ns,
+                age_s: s.t_ns.saturating_sub(s.since_ns) as f64 / 1e9,
+                timeout_s: s.timeout_ns as f64 / 1e9,
+                in_flight: s.in_flight,
+                posted: s.posted,
+                completed: s.completed,
+                resolved: series.iter().any(|w| w.t_ns > s.t_ns && w.completed > s.completed),
+            });
+            let degraded =
+                degradeds.iter().filter(|d| is(d.source.name(), d.device, d.qp_num)).map(|d| DegradedEvidence {
+                    t_ns: d.t_ns,
+                    window_bps: d.window_bps,
+                    baseline_bps: d.baseline_bps,
+                    threshold: d.threshold,
+                    windows: d.windows,
+                    completed: d.completed,
+                });
+            qp_report(id, &series, stuck.collect(), degraded.collect())
+        })
+        .collect();
+    RankNet { rank: log.header.global_rank, host: log.header.host.clone(), file: log.path().display().to_string(), qps }
+}
+
+fn qp_report(
+    (source, device, qp_num): QpId,
+    series: &[&QpWindow],
+    stuck: Vec<StuckEvidence>,
+    degraded: Vec<DegradedEvidence>,
+) -> QpReport {
+    let last = series.last();
+    let latency_n: u64 = series.iter().map(|w| w.latency_n as u64).sum();
+    let latency_sum: u128 = series.iter().map(|w| w.latency_mean_ns as u128 * w.latency_n as u128).sum();
+    let rates = || series.iter().map(|w| w.window_bps).filter(|&b| b > 0);
+    QpReport {
+        source,
+        device,
+        qp_num,
+        posted: last.map_or(0, |w| w.posted),
+        completed: last.map_or(0, |w| w.completed),
+        in_flight: last.map_or(0, |w| w.in_flight),
+        errors: last.map_or(0, |w| w.errors),
+        bytes_posted: last.map_or(0, |w| w.bytes_posted),
+        bytes_completed: last.map_or(0, |w| w.bytes_completed),
+        latency_mean_ns: latency_sum.checked_div(latency_n as u128).unwrap_or(0) as u64,
+        latency_max_ns: series.iter().map(|w| w.latency_max_ns).max().unwrap_or(0),
+        window_bps: last.map_or(0, |w| w.window_bps),
+        baseline_bps: series.iter().rev().map(|w| w.baseline_bps).find(|&b| b > 0).unwrap_or(0),
+        max_window_bps: rates().max().unwrap_or(0),
+        min_window_bps: rates().min().unwrap_or(0),
+        last_sample_ns: last.map_or(0, |w| w.t_ns),
+        table_dropped: last.map_or(0, |w| w.table_dropped),
+        stuck,
+        degraded,
+        series: series
+            .iter()
+            .map(|w| Sample {
+                t_ns: w.t_ns,
+                posted: w.posted,
+                completed: w.completed,
+                in_flight: w.in_flight,
+                bytes_completed: w.bytes_completed,
+                window_bps: w.window_bps,
+                latency_mean_ns: w.latency_mean_ns,
+                latency_max_ns: w.latency_max_ns,
+                stuck: w.stuck,
+                degraded: w.degraded,
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,202 @@
+//! RDMA work requests on real multi-process jobs: sf-trainer-sim over fakenccl, whose
+//! profiler driver posts and completes IB QP work requests through NCCL_PROFILER_PLUGIN=
+//! libstagefrontier.so, healthy, stalled (FAKENCCL_QP_STALL_AFTER) or slowed
+//! (FAKENCCL_QP_SLOW_AFTER); then `sf net` over the logs.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+use stagefrontier::core::log::records::{ProfProxy, QpDegraded, QpStuck, QpWindow, RecordBody};
+use stagefrontier::core::work_requests::WrSource;
+
+const RANKS: u32 = 2;
+/// Proxy steps fakenccl drives per proxy operation: one work request per send step.
+const PROXY_STEPS: u64 = 2;
+
+/// The trainer under the profiler plugin only, ABI v7, work requests reported at once
+/// unless the caller sets FAKENCCL_QP_*.
+fn job(root: &Path, steps: u32) -> Command {
+    let mut cmd = preloaded(&trainer_sim(), root, "job");
+    cmd.env_remove("LD_PRELOAD")
+        .args(trainer_args(RANKS, steps))
+        .env("NCCL_PROFILER_PLUGIN", library())
+        .env("FAKENCCL_PROFILER_VERSION", "7")
+        .env("SF_HEARTBEAT_MS", "20");
+    cmd
+}
+
+#[derive(Default)]
+struct Net {
+    windows: Vec<QpWindow>,
+    stuck: Vec<QpStuck>,
+    degraded: Vec<QpDegraded>,
+    raw: usize,
+    send_proxy_ops: u64,
+}
+
+fn net(path: &Path) -> Net {
+    let mut n = Net::default();
+    for body in bodies(path) {
+        match body {
+            RecordBody::QpWindow(w) => n.windows.push(w),
+            RecordBody::QpStuck(s) => n.stuck.push(s),
+            RecordBody::QpDegraded(d) => n.degraded.push(d),
+            RecordBody::ProfNet(_) => n.raw += 1,
+            RecordBody::ProfProxy(p) if p.unit == ProfProxy::OP && p.is_send => n.send_proxy_ops += 1,
+            _ => {}
+        }
+    }
+    n
+}
+
+fn sf_net(root: &Path, json: bool) -> Output {
+    let mut cmd = Command::new(artifact("sf"));
+    cmd.arg("net").arg(root.join("job"));
+    if json {
+        cmd.arg("--json");
+    }
+    cmd.output().expect("run sf")
+}
+
+fn sf_net_json(root: &Path) -> (i32, serde_json::Value) {
+    let out = sf_net(root, true);
+    let json =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.code().unwrap(), json)
+}
+
+/// The stall's post time fakenccl printed: CLOCK_MONOTONIC ns, the same clock as the log's.
+fn stall_posted_ns(out: &Output) -> u64 {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().find(|l| l.contains("stalls QP")).unwrap_or_else(|| panic!("no stall line:\n{stderr}"));
+    let after = line.split("posted at ").nth(1).expect("posted at");
+    after.split_whitespace().next().unwrap().parse().expect("ns")
+}
+
+#[test]
+fn default_records_are_per_qp_aggregates_matching_what_was_driven() {
+    let root = log_root("net-default");
+    run_ok(&mut job(&root, 6));
+    let logs = rank_logs(&root, "job");
+    assert_eq!(logs.len(), RANKS as usize);
+    for (rank, path) in logs.iter().enumerate() {
+        let n = net(path);
+        assert_eq!(n.raw, 0, "per-WR records are opt-in (SF_NET_RAW=1)");
+        let last = n.windows.last().expect("a qp_window at exit at least");
+        assert_eq!((last.source, last.device, last.qp_num), (WrSource::Profiler, 0, 0x100 + rank as u32));
+        // One work request per proxy step of each send proxy operation, all completed.
+        let driven = n.send_proxy_ops * PROXY_STEPS;
+        assert!(driven > 0);
+        assert_eq!((last.posted, last.completed, last.in_flight, last.errors), (driven, driven, 0, 0), "{last:?}");
+        assert_eq!(last.bytes_posted, last.bytes_completed);
+        assert!(last.bytes_completed > 0 && last.window_n > 0 && last.window_bps > 0, "{last:?}");
+        assert!(n.stuck.is_empty() && n.degraded.is_empty(), "healthy: {:?} {:?}", n.stuck, n.degraded);
+        for pair in n.windows.windows(2) {
+            assert!(pair[0].t_ns <= pair[1].t_ns && pair[0].completed <= pair[1].completed, "cumulative: {pair:?}");
+        }
+    }
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!((json["stuck"].as_bool(), json["degraded"].as_bool()), (Some(false), Some(false)));
+    assert_eq!(json["summary"]["qps"], 2);
+    let rank1 = &json["ranks"][1];
+    assert_eq!((rank1["rank"].as_i64(), rank1["qps"][0]["qp_num"].as_u64()), (Some(1), Some(0x101)));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_stalled_qp_is_reported_stuck_within_twice_the_timeout() {
+    const TIMEOUT_MS: u64 = 200;
+    let root = log_root("net-stall");
+    let out = run_ok(
+        job(&root, 6)
+            .env("SF_WR_TIMEOUT_MS", TIMEOUT_MS.to_string())
+            .env("FAKENCCL_QP_STALL_AFTER", "10")
+            .env("FAKENCCL_QP_STALL_MS", "1200")
+            .env("FAKENCCL_QP_RANK", "1"),
+    );
+    let posted_ns = stall_posted_ns(&out);
+    let logs = rank_logs(&root, "job");
+    let (healthy, stalled) = (net(&logs[0]), net(&logs[1]));
+    assert!(healthy.stuck.is_empty(), "rank 0 only waited: {:?}", healthy.stuck);
+    assert_eq!(stalled.stuck.len(), 1, "once per episode: {:?}", stalled.stuck);
+    let s = stalled.stuck[0];
+    assert_eq!((s.qp_num, s.in_flight, s.completed, s.timeout_ns), (0x101, 1, 10, TIMEOUT_MS * 1_000_000), "{s:?}");
+    let detected_after = s.t_ns - posted_ns;
+    assert!(
+        (TIMEOUT_MS * 1_000_000..=2 * TIMEOUT_MS * 1_000_000).contains(&detected_after),
+        "stuck reported {detected_after} ns after the stall; timeout {TIMEOUT_MS} ms"
+    );
+    assert!(s.since_ns >= posted_ns && s.since_ns - posted_ns < 5_000_000, "the stalled request's post: {s:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("qp_stuck evidence").count(), 1, "{stderr}");
+    // The samples show the episode, and the completions that ended it.
+    assert!(stalled.windows.iter().any(|w| w.stuck && w.in_flight == 1), "{:?}", stalled.windows);
+    assert_eq!(stalled.windows.last().unwrap().in_flight, 0);
+
+    let human = sf_net(&root, false);
+    assert_eq!(human.status.code(), Some(3), "stuck evidence is a hang's exit status");
+    let text = String::from_utf8_lossy(&human.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(first.contains("STUCK: rank 1 QP 0x101"), "{text}");
+    assert!(text.contains("stuck, a work request in flight") && text.contains("it moved again later"), "{text}");
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 3);
+    assert_eq!(json["summary"]["stuck_qps"][0]["rank"], 1);
+    assert_eq!(json["summary"]["stuck_qps"].as_array().unwrap().len(), 1);
+    let evidence = &json["ranks"][1]["qps"][0]["stuck"][0];
+    assert_eq!((evidence["resolved"].as_bool(), evidence["in_flight"].as_u64()), (Some(true), Some(1)), "{evidence}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_slowed_qp_is_degraded_and_a_healthy_one_is_not() {
+    let root = log_root("net-slow");
+    let out = run_ok(
+        job(&root, 40)
+            .env("SF_WR_WINDOW", "16")
+            .env("FAKENCCL_QP_US", "2000")
+            .env("FAKENCCL_QP_SLOW_AFTER", "120:4")
+            .env("FAKENCCL_QP_RANK", "1"),
+    );
+    let logs = rank_logs(&root, "job");
+    let (healthy, slowed) = (net(&logs[0]), net(&logs[1]));
+    assert!(healthy.degraded.is_empty(), "same transfer time throughout: {:?}", healthy.degraded);
+    assert!(healthy.stuck.is_empty() && slowed.stuck.is_empty());
+    assert_eq!(slowed.degraded.len(), 1, "one episode: {:?}", slowed.degraded);
+    let d = slowed.degraded[0];
+    assert!(d.completed > 120, "after the slowdown began: {d:?}");
+    assert_eq!((d.qp_num, d.window_n, d.threshold), (0x101, 16, 0.2));
+    let ratio = d.window_bps as f64 / d.baseline_bps as f64;
+    assert!(ratio < 0.8, "{d:?}");
+    // Each request takes 4 x as long: about a quarter of the baseline, whatever the noise.
+    assert!(ratio > 0.1, "{ratio}: {d:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("qp_degraded evidence"));
+
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 4, "degraded only: sf slow's exit status");
+    assert_eq!(json["summary"]["degraded_qps"][0]["qp_num"], 0x101);
+    assert_eq!(json["summary"]["stuck_qps"].as_array().unwrap().len(), 0);
+    let qp = &json["ranks"][1]["qps"][0];
+    assert!(qp["baseline_bps"].as_u64().unwrap() > 0 && !qp["series"].as_array().unwrap().is_empty(), "{qp}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn sf_net_explains_a_job_without_work_requests_and_a_missing_directory() {
+    let root = log_root("net-none");
+    // v2 has no network-plugin events: no work requests to count.
+    run_ok(job(&root, 2).env("FAKENCCL_PROFILER_VERSION", "2"));
+    let out = sf_net(&root, false);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no RDMA work requests recorded") && text.contains("profiler ABI v3+"), "{text}");
+    let missing = Command::new(artifact("sf")).args(["net", "/nonexistent/job"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("/nonexistent/job") && err.contains("pass the job directory"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}
