@@ -177,3 +177,88 @@ pub(super) fn decode_qp_degraded(r: &mut Decoder) -> Option<QpDegraded> {
         completed: completed?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::format::PAYLOAD_CAPACITY;
+    use super::super::records::{kind, RecordBody};
+    use super::*;
+
+    fn samples() -> [RecordBody; 3] {
+        [
+            RecordBody::QpWindow(QpWindow {
+                t_ns: 1_000,
+                source: WrSource::Verbs,
+                device: -2,
+                qp_num: 0xdead_beef,
+                posted: 10,
+                completed: 9,
+                in_flight: 1,
+                errors: 2,
+                bytes_posted: 1 << 40,
+                bytes_completed: (1 << 40) - 4096,
+                latency_n: 9,
+                latency_mean_ns: 12_345,
+                latency_max_ns: 99_999,
+                window_bps: 25_000_000_000,
+                window_n: 64,
+                baseline_bps: 24_000_000_000,
+                stuck: true,
+                degraded: false,
+                table_dropped: 3,
+            }),
+            RecordBody::QpStuck(QpStuck {
+                t_ns: 2_000,
+                source: WrSource::Profiler,
+                device: 1,
+                qp_num: 0x101,
+                since_ns: 1_400,
+                timeout_ns: 500,
+                posted: 41,
+                completed: 40,
+                in_flight: 1,
+            }),
+            RecordBody::QpDegraded(QpDegraded {
+                t_ns: 3_000,
+                source: WrSource::Profiler,
+                device: 0,
+                qp_num: 7,
+                window_bps: 5,
+                baseline_bps: 20,
+                threshold: 0.2,
+                window_n: 16,
+                windows: 2,
+                posted: 300,
+                completed: 299,
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_work_request_record_round_trips() {
+        for (body, code) in samples().into_iter().zip([kind::QP_WINDOW, kind::QP_STUCK, kind::QP_DEGRADED]) {
+            assert_eq!(body.kind(), code);
+            let mut buf = [0u8; PAYLOAD_CAPACITY];
+            let len = body.encode(&mut buf);
+            assert_eq!(RecordBody::decode(code, &buf[..len]), Some(body));
+            assert_eq!(RecordBody::decode(code, &buf[..len - 1]), None, "short payload");
+        }
+    }
+
+    #[test]
+    fn an_unknown_source_does_not_decode() {
+        let body = samples()[1];
+        let mut buf = [0u8; PAYLOAD_CAPACITY];
+        let len = body.encode(&mut buf);
+        buf[len - 1] = 9; // the source byte comes last
+        assert_eq!(RecordBody::decode(kind::QP_STUCK, &buf[..len]), None);
+    }
+
+    #[test]
+    fn json_names_are_stable() {
+        let json: Vec<String> = samples().iter().map(|b| serde_json::to_string(b).unwrap()).collect();
+        assert!(json[0].contains(r#""kind":"qp_window""#) && json[0].contains(r#""source":"verbs""#), "{}", json[0]);
+        assert!(json[1].contains(r#""kind":"qp_stuck""#) && json[1].contains(r#""since_ns":1400"#), "{}", json[1]);
+        assert!(json[2].contains(r#""kind":"qp_degraded""#) && json[2].contains(r#""threshold":0.2"#), "{}", json[2]);
+    }
+}
