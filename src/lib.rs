@@ -15,7 +15,10 @@ pub mod analysis;
 pub mod core;
 pub mod doors;
 
-/// The whole exported C ABI of libstagefrontier.so: the C API of c_headers/stagefrontier.h,
+/// The whole exported C ABI of libstagefrontier.so: CUDA's injection entry point
+/// (CUDA_INJECTION64_PATH),
+pub use doors::cuda::InitializeInjection;
+/// the C API of c_headers/stagefrontier.h,
 pub use doors::markers::{sf_recording, sf_stage_begin, sf_stage_end, sf_step_begin, sf_step_end, sf_value};
 /// and NCCL's entry points.
 pub use doors::nccl::{

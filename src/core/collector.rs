@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::clock::{monotonic_ns, now_ticks, wall_ns};
+use super::cupti::CuptiDrain;
 use super::event::Event;
 use super::kernel_windows::KernelWindows;
 use super::log::format::{live, COMM_SLOTS};
@@ -29,6 +30,8 @@ pub struct Collector {
     recent_steps: StepTimes,
     /// GPU kernel summaries per window and per step (fed by the CUDA door's drain).
     pub kernels: KernelWindows,
+    /// The CUDA door's buffers: parsed here, fed to `kernels`.
+    cupti: CuptiDrain,
     /// RDMA work requests per QP: stuck and degraded checks, periodic samples.
     qps: QpMonitor,
     /// RDMA port counters from sysfs (SF_IB_SAMPLE_MS).
@@ -44,6 +47,7 @@ impl Collector {
             steps: StepAssembly::default(),
             recent_steps: StepTimes::default(),
             kernels: KernelWindows::default(),
+            cupti: CuptiDrain::default(),
             qps: QpMonitor::default(),
             ports: PortSampler::default(),
         }
@@ -84,6 +88,8 @@ impl Collector {
             self.writer.append(&drops.to_nanoseconds(&rt.calibration));
             self.drops_written = dropped;
         }
+        let kernels = &mut self.kernels;
+        self.cupti.round(rt, &mut self.writer, &mut |activity, name| kernels.feed(activity, name));
         self.kernels.round(rt, &mut self.writer);
         self.qps.round(rt, &mut self.writer);
         let writer = &mut self.writer;
@@ -143,6 +149,7 @@ impl Collector {
     }
 
     pub fn finish(&mut self, rt: &Runtime, state: u64) {
+        self.cupti.flush_at_exit();
         self.round(rt);
         self.qps.sample(rt, &mut self.writer);
         self.kernels.finish(&mut self.writer);

@@ -40,6 +40,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_VERBS", "0", "1 counts RDMA work requests through libibverbs (NCCL < 2.26, or programs using verbs)"),
     ("SF_IB_SYSFS_ROOT", "/sys/class/infiniband", "where the RDMA port-counter sampler finds devices"),
     ("SF_IB_SAMPLE_MS", "1000", "RDMA port-counter sampling period in ms (10..600000); 0 turns the sampler off"),
+    ("SF_CUPTI", "1", "0 keeps the CUDA injection door (CUDA_INJECTION64_PATH) from touching CUPTI"),
+    ("SF_CUPTI_PATH", "searched", "libcupti to use; default: one already loaded, then the usual CUDA locations"),
+    ("SF_CUPTI_FLUSH_MS", "500", "how often the collector flushes CUPTI's activity buffers, in ms (10..60000)"),
+    ("SF_CUPTI_BUFFERS", "16", "CUPTI activity buffers allocated once at init (2..256)"),
+    ("SF_CUPTI_BUFFER_KB", "1024", "size of each CUPTI activity buffer in KiB (4..65536)"),
+    ("SF_CUPTI_CORRELATION", "0", "1 also records CUDA runtime calls, linking each kernel to its launch"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +89,25 @@ pub struct Config {
     pub verbs: bool,
     pub ib_sysfs_root: PathBuf,
     pub ib_sample_ms: u64,
+    /// The CUDA injection door (SF_CUPTI*).
+    pub cupti: CuptiConfig,
+}
+
+/// The CUDA door's settings (README, CUDA kernel activity).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CuptiConfig {
+    pub enabled: bool,
+    pub path: Option<PathBuf>,
+    pub flush_ms: u64,
+    pub buffers: usize,
+    pub buffer_kb: usize,
+    pub correlation: bool,
+}
+
+impl Default for CuptiConfig {
+    fn default() -> CuptiConfig {
+        CuptiConfig { enabled: true, path: None, flush_ms: 500, buffers: 16, buffer_kb: 1024, correlation: false }
+    }
 }
 
 impl Config {
@@ -112,6 +137,7 @@ impl Config {
             verbs: false,
             ib_sysfs_root: PathBuf::from("/sys/class/infiniband"),
             ib_sample_ms: 1000,
+            cupti: CuptiConfig::default(),
         }
     }
 
@@ -213,6 +239,7 @@ impl Config {
             }
         }
         parse_rdma_keys(&mut cfg, &setting, &mut warnings);
+        parse_cupti_keys(&mut cfg.cupti, &setting, &mut warnings);
         (cfg, warnings)
     }
 
@@ -220,6 +247,42 @@ impl Config {
         // SAFETY: getuid has no preconditions and cannot fail.
         let uid = unsafe { libc::getuid() };
         Config::parse(uid, |name| std::env::var(name).ok())
+    }
+}
+
+/// The CUDA door's keys (README, CUDA kernel activity).
+fn parse_cupti_keys(
+    cfg: &mut CuptiConfig,
+    setting: &dyn Fn(&str) -> Option<(String, String)>,
+    warnings: &mut Vec<String>,
+) {
+    if let Some((name, v)) = setting("SF_CUPTI") {
+        match flag(&v) {
+            Some(on) => cfg.enabled = on,
+            None => warnings.push(format!("{name}={v:?} is not 0/1/true/false/yes/no/on/off; using 1")),
+        }
+    }
+    if let Some((_, v)) = setting("SF_CUPTI_PATH") {
+        cfg.path = Some(PathBuf::from(v));
+    }
+    let mut int = |key: &str, range: std::ops::RangeInclusive<u64>, what: &str, value: &mut u64| {
+        let Some((name, v)) = setting(key) else { return };
+        match v.parse::<u64>() {
+            Ok(n) if range.contains(&n) => *value = n,
+            _ => warnings.push(format!(
+                "{name}={v:?} is not {what} from {} to {}; using {value}",
+                range.start(),
+                range.end()
+            )),
+        }
+    };
+    int("SF_CUPTI_FLUSH_MS", 10..=60_000, "a period in ms", &mut cfg.flush_ms);
+    let (mut buffers, mut buffer_kb) = (cfg.buffers as u64, cfg.buffer_kb as u64);
+    int("SF_CUPTI_BUFFERS", 2..=256, "a buffer count", &mut buffers);
+    int("SF_CUPTI_BUFFER_KB", 4..=65_536, "a size in KiB", &mut buffer_kb);
+    (cfg.buffers, cfg.buffer_kb) = (buffers as usize, buffer_kb as usize);
+    if let Some((name, v)) = setting("SF_CUPTI_CORRELATION") {
+        cfg.correlation = parse_bool(&name, &v, warnings).unwrap_or(false);
     }
 }
 
@@ -422,6 +485,34 @@ mod tests {
         assert_eq!(warnings.len(), 4, "{warnings:?}");
         assert!(warnings[1].starts_with("SF_WR_TIMEOUT_MS"), "{warnings:?}");
         assert_eq!(cfg, Config::defaults_for_uid(1000));
+    }
+
+    #[test]
+    fn cupti_settings() {
+        let (cfg, warnings) = parse(&[
+            ("SF_CUPTI", "off"),
+            ("SF_CUPTI_PATH", "/opt/cuda/extras/CUPTI/lib64/libcupti.so.12"),
+            ("SF_CUPTI_FLUSH_MS", "100"),
+            ("SF_CUPTI_BUFFERS", "4"),
+            ("SF_CUPTI_BUFFER_KB", "64"),
+            ("SF_CUPTI_CORRELATION", "1"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let path = Some(PathBuf::from("/opt/cuda/extras/CUPTI/lib64/libcupti.so.12"));
+        let expected =
+            CuptiConfig { enabled: false, path, flush_ms: 100, buffers: 4, buffer_kb: 64, correlation: true };
+        assert_eq!(cfg.cupti, expected);
+
+        let (cfg, warnings) = parse(&[
+            ("SF_CUPTI", "maybe"),
+            ("SF_CUPTI_FLUSH_MS", "1"),
+            ("SF_CUPTI_BUFFERS", "100000"),
+            ("SF_CUPTI_BUFFER_KB", "big"),
+            ("SF_CUPTI_CORRELATION", "2"),
+        ]);
+        assert_eq!(warnings.len(), 5, "{warnings:?}");
+        assert!(warnings[0].starts_with("SF_CUPTI=") && warnings[0].ends_with("using 1"), "{warnings:?}");
+        assert_eq!(cfg.cupti, CuptiConfig::default(), "each bad value keeps its default");
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod collector;
 pub mod comm_identity;
 pub mod comm_table;
 pub mod config;
+pub mod cupti;
 pub mod event;
 pub mod fnv;
 pub mod host;

@@ -2,6 +2,7 @@
 //! nowhere else in the recording path; every door turns its arguments into plain values
 //! and hands them to `core`.
 
+pub mod cuda;
 pub mod markers;
 pub mod nccl;
 mod nccl_abi;

@@ -6,7 +6,7 @@
 //! found by name among the process's objects and asked directly. NCCL exports every
 //! function also as `pncclX`, the name profilers use; it is the fallback at each step.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 pub struct RealSymbol {
@@ -68,11 +68,10 @@ fn loaded_nccl() -> Option<*mut c_void> {
     if !cached.is_null() {
         return Some(cached);
     }
-    let mut path: Option<std::ffi::CString> = None;
-    // SAFETY: the callback only reads the entries dl_iterate_phdr passes it and writes
-    // through `data`, which points at `path` for the duration of the call.
-    unsafe { libc::dl_iterate_phdr(Some(find_nccl), (&mut path as *mut Option<std::ffi::CString>).cast()) };
-    let path = path?;
+    let path = loaded_objects().into_iter().find(|path| {
+        let file = path.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or_default();
+        file.starts_with(b"libnccl.so")
+    })?;
     // SAFETY: RTLD_NOLOAD only returns a handle on an object already loaded; nothing runs.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
     if handle.is_null() {
@@ -82,18 +81,25 @@ fn loaded_nccl() -> Option<*mut c_void> {
     Some(handle)
 }
 
-unsafe extern "C" fn find_nccl(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> libc::c_int {
+/// The paths of every object loaded in this process, in load order (the main program,
+/// which has no path, left out).
+pub fn loaded_objects() -> Vec<CString> {
+    let mut paths: Vec<CString> = Vec::new();
+    // SAFETY: the callback only reads the entries dl_iterate_phdr passes it and writes
+    // through `data`, which points at `paths` for the duration of the call.
+    unsafe { libc::dl_iterate_phdr(Some(collect_path), (&mut paths as *mut Vec<CString>).cast()) };
+    paths
+}
+
+unsafe extern "C" fn collect_path(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> libc::c_int {
     // SAFETY: dl_iterate_phdr passes a valid entry and our `data` pointer (see caller).
-    let (info, path) = unsafe { (&*info, &mut *data.cast::<Option<std::ffi::CString>>()) };
-    if info.dlpi_name.is_null() {
-        return 0;
-    }
-    // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
-    let name = unsafe { CStr::from_ptr(info.dlpi_name) };
-    let file = name.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or_default();
-    if file.starts_with(b"libnccl.so") {
-        *path = Some(name.to_owned());
-        return 1;
+    let (info, paths) = unsafe { (&*info, &mut *data.cast::<Vec<CString>>()) };
+    if !info.dlpi_name.is_null() {
+        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+        let name = unsafe { CStr::from_ptr(info.dlpi_name) };
+        if !name.is_empty() {
+            paths.push(name.to_owned());
+        }
     }
     0
 }

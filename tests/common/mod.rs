@@ -37,6 +37,19 @@ pub fn hookbench() -> PathBuf {
     artifact("sf-hookbench")
 }
 
+/// `relative` inside the fixtures' build-script output (fakenccl, fakecupti, ...), from
+/// the newest build of them.
+pub fn fixture_output(relative: &str) -> PathBuf {
+    let build = artifact_dir().join("build");
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir(&build)
+        .expect("target/<profile>/build")
+        .filter_map(|e| e.ok().map(|e| e.path().join("out").join(relative)))
+        .filter(|path| path.exists())
+        .collect();
+    candidates.sort_by_key(|path| std::fs::metadata(path).and_then(|m| m.modified()).ok());
+    candidates.pop().unwrap_or_else(|| panic!("no {relative}: build the workspace first (`cargo build --workspace`)"))
+}
+
 /// A fresh, private SF_LOG_DIR for one test.
 pub fn log_root(test: &str) -> PathBuf {
     let root = std::env::temp_dir().join(format!("sf-it-{}-{test}", std::process::id()));

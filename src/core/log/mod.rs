@@ -4,6 +4,7 @@ pub mod format;
 pub mod mapping;
 pub mod reader;
 pub mod records;
+pub mod records_cupti;
 pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;

@@ -10,6 +10,7 @@ use super::format::PAYLOAD_CAPACITY;
 use crate::core::clock::Calibration;
 use crate::core::nccl_op::{dtype_size, NcclOp};
 
+pub use super::records_cupti::{CuptiState, CuptiStatus};
 use super::records_kernels as kernels;
 pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
 use super::records_net as net;
@@ -42,6 +43,8 @@ pub mod kind {
     pub const STREAM_BUSY: u16 = 14;
     /// Device time per stage of one step.
     pub const STAGE_DEVICE: u16 = 16;
+    /// The CUDA door's state and drop counts (records_cupti.rs).
+    pub const CUPTI_STATUS: u16 = 15;
     /// Periodic per-QP work-request sample (records_net.rs).
     pub const QP_WINDOW: u16 = 17;
     /// A work request in flight longer than SF_WR_TIMEOUT_MS.
@@ -335,6 +338,7 @@ pub enum RecordBody {
     NcclKernels(NcclKernels),
     StreamBusy(StreamBusy),
     StageDevice(StageDevice),
+    CuptiStatus(CuptiStatus),
     QpWindow(QpWindow),
     QpStuck(QpStuck),
     QpDegraded(QpDegraded),
@@ -361,6 +365,7 @@ impl RecordBody {
             RecordBody::NcclKernels(_) => kind::NCCL_KERNELS,
             RecordBody::StreamBusy(_) => kind::STREAM_BUSY,
             RecordBody::StageDevice(_) => kind::STAGE_DEVICE,
+            RecordBody::CuptiStatus(_) => kind::CUPTI_STATUS,
             RecordBody::QpWindow(_) => kind::QP_WINDOW,
             RecordBody::QpStuck(_) => kind::QP_STUCK,
             RecordBody::QpDegraded(_) => kind::QP_DEGRADED,
@@ -409,6 +414,8 @@ impl RecordBody {
             | RecordBody::NcclKernels(_)
             | RecordBody::StreamBusy(_)
             | RecordBody::StageDevice(_) => {}
+            // Written by the collector, already in nanoseconds.
+            RecordBody::CuptiStatus(_) => {}
             // Made by the collector's QP monitor, already in nanoseconds.
             RecordBody::QpWindow(_) | RecordBody::QpStuck(_) | RecordBody::QpDegraded(_) => {}
             // Made by the collector (sysfs sampler, verbs door notes), already in nanoseconds.
@@ -520,6 +527,7 @@ impl RecordBody {
             RecordBody::NcclKernels(n) => kernels::encode_nccl_kernels(n, &mut w),
             RecordBody::StreamBusy(b) => kernels::encode_stream_busy(b, &mut w),
             RecordBody::StageDevice(d) => kernels::encode_stage_device(d, &mut w),
+            RecordBody::CuptiStatus(c) => super::records_cupti::encode(c, &mut w),
             RecordBody::QpWindow(q) => net::encode_qp_window(q, &mut w),
             RecordBody::QpStuck(q) => net::encode_qp_stuck(q, &mut w),
             RecordBody::QpDegraded(q) => net::encode_qp_degraded(q, &mut w),
@@ -682,6 +690,7 @@ impl RecordBody {
             kind::NCCL_KERNELS => RecordBody::NcclKernels(kernels::decode_nccl_kernels(&mut r)?),
             kind::STREAM_BUSY => RecordBody::StreamBusy(kernels::decode_stream_busy(&mut r)?),
             kind::STAGE_DEVICE => RecordBody::StageDevice(kernels::decode_stage_device(&mut r)?),
+            kind::CUPTI_STATUS => RecordBody::CuptiStatus(super::records_cupti::decode(&mut r)?),
             kind::QP_WINDOW => RecordBody::QpWindow(net::decode_qp_window(&mut r)?),
             kind::QP_STUCK => RecordBody::QpStuck(net::decode_qp_stuck(&mut r)?),
             kind::QP_DEGRADED => RecordBody::QpDegraded(net::decode_qp_degraded(&mut r)?),

@@ -124,6 +124,22 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64) -> String {
         RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {
             super::human_ports::record_line(seq, &record.body, base_mono_ns).unwrap_or_default()
         }
+        RecordBody::CuptiStatus(s) => format!(
+            "{seq:>8}  {:>12}  {:<12}  state={} cupti_version={} records={} buffers={} skipped={} dropped_by_cupti={} pool_refusals={} pool={}x{}B correlation={} cupti_result={}",
+            since_start(s.t_ns),
+            "cupti_status",
+            json_name(&s.state),
+            s.cupti_version,
+            s.records,
+            s.buffers,
+            s.skipped,
+            s.dropped_by_cupti,
+            s.pool_refusals,
+            s.pool_buffers,
+            s.buffer_bytes,
+            s.correlation as u8,
+            s.cupti_result
+        ),
     }
 }
 
