@@ -197,6 +197,7 @@ struct QpSlot {
     carried: AtomicU64,
     sends_posted: AtomicU64,
     sends_done: AtomicU64,
+    send_wr_ids: [AtomicU64; SEND_RING],
     send_bytes: [AtomicU64; SEND_RING],
 }
 
@@ -207,6 +208,7 @@ const FREE_QP: QpSlot = QpSlot {
     carried: AtomicU64::new(0),
     sends_posted: AtomicU64::new(0),
     sends_done: AtomicU64::new(0),
+    send_wr_ids: [const { AtomicU64::new(0) }; SEND_RING],
     send_bytes: [const { AtomicU64::new(0) }; SEND_RING],
 };
 
@@ -274,6 +276,7 @@ pub fn sends_posted(device: i32, qp_num: u32, wrs: impl Iterator<Item = SendWr>,
         }
         if let Some(slot) = slot {
             let n = slot.sends_posted.load(Ordering::Relaxed);
+            slot.send_wr_ids[n as usize % SEND_RING].store(wr.wr_id, Ordering::Relaxed);
             slot.send_bytes[n as usize % SEND_RING].store(carried, Ordering::Relaxed);
             slot.sends_posted.store(n + 1, Ordering::Release);
         }
@@ -310,26 +313,33 @@ pub fn completions(device: i32, polled: impl Iterator<Item = Completion>, t_tick
     for wc in polled {
         let key = QpKey { source: WrSource::Verbs, device, qp_num: wc.qp_num };
         let ok = wc.status == 0;
-        let bytes = match (ok, wc.opcode & WC_RECV != 0) {
-            (false, _) => 0,
-            (true, true) => wc.byte_len as u64,
-            (true, false) => send_completed(device, wc.qp_num),
+        let bytes = if ok && wc.opcode & WC_RECV != 0 {
+            wc.byte_len as u64
+        } else {
+            // An error completion may be a send's: retire it by its wr_id all the same.
+            let sent = send_completed(device, wc.qp_num, wc.wr_id);
+            if ok {
+                sent.unwrap_or(0)
+            } else {
+                0
+            }
         };
         work_requests::completed(key, wc.wr_id, bytes, None, t_ticks, ok);
     }
 }
 
-/// The bytes of the oldest signaled send of the QP still in flight (sends complete in
-/// order); 0 when it is unknown (posted before its QP had a slot).
-fn send_completed(device: i32, qp_num: u32) -> u64 {
-    let Some(slot) = qp_slot(device, qp_num) else { return 0 };
-    let done = slot.sends_done.fetch_add(1, Ordering::AcqRel);
+/// Retires the signaled send `wr_id` of the QP (sends complete in post order, so it is the
+/// oldest in flight unless an earlier one was never polled) and returns the bytes its post
+/// carried; None when no send in flight has that wr_id (a receive's error completion, or a
+/// send posted before its QP had a slot). The ring is advanced by the CQ's poller alone.
+fn send_completed(device: i32, qp_num: u32, wr_id: u64) -> Option<u64> {
+    let slot = qp_slot(device, qp_num)?;
+    let done = slot.sends_done.load(Ordering::Acquire);
     let posted = slot.sends_posted.load(Ordering::Acquire);
-    if done < posted && posted - done <= SEND_RING as u64 {
-        slot.send_bytes[done as usize % SEND_RING].load(Ordering::Relaxed)
-    } else {
-        0
-    }
+    let oldest = done.max(posted.saturating_sub(SEND_RING as u64));
+    let n = (oldest..posted).find(|&n| slot.send_wr_ids[n as usize % SEND_RING].load(Ordering::Relaxed) == wr_id)?;
+    slot.sends_done.store(n + 1, Ordering::Release);
+    Some(slot.send_bytes[n as usize % SEND_RING].load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
@@ -346,9 +356,9 @@ mod tests {
         qp_created(device, qp, false);
         sends_posted(device, qp, [send(1, 10, false), send(2, 20, false)].into_iter(), 1);
         sends_posted(device, qp, [send(3, 5, true), send(4, 100, true)].into_iter(), 2);
-        assert_eq!(send_completed(device, qp), 35, "10 + 20 unsignaled, then the signaled 5");
-        assert_eq!(send_completed(device, qp), 100);
-        assert_eq!(send_completed(device, qp), 0, "nothing else is in flight");
+        assert_eq!(send_completed(device, qp, 3), Some(35), "10 + 20 unsignaled, then the signaled 5");
+        assert_eq!(send_completed(device, qp, 4), Some(100));
+        assert_eq!(send_completed(device, qp, 4), None, "nothing else is in flight");
     }
 
     #[test]
@@ -356,7 +366,7 @@ mod tests {
         let (device, qp) = (901, 8);
         qp_created(device, qp, true);
         sends_posted(device, qp, [send(1, 10, false), send(2, 20, false)].into_iter(), 1);
-        assert_eq!((send_completed(device, qp), send_completed(device, qp)), (10, 20));
+        assert_eq!((send_completed(device, qp, 1), send_completed(device, qp, 2)), (Some(10), Some(20)));
     }
 
     #[test]
@@ -366,7 +376,18 @@ mod tests {
         sends_posted(device, qp, [send(1, 10, true), send(2, 20, false)].into_iter(), 1);
         qp_created(device, qp, false);
         sends_posted(device, qp, [send(3, 7, true)].into_iter(), 2);
-        assert_eq!(send_completed(device, qp), 7);
+        assert_eq!(send_completed(device, qp, 1), None, "the old QP's send is forgotten");
+        assert_eq!(send_completed(device, qp, 3), Some(7));
+    }
+
+    #[test]
+    fn an_error_completion_retires_its_send_so_later_sends_keep_their_bytes() {
+        let (device, qp) = (903, 10);
+        qp_created(device, qp, false);
+        sends_posted(device, qp, [send(1, 64, true), send(2, 10, true)].into_iter(), 1);
+        assert_eq!(send_completed(device, qp, 77), None, "a receive's error completion touches no send");
+        assert_eq!(send_completed(device, qp, 1), Some(64), "the failed send, retired");
+        assert_eq!(send_completed(device, qp, 2), Some(10));
     }
 
     #[test]

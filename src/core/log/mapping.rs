@@ -55,7 +55,7 @@ impl SharedMap {
 
     /// The 8-byte-aligned u64 at `offset`, as an atomic.
     pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        assert!(offset % 8 == 0 && offset + 8 <= self.len, "atomic at {offset}");
+        assert!(offset.is_multiple_of(8) && offset + 8 <= self.len, "atomic at {offset}");
         // SAFETY: in bounds and aligned (checked; the base is page-aligned); AtomicU64 has
         // the layout of u64; the mapping lives for the rest of the process.
         unsafe { &*self.base.add(offset).cast::<AtomicU64>() }

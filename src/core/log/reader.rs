@@ -203,7 +203,7 @@ impl RankLog {
     }
 
     fn load_u64(&self, offset: usize) -> u64 {
-        assert!(offset % 8 == 0 && offset + 8 <= self.map.len());
+        assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len());
         // SAFETY: in bounds and 8-aligned (checked; the map is page aligned); volatile
         // because another process may be writing the word.
         u64::from_le(unsafe { std::ptr::read_volatile(self.map.as_ptr().add(offset).cast::<u64>()) })
