@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::Command;
-use commands::{dump, frontier, hang, ls, net, slow, Failure};
+use commands::{dump, frontier, hang, kernels, ls, net, slow, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -79,6 +79,18 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             let report = slow::build(&dir, &options)?;
             output::slow::write(format, stdout, &report)?;
             Ok(if report.found { ExitCode::from(EXIT_SLOW) } else { ExitCode::SUCCESS })
+        }
+        Command::Kernels { dir, options, format } => {
+            let report = kernels::build(&dir, &options)?;
+            output::kernels::write(format, stdout, &report)?;
+            for error in &report.errors {
+                error_line(&error.error);
+            }
+            Ok(match (report.anomalies.is_empty(), report.errors.is_empty()) {
+                (false, _) => ExitCode::from(EXIT_SLOW),
+                (true, true) => ExitCode::SUCCESS,
+                (true, false) => ExitCode::FAILURE,
+            })
         }
         Command::Net { dir, series, format } => {
             let report = net::build(&dir)?;

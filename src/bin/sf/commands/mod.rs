@@ -3,6 +3,7 @@
 pub mod dump;
 pub mod frontier;
 pub mod hang;
+pub mod kernels;
 pub mod ls;
 pub mod net;
 pub mod slow;

@@ -5,6 +5,7 @@ mod human_frontier;
 mod human_kernels;
 mod human_records;
 mod json;
+pub mod kernels;
 pub mod slow;
 pub mod net;
 mod table;

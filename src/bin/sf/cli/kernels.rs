@@ -1,0 +1,111 @@
+//! `sf kernels`' arguments and help, apart from cli.rs so that file stays a table of commands.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::OutputArgs;
+use crate::commands::kernels::{KernelsOptions, RoleBy};
+
+pub const LONG_ABOUT: &str = "\
+Find ranks whose GPU kernels run differently from their peers' (ARGUS L3), from the
+kernel summaries the library writes when the job runs with
+CUDA_INJECTION64_PATH=/path/to/libstagefrontier.so.
+
+Per kernel name and rank, the KDE clusters (count, p50, p99) of every window in the log
+become one log-normal mixture: weights from the counts, mu = ln p50,
+sigma = ln(p99/p50) / 2.326. Among the ranks of one role (--role-by: all ranks, or ranks
+with the same local rank) with at least 4 ranks, the pairwise Wasserstein-1 distances
+form a matrix; a rank's SCORE is its mean distance to the others. A rank is anomalous for
+a kernel when its score is above the IQR fence Q3 + k (Q3 - Q1) of the scores (--iqr-k,
+default 1.5) and at least 5% of the kernel's typical duration.
+
+Beside the findings: per rank the windows, kernel names and launches summarized, NCCL
+kernels (count, mean and longest duration), each stream's busy share of its windows,
+and LOST: activity counted late, truncated by the 4 KiB-per-window cap or untracked.
+
+Exit status: 0 nothing anomalous (also when the logs hold no kernel records, which the
+output says); 4 an anomalous kernel (as sf slow's 4); 1 an error (no logs; or an
+unreadable log, when the others show nothing).";
+
+pub const EXAMPLES: &str = "\
+Example: rank 5's GEMM runs 30% longer than on the other 7 ranks:
+  $ sf kernels /dev/shm/stagefrontier-$(id -u)/job-7
+  /dev/shm/stagefrontier-1000/job-7: 8 ranks, 3 kernels compared (roles by all, IQR k 1.5): ANOMALOUS: rank 5 in gemm_bf16 (1 finding(s))
+
+  RANK  GROUP  SCORE_US  FENCE_US  PAST_US  P50_US  GROUP_P50_US  KERNEL
+     5  all        14.3       2.1     12.2    65.0          50.0  gemm_bf16
+  ...
+
+Examples:
+  sf kernels JOBDIR; echo $?                         4 when a rank's kernel stands out
+  sf kernels JOBDIR --role-by local-rank --iqr-k 3   pipeline stages by GPU position, a wider fence
+  sf kernels JOBDIR --json | jq '.anomalies[] | {rank, kernel, past_fence_ns}'";
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RoleArg {
+    All,
+    LocalRank,
+}
+
+#[derive(Args)]
+pub struct KernelsArgs {
+    /// Job directory holding the rank-*.sflog files
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Which ranks are compared with each other: all of them, or those with the same local rank
+    #[arg(long, value_enum, default_value = "all")]
+    pub role_by: RoleArg,
+    /// IQR fence coefficient k: anomalous above Q3 + k (Q3 - Q1) of the ranks' scores
+    #[arg(long, default_value_t = 1.5, value_parser = parse_k)]
+    pub iqr_k: f64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn parse_k(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(k) if k.is_finite() && k >= 0.0 => Ok(k),
+        _ => Err("a non-negative number, e.g. 1.5 (Tukey) or 3 (far outliers only)".into()),
+    }
+}
+
+impl KernelsArgs {
+    pub fn options(&self) -> KernelsOptions {
+        let role_by = match self.role_by {
+            RoleArg::All => RoleBy::All,
+            RoleArg::LocalRank => RoleBy::LocalRank,
+        };
+        KernelsOptions { role_by, iqr_k: self.iqr_k }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_from, Command, Format};
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &str) -> Result<Command, ErrorKind> {
+        parse_from(args.split(' ')).map_err(|e| e.kind())
+    }
+
+    #[test]
+    fn takes_a_directory_a_role_and_a_fence() {
+        let defaults = KernelsOptions { role_by: RoleBy::All, iqr_k: 1.5 };
+        assert_eq!(
+            parse("sf kernels job"),
+            Ok(Command::Kernels { dir: PathBuf::from("job"), options: defaults, format: Format::Human })
+        );
+        assert_eq!(
+            parse("sf kernels job --json --role-by local-rank --iqr-k 3"),
+            Ok(Command::Kernels {
+                dir: PathBuf::from("job"),
+                options: KernelsOptions { role_by: RoleBy::LocalRank, iqr_k: 3.0 },
+                format: Format::Json
+            })
+        );
+        assert_eq!(parse("sf kernels job --iqr-k=-1"), Err(ErrorKind::ValueValidation));
+        assert_eq!(parse("sf kernels"), Err(ErrorKind::MissingRequiredArgument));
+    }
+}
