@@ -107,6 +107,27 @@ fn changes_are_recorded_and_quiet_counters_cost_nothing() {
         assert_eq!(states(id("mlx5_0", 1, "symbol_error")), [CounterState::Unreadable]);
         assert!(!values.contains_key(&id("mlx5_0", 1, "symbol_error")));
     }
+
+    // sf net summarises the same records per rank: first/last/delta, and bytes for data words.
+    let out = run_ok(std::process::Command::new(artifact("sf")).arg("net").arg(root.join("ports")).arg("--json"));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("sf net --json");
+    for rank in report["ranks"].as_array().unwrap() {
+        let ports = rank["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 6, "{ports:?}");
+        let find = |counter: &str| ports.iter().find(|p| p["counter"] == counter && p["device"] == "mlx5_0").unwrap();
+        let xmit = find("port_xmit_data");
+        let (first, last, delta) =
+            (xmit["first"].as_u64().unwrap(), xmit["last"].as_u64().unwrap(), xmit["delta"].as_u64().unwrap());
+        assert!(first >= 1000 && last > first && delta == last - first, "{xmit}");
+        let (rate, bytes) = (xmit["rate_per_s"].as_f64().unwrap(), xmit["bytes_per_s"].as_f64().unwrap());
+        assert!(rate > 0.0 && (bytes - 4.0 * rate).abs() < 1e-6, "{xmit}");
+        assert_eq!(find("rnr_nak_retry_err")["state"], "gone");
+        assert_eq!(find("symbol_error")["state"], "unreadable");
+        assert_eq!(find("port_rcv_data")["bytes_per_s"], 0.0, "a quiet data counter moves 0 bytes/s");
+    }
+    let human = run_ok(std::process::Command::new(artifact("sf")).arg("net").arg(root.join("ports")));
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("port counters: 12 sampled, 6 moved or changed state"), "{human}");
 }
 
 #[test]

@@ -8,4 +8,5 @@ pub mod heartbeat;
 pub mod kernels;
 pub mod liveness;
 pub mod nccl_version;
+pub mod ports;
 pub mod slow;

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use stagefrontier::analysis::ports::{self, PortCounterSummary};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
 
@@ -51,6 +52,8 @@ pub struct RankNet {
     pub host: String,
     pub file: String,
     pub qps: Vec<QpReport>,
+    /// RDMA port counters from sysfs (README "RDMA port counters").
+    pub ports: Vec<PortCounterSummary>,
 }
 
 #[derive(Debug, Serialize)]
@@ -184,6 +187,7 @@ fn job_logs(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
 
 fn rank_net(log: &RankLog) -> RankNet {
     let (records, _) = log.records();
+    let ports = ports::summarize(records.iter().map(|r| &r.body));
     let mut windows: Vec<QpWindow> = Vec::new();
     let mut stucks: Vec<QpStuck> = Vec::new();
     let mut degradeds: Vec<QpDegraded> = Vec::new();
@@ -230,7 +234,13 @@ fn rank_net(log: &RankLog) -> RankNet {
             qp_report(id, &series, stuck.collect(), degraded.collect())
         })
         .collect();
-    RankNet { rank: log.header.global_rank, host: log.header.host.clone(), file: log.path().display().to_string(), qps }
+    RankNet {
+        rank: log.header.global_rank,
+        host: log.header.host.clone(),
+        file: log.path().display().to_string(),
+        qps,
+        ports,
+    }
 }
 
 fn qp_report(

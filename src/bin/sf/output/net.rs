@@ -72,6 +72,7 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
             samples(out, &r.ranks)?;
         }
     }
+    super::human_ports::port_table(out, &r.ranks)?;
     Ok(())
 }
 
