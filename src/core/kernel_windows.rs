@@ -40,7 +40,8 @@ pub const SAMPLES_PER_SERIES: usize = 256;
 pub const NCCL_PER_WINDOW: usize = 1024;
 /// (device, stream) pairs one window tracks busy time for.
 pub const STREAMS_PER_WINDOW: usize = 64;
-/// The CUDA door's default buffer-flush period, until its own setting is read.
+/// The CUDA door's default buffer-flush period (SF_CUPTI_FLUSH_MS), until the
+/// configuration is read at the first round.
 const DEFAULT_FLUSH_MS: u64 = 500;
 
 /// How windows are cut and when they are written.
@@ -277,7 +278,7 @@ impl KernelWindows {
         if !self.started {
             self.settings = WindowSettings::new(
                 rt.config.kernel_window_ms,
-                DEFAULT_FLUSH_MS,
+                rt.config.cupti.flush_ms,
                 rt.calibration.base_wall_ns.saturating_sub(rt.calibration.base_mono_ns),
             );
         }
