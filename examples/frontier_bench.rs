@@ -72,7 +72,6 @@ fn main() {
             missing: &[],
             durations,
             overlap_s: &[],
-            device: &[],
         };
         windows.extend(analyzer.push(step).expect("valid step"));
     }

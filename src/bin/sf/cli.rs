@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod kernels;
 mod net;
 mod slow;
 pub use slow::{GroupBy, SlowOptions};
@@ -28,6 +29,8 @@ pub enum Command {
     Hang { dir: PathBuf, options: HangOptions, format: Format },
     /// Slow ranks and stages over a job directory's step vectors.
     Slow { dir: PathBuf, options: SlowOptions, format: Format },
+    /// Kernels whose durations on some rank stand out from their peers' (ARGUS L3).
+    Kernels { dir: PathBuf, options: crate::commands::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
     Net { dir: PathBuf, series: bool, format: Format },
 }
@@ -81,6 +84,7 @@ where
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
         Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
+        Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
     })
 }
@@ -109,6 +113,7 @@ Examples:
   sf dump JOBDIR/rank-00003.sflog --json > rank3.jsonl
   sf hang JOBDIR                                     is the job hung, and who holds it up
   sf slow JOBDIR                                     which rank is slow, in which stage
+  sf kernels JOBDIR                                  which rank's GPU kernels stand out
   sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP";
 
 const LS_LONG_ABOUT: &str = "\
@@ -184,10 +189,7 @@ time removed by clipping a stage to the ranks' median; the ranks leading each st
 the baselines (per-stage max and average, rank spread, slowest rank, lowest rank) side
 by side; and labels with their reasons (frontier_accounting, direct_exposure,
 sync_wait_dependent, likely_sync_wait, co_critical, role_aware_needed,
-telemetry_limited, gradient_accumulation_ambiguous; with device time per stage, from
-the CUDA door's stage_device records or the CSV columns device_seconds,spill_seconds:
-forward_device_supported, forward_host_overhead_suspected, forward_spillover_suspected,
-forward_event_scope_limited).
+telemetry_limited, gradient_accumulation_ambiguous).
 
 Exit status: 0, or 2 when the input cannot be read, is malformed, or has no steps.";
 
@@ -308,6 +310,9 @@ enum Sub {
     /// Which rank is slow, in which stage, how sure: jitter, regression, stragglers
     #[command(long_about = slow::LONG_ABOUT, after_help = slow::EXAMPLES)]
     Slow(slow::SlowArgs),
+    /// Which rank's GPU kernels run differently from its peers' (needs CUDA_INJECTION64_PATH)
+    #[command(long_about = kernels::LONG_ABOUT, after_help = kernels::EXAMPLES)]
+    Kernels(kernels::KernelsArgs),
     /// RDMA work requests per rank and QP: bandwidth, in flight, latency, stuck, degraded
     #[command(long_about = net::LONG_ABOUT, after_help = net::EXAMPLES)]
     Net(net::NetArgs),
