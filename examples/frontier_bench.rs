@@ -72,6 +72,7 @@ fn main() {
             missing: &[],
             durations,
             overlap_s: &[],
+            device: &[],
         };
         windows.extend(analyzer.push(step).expect("valid step"));
     }

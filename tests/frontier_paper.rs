@@ -24,6 +24,7 @@ fn window(stages: &[&str], ranks: usize, steps: &[Vec<f64>], context: Context) -
         missing: &[],
         durations: d,
         overlap_s: &[],
+        device: &[],
     });
     let mut windows = analyze(steps, context, None).unwrap();
     assert_eq!(windows.len(), 1);
@@ -118,6 +119,7 @@ fn overlap_error_above_one_percent_limits_the_telemetry() {
             missing: &[],
             durations: &durations,
             overlap_s: overlap,
+            device: &[],
         };
         analyze([step], Context::default(), None).unwrap().remove(0)
     };
@@ -138,6 +140,7 @@ fn overlap_error_above_one_percent_limits_the_telemetry() {
         missing: &[],
         durations: &durations,
         overlap_s: &[0.1],
+        device: &[],
     };
     assert!(matches!(analyze([mismatched], Context::default(), None), Err(StepError::Shape { .. })));
 }
@@ -227,6 +230,7 @@ fn windows_close_on_length_schema_world_and_missing_ranks() {
         missing,
         durations,
         overlap_s: &[],
+        device: &[],
     };
     let steps = vec![
         step(0, &ab, 4, &all[..], &[][..], &d4[..]),
@@ -258,7 +262,16 @@ fn malformed_steps_are_refused() {
     let s = schema(&["a", "b"]);
     let ids = [0u32, 1];
     let bad = [1.0, -0.5, 1.0, 1.0];
-    let step = Step { index: 0, schema: &s, world: 2, ranks: &ids, missing: &[], durations: &bad, overlap_s: &[] };
+    let step = Step {
+        index: 0,
+        schema: &s,
+        world: 2,
+        ranks: &ids,
+        missing: &[],
+        durations: &bad,
+        overlap_s: &[],
+        device: &[],
+    };
     let e = analyze([step], Context::default(), None).unwrap_err();
     assert!(matches!(e, StepError::Duration { rank: 0, ref stage, .. } if stage == "b"), "{e}");
     let ok = [1.0, -0.0, 1.0, 1.0];

@@ -35,6 +35,7 @@ fn window_of(ranks: usize, stages: usize, steps: &[Vec<f64>]) -> Window {
         missing: &[],
         durations: d,
         overlap_s: &[],
+        device: &[],
     });
     let mut windows = analyze(steps, Context::default(), None).unwrap();
     assert_eq!(windows.len(), 1);

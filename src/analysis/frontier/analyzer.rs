@@ -36,7 +36,7 @@ impl Analyzer {
             None => None,
         };
         let window = self.open.get_or_insert_with(|| WindowAcc::new(&step, &self.context));
-        window.add(step.index, &self.scratch.view(step.durations, step.schema.len()), step.overlap_s);
+        window.add(step.index, &self.scratch.view(step.durations, step.schema.len()), step.overlap_s, step.device);
         Ok(closed)
     }
 

@@ -5,6 +5,10 @@ use super::gates::Gates;
 /// The residual stage's name in the paper's default taxonomy (Table 10).
 pub const DEFAULT_RESIDUAL_STAGE: &str = "step.other_cpu_wall";
 
+/// The forward/loss stage's name in the paper's default taxonomy (Table 10): the stage the
+/// device-evidence labels (`forward_*`, Table 12) speak about.
+pub const DEFAULT_FORWARD_STAGE: &str = "model.fwd_loss_cpu_wall";
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Context {
     pub gates: Gates,
@@ -16,6 +20,8 @@ pub struct Context {
     pub residual_stage: Option<String>,
     /// Microsteps per optimizer step when the job accumulates gradients.
     pub accumulation: Option<u32>,
+    /// The forward/loss stage, when the schema has one.
+    pub forward_stage: Option<String>,
 }
 
 impl Default for Context {
@@ -25,6 +31,7 @@ impl Default for Context {
             model_fit: Vec::new(),
             residual_stage: Some(DEFAULT_RESIDUAL_STAGE.to_string()),
             accumulation: None,
+            forward_stage: Some(DEFAULT_FORWARD_STAGE.to_string()),
         }
     }
 }

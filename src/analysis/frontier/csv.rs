@@ -1,5 +1,8 @@
 //! Long-format stage durations, `step,rank,stage,seconds`: one row per step, rank and
-//! stage, in any order, seconds measured on the rank's own clock.
+//! stage, in any order, seconds measured on the rank's own clock. Optional columns
+//! `device_seconds` and `spill_seconds` carry the stage's device time and the part of it
+//! after the stage's host-side end (side evidence for the forward_* labels); a blank
+//! `device_seconds` means the step was not sampled.
 //!
 //! The file's world is every rank it names. A rank lacking one of a step's stages is
 //! missing from that step; a step whose ranks all lack a stage has a shorter schema. Both
@@ -10,9 +13,10 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use super::schema::{Schema, SchemaError};
-use super::step::Step;
+use super::step::{DeviceTime, Step};
 
 const COLUMNS: [&str; 4] = ["step", "rank", "stage", "seconds"];
+const DEVICE_COLUMNS: [&str; 2] = ["device_seconds", "spill_seconds"];
 
 /// What is wrong, on which line (1-based), worded with the fix. `StageList`: the stage list
 /// given to [`read`] repeats or blanks a name.
@@ -26,6 +30,7 @@ pub enum CsvError {
     FieldCount { line: usize, got: usize, want: usize },
     BadInteger { line: usize, column: &'static str, text: String },
     BadSeconds { line: usize, text: String },
+    BadDevice { line: usize, text: String },
     Negative { line: usize, seconds: f64 },
     BlankStage { line: usize },
     UnknownStage { line: usize, stage: String, known: Vec<String> },
@@ -41,6 +46,7 @@ impl CsvError {
             CsvError::FieldCount { line, .. }
             | CsvError::BadInteger { line, .. }
             | CsvError::BadSeconds { line, .. }
+            | CsvError::BadDevice { line, .. }
             | CsvError::Negative { line, .. }
             | CsvError::BlankStage { line }
             | CsvError::UnknownStage { line, .. }
@@ -72,6 +78,11 @@ impl fmt::Display for CsvError {
             CsvError::BadSeconds { text, .. } => {
                 write!(f, "seconds {text:?} is not a finite number: write the stage's duration in seconds, e.g. 0.125")
             }
+            CsvError::BadDevice { text, .. } => write!(
+                f,
+                "device_seconds/spill_seconds {text:?} is not a non-negative number with the spill at most the \
+                 device time: write seconds, or leave device_seconds blank for a step not sampled"
+            ),
             CsvError::Negative { seconds, .. } => write!(
                 f,
                 "negative duration {seconds} s: a duration is end minus start on the rank's own clock, never negative; \
@@ -100,6 +111,7 @@ struct Row {
     line: usize,
     rank: u32,
     stage: u32,
+    device: Option<DeviceTime>,
 }
 
 /// A parsed file: its stage list, its ranks, and its rows sorted by step, rank and stage.
@@ -109,6 +121,8 @@ pub struct StageTable {
     rows: Vec<Row>,
     /// ((step, rank), overlap seconds), sorted; empty when the source has no such telemetry.
     overlaps: Vec<((u64, u32), f64)>,
+    /// Whether any row carries device time.
+    has_device: bool,
 }
 
 /// Reads the whole input. `stages`, when given, fixes the stage order and rejects any other
@@ -118,16 +132,18 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
         Schema::new(stages.to_vec()).map_err(CsvError::StageList)?;
     }
     let mut lines = input.lines().enumerate();
-    let (columns, mut names) = loop {
+    let (columns, device_columns, mut names) = loop {
         let Some((i, line)) = lines.next() else { return Err(CsvError::Empty) };
         let line = line.map_err(|e| CsvError::Io(e.to_string()))?;
         let line = line.trim_start_matches('\u{feff}');
         if !line.trim().is_empty() {
-            break (header(line, i + 1)?, stages.map(<[String]>::to_vec).unwrap_or_default());
+            let device_columns =
+                DEVICE_COLUMNS.map(|c| line.split(',').map(field).position(|f| f.eq_ignore_ascii_case(c)));
+            break (header(line, i + 1)?, device_columns, stages.map(<[String]>::to_vec).unwrap_or_default());
         }
     };
     let fixed = stages.is_some();
-    let want = columns.iter().max().map_or(0, |&c| c + 1);
+    let want = columns.iter().chain(device_columns.iter().flatten()).max().map_or(0, |&c| c + 1);
     let mut rows = Vec::new();
     for (i, line) in lines {
         let line = line.map_err(|e| CsvError::Io(e.to_string()))?;
@@ -171,8 +187,9 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
                 names.len() - 1
             }
         };
+        let device = device_cells(&fields, device_columns, n)?;
         // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
-        rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32 });
+        rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32, device });
     }
     assemble(rows, names, None)
 }
@@ -193,18 +210,22 @@ fn assemble(mut rows: Vec<Row>, names: Vec<String>, world: Option<Vec<u32>>) -> 
     world.dedup();
     // Checked above when given; first appearance never repeats or blanks a name.
     let schema = Schema::new(names).map_err(CsvError::StageList)?;
-    Ok(StageTable { schema: Arc::new(schema), world, rows, overlaps: Vec::new() })
+    let has_device = rows.iter().any(|r| r.device.is_some());
+    Ok(StageTable { schema: Arc::new(schema), world, rows, overlaps: Vec::new(), has_device })
 }
 
 /// A table from durations that did not come from a CSV file: the rank logs' step vectors.
 /// Stages are ordered by first appearance in `durations` (step, rank, stage, seconds);
 /// `world` lists every rank of the job, so ranks without any step count as missing.
 /// Errors report the position in `durations` as the line. `overlaps` gives, per
-/// (step, rank), the seconds by which the explicit stages exceeded the step's wall time.
+/// (step, rank), the seconds by which the explicit stages exceeded the step's wall time;
+/// `devices`, per (step, rank, stage), the device time of the steps the CUDA door sampled
+/// (a sample for a stage the durations lack is ignored).
 pub fn from_durations(
     world: Vec<u32>,
     durations: impl IntoIterator<Item = (u64, u32, String, f64)>,
     overlaps: impl IntoIterator<Item = (u64, u32, f64)>,
+    devices: impl IntoIterator<Item = (u64, u32, String, DeviceTime)>,
 ) -> Result<StageTable, CsvError> {
     let mut names: Vec<String> = Vec::new();
     let mut rows = Vec::new();
@@ -219,12 +240,40 @@ pub fn from_durations(
                 names.len() - 1
             }
         };
-        rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage: stage as u32 });
+        rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage: stage as u32, device: None });
     }
     let mut table = assemble(rows, names, Some(world))?;
+    for (step, rank, stage_name, device) in devices {
+        let Some(stage) = table.schema.index(&stage_name) else { continue };
+        let key = (step, rank, stage as u32);
+        if let Ok(i) = table.rows.binary_search_by_key(&key, |r| (r.step, r.rank, r.stage)) {
+            if !(device.spill_s >= 0.0 && device.spill_s <= device.device_s && device.device_s.is_finite()) {
+                return Err(CsvError::BadDevice { line: table.rows[i].line, text: format!("{device:?}") });
+            }
+            table.rows[i].device = Some(device);
+            table.has_device = true;
+        }
+    }
     table.overlaps = overlaps.into_iter().map(|(step, rank, seconds)| ((step, rank), seconds)).collect();
     table.overlaps.sort_by_key(|(key, _)| *key);
     Ok(table)
+}
+
+/// The row's device time when the file has a `device_seconds` column and this row fills it.
+fn device_cells(fields: &[&str], columns: [Option<usize>; 2], line: usize) -> Result<Option<DeviceTime>, CsvError> {
+    let Some(device_column) = columns[0] else { return Ok(None) };
+    let text = fields[device_column];
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let bad = |text: &str| CsvError::BadDevice { line, text: text.to_string() };
+    let device_s: f64 = text.parse().map_err(|_| bad(text))?;
+    let spill_text = columns[1].map_or("", |c| fields[c]);
+    let spill_s: f64 = if spill_text.is_empty() { 0.0 } else { spill_text.parse().map_err(|_| bad(spill_text))? };
+    if !(device_s.is_finite() && spill_s >= 0.0 && spill_s <= device_s) {
+        return Err(bad(&format!("{text},{spill_text}")));
+    }
+    Ok(Some(DeviceTime { device_s: device_s + 0.0, spill_s: spill_s + 0.0 }))
 }
 
 fn field(text: &str) -> &str {
@@ -272,6 +321,7 @@ impl StageTable {
         let all = self.schema.len();
         let mut schemas: Vec<(Vec<bool>, Arc<Schema>)> = vec![(vec![true; all], Arc::clone(&self.schema))];
         let (mut ranks, mut missing, mut durations, mut overlap) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut device = Vec::new();
         for step_rows in self.rows.chunk_by(|a, b| a.step == b.step) {
             let mut used = vec![false; all];
             for row in step_rows {
@@ -289,10 +339,14 @@ impl StageTable {
             let width = schema.len();
             ranks.clear();
             durations.clear();
+            device.clear();
             for rank_rows in step_rows.chunk_by(|a, b| a.rank == b.rank) {
                 if rank_rows.len() == width {
                     ranks.push(rank_rows[0].rank);
                     durations.extend(rank_rows.iter().map(|r| r.seconds));
+                    if self.has_device {
+                        device.extend(rank_rows.iter().map(|r| r.device));
+                    }
                 }
             }
             missing.clear();
@@ -314,6 +368,7 @@ impl StageTable {
                 missing: &missing,
                 durations: &durations,
                 overlap_s: &overlap,
+                device: &device,
             })?;
         }
         Ok(())
@@ -359,6 +414,27 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, [(7, vec![0, 1], vec![4.0, 3.0, 2.0, 1.0])]);
+    }
+
+    #[test]
+    fn optional_device_columns_carry_samples_and_blank_means_not_sampled() {
+        let text = "step,rank,stage,seconds,device_seconds,spill_seconds\n0,0,fwd,0.1,0.08,0.02\n0,1,fwd,0.1,,\n";
+        let t = parse(text, None).unwrap();
+        let mut seen = Vec::new();
+        t.for_each_step(|s| {
+            seen.extend(s.device.iter().copied());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(seen, [Some(DeviceTime { device_s: 0.08, spill_s: 0.02 }), None]);
+        // Without the columns, steps carry no device slice at all.
+        let plain = parse("step,rank,stage,seconds\n0,0,fwd,0.1\n", None).unwrap();
+        plain.for_each_step(|s| if s.device.is_empty() { Ok(()) } else { Err(()) }).unwrap();
+        let e = |text: &str| parse(text, None).err().unwrap();
+        let spill_over = e("step,rank,stage,seconds,device_seconds,spill_seconds\n0,0,fwd,0.1,0.01,0.02\n");
+        assert_eq!(spill_over.line(), Some(2));
+        assert!(spill_over.to_string().contains("spill at most the device time"), "{spill_over}");
+        assert_eq!(e("step,rank,stage,seconds,device_seconds\n0,0,fwd,0.1,x\n").line(), Some(2));
     }
 
     #[test]

@@ -50,6 +50,20 @@ pub struct Gates {
     pub role_min_fraction: f64,
     /// Fewer ranks than this cannot tell a group from a straggler: no role label.
     pub role_min_ranks: usize,
+    /// Event-ready ratio (Table 13, >= 0.8): device labels need the forward stage sampled
+    /// in at least this fraction of the window's rank-steps (of the ranks judged); below
+    /// it, forward_event_scope_limited.
+    pub event_ready_ratio: f64,
+    /// Minimum event samples (Table 13, >= 5): fewer sampled forward stages, no device label.
+    pub min_event_samples: u64,
+    /// Device forward time is high when it is at least this fraction of the CPU-wall
+    /// forward time of the same rank-steps. Not valued in the paper.
+    pub device_high: f64,
+    /// ...and low below this fraction. Not valued in the paper.
+    pub device_low: f64,
+    /// forward_spillover_suspected needs at least this fraction of the forward device time
+    /// to run after forward ended on the host. Not valued in the paper.
+    pub spill_high: f64,
 }
 
 impl Default for Gates {
@@ -71,6 +85,11 @@ impl Default for Gates {
             role_deviation: 0.25,
             role_min_fraction: 0.25,
             role_min_ranks: 4,
+            event_ready_ratio: 0.8,
+            min_event_samples: 5,
+            device_high: 0.5,
+            device_low: 0.2,
+            spill_high: 0.5,
         }
     }
 }

@@ -2,12 +2,12 @@
 //! in stage durations. Labels are evidence axes, not a confidence ladder: a window can be
 //! accounted exactly, route compactly, and still be co-critical.
 //!
-//! The forward_* labels need sampled device (CUDA-event) evidence: it will be one more
-//! `Option` field of [`Evidence`], and those labels come with it.
+//! The forward_* labels read device evidence (`Window::device`); `labels_device` decides them.
 
 use std::collections::BTreeSet;
 
 use super::gates::Gates;
+use super::labels_device;
 use super::routing::ranked;
 use super::window::Window;
 
@@ -21,6 +21,10 @@ pub enum LabelKind {
     SyncWaitDependent,
     LikelySyncWait,
     CoCritical,
+    ForwardDeviceSupported,
+    ForwardHostOverheadSuspected,
+    ForwardSpilloverSuspected,
+    ForwardEventScopeLimited,
 }
 
 impl LabelKind {
@@ -35,6 +39,10 @@ impl LabelKind {
             LabelKind::SyncWaitDependent => "sync_wait_dependent",
             LabelKind::LikelySyncWait => "likely_sync_wait",
             LabelKind::CoCritical => "co_critical",
+            LabelKind::ForwardDeviceSupported => "forward_device_supported",
+            LabelKind::ForwardHostOverheadSuspected => "forward_host_overhead_suspected",
+            LabelKind::ForwardSpilloverSuspected => "forward_spillover_suspected",
+            LabelKind::ForwardEventScopeLimited => "forward_event_scope_limited",
         }
     }
 }
@@ -54,6 +62,8 @@ pub struct Evidence<'a> {
     pub model_fit: &'a [bool],
     /// Microsteps per optimizer step, when the caller knows the job accumulates.
     pub accumulation: Option<u32>,
+    /// The forward/loss stage's index in the window's schema, when it has one.
+    pub forward_stage: Option<usize>,
     pub gates: &'a Gates,
 }
 
@@ -73,6 +83,13 @@ pub fn label(e: &Evidence) -> (Vec<Label>, Vec<usize>) {
     let roles_differ = role.is_some();
     push(LabelKind::RoleAwareNeeded, role);
     push(LabelKind::GradientAccumulationAmbiguous, accumulation_reason(w, e.accumulation));
+    // Device labels speak about the forward stage's routing: they need shares and complete
+    // telemetry, but not comparable ranks (one GPU has a forward stage too).
+    if !limited {
+        for (kind, reason) in labels_device::device_labels(w, e.forward_stage, e.gates) {
+            push(kind, Some(reason));
+        }
+    }
     // Stage labels compare ranks: they need two or more, complete telemetry, and ranks
     // doing comparable work.
     if w.ranks < 2 || limited || roles_differ {

@@ -23,6 +23,19 @@ pub struct Step<'a> {
     /// Per present rank, seconds by which its explicit stages exceeded its step's wall time
     /// (nested or double-counted stages); empty when the source cannot tell (a CSV).
     pub overlap_s: &'a [f64],
+    /// Per present rank and stage (R×S, row-major like `durations`), the device time the
+    /// stage's kernels took, when the rank's CUDA door sampled this step; empty when the
+    /// source has no device evidence. Side evidence only: it never enters the prefixes.
+    pub device: &'a [Option<DeviceTime>],
+}
+
+/// One rank's stage in one step as the GPU saw it (`stage_device` records).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceTime {
+    /// GPU busy time of the kernels the stage launched (union over streams), seconds.
+    pub device_s: f64,
+    /// The part of `device_s` that ran after the stage's host-side end.
+    pub spill_s: f64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +44,7 @@ pub enum StepError {
     Shape { index: u64, expected: usize, got: usize },
     World { index: u64, world: usize, accounted: usize },
     Duration { index: u64, rank: u32, stage: String, value: f64 },
+    Device { index: u64, rank: u32, stage: String },
     OutOfOrder { index: u64, previous: u64 },
 }
 
@@ -47,6 +61,11 @@ impl fmt::Display for StepError {
             StepError::Duration { index, rank, stage, value } => write!(
                 f,
                 "step {index}, rank {rank}, stage {stage}: duration {value} is not a finite non-negative number of seconds"
+            ),
+            StepError::Device { index, rank, stage } => write!(
+                f,
+                "step {index}, rank {rank}, stage {stage}: device or spill time is not a finite non-negative number \
+                 of seconds, or the spill exceeds the device time"
             ),
             StepError::OutOfOrder { index, previous } => {
                 write!(f, "step {index} comes after step {previous}: steps must arrive in increasing order")
@@ -70,6 +89,14 @@ impl Step<'_> {
         }
         if !self.overlap_s.is_empty() && self.overlap_s.len() != self.ranks.len() {
             return Err(StepError::Shape { index, expected: self.ranks.len(), got: self.overlap_s.len() });
+        }
+        if !self.device.is_empty() && self.device.len() != expected {
+            return Err(StepError::Shape { index, expected, got: self.device.len() });
+        }
+        let sane = |d: &DeviceTime| d.device_s.is_finite() && d.spill_s >= 0.0 && d.spill_s <= d.device_s;
+        if let Some(i) = self.device.iter().position(|d| d.is_some_and(|d| !sane(&d))) {
+            let (rank, stage) = (self.ranks[i / stages], self.schema.name(i % stages).to_string());
+            return Err(StepError::Device { index, rank, stage });
         }
         let accounted = self.ranks.len() + self.missing.len();
         if accounted != self.world {

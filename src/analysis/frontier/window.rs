@@ -5,12 +5,13 @@ use std::sync::Arc;
 use super::baselines::{BaselineAcc, Baselines};
 use super::context::Context;
 use super::counterfactual::CounterfactualAcc;
+use super::device::{DeviceAcc, DeviceSummary};
 use super::labels::{self, Evidence, Label};
 use super::leaders::{LeaderAcc, StageLeaders};
 use super::role::RoleAcc;
 use super::routing::{route, Routing};
 use super::schema::Schema;
-use super::step::Step;
+use super::step::{DeviceTime, Step};
 use super::step_view::StepView;
 
 /// Why a window ended.
@@ -78,6 +79,8 @@ pub struct Window {
     /// Overlap error (explicit stages exceeding the step's wall time) as a share of all
     /// rank time, when the source reports it.
     pub overlap_share: Option<f64>,
+    /// Device time per rank and stage over the sampled steps; `None` without device evidence.
+    pub device: Option<DeviceSummary>,
     pub baselines: Baselines,
     pub labels: Vec<Label>,
     /// The ambiguity set E_amb when `co_critical` is among the labels, in schema order.
@@ -102,6 +105,7 @@ pub(super) struct WindowAcc {
     role: RoleAcc,
     /// Σ overlap seconds, when the source reports overlap.
     overlap: Option<f64>,
+    device: DeviceAcc,
 }
 
 impl WindowAcc {
@@ -124,6 +128,7 @@ impl WindowAcc {
             baselines: BaselineAcc::new(ranks, stages),
             role: RoleAcc::new(ranks, stages),
             overlap: None,
+            device: DeviceAcc::new(stages),
         }
     }
 
@@ -144,7 +149,8 @@ impl WindowAcc {
         }
     }
 
-    pub fn add(&mut self, index: u64, v: &StepView, overlap_s: &[f64]) {
+    pub fn add(&mut self, index: u64, v: &StepView, overlap_s: &[f64], device: &[Option<DeviceTime>]) {
+        self.device.add(v.durations, device);
         if !overlap_s.is_empty() {
             *self.overlap.get_or_insert(0.0) += overlap_s.iter().sum::<f64>();
         }
@@ -213,6 +219,7 @@ impl WindowAcc {
             deviating_ranks: self.role.deviating(&self.ranks, gates.role_deviation),
             residual_share,
             overlap_share,
+            device: self.device.finish(&self.ranks),
             baselines: self.baselines.finish(&self.ranks),
             labels: Vec::new(),
             co_critical_stages: Vec::new(),
@@ -224,6 +231,7 @@ impl WindowAcc {
             window: &window,
             model_fit: &model_fit,
             accumulation: context.accumulation,
+            forward_stage: context.forward_stage.as_deref().and_then(|name| window.schema.index(name)),
             gates,
         });
         window.labels = labels;

@@ -189,7 +189,10 @@ time removed by clipping a stage to the ranks' median; the ranks leading each st
 the baselines (per-stage max and average, rank spread, slowest rank, lowest rank) side
 by side; and labels with their reasons (frontier_accounting, direct_exposure,
 sync_wait_dependent, likely_sync_wait, co_critical, role_aware_needed,
-telemetry_limited, gradient_accumulation_ambiguous).
+telemetry_limited, gradient_accumulation_ambiguous; with device time per stage, from
+the CUDA door's stage_device records or the CSV columns device_seconds,spill_seconds:
+forward_device_supported, forward_host_overhead_suspected, forward_spillover_suspected,
+forward_event_scope_limited).
 
 Exit status: 0, or 2 when the input cannot be read, is malformed, or has no steps.";
 

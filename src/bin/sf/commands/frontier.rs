@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Serialize as DeriveSerialize;
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
-use stagefrontier::analysis::frontier::{ranked, Analyzer, Context, Window};
+use stagefrontier::analysis::frontier::{ranked, Analyzer, Context, Window, DEFAULT_FORWARD_STAGE};
 
 use super::step_vectors;
 use super::Failure;
@@ -55,6 +55,20 @@ pub struct WindowReport {
     pub residual_share: Option<f64>,
     /// Overlap error share of all rank time, for logs (a CSV cannot tell).
     pub overlap_share: Option<f64>,
+    /// Device time of the forward stage over all ranks, when the logs carry `stage_device`
+    /// records (the CUDA door) or the CSV device columns; null otherwise.
+    pub forward_device: Option<ForwardDevice>,
+}
+
+#[derive(Debug, DeriveSerialize)]
+pub struct ForwardDevice {
+    pub stage: String,
+    /// Sampled (rank, step) pairs, and their share of the window's.
+    pub samples: u64,
+    pub ready_ratio: f64,
+    pub wall_s: f64,
+    pub device_s: f64,
+    pub spill_s: f64,
 }
 
 #[derive(Debug, DeriveSerialize)]
@@ -134,7 +148,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         file,
         stages: known.to_vec(),
         world: table.world().len(),
-        windows: windows.iter().map(window_report).collect(),
+        windows: windows.iter().map(|w| window_report(w, Some(DEFAULT_FORWARD_STAGE))).collect(),
     })
 }
 
@@ -157,7 +171,20 @@ fn analyze(
     Ok(windows)
 }
 
-fn window_report(w: &Window) -> WindowReport {
+fn forward_device(w: &Window, forward: Option<&str>) -> Option<ForwardDevice> {
+    let stage = w.schema.index(forward?)?;
+    let t = w.device.as_ref()?.stage(stage, &[]);
+    Some(ForwardDevice {
+        stage: w.schema.name(stage).to_string(),
+        samples: t.samples,
+        ready_ratio: t.ready_ratio,
+        wall_s: t.wall_s,
+        device_s: t.device_s,
+        spill_s: t.spill_s,
+    })
+}
+
+fn window_report(w: &Window, forward: Option<&str>) -> WindowReport {
     let names = w.schema.stages();
     let map = |values: &[f64]| StageMap(names.iter().cloned().zip(values.iter().copied()).collect());
     let some = |values: Option<&Vec<f64>>| values.map_or(StageMap(Vec::new()), |v| map(v));
@@ -211,5 +238,6 @@ fn window_report(w: &Window) -> WindowReport {
         deviating_ranks: w.deviating_ranks.clone(),
         residual_share: w.residual_share,
         overlap_share: w.overlap_share,
+        forward_device: forward_device(w, forward),
     }
 }

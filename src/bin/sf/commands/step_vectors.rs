@@ -1,9 +1,11 @@
-//! The rank logs' `step_vector` records as a stage-duration table for frontier accounting.
+//! The rank logs' `step_vector` records (and the CUDA door's `stage_device` records of the
+//! same steps), per rank for `sf slow` and as a stage-duration table for `sf frontier`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
+use stagefrontier::analysis::frontier::DeviceTime;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{RecordBody, StepVector};
 
@@ -17,6 +19,8 @@ pub struct RankStep {
     pub wall_ns: u64,
     pub overlap_ns: u64,
     pub stages: Vec<(String, u64)>,
+    /// (stage, device ns, spill ns) when the CUDA door sampled the step; else empty.
+    pub device: Vec<(String, u64, u64)>,
 }
 
 /// One rank log's identity and complete steps, in step order.
@@ -54,13 +58,20 @@ pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), 
         world = world.max(log.header.world_size.max(rank + 1));
         let names = log.stage_names();
         let name = |id: u16| names.get(id as usize).cloned().flatten().unwrap_or_else(|| format!("stage#{id}"));
-        let steps = complete_steps(&log)
+        let (vectors, mut device) = complete_steps(&log);
+        let steps = vectors
             .into_iter()
             .map(|(step, parts)| RankStep {
                 step,
                 wall_ns: parts[0].wall_ns,
                 overlap_ns: parts[0].overlap_ns,
                 stages: parts.iter().flat_map(|p| p.stages()).map(|(id, ns)| (name(id), ns)).collect(),
+                device: device
+                    .remove(&step)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(id, d, s)| (name(id), d, s))
+                    .collect(),
             })
             .collect();
         let header = &log.header;
@@ -77,9 +88,14 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
     let (ranks, world) = read_ranks(dir, "frontier")?;
     let mut durations = Vec::new();
     let mut overlaps = Vec::new();
+    let mut devices = Vec::new();
     for r in &ranks {
         for s in &r.steps {
             overlaps.push((s.step, r.rank, s.overlap_ns as f64 / 1e9));
+            devices.extend(s.device.iter().map(|(name, device_ns, spill_ns)| {
+                let time = DeviceTime { device_s: *device_ns as f64 / 1e9, spill_s: *spill_ns as f64 / 1e9 };
+                (s.step, r.rank, name.clone(), time)
+            }));
             durations.extend(s.stages.iter().map(|(name, ns)| (s.step, r.rank, name.clone(), *ns as f64 / 1e9)));
         }
     }
@@ -87,19 +103,26 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
         return Err(fail(NO_STEP_VECTORS.into()));
     }
     durations.sort_by_key(|d| (d.0, d.1));
-    csv::from_durations((0..world as u32).collect(), durations, overlaps).map_err(|e| fail(e.to_string()))
+    csv::from_durations((0..world as u32).collect(), durations, overlaps, devices).map_err(|e| fail(e.to_string()))
 }
 
 /// What to say when a job's logs hold no stage vectors.
 pub const NO_STEP_VECTORS: &str =
     "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)";
 
-/// Steps whose parts are all held, parts in order.
-fn complete_steps(log: &RankLog) -> BTreeMap<u64, Vec<StepVector>> {
+/// Per step, (stage id, device ns, spill ns) of every `stage_device` part held.
+type DeviceByStep = BTreeMap<u64, Vec<(u16, u64, u64)>>;
+
+/// Steps whose parts are all held, parts in order; and the device time of the steps the
+/// CUDA door sampled (a lost `stage_device` part loses only its stages).
+fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep) {
     let mut steps: BTreeMap<u64, Vec<StepVector>> = BTreeMap::new();
+    let mut device: DeviceByStep = BTreeMap::new();
     for record in log.records().0 {
-        if let RecordBody::StepVector(v) = record.body {
-            steps.entry(v.step).or_default().push(v);
+        match record.body {
+            RecordBody::StepVector(v) => steps.entry(v.step).or_default().push(v),
+            RecordBody::StageDevice(d) => device.entry(d.step).or_default().extend(d.stages()),
+            _ => {}
         }
     }
     steps.retain(|_, parts| {
@@ -107,5 +130,5 @@ fn complete_steps(log: &RankLog) -> BTreeMap<u64, Vec<StepVector>> {
         let held: usize = parts.iter().map(|p| p.count as usize).sum();
         parts.iter().enumerate().all(|(i, p)| p.part as usize == i) && held == parts[0].stages_total as usize
     });
-    steps
+    (steps, device)
 }
