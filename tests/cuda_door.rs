@@ -168,7 +168,9 @@ fn another_subscriber_gives_no_kernel_mode_one_line_and_nccl_recording_continues
     let bodies = rank_bodies(&root, "job");
     let statuses = statuses(&bodies);
     assert_eq!(statuses.len(), 1, "{statuses:?}");
-    assert_eq!((statuses[0].state, statuses[0].cupti_result), (CuptiState::NoKernelMode, 39));
+    let only = statuses[0];
+    assert_eq!((only.state, only.cupti_result, only.cupti_version), (CuptiState::NoKernelMode, 39, 130_100));
+    assert_eq!((only.pool_buffers, only.buffer_bytes), (0, 0), "no buffers allocated for nothing");
     assert_eq!(allreduces(&bodies), 5);
     let calls = std::fs::read_to_string(trace.join("calls")).unwrap();
     assert_eq!(calls.matches(" cuptiSubscribe\n").count(), 1, "{calls}");

@@ -4,9 +4,10 @@
 //! changes, and once more with the final counts at exit. Nothing here runs in a forked child or from a CUPTI callback.
 
 use std::ptr::null_mut;
+use std::sync::atomic::Ordering;
 
 use super::parse::{parse_buffer, ParseStats, TimeBase};
-use super::{session, state, Session, RESULT};
+use super::{session, state, Session, RESULT, VERSION};
 use crate::core::clock::monotonic_ns;
 use crate::core::kernel_activity::Activity;
 use crate::core::log::records::{CuptiState, CuptiStatus, RecordBody};
@@ -93,8 +94,8 @@ impl CuptiDrain {
         CuptiStatus {
             t_ns: monotonic_ns(),
             state,
-            cupti_version: session.map_or(0, |s| s.version),
-            cupti_result: RESULT.load(std::sync::atomic::Ordering::Relaxed),
+            cupti_version: VERSION.load(Ordering::Relaxed),
+            cupti_result: RESULT.load(Ordering::Relaxed),
             dropped_by_cupti: self.dropped_by_cupti,
             pool_refusals: refusals,
             buffers: self.buffers,

@@ -31,7 +31,6 @@ use super::notice::say;
 pub struct Session {
     pub cupti: Cupti,
     pub pool: BufferPool,
-    pub version: u32,
     pub correlation: bool,
 }
 
@@ -40,6 +39,8 @@ static SESSION: OnceLock<Session> = OnceLock::new();
 static STATE: AtomicU8 = AtomicU8::new(0);
 /// The `CUptiResult` that degraded the door, 0 if none.
 static RESULT: AtomicU32 = AtomicU32::new(0);
+/// `cuptiGetVersion` of the CUPTI loaded, 0 if none.
+static VERSION: AtomicU32 = AtomicU32::new(0);
 
 /// The session, for the buffer callbacks; `None` before CUPTI was loaded.
 pub fn session() -> Option<&'static Session> {
@@ -84,14 +85,8 @@ pub fn open(config: &CuptiConfig, loaded: &[PathBuf], callbacks: DoorCallbacks) 
             return settle(CuptiState::Unavailable, None);
         }
     };
-    let session = SESSION.get_or_init(|| Session {
-        version: cupti.version().unwrap_or(0),
-        cupti,
-        pool: BufferPool::new(config.buffers, config.buffer_kb * 1024),
-        correlation: config.correlation,
-    });
-    let cupti = &session.cupti;
-    let failed = |call: &str, result: CUptiResult| {
+    VERSION.store(cupti.version().unwrap_or(0), Ordering::Relaxed);
+    let failed = |call: &str, result: CUptiResult, cupti: &Cupti| {
         say(&format!("{call} failed ({result:?}) in {}; CUDA kernel activity is not recorded", cupti.path.display()));
         settle(CuptiState::Unavailable, Some(result));
     };
@@ -101,10 +96,17 @@ pub fn open(config: &CuptiConfig, loaded: &[PathBuf], callbacks: DoorCallbacks) 
             say("another CUPTI client (torch.profiler, Nsight Systems, ...) holds CUPTI: CUDA kernel activity is not recorded (no-kernel mode); everything else is");
             return settle(CuptiState::NoKernelMode, Some(result));
         }
-        Err(result) => return failed("cuptiSubscribe", result),
+        Err(result) => return failed("cuptiSubscribe", result, &cupti),
     }
+    // The buffers exist before CUPTI may ask for one.
+    let session = SESSION.get_or_init(|| Session {
+        cupti,
+        pool: BufferPool::new(config.buffers, config.buffer_kb * 1024),
+        correlation: config.correlation,
+    });
+    let cupti = &session.cupti;
     if let Err(result) = cupti.register_callbacks(callbacks.buffers) {
-        return failed("cuptiActivityRegisterCallbacks", result);
+        return failed("cuptiActivityRegisterCallbacks", result, cupti);
     }
     let kinds = [loader::KERNELS, loader::MEMCPY].into_iter().chain(config.correlation.then_some(loader::RUNTIME));
     let mut enabled = Vec::new();
@@ -113,7 +115,7 @@ pub fn open(config: &CuptiConfig, loaded: &[PathBuf], callbacks: DoorCallbacks) 
             for kind in enabled {
                 let _ = cupti.disable(kind);
             }
-            return failed(&format!("cuptiActivityEnable({kind:?})"), result);
+            return failed(&format!("cuptiActivityEnable({kind:?})"), result, cupti);
         }
         enabled.push(kind);
     }
