@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# GPU-node smoke run: a real PyTorch DDP job (cuda/ddp_smoke.py) under torchrun, one rank
+# per GPU, run once without the library and once with all three doors on
+#   LD_PRELOAD=libstagefrontier.so CUDA_INJECTION64_PATH=... NVTX_INJECTION64_PATH=...
+# then checks from the logs, with sf, that NCCL collectives, kernel records and NVTX stage
+# vectors arrived, and prints throughput with and without the library.
+#
+# The GPU box needs no Rust toolchain and no network: build here (cargo build --release)
+# and carry target/release/{libstagefrontier.so,sf} with the repository.
+#
+# Usage: scripts/gpu_smoke.sh [--dry-run]
+#   --dry-run    print what would run, check nothing, exit 0
+# Environment:
+#   SF_SMOKE_LIB      library      (default target/release/libstagefrontier.so)
+#   SF_SMOKE_SF       sf binary    (default target/release/sf)
+#   SF_SMOKE_STEPS    steps per run (default 60; the first 10 are warm-up)
+#   SF_SMOKE_NPROC    ranks        (default: the number of GPUs)
+#   SF_SMOKE_NO_GPU=1 behave as on a machine without a GPU
+#   PYTHON            interpreter with torch (default python3)
+# Exit status: 0 all checks passed (or no GPU: skipped), 1 a check failed, 2 a missing
+# prerequisite (artifacts, torch, torchrun).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LIB=${SF_SMOKE_LIB:-$ROOT/target/release/libstagefrontier.so}
+SF=${SF_SMOKE_SF:-$ROOT/target/release/sf}
+STEPS=${SF_SMOKE_STEPS:-60}
+PYTHON=${PYTHON:-python3}
+DRY_RUN=0
+case "${1:-}" in
+    --dry-run) DRY_RUN=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--dry-run]" >&2; exit 2 ;;
+esac
+
+say() { echo "gpu_smoke: $*"; }
+fail() { echo "gpu_smoke: FAIL: $*" >&2; exit 1; }
+missing() { echo "gpu_smoke: $*" >&2; exit 2; }
+
+gpus=0
+if [ "${SF_SMOKE_NO_GPU:-0}" != 1 ] && command -v nvidia-smi >/dev/null 2>&1; then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+fi
+NPROC=${SF_SMOKE_NPROC:-$((gpus > 0 ? gpus : 1))}
+
+job() { # job OUTFILE: sets JOB_CMD to the torchrun command line of one run
+    JOB_CMD=(torchrun --standalone --nproc-per-node "$NPROC" "$ROOT/cuda/ddp_smoke.py" --steps "$STEPS" --out "$1")
+}
+
+if [ "$DRY_RUN" = 1 ]; then
+    say "dry run: $gpus GPU(s) seen, library $LIB, sf $SF"
+    job OUT/base.json
+    say "would run: ${JOB_CMD[*]}"
+    job OUT/sf.json
+    say "would run: SF_LOG_DIR=OUT/logs SF_JOB_ID=smoke LD_PRELOAD=$LIB CUDA_INJECTION64_PATH=$LIB NVTX_INJECTION64_PATH=$LIB ${JOB_CMD[*]}"
+    say "would check: sf ls/dump/kernels/frontier --json over OUT/logs/smoke"
+    exit 0
+fi
+if [ "$gpus" -lt 1 ]; then
+    say "no GPU: skipped (nvidia-smi lists none; run this on a GPU node)"
+    exit 0
+fi
+[ "$NPROC" -ge 1 ] || missing "SF_SMOKE_NPROC=$NPROC: need at least one rank"
+[ -f "$LIB" ] || missing "$LIB is missing: run cargo build --release here and carry target/release to the GPU node"
+[ -x "$SF" ] || missing "$SF is missing: run cargo build --release here and carry target/release to the GPU node"
+command -v torchrun >/dev/null 2>&1 || missing "torchrun not found: activate the Python environment with torch"
+"$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    || missing "$PYTHON cannot import torch with CUDA"
+
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/sf-gpu-smoke.XXXXXX")
+say "output in $OUT"
+LOGS=$OUT/logs
+JOB=$LOGS/smoke
+
+say "run 1/2: without the library, $NPROC rank(s), $STEPS steps"
+job "$OUT/base.json"
+env -u LD_PRELOAD -u CUDA_INJECTION64_PATH -u NVTX_INJECTION64_PATH "${JOB_CMD[@]}" >"$OUT/base.log" 2>&1 \
+    || fail "the job without the library failed; see $OUT/base.log"
+
+say "run 2/2: under LD_PRELOAD + CUDA_INJECTION64_PATH + NVTX_INJECTION64_PATH"
+job "$OUT/sf.json"
+SF_LOG_DIR=$LOGS SF_JOB_ID=smoke LD_PRELOAD=$LIB CUDA_INJECTION64_PATH=$LIB NVTX_INJECTION64_PATH=$LIB \
+    "${JOB_CMD[@]}" >"$OUT/sf.log" 2>&1 \
+    || fail "the job under the library failed (the same job passed without it); see $OUT/sf.log"
+
+"$SF" ls "$JOB" --json >"$OUT/ls.json" || fail "sf ls $JOB failed"
+"$SF" dump "$JOB/rank-00000.sflog" --json >"$OUT/dump0.jsonl" 2>/dev/null || fail "sf dump of rank 0 failed"
+"$SF" kernels "$JOB" --json >"$OUT/kernels.json" || [ $? = 4 ] || fail "sf kernels $JOB failed"
+"$SF" frontier "$JOB" --json >"$OUT/frontier.json" || fail "sf frontier $JOB failed: no stage vectors from NVTX?"
+
+"$PYTHON" - "$OUT" "$NPROC" <<'EOF'
+import json, sys
+out, nproc = sys.argv[1], int(sys.argv[2])
+def load(name):
+    with open(f"{out}/{name}") as f:
+        return json.load(f)
+failed = []
+def check(ok, what):
+    print(f"gpu_smoke: {'ok  ' if ok else 'FAIL'} {what}")
+    if not ok:
+        failed.append(what)
+
+ls = load("ls.json")
+check(len(ls["ranks"]) == nproc, f"sf ls: {len(ls['ranks'])} rank logs, want {nproc}")
+records = [json.loads(line) for line in open(f"{out}/dump0.jsonl")]
+kinds = {}
+for r in records:
+    kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+allreduces = sum(1 for r in records if r["kind"] == "nccl_call" and r.get("op") == "allreduce")
+check(allreduces > 0, f"sf dump rank 0: {allreduces} allreduce nccl_call records (DDP's gradient buckets)")
+kernel_kinds = {k: kinds.get(k, 0) for k in ("kernel_name", "kernel_cluster", "stream_busy", "stage_device")}
+check(kernel_kinds["kernel_name"] > 0 and kernel_kinds["kernel_cluster"] > 0,
+      f"sf dump rank 0: kernel records {kernel_kinds}")
+kernels = load("kernels.json")
+check(kernels.get("kernel_records", 0) > 0, f"sf kernels: {kernels.get('kernel_records', 0)} kernel records")
+nccl_kernels = sum(r["nccl"]["kernels"] for r in kernels.get("ranks", []))
+check(nccl_kernels > 0, f"sf kernels: {nccl_kernels} NCCL kernels seen on the GPU")
+frontier = load("frontier.json")
+stages = frontier.get("stages", [])
+want = ["data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall", "callbacks.cpu_wall"]
+check(all(s in stages for s in want), f"sf frontier: stages from NVTX ranges {stages}")
+steps = sum(w["steps"] for w in frontier.get("windows", []))
+check(steps > 0, f"sf frontier: {steps} steps of stage vectors")
+device = [w.get("forward_device") for w in frontier.get("windows", [])]
+check(any(d and d["samples"] > 0 for d in device), f"sf frontier: forward device time per window {device}")
+
+base, with_sf = load("base.json"), load("sf.json")
+a, b = base["samples_per_s"], with_sf["samples_per_s"]
+print(f"gpu_smoke: throughput without the library {a:.1f} samples/s, with it {b:.1f} samples/s, ratio {b / a:.4f}")
+if failed:
+    print(f"gpu_smoke: FAIL: {len(failed)} check(s) failed: " + "; ".join(failed), file=sys.stderr)
+    sys.exit(1)
+print("gpu_smoke: all checks passed")
+EOF

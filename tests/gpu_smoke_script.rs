@@ -1,0 +1,47 @@
+//! scripts/gpu_smoke.sh where there is no GPU: it parses, skips with a clear line and exit
+//! 0, and its dry run names the three doors; cuda/ddp_smoke.py parses. The real run needs
+//! a GPU node (README, "GPU smoke run").
+
+use std::path::Path;
+use std::process::Command;
+
+fn script() -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu_smoke.sh"));
+    cmd
+}
+
+#[test]
+fn the_script_parses_and_skips_without_a_gpu() {
+    let script_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu_smoke.sh");
+    assert!(Command::new("bash").arg("-n").arg(script_path).output().unwrap().status.success());
+    let out = script().env("SF_SMOKE_NO_GPU", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no GPU: skipped"), "{out:?}");
+    assert_eq!(script().arg("--bogus").output().unwrap().status.code(), Some(2));
+}
+
+#[test]
+fn the_dry_run_names_both_runs_and_all_three_doors() {
+    let out =
+        script().args(["--dry-run"]).env("SF_SMOKE_NO_GPU", "1").env("SF_SMOKE_LIB", "/x/libsf.so").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for door in ["LD_PRELOAD=/x/libsf.so", "CUDA_INJECTION64_PATH=/x/libsf.so", "NVTX_INJECTION64_PATH=/x/libsf.so"] {
+        assert!(text.contains(door), "{door} missing:\n{text}");
+    }
+    assert_eq!(text.matches("would run: ").count(), 2, "{text}");
+    assert!(text.contains("--nproc-per-node 1"), "at least one rank:\n{text}");
+}
+
+#[test]
+fn the_training_script_is_valid_python() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/ddp_smoke.py");
+    let check = "import ast, sys; ast.parse(open(sys.argv[1]).read())";
+    let out = Command::new("python3").args(["-c", check]).arg(&path).output().expect("python3 (scripts/install-deps)");
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    for stage in ["data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "range_push", "range_pop"] {
+        assert!(text.contains(stage), "{stage}");
+    }
+}
