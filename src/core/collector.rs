@@ -13,9 +13,9 @@ use super::log::format::{live, COMM_SLOTS};
 use super::log::records::{Drops, HangEvidence, RecordBody};
 use super::log::writer::LogWriter;
 use super::nccl_op::NcclOp;
-use super::qp_monitor::QpMonitor;
 use super::notice::say;
 use super::port_counters::PortSampler;
+use super::qp_monitor::QpMonitor;
 use super::runtime::Runtime;
 use super::step_assembly::StepAssembly;
 
@@ -151,8 +151,8 @@ impl Collector {
     pub fn finish(&mut self, rt: &Runtime, state: u64) {
         self.cupti.flush_at_exit();
         self.round(rt);
-        self.qps.sample(rt, &mut self.writer);
         self.kernels.finish(&mut self.writer);
+        self.qps.sample(rt, &mut self.writer);
         self.writer.set(live::WRITER_STATE, state);
     }
 }

@@ -31,12 +31,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "NCCL profiler plugin (.so path) the profiler door loads and forwards every call to",
     ),
     ("SF_PROFILER_KERNEL_CH", "0", "1 asks NCCL for ncclProfileKernelCh events through the profiler door"),
+    ("SF_KERNEL_WINDOW_MS", "1000", "length of a kernel-summary window in ms (200..4000), aligned to wall-clock time"),
     ("SF_NET_RAW", "0", "1 also records every RDMA work request (prof_net records); default: per-QP aggregates only"),
     ("SF_NET_SAMPLE_MS", "1000", "period of the per-QP qp_window samples, in ms (10..600000)"),
     ("SF_WR_WINDOW", "64", "completed work requests in the sliding bandwidth window (2..256)"),
     ("SF_WR_TIMEOUT_MS", "500", "a work request in flight longer than this is stuck (qp_stuck), in ms (1..3600000)"),
     ("SF_WR_DEGRADED", "0.2", "window bandwidth this fraction below the QP's baseline is degraded (0.01..0.99)"),
-    ("SF_KERNEL_WINDOW_MS", "1000", "length of a kernel-summary window in ms (200..4000), aligned to wall-clock time"),
     ("SF_VERBS", "0", "1 counts RDMA work requests through libibverbs (NCCL < 2.26, or programs using verbs)"),
     ("SF_IB_SYSFS_ROOT", "/sys/class/infiniband", "where the RDMA port-counter sampler finds devices"),
     ("SF_IB_SAMPLE_MS", "1000", "RDMA port-counter sampling period in ms (10..600000); 0 turns the sampler off"),
@@ -75,6 +75,8 @@ pub struct Config {
     pub chain_profiler: Option<PathBuf>,
     /// Whether the profiler door asks for kernel-channel events.
     pub profiler_kernel_ch: bool,
+    /// Length of a kernel-summary window (core::kernel_windows).
+    pub kernel_window_ms: u64,
     /// RDMA work requests (core::qp_monitor): raw per-WR records, sample period, window,
     /// stuck timeout, degradation fraction.
     pub net_raw: bool,
@@ -82,8 +84,6 @@ pub struct Config {
     pub wr_window: usize,
     pub wr_timeout_ms: u64,
     pub wr_degraded: f64,
-    /// Length of a kernel-summary window (core::kernel_windows).
-    pub kernel_window_ms: u64,
     /// The libibverbs fallback door (doors::verbs), and the sysfs port-counter sampler
     /// (core::port_counters): its root and period (0: off).
     pub verbs: bool,
@@ -128,12 +128,12 @@ impl Config {
             nvtx_stages: Vec::new(),
             chain_profiler: None,
             profiler_kernel_ch: false,
+            kernel_window_ms: 1000,
             net_raw: false,
             net_sample_ms: 1000,
             wr_window: 64,
             wr_timeout_ms: 500,
             wr_degraded: 0.2,
-            kernel_window_ms: 1000,
             verbs: false,
             ib_sysfs_root: PathBuf::from("/sys/class/infiniband"),
             ib_sample_ms: 1000,
@@ -230,7 +230,6 @@ impl Config {
         if let Some((name, v)) = setting("SF_PROFILER_KERNEL_CH") {
             cfg.profiler_kernel_ch = parse_bool(&name, &v, &mut warnings).unwrap_or(false);
         }
-        parse_net_keys(&mut cfg, &setting, &mut warnings);
         if let Some((name, v)) = setting("SF_KERNEL_WINDOW_MS") {
             match v.parse::<u64>() {
                 Ok(n) if (200..=4000).contains(&n) => cfg.kernel_window_ms = n,
@@ -238,6 +237,7 @@ impl Config {
                     .push(format!("{name}={v:?} is not a window from 200 to 4000 ms; using {}", cfg.kernel_window_ms)),
             }
         }
+        parse_net_keys(&mut cfg, &setting, &mut warnings);
         parse_rdma_keys(&mut cfg, &setting, &mut warnings);
         parse_cupti_keys(&mut cfg.cupti, &setting, &mut warnings);
         (cfg, warnings)
@@ -304,6 +304,7 @@ fn parse_rdma_keys(cfg: &mut Config, setting: &dyn Fn(&str) -> Option<(String, S
         }
     }
 }
+
 /// The RDMA work-request keys (README, RDMA work requests).
 fn parse_net_keys(cfg: &mut Config, setting: &dyn Fn(&str) -> Option<(String, String)>, warnings: &mut Vec<String>) {
     if let Some((name, v)) = setting("SF_NET_RAW") {
@@ -485,6 +486,17 @@ mod tests {
         assert_eq!(warnings.len(), 4, "{warnings:?}");
         assert!(warnings[1].starts_with("SF_WR_TIMEOUT_MS"), "{warnings:?}");
         assert_eq!(cfg, Config::defaults_for_uid(1000));
+    }
+
+    #[test]
+    fn rdma_keys() {
+        let (cfg, warnings) = parse(&[("SF_VERBS", "1"), ("SF_IB_SYSFS_ROOT", "/tmp/ib"), ("SF_IB_SAMPLE_MS", "0")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!((cfg.verbs, cfg.ib_sysfs_root.to_str(), cfg.ib_sample_ms), (true, Some("/tmp/ib"), 0));
+        let (cfg, warnings) = parse(&[("SF_VERBS", "sometimes"), ("SF_IB_SAMPLE_MS", "5")]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("SF_VERBS") && warnings[1].starts_with("SF_IB_SAMPLE_MS"), "{warnings:?}");
+        assert_eq!((cfg.verbs, cfg.ib_sample_ms), (false, 1000));
     }
 
     #[test]

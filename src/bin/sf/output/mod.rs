@@ -3,11 +3,12 @@
 mod human;
 mod human_frontier;
 mod human_kernels;
+mod human_ports;
 mod human_records;
 mod json;
 pub mod kernels;
-pub mod slow;
 pub mod net;
+pub mod slow;
 mod table;
 
 use std::io::{self, Write};
