@@ -141,8 +141,10 @@ pub struct ScanStats {
     pub last_seq: u64,
     /// Records older than the ring holds: overwritten by wraparound.
     pub lost_to_wrap: u64,
-    /// Sequence numbers within [first_seq, last_seq] with no whole record: a write torn by
-    /// a kill, or overwritten while this scan ran.
+    /// Sequence numbers the log had committed when this scan began, still within what the
+    /// ring holds, with no whole record: a write torn by a kill, or overwritten while this
+    /// scan ran. Records committed during the scan are read where the scan still finds
+    /// them, and never counted as missing: the scan passed their slots before they existed.
     pub missing: u64,
     /// Slots whose content failed the commit or CRC check.
     pub invalid_slots: u64,
@@ -291,6 +293,7 @@ impl RankLog {
     /// Every whole record still in the ring, oldest first, and what could not be read.
     pub fn records(&self) -> (Vec<Record>, ScanStats) {
         let slot_count = self.header.slot_count as usize;
+        let committed_at_start = self.live().committed;
         let mut stats = ScanStats::default();
         let mut records = Vec::with_capacity(slot_count.min(1 << 20));
         let mut unknown_seqs = Vec::new();
@@ -326,8 +329,12 @@ impl RankLog {
         stats.valid = records.len() as u64;
         stats.unknown_kind = unknown_seqs.len() as u64;
         stats.lost_to_wrap = oldest_held.saturating_sub(1);
-        let window = if stats.last_seq == 0 { 0 } else { stats.last_seq - oldest_held + 1 };
-        stats.missing = window - stats.valid - stats.unknown_kind;
+        // A dead writer may have committed a record without publishing the count: the
+        // count can trail what the scan saw, never lead it.
+        let window_end = committed_at_start.min(stats.last_seq);
+        let window = (window_end + 1).saturating_sub(oldest_held);
+        let held = records.iter().map(|r| r.seq).chain(unknown_seqs.iter().copied());
+        stats.missing = window - held.filter(|&seq| seq <= window_end).count() as u64;
         (records, stats)
     }
 }
