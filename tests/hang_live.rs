@@ -76,6 +76,7 @@ fn median_step_ns(log: &RankLog) -> u64 {
 
 #[test]
 fn the_culprit_of_an_injected_hang_is_named_within_two_steps_while_the_job_is_hung() {
+    let _serial = one_at_a_time();
     let root = log_root("hang-live");
     // #40 is an allreduce of step 7: a broadcast, then 4 allreduces and an allgather per step.
     let _job = start(&root, 8, "data=40,fwd=40,bwd=80,callbacks=5,optim=20", Some("hang:rank=3,op=allreduce,seq=40"));
@@ -135,6 +136,7 @@ fn the_culprit_of_an_injected_hang_is_named_within_two_steps_while_the_job_is_hu
 
 #[test]
 fn a_rank_killed_with_kill_9_is_reported_dead() {
+    let _serial = one_at_a_time();
     let root = log_root("hang-dead");
     let job = start(&root, 4, "data=5,fwd=5,bwd=10,callbacks=1,optim=2", None);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -165,6 +167,7 @@ fn a_rank_killed_with_kill_9_is_reported_dead() {
 
 #[test]
 fn a_healthy_job_sampled_again_and_again_is_never_hung() {
+    let _serial = one_at_a_time();
     let root = log_root("hang-healthy");
     let mut job = preloaded(&trainer_sim(), &root, "job")
         .args([
@@ -202,6 +205,7 @@ fn a_healthy_job_sampled_again_and_again_is_never_hung() {
 
 #[test]
 fn a_count_mismatch_on_one_rank_is_flagged() {
+    let _serial = one_at_a_time();
     let root = log_root("hang-mismatch");
     let out = preloaded(&trainer_sim(), &root, "job")
         .args(["--ranks", "4", "--steps", "6", "--stage-ms", "data=1,fwd=1,bwd=1,callbacks=0,optim=0"])

@@ -78,6 +78,7 @@ fn stall_posted_ns(out: &Output) -> u64 {
 
 #[test]
 fn default_records_are_per_qp_aggregates_matching_what_was_driven() {
+    let _serial = one_at_a_time();
     let root = log_root("net-default");
     run_ok(&mut job(&root, 6));
     let logs = rank_logs(&root, "job");
@@ -109,6 +110,7 @@ fn default_records_are_per_qp_aggregates_matching_what_was_driven() {
 
 #[test]
 fn a_stalled_qp_is_reported_stuck_within_twice_the_timeout() {
+    let _serial = one_at_a_time();
     const TIMEOUT_MS: u64 = 200;
     let root = log_root("net-stall");
     let out = run_ok(
@@ -155,6 +157,7 @@ fn a_stalled_qp_is_reported_stuck_within_twice_the_timeout() {
 
 #[test]
 fn a_slowed_qp_is_degraded_and_a_healthy_one_is_not() {
+    let _serial = one_at_a_time();
     let root = log_root("net-slow");
     let out = run_ok(
         job(&root, 40)
@@ -191,6 +194,7 @@ fn a_slowed_qp_is_degraded_and_a_healthy_one_is_not() {
 
 #[test]
 fn sf_net_explains_a_job_without_work_requests_and_a_missing_directory() {
+    let _serial = one_at_a_time();
     let root = log_root("net-none");
     // v2 has no network-plugin events: no work requests to count.
     run_ok(job(&root, 2).env("FAKENCCL_PROFILER_VERSION", "2"));

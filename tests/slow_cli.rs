@@ -42,6 +42,7 @@ fn l1_of(report: &Value, rank: u64) -> &Value {
 
 #[test]
 fn a_regression_from_step_20_names_the_rank_and_stage_by_three_detectors() {
+    let _serial = one_at_a_time();
     let dir = job("slow-regression", "delay:rank=3,stage=data.next_wait,ms=80,step=20-39");
     let (code, report) = slow_json(&dir);
     assert_eq!(code, Some(4), "{report}");
@@ -72,6 +73,7 @@ fn a_regression_from_step_20_names_the_rank_and_stage_by_three_detectors() {
 
 #[test]
 fn a_three_step_spike_is_jitter_with_its_width_on_the_right_rank_and_stage() {
+    let _serial = one_at_a_time();
     let dir = job("slow-jitter", "delay:rank=2,stage=model.fwd_loss_cpu_wall,ms=250,step=15-17");
     let (code, report) = slow_json(&dir);
     assert_eq!(code, Some(4), "{report}");
@@ -97,6 +99,7 @@ fn a_three_step_spike_is_jitter_with_its_width_on_the_right_rank_and_stage() {
 
 #[test]
 fn a_healthy_run_reports_nothing_and_exits_0() {
+    let _serial = one_at_a_time();
     let dir = job("slow-healthy", "");
     let (code, report) = slow_json(&dir);
     assert_eq!(code, Some(0), "{report}");
@@ -113,6 +116,7 @@ fn a_healthy_run_reports_nothing_and_exits_0() {
 
 #[test]
 fn no_logs_or_no_step_vectors_is_one_error_line_and_exit_1() {
+    let _serial = one_at_a_time();
     let empty = TempDir::new("slow-empty");
     let out = sf_slow(&empty.0, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -132,6 +136,7 @@ fn no_logs_or_no_step_vectors_is_one_error_line_and_exit_1() {
 
 #[test]
 fn help_teaches_the_detectors_and_the_exit_status() {
+    let _serial = one_at_a_time();
     let out = Command::new(artifact("sf")).args(["slow", "--help"]).output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);

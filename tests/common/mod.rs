@@ -167,3 +167,10 @@ pub fn dead_pid() -> u32 {
     child.wait().expect("wait for true");
     pid
 }
+
+/// Held by every test of a binary whose tests assert on wall-clock latency, so siblings in
+/// the same binary do not compete for the machine's cores while one of them measures.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
