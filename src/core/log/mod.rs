@@ -8,6 +8,7 @@ pub mod records_cupti;
 pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;
+pub mod records_profiler;
 pub mod writer;
 
 #[cfg(test)]

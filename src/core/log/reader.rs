@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::format::{self, bytes, comm, header, live, WriterState};
-use super::records::RecordBody;
+use super::records::{hex_u64, RecordBody};
 use crate::core::clock::{ticks_to_mono_ns, ClockSource};
 use crate::core::nccl_op::NcclOp;
 
@@ -100,7 +100,7 @@ pub struct LiveState {
 /// A communicator's live state from the log's table.
 #[derive(Clone, Debug, Serialize)]
 pub struct CommLive {
-    #[serde(serialize_with = "hex")]
+    #[serde(serialize_with = "hex_u64")]
     pub comm_id: u64,
     pub rank: i32,
     pub nranks: i32,
@@ -117,10 +117,6 @@ pub struct InFlight {
     pub op: Option<NcclOp>,
     /// `CLOCK_MONOTONIC` of the writer's host when the call entered.
     pub since_mono_ns: u64,
-}
-
-fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("{v:#018x}"))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

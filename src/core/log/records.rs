@@ -17,6 +17,8 @@ use super::records_net as net;
 pub use super::records_net::{QpDegraded, QpStuck, QpWindow};
 use super::records_ports as ports;
 pub use super::records_ports::{CounterState, CounterValue, PortCounterName, PortCounters, Text, VerbsDevice};
+use super::records_profiler as profiler;
+pub use super::records_profiler::{ProfNet, ProfOp, ProfProxy};
 
 /// Kind codes stored in each slot. Append, never renumber.
 pub mod kind {
@@ -62,7 +64,8 @@ pub mod kind {
 /// Stages one `step_vector` record carries; a step with more continues in further parts.
 pub const STAGES_PER_PART: usize = 6;
 
-fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+/// JSON form of ids and hashes: `0x` and 16 hex digits, so they never lose precision.
+pub(super) fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#018x}"))
 }
 
@@ -234,92 +237,6 @@ pub struct SideValue {
 
 impl Eq for SideValue {}
 
-/// A collective (`p2p` false) or point-to-point task, from the profiler plugin's
-/// `ncclProfileColl` / `ncclProfileP2p` events. `t_stop_ns` is NCCL's stopEvent, which
-/// means the task was *enqueued* (handed to the GPU stream), not that it completed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ProfOp {
-    pub t_start_ns: u64,
-    pub t_stop_ns: u64,
-    /// NCCL's own communicator hash (`commHash` / `commId`), not the job-wide `comm_id`.
-    #[serde(serialize_with = "hex_u64")]
-    pub comm_hash: u64,
-    /// NCCL's per-communicator `seqNumber` (from 0) for collectives; for point-to-point
-    /// tasks (which have none) the door's own per-communicator ordinal, from 0.
-    pub seq: u64,
-    pub count: u64,
-    pub rank: i32,
-    /// Root of a collective, peer of a point-to-point task.
-    pub peer: i32,
-    /// `ncclFunc_t` numbering (`profiler::func_name`); 255 when unknown.
-    pub func: u8,
-    /// `ncclDataType_t`; -1 when unknown.
-    pub dtype: i8,
-    /// NCCL algorithm index (Tree 0, Ring 1, CollNetDirect 2, CollNetChain 3, NVLS 4,
-    /// NVLSTree 5, PAT 6); 255 when unknown or not applicable.
-    pub algo: u8,
-    /// NCCL protocol index (LL 0, LL128 1, Simple 2); 255 when unknown.
-    pub proto: u8,
-    pub n_channels: u8,
-    pub n_warps: u8,
-    /// The `ncclProfiler_vN` version NCCL used.
-    pub abi: u8,
-    pub p2p: bool,
-}
-
-/// A proxy operation, proxy step or kernel channel, with the states NCCL reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ProfProxy {
-    pub t_start_ns: u64,
-    pub t_stop_ns: u64,
-    #[serde(serialize_with = "hex_u64")]
-    pub comm_hash: u64,
-    /// `seq` of the collective or point-to-point task this belongs to; u64::MAX unknown.
-    pub seq: u64,
-    /// Last `transSize` NCCL reported with a state.
-    pub trans_size: u64,
-    /// When the first three state transitions happened (0: fewer transitions).
-    pub t_states_ns: [u64; 3],
-    /// Bit `s` set: state `s` (`ncclProfilerEventState_t` value) was reported.
-    pub states: u32,
-    pub transitions: u16,
-    /// `ProfProxy::OP`, `STEP` or `KERNEL_CH`.
-    pub unit: u8,
-    pub channel: u8,
-    pub is_send: bool,
-    pub peer: i32,
-    pub n_steps: i32,
-    pub chunk_size: i32,
-    /// The step number of a proxy step; -1 for a proxy operation.
-    pub step_no: i32,
-}
-
-impl ProfProxy {
-    pub const OP: u8 = 0;
-    pub const STEP: u8 = 1;
-    pub const KERNEL_CH: u8 = 2;
-}
-
-/// A network-plugin event; `qp` when its payload was an IB QP work request (net type
-/// IB, version 1) and the QP fields are filled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ProfNet {
-    pub t_start_ns: u64,
-    pub t_stop_ns: u64,
-    #[serde(serialize_with = "hex_u64")]
-    pub comm_hash: u64,
-    pub seq: u64,
-    #[serde(serialize_with = "hex_u64")]
-    pub plugin_id: u64,
-    pub wr_id: u64,
-    pub length: u64,
-    pub device: i32,
-    pub qp_num: i32,
-    pub opcode: i32,
-    pub updates: u16,
-    pub qp: bool,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RecordBody {
@@ -393,21 +310,9 @@ impl RecordBody {
             }
             // Assembled by the collector, already in nanoseconds.
             RecordBody::StepVector(_) | RecordBody::SideValue(_) => {}
-            RecordBody::ProfOp(p) => {
-                p.t_start_ns = cal.to_mono_ns(p.t_start_ns);
-                p.t_stop_ns = cal.to_mono_ns(p.t_stop_ns);
-            }
-            RecordBody::ProfProxy(p) => {
-                p.t_start_ns = cal.to_mono_ns(p.t_start_ns);
-                p.t_stop_ns = cal.to_mono_ns(p.t_stop_ns);
-                for t in p.t_states_ns.iter_mut().filter(|t| **t != 0) {
-                    *t = cal.to_mono_ns(*t);
-                }
-            }
-            RecordBody::ProfNet(n) => {
-                n.t_start_ns = cal.to_mono_ns(n.t_start_ns);
-                n.t_stop_ns = cal.to_mono_ns(n.t_stop_ns);
-            }
+            RecordBody::ProfOp(p) => p.ticks_to_nanoseconds(cal),
+            RecordBody::ProfProxy(p) => p.ticks_to_nanoseconds(cal),
+            RecordBody::ProfNet(n) => n.ticks_to_nanoseconds(cal),
             // Made by the collector from GPU activity, already in nanoseconds.
             RecordBody::KernelName(_)
             | RecordBody::KernelCluster(_)
@@ -486,42 +391,9 @@ impl RecordBody {
                 w.u16(v.name_id);
                 w.u64(v.value.to_bits());
             }
-            RecordBody::ProfOp(p) => {
-                for v in [p.t_start_ns, p.t_stop_ns, p.comm_hash, p.seq, p.count] {
-                    w.u64(v);
-                }
-                w.i32(p.rank);
-                w.i32(p.peer);
-                for b in [p.func, p.dtype as u8, p.algo, p.proto, p.n_channels, p.n_warps, p.abi, p.p2p as u8] {
-                    w.u8(b);
-                }
-            }
-            RecordBody::ProfProxy(p) => {
-                for v in [p.t_start_ns, p.t_stop_ns, p.comm_hash, p.seq, p.trans_size] {
-                    w.u64(v);
-                }
-                for v in p.t_states_ns {
-                    w.u64(v);
-                }
-                w.u32(p.states);
-                w.u16(p.transitions);
-                for b in [p.unit, p.channel, p.is_send as u8] {
-                    w.u8(b);
-                }
-                for v in [p.peer, p.n_steps, p.chunk_size, p.step_no] {
-                    w.i32(v);
-                }
-            }
-            RecordBody::ProfNet(n) => {
-                for v in [n.t_start_ns, n.t_stop_ns, n.comm_hash, n.seq, n.plugin_id, n.wr_id, n.length] {
-                    w.u64(v);
-                }
-                for v in [n.device, n.qp_num, n.opcode] {
-                    w.i32(v);
-                }
-                w.u16(n.updates);
-                w.u8(n.qp as u8);
-            }
+            RecordBody::ProfOp(p) => profiler::encode_prof_op(p, &mut w),
+            RecordBody::ProfProxy(p) => profiler::encode_prof_proxy(p, &mut w),
+            RecordBody::ProfNet(n) => profiler::encode_prof_net(n, &mut w),
             RecordBody::KernelName(n) => kernels::encode_kernel_name(n, &mut w),
             RecordBody::KernelCluster(c) => kernels::encode_kernel_cluster(c, &mut w),
             RecordBody::NcclKernels(n) => kernels::encode_nccl_kernels(n, &mut w),
@@ -628,63 +500,9 @@ impl RecordBody {
             kind::SIDE_VALUE => {
                 RecordBody::SideValue(SideValue { step: r.u64()?, name_id: r.u16()?, value: f64::from_bits(r.u64()?) })
             }
-            kind::PROF_OP => {
-                let (t_start_ns, t_stop_ns, comm_hash, seq, count) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let (rank, peer) = (r.i32()?, r.i32()?);
-                RecordBody::ProfOp(ProfOp {
-                    t_start_ns,
-                    t_stop_ns,
-                    comm_hash,
-                    seq,
-                    count,
-                    rank,
-                    peer,
-                    func: r.u8()?,
-                    dtype: r.u8()? as i8,
-                    algo: r.u8()?,
-                    proto: r.u8()?,
-                    n_channels: r.u8()?,
-                    n_warps: r.u8()?,
-                    abi: r.u8()?,
-                    p2p: r.u8()? != 0,
-                })
-            }
-            kind::PROF_PROXY => {
-                let (t_start_ns, t_stop_ns, comm_hash, seq, trans_size) =
-                    (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let t_states_ns = [r.u64()?, r.u64()?, r.u64()?];
-                RecordBody::ProfProxy(ProfProxy {
-                    t_start_ns,
-                    t_stop_ns,
-                    comm_hash,
-                    seq,
-                    trans_size,
-                    t_states_ns,
-                    states: r.u32()?,
-                    transitions: r.u16()?,
-                    unit: r.u8()?,
-                    channel: r.u8()?,
-                    is_send: r.u8()? != 0,
-                    peer: r.i32()?,
-                    n_steps: r.i32()?,
-                    chunk_size: r.i32()?,
-                    step_no: r.i32()?,
-                })
-            }
-            kind::PROF_NET => RecordBody::ProfNet(ProfNet {
-                t_start_ns: r.u64()?,
-                t_stop_ns: r.u64()?,
-                comm_hash: r.u64()?,
-                seq: r.u64()?,
-                plugin_id: r.u64()?,
-                wr_id: r.u64()?,
-                length: r.u64()?,
-                device: r.i32()?,
-                qp_num: r.i32()?,
-                opcode: r.i32()?,
-                updates: r.u16()?,
-                qp: r.u8()? != 0,
-            }),
+            kind::PROF_OP => RecordBody::ProfOp(profiler::decode_prof_op(&mut r)?),
+            kind::PROF_PROXY => RecordBody::ProfProxy(profiler::decode_prof_proxy(&mut r)?),
+            kind::PROF_NET => RecordBody::ProfNet(profiler::decode_prof_net(&mut r)?),
             kind::KERNEL_NAME => RecordBody::KernelName(kernels::decode_kernel_name(&mut r)?),
             kind::KERNEL_CLUSTER => RecordBody::KernelCluster(kernels::decode_kernel_cluster(&mut r)?),
             kind::NCCL_KERNELS => RecordBody::NcclKernels(kernels::decode_nccl_kernels(&mut r)?),
