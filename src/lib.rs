@@ -34,6 +34,9 @@ pub use doors::profiler::{
     ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
     ncclProfiler_v7,
 };
-/// glibc's `dlvsym`, through which the libibverbs fallback door (SF_VERBS=1) counts verbs.
+/// glibc's `dlvsym`, through which the libibverbs fallback door (SF_VERBS=1) counts verbs,
 #[cfg(target_arch = "x86_64")]
 pub use doors::verbs::dlvsym;
+/// and the verbs it counts for programs linked against libibverbs (forwarders when off).
+#[cfg(target_arch = "x86_64")]
+pub use doors::verbs::{ibv_close_device, ibv_create_qp, ibv_open_device};

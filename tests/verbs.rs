@@ -1,8 +1,10 @@
 //! The libibverbs fallback door (SF_VERBS=1) on a real process: tests/c/verbs_app.c uses
 //! fakeverbs (a libibverbs.so.1 with rdma-core's header layout) as NCCL uses libibverbs —
-//! private dlopen, dlvsym, the header's inline post/poll — under the library. Its output
-//! (every return code, per-QP tallies) must be the same with and without the library, and
-//! the library's per-QP counters must be the program's own.
+//! private dlopen, dlvsym, the header's inline post/poll — under the library; built with
+//! -DLINKED and linked against fakeverbs, as a program linked against rdma-core does
+//! (versioned references through the PLT). Its output (every return code, per-QP tallies)
+//! must be the same with and without the library, and the library's per-QP counters must
+//! be the program's own.
 
 mod common;
 
@@ -46,9 +48,24 @@ fn compile(source: &Path, exe: &Path, extra: &[&str]) {
     assert!(status.success(), "compiling {}", source.display());
 }
 
+fn c_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(name)
+}
+
+/// verbs_app as NCCL uses libibverbs: dlopen and dlvsym.
 fn verbs_app(dir: &TempDir) -> PathBuf {
     let exe = dir.join("verbs_app");
-    compile(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_app.c"), &exe, &["-ldl"]);
+    compile(&c_source("verbs_app.c"), &exe, &["-ldl"]);
+    exe
+}
+
+/// verbs_app linked against fakeverbs by its SONAME (a DT_NEEDED on libibverbs.so.1 and
+/// references to `ibv_*@IBVERBS_1.1`, as against rdma-core), found through its rpath.
+fn verbs_linked(dir: &TempDir) -> PathBuf {
+    let exe = dir.join("verbs_linked");
+    let fake_dir = fakeverbs().parent().unwrap().to_path_buf();
+    let (search, rpath) = (format!("-L{}", fake_dir.display()), format!("-Wl,-rpath,{}", fake_dir.display()));
+    compile(&c_source("verbs_app.c"), &exe, &["-DLINKED", &search, "-l:libibverbs.so.1", &rpath, "-ldl"]);
     exe
 }
 
@@ -103,10 +120,22 @@ fn run_app(app: &Path, root: &Path, verbs: Option<&str>) -> (Output, Vec<RecordB
 #[test]
 fn per_qp_counters_are_what_the_program_did() {
     let dir = TempDir::new("verbs-count");
-    let app = verbs_app(&dir);
-    let plain = run_ok(Command::new(&app).arg(fakeverbs()).arg("700"));
-    let root = log_root("verbs-count");
-    let (traced, bodies) = run_app(&app, &root, Some("1"));
+    assert_counted_per_qp(&verbs_app(&dir), "verbs-count");
+}
+
+#[test]
+fn linked_program_is_counted_per_qp() {
+    let dir = TempDir::new("verbs-linked-count");
+    assert_counted_per_qp(&verbs_linked(&dir), "verbs-linked-count");
+}
+
+/// Under SF_VERBS=1 the program's output and codes are what they are without the library,
+/// each device is recorded, each QP's last qp_window holds the program's own tallies, and
+/// the QP left with WRs in flight is reported stuck (the other is not).
+fn assert_counted_per_qp(app: &Path, test: &str) {
+    let plain = run_ok(Command::new(app).arg(fakeverbs()).arg("700"));
+    let root = log_root(test);
+    let (traced, bodies) = run_app(app, &root, Some("1"));
     assert_eq!(
         String::from_utf8_lossy(&traced.stdout),
         String::from_utf8_lossy(&plain.stdout),
@@ -170,15 +199,24 @@ fn per_qp_counters_are_what_the_program_did() {
 #[test]
 fn without_sf_verbs_nothing_is_wrapped() {
     let dir = TempDir::new("verbs-off");
-    let app = verbs_app(&dir);
-    let plain = run_ok(Command::new(&app).arg(fakeverbs()));
+    assert_only_forwarded(&verbs_app(&dir), "verbs-off");
+}
+
+#[test]
+fn linked_program_without_sf_verbs_is_only_forwarded() {
+    let dir = TempDir::new("verbs-linked-off");
+    assert_only_forwarded(&verbs_linked(&dir), "verbs-linked-off");
+}
+
+/// With SF_VERBS unset or 0: the same output and exit status as without the library, no
+/// verbs record, nothing on stderr.
+fn assert_only_forwarded(app: &Path, test: &str) {
+    let plain = run_ok(Command::new(app).arg(fakeverbs()).arg("700"));
     for setting in [None, Some("0")] {
-        let root = log_root("verbs-off");
-        let (traced, bodies) = run_app(&app, &root, setting);
-        assert_eq!(
-            String::from_utf8_lossy(&traced.stdout).lines().count(),
-            String::from_utf8_lossy(&plain.stdout).lines().count()
-        );
+        let root = log_root(test);
+        let (traced, bodies) = run_app(app, &root, setting);
+        assert_eq!(String::from_utf8_lossy(&traced.stdout), String::from_utf8_lossy(&plain.stdout));
+        assert_eq!(traced.status.code(), plain.status.code());
         assert_eq!(tallies(&traced), tallies(&plain));
         let verbs_records = bodies.iter().filter(|b| match b {
             RecordBody::QpWindow(w) => w.source == WrSource::Verbs,
@@ -187,5 +225,104 @@ fn without_sf_verbs_nothing_is_wrapped() {
         });
         assert_eq!(verbs_records.count(), 0, "SF_VERBS={setting:?}");
         assert!(traced.stderr.is_empty(), "{}", String::from_utf8_lossy(&traced.stderr));
+    }
+}
+
+/// The app's undefined dynamic symbols named `ibv_*` (readelf's `name@VERSION` form), and
+/// the library's defined ones (unversioned: no `@`).
+fn dynamic_verbs(file: &Path, defined: bool) -> Vec<String> {
+    let out = run_ok(Command::new("readelf").args(["-W", "--dyn-syms"]).arg(file));
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" FUNC ") && l.contains(" GLOBAL ") && l.contains(" UND ") != defined)
+        .filter_map(|l| l.split_whitespace().nth(7).map(str::to_string))
+        .filter(|n| ["ibv_open_device", "ibv_close_device", "ibv_create_qp"].contains(&n.split('@').next().unwrap()))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn versioned_references_bind_to_the_library_exports() {
+    let dir = TempDir::new("verbs-bind");
+    let app = verbs_linked(&dir);
+    assert_eq!(
+        dynamic_verbs(&app, false),
+        ["ibv_close_device@IBVERBS_1.1", "ibv_create_qp@IBVERBS_1.1", "ibv_open_device@IBVERBS_1.1"],
+        "the app references rdma-core's version node"
+    );
+    assert_eq!(
+        dynamic_verbs(&library(), true),
+        ["ibv_close_device", "ibv_create_qp", "ibv_open_device"],
+        "the library defines them unversioned"
+    );
+    // The dynamic linker's own account of each binding (LD_DEBUG=bindings, on stderr).
+    let root = log_root("verbs-bind");
+    let mut cmd = preloaded(&app, &root, "verbs");
+    cmd.arg("-").env("LD_DEBUG", "bindings").env("RANK", "0").env("WORLD_SIZE", "1");
+    let out = run_ok(&mut cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let app_name = app.to_string_lossy();
+    for verb in ["ibv_open_device", "ibv_close_device", "ibv_create_qp"] {
+        let binding = stderr
+            .lines()
+            .find(|l| {
+                l.contains(&format!("binding file {app_name} ")) && l.contains(&format!("`{verb}' [IBVERBS_1.1]"))
+            })
+            .unwrap_or_else(|| panic!("no binding of {verb} in:\n{stderr}"));
+        assert!(binding.contains("libstagefrontier.so [0]: normal symbol"), "{binding}");
+        let onward = stderr.lines().find(|l| {
+            l.contains("binding file ")
+                && l.contains("libstagefrontier.so [0] to ")
+                && l.contains(&format!("`{verb}' [IBVERBS_1.1]"))
+        });
+        assert!(
+            onward.is_some_and(|l| l.contains("fakeverbs/libibverbs.so.1")),
+            "the export forwards to fakeverbs: {onward:?}"
+        );
+    }
+}
+
+#[test]
+fn exports_fail_like_missing_verbs_until_libibverbs_is_loaded() {
+    let dir = TempDir::new("verbs-missing");
+    let exe = dir.join("verbs_missing");
+    compile(&c_source("verbs_missing.c"), &exe, &["-ldl"]);
+    let plain = run_ok(Command::new(&exe).arg(fakeverbs()));
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "not exported\n",
+        "nothing defines the verbs without the library"
+    );
+    for setting in [None, Some("1")] {
+        let root = log_root("verbs-missing");
+        let mut cmd = preloaded(&exe, &root, "verbs");
+        cmd.arg(fakeverbs()).env("RANK", "0").env("WORLD_SIZE", "1");
+        if let Some(v) = setting {
+            cmd.env("SF_VERBS", v);
+        }
+        let out = run_ok(&mut cmd);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "missing open -> NULL errno Function not implemented\n\
+             missing close -> -1 errno Function not implemented\n\
+             missing create_qp -> NULL errno Function not implemented\n\
+             loaded open -> fake_0\n\
+             loaded create_qp -> qp\n\
+             loaded close -> 0\n",
+            "SF_VERBS={setting:?}"
+        );
+        // With the door on, the privately loaded library's device was counted and closed.
+        let states: Vec<DeviceState> = rank_logs(&root, "verbs")
+            .iter()
+            .flat_map(|log| bodies(log))
+            .filter_map(|b| match b {
+                RecordBody::VerbsDevice(d) => Some(d.state),
+                _ => None,
+            })
+            .collect();
+        let expected: &[DeviceState] =
+            if setting.is_some() { &[DeviceState::Counting, DeviceState::Closed] } else { &[] };
+        assert_eq!(states, expected, "SF_VERBS={setting:?}");
     }
 }

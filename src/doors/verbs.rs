@@ -2,7 +2,9 @@
 //! (no profiler network events) and of other programs that look verbs up with `dlvsym`.
 //!
 //! `dlvsym` (dlvsym.rs) hands out wrappers of `ibv_open_device`, `ibv_close_device` and
-//! `ibv_create_qp`. Once the real `ibv_open_device` returns a context, the door replaces
+//! `ibv_create_qp`, and the library exports those three verbs for programs linked against
+//! libibverbs (linked.rs); both run the same `*_through` functions below. Once the real
+//! `ibv_open_device` returns a context, the door replaces
 //! the three entries of its ops table that the header's inline `ibv_post_send`,
 //! `ibv_post_recv` and `ibv_poll_cq` call (`qp->context->ops.post_send`, ...,
 //! `cq->context->ops.poll_cq`) with counting wrappers that call the provider's originals,
@@ -14,8 +16,10 @@
 
 pub mod abi;
 mod dlvsym;
+mod linked;
 
 pub use dlvsym::dlvsym;
+pub use linked::{ibv_close_device, ibv_create_qp, ibv_open_device};
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -40,7 +44,8 @@ const MAX_WRS: usize = 1 << 16;
 const MAX_SGES: usize = 1 << 10;
 
 /// The wrapper to hand out for the verb `name` whose real address is `found`; None leaves
-/// the lookup's answer as it is (another verb, or a second libibverbs in the process).
+/// the lookup's answer as it is (another verb, a second libibverbs in the process, or
+/// the library's own export, found through a handle whose scope holds this library).
 fn wrapper_for(name: &[u8], found: *mut c_void) -> Option<*mut c_void> {
     let (real, wrapper) = match name {
         b"ibv_open_device" => (&REAL_OPEN_DEVICE, open_device as *mut c_void),
@@ -48,7 +53,7 @@ fn wrapper_for(name: &[u8], found: *mut c_void) -> Option<*mut c_void> {
         b"ibv_create_qp" => (&REAL_CREATE_QP, create_qp as *mut c_void),
         _ => return None,
     };
-    if found == wrapper {
+    if found == wrapper || linked::is_export(found) {
         return None;
     }
     match real.compare_exchange(0, found as usize, Ordering::AcqRel, Ordering::Acquire) {
@@ -61,6 +66,29 @@ fn wrapper_for(name: &[u8], found: *mut c_void) -> Option<*mut c_void> {
 unsafe extern "C" fn open_device(device: *mut IbvDevice) -> *mut IbvContext {
     // SAFETY: `wrapper_for` stored the real ibv_open_device before handing this out.
     let real = unsafe { std::mem::transmute::<usize, OpenDeviceFn>(REAL_OPEN_DEVICE.load(Ordering::Acquire)) };
+    // SAFETY: the real verb and the caller's argument.
+    unsafe { open_device_through(real, device) }
+}
+
+unsafe extern "C" fn close_device(context: *mut IbvContext) -> c_int {
+    // SAFETY: as in `open_device`.
+    let real = unsafe { std::mem::transmute::<usize, CloseDeviceFn>(REAL_CLOSE_DEVICE.load(Ordering::Acquire)) };
+    // SAFETY: the real verb and the caller's argument.
+    unsafe { close_device_through(real, context) }
+}
+
+unsafe extern "C" fn create_qp(pd: *mut c_void, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
+    // SAFETY: as in `open_device`.
+    let real = unsafe { std::mem::transmute::<usize, CreateQpFn>(REAL_CREATE_QP.load(Ordering::Acquire)) };
+    // SAFETY: the real verb and the caller's arguments.
+    unsafe { create_qp_through(real, pd, attr) }
+}
+
+/// `ibv_open_device` with SF_VERBS=1: the real call, then the context is adopted.
+///
+/// # Safety
+/// `real` is libibverbs' `ibv_open_device`; `device` is the caller's argument.
+unsafe fn open_device_through(real: OpenDeviceFn, device: *mut IbvDevice) -> *mut IbvContext {
     // SAFETY: forwarding the caller's argument unchanged.
     let context = unsafe { real(device) };
     if !context.is_null() {
@@ -70,18 +98,22 @@ unsafe extern "C" fn open_device(device: *mut IbvDevice) -> *mut IbvContext {
     context
 }
 
-unsafe extern "C" fn close_device(context: *mut IbvContext) -> c_int {
-    // SAFETY: as in `open_device`.
-    let real = unsafe { std::mem::transmute::<usize, CloseDeviceFn>(REAL_CLOSE_DEVICE.load(Ordering::Acquire)) };
+/// `ibv_close_device` with SF_VERBS=1: the context's slot is released, then the real call.
+///
+/// # Safety
+/// `real` is libibverbs' `ibv_close_device`; `context` is the caller's argument.
+unsafe fn close_device_through(real: CloseDeviceFn, context: *mut IbvContext) -> c_int {
     // Released first: once the real call frees it, a new context may get the same address.
     shielded(|| verbs::release_context(context as usize));
     // SAFETY: forwarding the caller's argument unchanged.
     unsafe { real(context) }
 }
 
-unsafe extern "C" fn create_qp(pd: *mut c_void, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
-    // SAFETY: as in `open_device`.
-    let real = unsafe { std::mem::transmute::<usize, CreateQpFn>(REAL_CREATE_QP.load(Ordering::Acquire)) };
+/// `ibv_create_qp` with SF_VERBS=1: the real call, then the QP's `sq_sig_all` is noted.
+///
+/// # Safety
+/// `real` is libibverbs' `ibv_create_qp`; `pd` and `attr` are the caller's arguments.
+unsafe fn create_qp_through(real: CreateQpFn, pd: *mut c_void, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
     // SAFETY: forwarding the caller's arguments unchanged.
     let qp = unsafe { real(pd, attr) };
     if !qp.is_null() {
@@ -365,6 +397,7 @@ mod tests {
         assert_eq!(wrapper_for(b"ibv_create_qp", fake), Some(create_qp as *mut c_void), "same library again");
         assert_eq!(wrapper_for(b"ibv_create_qp", 0x5678 as *mut c_void), None, "a second libibverbs is left alone");
         assert_eq!(wrapper_for(b"ibv_create_qp", create_qp as *mut c_void), None, "never wraps itself");
+        assert_eq!(wrapper_for(b"ibv_create_qp", ibv_create_qp as *mut c_void), None, "nor the library's export");
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! of the caller. The export is therefore a naked trampoline: with SF_VERBS off, or for
 //! those two pseudo-handles, it jumps to the real `dlvsym` with the caller's return address
 //! untouched; only lookups through an explicit handle, where glibc ignores the caller,
-//! reach Rust. `dlopen` and `dlsym` are not interposed at all (dlopen's search path
-//! depends on the caller's RUNPATH the same way, and NCCL never uses dlsym for verbs).
+//! reach Rust. `dlopen` and `dlsym` are not interposed at all (see the door's README
+//! section: nothing needs to know when libibverbs is loaded, and NCCL never uses dlsym for
+//! verbs).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -87,6 +88,22 @@ unsafe extern "C" fn through_handle(
     // SAFETY: dlvsym found `symbol`, so it is a NUL-terminated string.
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     super::wrapper_for(name, found).unwrap_or(found)
+}
+
+/// glibc's own `dlvsym`, for the door's lookups (a call of `libc::dlvsym` would bind to the
+/// export above and get the door's wrappers back). Glibc resolves `RTLD_NEXT` relative to
+/// this library, the caller. None when glibc's could not be found.
+///
+/// # Safety
+/// As glibc's `dlvsym`: `symbol` and `version` are NUL-terminated strings.
+pub(super) unsafe fn real_dlvsym(handle: *mut c_void, symbol: &CStr, version: &CStr) -> Option<*mut c_void> {
+    let real = match resolve() {
+        0 => return None,
+        real => real,
+    };
+    // SAFETY: `real` is glibc's dlvsym; the caller's contract covers the arguments.
+    let found = unsafe { std::mem::transmute::<usize, DlvsymFn>(real)(handle, symbol.as_ptr(), version.as_ptr()) };
+    (!found.is_null()).then_some(found)
 }
 
 /// Finds glibc's `dlvsym` (the next definition after this library: this library does not
