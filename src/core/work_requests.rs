@@ -248,13 +248,21 @@ impl QpEntry {
             let bytes = self.done_bytes[i].load(Ordering::Acquire);
             let busy = self.done_busy[i].load(Ordering::Acquire);
             if before == ordinal + 1 && self.done_tag[i].load(Ordering::Acquire) == before {
+                // Byte counts come from the doors' callers; a sum past u64 saturates
+                // instead of panicking in the collector.
                 sum.n += 1;
-                sum.bytes += bytes;
-                sum.busy_ticks += busy;
+                sum.bytes = sum.bytes.saturating_add(bytes);
+                sum.busy_ticks = sum.busy_ticks.saturating_add(busy);
             }
         }
         sum
     }
+}
+
+/// The `k`-th slot a key whose hash is `hash` probes in a table of `n` slots. Reduced
+/// before adding, so no hash (the whole u64 range) can overflow the sum.
+fn probe_slot(hash: u64, k: usize, n: usize) -> usize {
+    ((hash % n as u64) as usize + k) % n
 }
 
 /// A fixed-capacity open-addressing table of QPs.
@@ -270,9 +278,9 @@ impl<const N: usize> WrTable<N> {
 
     fn entry(&self, qp: QpKey) -> Option<&QpEntry> {
         let key = qp.pack();
-        let start = crate::core::fnv::fnv1a(&key.to_le_bytes()) as usize;
+        let start = crate::core::fnv::fnv1a(&key.to_le_bytes());
         for k in 0..PROBE.min(N) {
-            let e = &self.entries[(start + k) % N];
+            let e = &self.entries[probe_slot(start, k, N)];
             match e.key.load(Ordering::Acquire) {
                 k if k == key => return Some(e),
                 0 => match e.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {

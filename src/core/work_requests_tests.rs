@@ -127,3 +127,26 @@ fn concurrent_posters_and_completers_lose_nothing() {
     assert_eq!(t.qps().map(|(_, _, e)| e.counters().latency_max).max(), Some(3));
     assert_eq!(t.dropped(), 0);
 }
+
+#[test]
+fn probing_never_overflows_whatever_the_hash() {
+    // A hash near u64::MAX plus the probe step used to overflow (a panic in debug builds,
+    // inside a door's callback).
+    for hash in [u64::MAX, u64::MAX - 1, 0] {
+        for k in 0..PROBE {
+            assert!(probe_slot(hash, k, QP_CAPACITY) < QP_CAPACITY);
+        }
+    }
+    assert_eq!(probe_slot(u64::MAX, 1, 8), 0, "u64::MAX is slot 7 of 8; the next probe wraps to 0");
+}
+
+#[test]
+fn huge_byte_counts_saturate_the_window_instead_of_panicking() {
+    let t: WrTable<4> = WrTable::new();
+    for i in 0..3 {
+        t.posted(qp(5), u64::MAX / 2, i * 10);
+        t.completed(qp(5), u64::MAX / 2, None, i * 10 + 5, true);
+    }
+    let (_, _, e) = t.qps().next().unwrap();
+    assert_eq!(e.window(3), WindowSum { n: 3, bytes: u64::MAX, busy_ticks: 15 });
+}
