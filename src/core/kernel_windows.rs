@@ -18,9 +18,10 @@
 use std::collections::HashMap;
 
 use super::clock::{monotonic_ns, wall_ns};
+use super::cupti;
 use super::fnv::Fnv1a;
 use super::kernel_activity::{Activity, ActivityKind, KernelNames};
-use super::log::records::{KernelName, RecordBody};
+use super::log::records::{CuptiState, KernelName, RecordBody};
 use super::log::records_kernels::{
     duration_code, BusyEntry, ClusterEntry, KernelCluster, NcclKernels, StreamBusy, NAME_ID_OVERFLOW,
 };
@@ -141,6 +142,14 @@ pub struct KernelWindows {
     late: u32,
     stages: StageDeviceTimes,
     kde: KdeParams,
+    /// Whether the CUDA door records kernels now. A step that closed while it did not
+    /// (no CUDA injection, no CUPTI, another CUPTI client, CUDA not initialised yet) is no
+    /// device evidence: writing it as zero device time would read as a host-bound forward.
+    kernels_recorded: fn() -> bool,
+}
+
+fn door_records_kernels() -> bool {
+    cupti::state() == Some(CuptiState::Enabled)
 }
 
 impl Default for KernelWindows {
@@ -165,6 +174,7 @@ impl KernelWindows {
             late: 0,
             stages: StageDeviceTimes::default(),
             kde: KdeParams::default(),
+            kernels_recorded: door_records_kernels,
         }
     }
 
@@ -267,9 +277,13 @@ impl KernelWindows {
         Some(self.open.len() - 1)
     }
 
-    /// A step closed on the host: its stage windows, for device-time attribution.
-    /// (With 64 steps already waiting, the oldest is written through `emit` now.)
+    /// A step closed on the host: its stage windows, for device-time attribution, when the
+    /// CUDA door records kernels. (With 64 steps already waiting, the oldest is written
+    /// through `emit` now.)
     pub fn step_closed(&mut self, windows: StepWindows, emit: &mut dyn FnMut(&RecordBody)) {
+        if !(self.kernels_recorded)() {
+            return;
+        }
         self.stages.step_closed(windows, emit);
     }
 

@@ -9,9 +9,12 @@ use crate::core::log::records::RecordBody;
 use crate::core::stage_device::{union_and_spill, StepWindows};
 
 const MS: u64 = 1_000_000;
-/// Window 1000 ms, lateness 2 x 500 ms, windows aligned to monotonic 0.
+/// Window 1000 ms, lateness 2 x 500 ms, windows aligned to monotonic 0; the CUDA door
+/// taken as recording kernels (no CUPTI runs in unit tests).
 fn windows() -> KernelWindows {
-    KernelWindows::new(WindowSettings::new(1000, 500, 0))
+    let mut w = KernelWindows::new(WindowSettings::new(1000, 500, 0));
+    w.kernels_recorded = || true;
+    w
 }
 
 fn kernel(stream: u32, start_ns: u64, duration_ns: u64) -> Activity {
@@ -270,6 +273,18 @@ fn stage_device_by_correlation_charges_the_launching_stage() {
     };
     assert_eq!((d.kernels, d.correlated), (2, 1));
     assert_eq!(stage_device(&out), [(10, 20 * MS, 20 * MS), (11, 5 * MS, 0), (12, 0, 0)]);
+}
+
+#[test]
+fn steps_closed_while_the_cuda_door_records_no_kernels_are_no_device_evidence() {
+    // As in a job without CUDA_INJECTION64_PATH: the door never opened.
+    let mut w = KernelWindows::new(WindowSettings::new(1000, 500, 0));
+    w.step_closed(step_windows(), &mut |_| {});
+    assert!(drain(&mut w, u64::MAX).iter().all(|r| !matches!(r, RecordBody::StageDevice(_))));
+    // The door opens: the next step is sampled, even with no kernel in it.
+    w.kernels_recorded = || true;
+    w.step_closed(step_windows(), &mut |_| {});
+    assert_eq!(stage_device(&drain(&mut w, u64::MAX)), [(10, 0, 0), (11, 0, 0), (12, 0, 0)]);
 }
 
 #[test]
