@@ -2,6 +2,8 @@
 //! two-rank co-critical case of Sec. 4, the four downgrade fixtures of Sec. 6.1, and the
 //! labels' other triggers and windowing rules.
 
+mod common;
+
 use std::sync::Arc;
 
 use stagefrontier::analysis::frontier::{
@@ -14,21 +16,7 @@ fn schema(stages: &[&str]) -> Arc<Schema> {
 
 /// One window over `steps`, each an R×S row-major matrix, every rank present.
 fn window(stages: &[&str], ranks: usize, steps: &[Vec<f64>], context: Context) -> Window {
-    let schema = schema(stages);
-    let ids: Vec<u32> = (0..ranks as u32).collect();
-    let steps = steps.iter().enumerate().map(|(t, d)| Step {
-        index: t as u64,
-        schema: &schema,
-        world: ranks,
-        ranks: &ids,
-        missing: &[],
-        durations: d,
-        overlap_s: &[],
-        device: &[],
-    });
-    let mut windows = analyze(steps, context, None).unwrap();
-    assert_eq!(windows.len(), 1);
-    windows.remove(0)
+    common::single_window(&schema(stages), ranks, steps, context)
 }
 
 fn kinds(w: &Window) -> Vec<LabelKind> {

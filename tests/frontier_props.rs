@@ -3,10 +3,12 @@
 //! average undercounts by at most R, both bounds tight) and Proposition 3 (measurement-error
 //! stability), on random matrices, through the streaming analyzer as well as eq. 1.
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use stagefrontier::analysis::frontier::{analyze, slack_advances, step_frontier, Context, Schema, Step, Window};
+use stagefrontier::analysis::frontier::{slack_advances, step_frontier, Context, Schema, Window};
 
 /// Round-off allowance relative to the magnitudes involved: far above f64's 1e-16, far
 /// below any real disagreement.
@@ -25,21 +27,7 @@ fn matrix() -> impl Strategy<Value = (usize, usize, Vec<f64>)> {
 }
 
 fn window_of(ranks: usize, stages: usize, steps: &[Vec<f64>]) -> Window {
-    let schema = schema(stages);
-    let ids: Vec<u32> = (0..ranks as u32).collect();
-    let steps = steps.iter().enumerate().map(|(t, d)| Step {
-        index: t as u64,
-        schema: &schema,
-        world: ranks,
-        ranks: &ids,
-        missing: &[],
-        durations: d,
-        overlap_s: &[],
-        device: &[],
-    });
-    let mut windows = analyze(steps, Context::default(), None).unwrap();
-    assert_eq!(windows.len(), 1);
-    windows.remove(0)
+    common::single_window(&schema(stages), ranks, steps, Context::default())
 }
 
 proptest! {

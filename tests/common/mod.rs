@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
 
+use stagefrontier::analysis::frontier::{analyze, Context, Schema, Step, Window};
 use stagefrontier::core::log::reader::{RankLog, Record};
 use stagefrontier::core::log::records::{CommCreated, NcclCall, RecordBody};
 
@@ -173,4 +175,23 @@ pub fn dead_pid() -> u32 {
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The one frontier window over `steps`, each an R×S row-major duration matrix with every
+/// rank (0..R) present and no device evidence.
+pub fn single_window(schema: &Arc<Schema>, ranks: usize, steps: &[Vec<f64>], context: Context) -> Window {
+    let ids: Vec<u32> = (0..ranks as u32).collect();
+    let steps = steps.iter().enumerate().map(|(t, d)| Step {
+        index: t as u64,
+        schema,
+        world: ranks,
+        ranks: &ids,
+        missing: &[],
+        durations: d,
+        overlap_s: &[],
+        device: &[],
+    });
+    let mut windows = analyze(steps, context, None).unwrap();
+    assert_eq!(windows.len(), 1, "the steps make one window");
+    windows.remove(0)
 }

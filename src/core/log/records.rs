@@ -65,7 +65,7 @@ pub mod kind {
 pub const STAGES_PER_PART: usize = 6;
 
 /// JSON form of ids and hashes: `0x` and 16 hex digits, so they never lose precision.
-pub(super) fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+pub fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#018x}"))
 }
 

@@ -19,7 +19,7 @@ use stagefrontier::analysis::liveness::{classify, Liveness};
 use stagefrontier::core::clock::{monotonic_ns, wall_ns};
 use stagefrontier::core::host as local_host;
 use stagefrontier::core::log::reader::{RankLog, ReadError};
-use stagefrontier::core::log::records::{CommCreated, HangEvidence, Injection, NcclCall, RecordBody};
+use stagefrontier::core::log::records::{hex_u64, CommCreated, HangEvidence, Injection, NcclCall, RecordBody};
 use stagefrontier::core::nccl_op::NcclOp;
 
 use super::ls::FileError;
@@ -74,7 +74,7 @@ pub struct ThresholdReport {
 
 #[derive(Debug, Serialize)]
 pub struct CommReport {
-    #[serde(serialize_with = "hex")]
+    #[serde(serialize_with = "hex_u64")]
     pub comm_id: u64,
     pub nranks: i32,
     pub stuck_seq: Option<u64>,
@@ -147,13 +147,9 @@ pub struct InjectionReport {
     pub stage_name: Option<String>,
 }
 
-fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("{v:#018x}"))
-}
-
 fn opt_hex<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
     match v {
-        Some(v) => hex(v, s),
+        Some(v) => hex_u64(v, s),
         None => s.serialize_none(),
     }
 }

@@ -23,6 +23,12 @@ impl<W: Write> Json<W> {
     }
 }
 
+/// `value` as one line of JSON.
+pub fn line<W: Write, T: Serialize + ?Sized>(out: &mut W, value: &T) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    writeln!(out)
+}
+
 /// A record as its own serde form, plus the names of an NCCL call's codes, so a script
 /// need not know nccl.h's numbering.
 #[derive(Serialize)]
@@ -56,28 +62,24 @@ impl<'a> DumpLine<'a> {
 
 impl<W: Write> Output for Json<W> {
     fn ls(&mut self, report: &LsReport) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, report)?;
-        writeln!(self.out)?;
+        line(&mut self.out, report)?;
         self.out.flush()
     }
 
     fn dump(&mut self, report: &DumpReport) -> io::Result<()> {
         for record in &report.records {
-            serde_json::to_writer(&mut self.out, &DumpLine::new(record))?;
-            writeln!(self.out)?;
+            line(&mut self.out, &DumpLine::new(record))?;
         }
         self.out.flush()
     }
 
     fn frontier(&mut self, report: &FrontierReport) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, report)?;
-        writeln!(self.out)?;
+        line(&mut self.out, report)?;
         self.out.flush()
     }
 
     fn hang(&mut self, report: &HangReport) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, report)?;
-        writeln!(self.out)?;
+        line(&mut self.out, report)?;
         self.out.flush()
     }
 }

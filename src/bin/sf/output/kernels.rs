@@ -7,15 +7,8 @@ use super::table::{self, Align};
 use crate::cli::Format;
 use crate::commands::kernels::KernelsReport;
 
-pub fn write<W: Write>(format: Format, mut out: W, report: &KernelsReport) -> io::Result<()> {
-    match format {
-        Format::Json => {
-            serde_json::to_writer(&mut out, report)?;
-            writeln!(out)?;
-        }
-        Format::Human => human(&mut out, report)?,
-    }
-    out.flush()
+pub fn write<W: Write>(format: Format, out: W, report: &KernelsReport) -> io::Result<()> {
+    super::report(format, out, report, human)
 }
 
 fn human<W: Write>(out: &mut W, report: &KernelsReport) -> io::Result<()> {

@@ -13,6 +13,7 @@ mod table;
 
 use std::io::{self, Write};
 
+use serde::Serialize;
 use stagefrontier::core::log::reader::ScanStats;
 
 use crate::cli::Format;
@@ -26,6 +27,21 @@ pub trait Output {
     fn dump(&mut self, report: &DumpReport) -> io::Result<()>;
     fn frontier(&mut self, report: &FrontierReport) -> io::Result<()>;
     fn hang(&mut self, report: &HangReport) -> io::Result<()>;
+}
+
+/// Writes one command's report: one JSON object on one line for scripts, or `human`'s
+/// text for people; flushed either way.
+pub fn report<W: Write, T: Serialize>(
+    format: Format,
+    mut out: W,
+    report: &T,
+    human: impl FnOnce(&mut W, &T) -> io::Result<()>,
+) -> io::Result<()> {
+    match format {
+        Format::Json => json::line(&mut out, report)?,
+        Format::Human => human(&mut out, report)?,
+    }
+    out.flush()
 }
 
 pub fn new<'a, W: Write + 'a>(format: Format, out: W) -> Box<dyn Output + 'a> {

@@ -11,15 +11,8 @@ use super::table::{self, Align};
 use crate::cli::Format;
 use crate::commands::net::{NetReport, QpRef, QpReport, RankNet};
 
-pub fn write<W: Write>(format: Format, mut out: W, report: &NetReport, series: bool) -> io::Result<()> {
-    match format {
-        Format::Json => {
-            serde_json::to_writer(&mut out, report)?;
-            writeln!(out)?;
-        }
-        Format::Human => human(&mut out, report, series)?,
-    }
-    out.flush()
+pub fn write<W: Write>(format: Format, out: W, report: &NetReport, series: bool) -> io::Result<()> {
+    super::report(format, out, report, |out, report| human(out, report, series))
 }
 
 fn gbps(bps: u64) -> String {

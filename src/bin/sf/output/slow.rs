@@ -10,15 +10,8 @@ use crate::commands::slow::{L1Report, SlowRankReport, SlowReport};
 /// Step runs shown before "and N more"; the JSON output has every step.
 const RUNS_AT_MOST: usize = 8;
 
-pub fn write<W: Write>(format: Format, mut out: W, report: &SlowReport) -> io::Result<()> {
-    match format {
-        Format::Json => {
-            serde_json::to_writer(&mut out, report)?;
-            writeln!(out)?;
-        }
-        Format::Human => human(&mut out, report)?,
-    }
-    out.flush()
+pub fn write<W: Write>(format: Format, out: W, report: &SlowReport) -> io::Result<()> {
+    super::report(format, out, report, human)
 }
 
 fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
