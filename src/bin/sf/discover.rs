@@ -37,6 +37,27 @@ pub fn job_dirs_in(dir: &Path) -> Vec<PathBuf> {
     jobs
 }
 
+/// The rank logs of the job directory `dir` for `sf <command>`, or the one line that says
+/// what is wrong and what to pass instead (naming a job directory inside `dir` when `dir`
+/// is the log root).
+pub fn job_logs(dir: &Path, command: &str) -> Result<Vec<PathBuf>, String> {
+    let fail = |message: String| format!("{}: {message}", dir.display());
+    if !dir.is_dir() {
+        return Err(fail(format!(
+            "not a directory; sf {command} reads every rank log of a job: pass the job directory, $SF_LOG_DIR/<job id>/"
+        )));
+    }
+    let logs = logs_in(dir).map_err(|e| fail(format!("cannot list: {e}")))?;
+    if logs.is_empty() {
+        let hint = match job_dirs_in(dir).first() {
+            Some(job) => format!("it holds job directories: pass one, e.g. sf {command} {}", job.display()),
+            None => "pass a job directory, $SF_LOG_DIR/<job id>/".to_string(),
+        };
+        return Err(fail(format!("no rank logs (*.sflog); {hint}")));
+    }
+    Ok(logs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +69,21 @@ mod tests {
         assert!(!is_log_name(Path::new("job/rank-00003.sflog.prev")));
         assert!(!is_log_name(Path::new("job/.sflog")));
         assert!(!is_log_name(Path::new("job/notes.txt")));
+    }
+
+    #[test]
+    fn job_logs_says_what_to_pass_instead() {
+        let root = std::env::temp_dir().join(format!("sf-discover-{}", std::process::id()));
+        let job = root.join("job-7");
+        std::fs::create_dir_all(&job).unwrap();
+        let at_root = job_logs(&root, "net").unwrap_err();
+        assert!(at_root.ends_with("no rank logs (*.sflog); pass a job directory, $SF_LOG_DIR/<job id>/"), "{at_root}");
+        std::fs::write(job.join("rank-00000.sflog"), b"").unwrap();
+        let at_root = job_logs(&root, "net").unwrap_err();
+        assert!(at_root.ends_with(&format!("e.g. sf net {}", job.display())), "{at_root}");
+        assert_eq!(job_logs(&job, "net").unwrap(), [job.join("rank-00000.sflog")]);
+        let file = job_logs(&job.join("rank-00000.sflog"), "kernels").unwrap_err();
+        assert!(file.contains("not a directory; sf kernels reads every rank log"), "{file}");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

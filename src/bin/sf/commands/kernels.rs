@@ -5,7 +5,7 @@
 //! statistics, stream busy time and what the summaries lost.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use stagefrontier::analysis::kernels::cross_rank::{anomalous_kernels, L3Params};
@@ -124,7 +124,7 @@ struct RankInput {
 }
 
 pub fn build(dir: &Path, options: &KernelsOptions) -> Result<KernelsReport, Failure> {
-    let files = job_logs(dir)?;
+    let files = discover::job_logs(dir, "kernels").map_err(Failure::Message)?;
     let mut report = KernelsReport {
         dir: dir.display().to_string(),
         role_by: options.role_by.name(),
@@ -290,23 +290,4 @@ fn read_rank(log: &RankLog) -> (RankKernels, RankInput) {
         })
         .collect();
     (stats, input)
-}
-
-fn job_logs(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
-    if !dir.is_dir() {
-        return Err(fail(
-            "not a directory; sf kernels reads every rank log of a job: pass the job directory, $SF_LOG_DIR/<job id>/"
-                .into(),
-        ));
-    }
-    let logs = discover::logs_in(dir).map_err(|e| fail(format!("cannot list: {e}")))?;
-    if logs.is_empty() {
-        let hint = match discover::job_dirs_in(dir).first() {
-            Some(job) => format!("it holds job directories: pass one, e.g. sf kernels {}", job.display()),
-            None => "pass a job directory, $SF_LOG_DIR/<job id>/".to_string(),
-        };
-        return Err(fail(format!("no rank logs (*.sflog); {hint}")));
-    }
-    Ok(logs)
 }

@@ -2,7 +2,7 @@
 //! and `qp_degraded` records the collector writes (README "RDMA work requests"): totals,
 //! bandwidth, latency, stuck and degraded evidence, and each QP's time series.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use stagefrontier::analysis::ports::{self, PortCounterSummary};
@@ -125,7 +125,7 @@ pub struct Sample {
 type QpId = (&'static str, i32, u32);
 
 pub fn build(dir: &Path) -> Result<NetReport, Failure> {
-    let files = job_logs(dir)?;
+    let files = discover::job_logs(dir, "net").map_err(Failure::Message)?;
     let mut report = NetReport {
         dir: dir.display().to_string(),
         stuck: false,
@@ -164,25 +164,6 @@ pub fn build(dir: &Path) -> Result<NetReport, Failure> {
     report.stuck = !s.stuck_qps.is_empty();
     report.degraded = !s.degraded_qps.is_empty();
     Ok(report)
-}
-
-fn job_logs(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
-    if !dir.is_dir() {
-        return Err(fail(
-            "not a directory; sf net reads every rank log of a job: pass the job directory, $SF_LOG_DIR/<job id>/"
-                .into(),
-        ));
-    }
-    let logs = discover::logs_in(dir).map_err(|e| fail(format!("cannot list: {e}")))?;
-    if logs.is_empty() {
-        let hint = match discover::job_dirs_in(dir).first() {
-            Some(job) => format!("it holds job directories: pass one, e.g. sf net {}", job.display()),
-            None => "pass a job directory, $SF_LOG_DIR/<job id>/".to_string(),
-        };
-        return Err(fail(format!("no rank logs (*.sflog); {hint}")));
-    }
-    Ok(logs)
 }
 
 fn rank_net(log: &RankLog) -> RankNet {

@@ -36,15 +36,7 @@ pub struct RankSteps {
 /// that rank). Unranked logs and a second log claiming a rank are skipped (sf ls warns).
 /// `command` names the sf command in the hint when `dir` holds job directories instead.
 pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), Failure> {
-    let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
-    let logs = discover::logs_in(dir).map_err(|e| fail(format!("cannot list: {e}")))?;
-    if logs.is_empty() {
-        let hint = match discover::job_dirs_in(dir).first() {
-            Some(job) => format!("it holds job directories: pass one, e.g. sf {command} {}", job.display()),
-            None => "pass a job directory, $SF_LOG_DIR/<job id>/".to_string(),
-        };
-        return Err(fail(format!("no rank logs (*.sflog); {hint}")));
-    }
+    let logs = discover::job_logs(dir, command).map_err(Failure::Message)?;
     let mut world = 0;
     let mut ranks: Vec<RankSteps> = Vec::new();
     let mut progress = Progress::new(logs.len());
