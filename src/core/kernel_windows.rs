@@ -271,7 +271,14 @@ impl KernelWindows {
             }
             let evicted = self.open.swap_remove(oldest);
             self.written_through = Some(evicted.id);
-            self.evicted.push(evicted);
+            if self.evicted.len() < OPEN_WINDOWS {
+                self.evicted.push(evicted);
+            } else {
+                // Activity spread over more windows than one round can hold (a clock jump):
+                // memory stays bounded and the launches are counted as late, not kept.
+                let launches: u64 = evicted.series.iter().map(|s| s.samples.seen()).sum();
+                self.late = self.late.saturating_add(launches.min(u32::MAX as u64) as u32);
+            }
         }
         self.open.push(Window::new(id));
         Some(self.open.len() - 1)
@@ -327,7 +334,7 @@ impl KernelWindows {
             write_window(&window, &settings, late, &self.kde, emit);
         }
         // A step's kernels may run up to about a step behind its host side.
-        let lateness = |s: &StepWindows| settings.lateness_ns + (s.end_ns - s.begin_ns).min(10_000_000_000);
+        let lateness = |s: &StepWindows| settings.lateness_ns + s.end_ns.saturating_sub(s.begin_ns).min(10_000_000_000);
         self.stages.due(now_ns, lateness, emit);
     }
 }

@@ -6,7 +6,7 @@
 //! collector parses it and gives it back. Nothing allocates, locks or waits after init.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::core::ring::Ring;
 
@@ -18,20 +18,26 @@ pub struct Filled {
     pub stream: u32,
 }
 
+/// A buffer's life: free → lent (CUPTI fills it) → queued (the collector parses it) → free.
+const FREE: u8 = 0;
+const LENT: u8 = 1;
+const QUEUED: u8 = 2;
+
 pub struct BufferPool {
     /// `count` buffers of `buffer_bytes`, back to back; u64 cells keep each 8-byte aligned
     /// as CUPTI requires.
     memory: Box<[UnsafeCell<u64>]>,
     buffer_bytes: usize,
-    /// `free[i]`: buffer `i` may be lent. Cleared by the one lender that wins it.
-    free: Box<[AtomicBool]>,
+    /// Each buffer's state; every transition is one compare-and-swap, so a buffer is lent
+    /// to one lender and queued once, whatever CUPTI hands back.
+    state: Box<[AtomicU8]>,
     filled: Ring<Filled>,
     /// Buffer requests answered with no buffer because every one was lent or unparsed.
     refused: AtomicU64,
 }
 
 // SAFETY: the memory of buffer i is written only by CUPTI while it is lent (from winning
-// free[i] until its Filled entry is pushed) and read only by the collector after popping
+// state[i] FREE→LENT until its Filled entry is pushed) and read only by the collector after popping
 // that entry (the ring's release/acquire orders the two) until `give_back(i)`.
 unsafe impl Sync for BufferPool {}
 // SAFETY: as above; the pool owns its memory.
@@ -44,7 +50,7 @@ impl BufferPool {
         BufferPool {
             memory: (0..count * words).map(|_| UnsafeCell::new(0)).collect(),
             buffer_bytes: words * 8,
-            free: (0..count).map(|_| AtomicBool::new(true)).collect(),
+            state: (0..count).map(|_| AtomicU8::new(FREE)).collect(),
             filled: Ring::with_capacity(count.next_power_of_two().max(2)),
             refused: AtomicU64::new(0),
         }
@@ -55,7 +61,7 @@ impl BufferPool {
     }
 
     pub fn count(&self) -> usize {
-        self.free.len()
+        self.state.len()
     }
 
     pub fn refused(&self) -> u64 {
@@ -68,9 +74,9 @@ impl BufferPool {
 
     /// A free buffer for CUPTI to fill, or `None` (counted) when every buffer is out.
     pub fn lend(&self) -> Option<*mut u8> {
-        for (index, free) in self.free.iter().enumerate() {
-            if free.load(Ordering::Relaxed)
-                && free.compare_exchange(true, false, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        for (index, state) in self.state.iter().enumerate() {
+            if state.load(Ordering::Relaxed) == FREE
+                && state.compare_exchange(FREE, LENT, Ordering::Acquire, Ordering::Relaxed).is_ok()
             {
                 return Some(self.base(index));
             }
@@ -90,6 +96,11 @@ impl BufferPool {
     /// pointer that is not one of ours (then nothing happens).
     pub fn hand_over(&self, pointer: *const u8, valid: usize, stream: u32) -> bool {
         let Some(index) = self.index_of(pointer) else { return false };
+        // Only a lent buffer is queued: one handed back twice, or never lent, could be
+        // parsed while it is lent and filled again.
+        if self.state[index].compare_exchange(LENT, QUEUED, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
+        }
         let valid = valid.min(self.buffer_bytes);
         // The ring holds at least as many entries as there are buffers, so this never
         // fails; if it did, the buffer is at least not lost.
@@ -122,7 +133,7 @@ impl BufferPool {
 
     /// The collector is done with buffer `index`: it may be lent again.
     pub fn give_back(&self, index: usize) {
-        self.free[index].store(true, Ordering::Release);
+        self.state[index].store(FREE, Ordering::Release);
     }
 }
 
@@ -141,6 +152,7 @@ mod tests {
         assert_eq!((pool.lend(), pool.refused()), (None, 1));
 
         assert!(pool.hand_over(lent[1], 640, 7));
+        assert!(!pool.hand_over(lent[1], 640, 7), "handed over twice");
         assert!(!pool.hand_over(lent[1].wrapping_add(8), 8, 0), "not the start of a buffer");
         let filled = pool.next_filled().unwrap();
         assert_eq!(filled, Filled { index: 1, valid: 640, stream: 7 });
