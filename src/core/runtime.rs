@@ -119,6 +119,12 @@ pub fn is_active() -> bool {
     STATE.load(Ordering::Acquire) == ACTIVE
 }
 
+/// Switched off for good: in a forked child, or after an internal error (`disable`). Code that may take a lock checks this first: a child must not wait on a lock
+/// its parent's threads held at fork time.
+pub fn is_disabled() -> bool {
+    STATE.load(Ordering::Acquire) == DISABLED
+}
+
 /// Stops recording for good after an internal error; the job runs on.
 pub fn disable(reason: &str) {
     if STATE.swap(DISABLED, Ordering::AcqRel) == ACTIVE {

@@ -92,13 +92,19 @@ pub fn context(context: usize) -> Option<(i32, Originals)> {
     ))
 }
 
-/// Entry points of any adopted context: every context of a process comes from the same
-/// provider library, so a wrapper reached with an object whose context it does not know
-/// (only a caller mixing contexts could do that) still forwards to the right code.
+/// Entry points for a wrapper reached with an object whose context it does not know (only
+/// a caller mixing contexts could do that): those of the adopted contexts when they all
+/// share one provider, so the call still reaches the right code; None when providers
+/// differ, since forwarding to another driver's code would be wrong.
 #[cold]
 pub fn any_context() -> Option<(i32, Originals)> {
-    let adopted = CONTEXT_SLOTS.iter().map(|s| s.context.load(Ordering::Acquire)).find(|&c| c != 0 && c != usize::MAX);
-    adopted.and_then(context)
+    let mut adopted = CONTEXT_SLOTS
+        .iter()
+        .map(|s| s.context.load(Ordering::Acquire))
+        .filter(|&c| c != 0 && c != usize::MAX)
+        .filter_map(context);
+    let first = adopted.next()?;
+    adopted.all(|(_, originals)| originals == first.1).then_some(first)
 }
 
 /// The context was closed: its slot is free again (its device id is never reused).
@@ -156,6 +162,11 @@ static NOTES: Mutex<([Option<DeviceNote>; CONTEXTS], u64)> = Mutex::new(([None; 
 
 /// Records a device state change (also used by the door for refused contexts).
 pub fn note_device(device: i32, name: &[u8], state: DeviceState) {
+    // A forked child must neither write notes nor wait on a lock its parent's collector
+    // may have held at fork time.
+    if crate::core::runtime::is_disabled() {
+        return;
+    }
     let len = name.len().min(DEVICE_NAME_BYTES);
     let mut note = DeviceNote { device, state, name: [0; DEVICE_NAME_BYTES], name_len: len as u8 };
     note.name[..len].copy_from_slice(&name[..len]);
@@ -270,15 +281,16 @@ pub fn sends_posted(device: i32, qp_num: u32, wrs: impl Iterator<Item = SendWr>,
     let sig_all = slot.is_some_and(|s| s.sig_all.load(Ordering::Acquire));
     let mut carried = slot.map_or(0, |s| s.carried.swap(0, Ordering::AcqRel));
     for wr in wrs {
-        carried += wr.bytes;
+        carried = carried.saturating_add(wr.bytes);
         if !(wr.signaled || sig_all) && slot.is_some() {
             continue;
         }
         if let Some(slot) = slot {
-            let n = slot.sends_posted.load(Ordering::Relaxed);
-            slot.send_wr_ids[n as usize % SEND_RING].store(wr.wr_id, Ordering::Relaxed);
-            slot.send_bytes[n as usize % SEND_RING].store(carried, Ordering::Relaxed);
-            slot.sends_posted.store(n + 1, Ordering::Release);
+            // One fetch_add claims the ring entry, so two threads posting to one QP at
+            // once never write the same entry.
+            let n = slot.sends_posted.fetch_add(1, Ordering::AcqRel);
+            slot.send_wr_ids[n as usize % SEND_RING].store(wr.wr_id, Ordering::Release);
+            slot.send_bytes[n as usize % SEND_RING].store(carried, Ordering::Release);
         }
         work_requests::posted(key, wr.wr_id, carried, wr.opcode, t_ticks);
         carried = 0;

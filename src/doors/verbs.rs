@@ -298,7 +298,7 @@ unsafe extern "C" fn poll_cq(cq: *mut IbvCq, num_entries: c_int, wc: *mut IbvWc)
         let t = now_ticks();
         shielded(|| {
             // SAFETY: the provider filled the first `polled` entries of the caller's array.
-            let entries = unsafe { std::slice::from_raw_parts(wc, polled.min(num_entries) as usize) };
+            let entries = unsafe { std::slice::from_raw_parts(wc, polled.min(num_entries.max(0)) as usize) };
             let completions = entries.iter().map(|e| Completion {
                 wr_id: e.wr_id,
                 status: e.status,
