@@ -21,46 +21,17 @@ const KERNEL_NS: u32 = 20_000;
 /// The host, compiled once per test binary against fakenccl.
 fn host() -> &'static Path {
     static HOST: OnceLock<PathBuf> = OnceLock::new();
-    HOST.get_or_init(|| {
-        let nccl = fixture_output("libnccl.so.2").parent().expect("fakenccl's directory").to_path_buf();
-        let exe = std::env::temp_dir().join(format!("sf-cuda-host-{}", std::process::id()));
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_host.c");
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .arg(&source)
-            .arg(format!("-L{}", nccl.display()))
-            .arg(format!("-Wl,-rpath,{}", nccl.display()))
-            .args(["-lnccl", "-ldl"])
-            .status()
-            .expect("run the C compiler");
-        assert!(status.success(), "compiling {}", source.display());
-        exe
-    })
-}
-
-fn fakecupti() -> PathBuf {
-    fixture_output("fakecupti/libcupti.so.13")
+    HOST.get_or_init(|| compile_against_fakenccl("cuda_host.c", "sf-cuda-host"))
 }
 
 /// The host as rank 0 of 1 with the library as its CUDA injection (no LD_PRELOAD unless
 /// the test adds it) and fakecupti as its CUPTI; nothing else from the caller's setting.
 fn host_command(root: &Path, job: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(host());
-    for (key, _) in std::env::vars() {
-        let launcher =
-            ["LD_PRELOAD", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"].contains(&key.as_str());
-        if key.starts_with("SF_") || key.starts_with("CUDA_") || key.starts_with("FAKECUPTI_") || launcher {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.args(args)
-        .env("SF_LOG_DIR", root)
-        .env("SF_JOB_ID", job)
-        .env("RANK", "0")
-        .env("WORLD_SIZE", "1")
-        .env("CUDA_INJECTION64_PATH", library())
-        .env("SF_CUPTI_PATH", fakecupti());
+    let mut cmd = preloaded(host(), root, job);
+    cmd.env_remove("LD_PRELOAD");
+    without_callers_cuda(&mut cmd);
+    cmd.args(args).env("RANK", "0").env("WORLD_SIZE", "1");
+    cuda_injected(&mut cmd);
     cmd
 }
 

@@ -28,22 +28,7 @@ const MS: u64 = 1_000_000;
 /// The job, compiled once per test binary against fakenccl.
 fn device_job() -> &'static Path {
     static JOB: OnceLock<PathBuf> = OnceLock::new();
-    JOB.get_or_init(|| {
-        let nccl = fixture_output("libnccl.so.2").parent().expect("fakenccl's directory").to_path_buf();
-        let exe = std::env::temp_dir().join(format!("sf-device-job-{}", std::process::id()));
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/device_job.c");
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .arg(&source)
-            .arg(format!("-L{}", nccl.display()))
-            .arg(format!("-Wl,-rpath,{}", nccl.display()))
-            .args(["-lnccl", "-ldl"])
-            .status()
-            .expect("run the C compiler");
-        assert!(status.success(), "compiling {}", source.display());
-        exe
-    })
+    JOB.get_or_init(|| compile_against_fakenccl("device_job.c", "sf-device-job"))
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -60,16 +45,12 @@ enum Cuda {
 fn run_job(test: &str, case: &str, cuda: Cuda) -> PathBuf {
     let root = log_root(test);
     let mut cmd = preloaded(device_job(), &root, "job");
-    for (key, _) in std::env::vars() {
-        if key.starts_with("CUDA_") || key.starts_with("FAKECUPTI_") {
-            cmd.env_remove(key);
-        }
-    }
+    without_callers_cuda(&mut cmd);
     cmd.args(["--ranks", "4", "--steps", &STEPS.to_string(), "--case", case, "--slow-rank", &SLOW_RANK.to_string()]);
     // Short flushes: a 1 s job still sees several before its exit flush.
     cmd.env("SF_CUPTI_FLUSH_MS", "50");
     if cuda != Cuda::Off {
-        cmd.env("CUDA_INJECTION64_PATH", library()).env("SF_CUPTI_PATH", fixture_output("fakecupti/libcupti.so.13"));
+        cuda_injected(&mut cmd);
     }
     if cuda == Cuda::ByCorrelation {
         cmd.env("SF_CUPTI_CORRELATION", "1");

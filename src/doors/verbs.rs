@@ -237,50 +237,71 @@ fn originals_of(context: *mut IbvContext) -> Option<(i32, Originals)> {
 
 /// `ops.post_send`.
 unsafe extern "C" fn post_send(qp: *mut IbvQp, wr: *mut IbvSendWr, bad_wr: *mut *mut IbvSendWr) -> c_int {
-    // SAFETY: the header's ibv_post_send reached us through `qp->context->ops`: `qp` is live.
-    let Some((device, originals)) = originals_of(unsafe { (*qp).context }) else { return libc::EINVAL };
-    // SAFETY: the provider's post_send, saved from this context's ops table.
-    let real = unsafe { std::mem::transmute::<usize, PostSendFn>(originals.post_send) };
-    let t = now_ticks();
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let rc = unsafe { real(qp, wr, bad_wr) };
-    if runtime::is_active() {
-        shielded(|| {
-            // SAFETY: the caller's WR list is valid for the call; on failure `*bad_wr` is the
-            // first WR the provider did not take.
-            unsafe {
-                let stop = first_rejected(rc, bad_wr);
-                let sends = wr_list(wr, stop, |w| (*w).next).map(|w| SendWr {
-                    wr_id: (*w).wr_id,
-                    bytes: sge_bytes((*w).sg_list, (*w).num_sge),
-                    opcode: (*w).opcode,
-                    signaled: (*w).send_flags & SEND_SIGNALED != 0,
-                });
-                verbs::sends_posted(device, (*qp).qp_num, sends, t);
-            }
-        });
-    }
-    rc
+    let count = |device, qp_num, stop, t| {
+        // SAFETY: the caller's WR list is valid for the call; `stop` ends it at the first WR
+        // the provider did not take.
+        unsafe {
+            let sends = wr_list(wr, stop, |w| (*w).next).map(|w| SendWr {
+                wr_id: (*w).wr_id,
+                bytes: sge_bytes((*w).sg_list, (*w).num_sge),
+                opcode: (*w).opcode,
+                signaled: (*w).send_flags & SEND_SIGNALED != 0,
+            });
+            verbs::sends_posted(device, qp_num, sends, t);
+        }
+    };
+    // SAFETY: the header's ibv_post_send called us through `qp->context->ops` with its own
+    // arguments, and `post_send` is that verb's saved original.
+    unsafe { forward_post(qp, wr, bad_wr, |o| o.post_send, count) }
 }
 
 /// `ops.post_recv`.
 unsafe extern "C" fn post_recv(qp: *mut IbvQp, wr: *mut IbvRecvWr, bad_wr: *mut *mut IbvRecvWr) -> c_int {
-    // SAFETY: as in `post_send`.
+    let count = |device, qp_num, stop, t| {
+        // SAFETY: as in `post_send`.
+        unsafe {
+            let recvs = wr_list(wr, stop, |w| (*w).next).map(|w| ((*w).wr_id, sge_bytes((*w).sg_list, (*w).num_sge)));
+            verbs::recvs_posted(device, qp_num, recvs, t);
+        }
+    };
+    // SAFETY: as in `post_send`, for ibv_post_recv and its saved `post_recv`.
+    unsafe { forward_post(qp, wr, bad_wr, |o| o.post_recv, count) }
+}
+
+/// What both post verbs do around their own WR walk: find the context's originals, call
+/// the provider's function (`original` picks it) with the caller's arguments, and, while
+/// the runtime is active, hand `count` the device, the QP number, where the WRs the
+/// provider took end (see `first_rejected`) and the post's tick. Returns the provider's
+/// result untouched.
+///
+/// # Safety
+/// `qp`, `wr` and `bad_wr` are the arguments the header's `ibv_post_*` passed to the
+/// wrapper it found in `qp->context->ops`, and `original` picks that same verb's saved
+/// function, whose signature is `(qp, wr, bad_wr) -> int` for WRs of type `W`.
+#[inline(always)]
+unsafe fn forward_post<W>(
+    qp: *mut IbvQp,
+    wr: *mut W,
+    bad_wr: *mut *mut W,
+    original: impl FnOnce(&Originals) -> usize,
+    count: impl FnOnce(i32, u32, Option<*mut W>, u64),
+) -> c_int {
+    // SAFETY: the header's ibv_post_* reached the wrapper through `qp->context->ops`: `qp`
+    // is live.
     let Some((device, originals)) = originals_of(unsafe { (*qp).context }) else { return libc::EINVAL };
-    // SAFETY: the provider's post_recv, saved from this context's ops table.
-    let real = unsafe { std::mem::transmute::<usize, PostRecvFn>(originals.post_recv) };
+    let saved = original(&originals);
+    // SAFETY: the provider's function for this verb, saved from this context's ops table;
+    // post_send and post_recv both have PostFn's shape.
+    let real = unsafe { std::mem::transmute::<usize, PostFn<W>>(saved) };
     let t = now_ticks();
     // SAFETY: forwarding the caller's arguments unchanged.
     let rc = unsafe { real(qp, wr, bad_wr) };
     if runtime::is_active() {
         shielded(|| {
-            // SAFETY: as in `post_send`.
-            unsafe {
-                let stop = first_rejected(rc, bad_wr);
-                let recvs =
-                    wr_list(wr, stop, |w| (*w).next).map(|w| ((*w).wr_id, sge_bytes((*w).sg_list, (*w).num_sge)));
-                verbs::recvs_posted(device, (*qp).qp_num, recvs, t);
-            }
+            // SAFETY: `qp` is live (above); on failure `*bad_wr` is the first WR the
+            // provider did not take.
+            let (qp_num, stop) = unsafe { ((*qp).qp_num, first_rejected(rc, bad_wr)) };
+            count(device, qp_num, stop, t);
         });
     }
     rc

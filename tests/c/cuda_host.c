@@ -20,12 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct { char internal[128]; } ncclUniqueId;
-typedef void *ncclComm_t;
-extern int ncclGetUniqueId(ncclUniqueId *id);
-extern int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
-extern int ncclAllReduce(const void *s, void *r, size_t n, int dtype, int op, ncclComm_t c, void *stream);
-extern int ncclCommDestroy(ncclComm_t comm);
+#include "fake_driver.h"
 
 typedef int (*RunKernels)(int count, const char *name, uint32_t stream, uint64_t duration_ns, uint64_t copy_bytes);
 
@@ -52,18 +47,8 @@ int main(int argc, char **argv) {
         }
     }
 
-    const char *injection = getenv("CUDA_INJECTION64_PATH");
-    if (injection) {
-        void *library = dlopen(injection, RTLD_NOW);
-        if (!library) {
-            fprintf(stderr, "cuda_host: dlopen(%s): %s\n", injection, dlerror());
-            return 1;
-        }
-        int (*initialize)(void) = (int (*)(void))dlsym(library, "InitializeInjection");
-        if (!initialize) {
-            fprintf(stderr, "cuda_host: no InitializeInjection in %s\n", injection);
-            return 1;
-        }
+    InitializeInjectionFn initialize = cuda_injection("cuda_host");
+    if (initialize) {
         printf("InitializeInjection -> %d\n", initialize());
         printf("InitializeInjection -> %d\n", initialize());
         sleep_ms(settle_ms);

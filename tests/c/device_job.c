@@ -32,12 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct { char internal[128]; } ncclUniqueId;
-typedef void *ncclComm_t;
-extern int ncclGetUniqueId(ncclUniqueId *id);
-extern int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
-extern int ncclAllReduce(const void *s, void *r, size_t n, int dtype, int op, ncclComm_t c, void *stream);
-extern int ncclCommDestroy(ncclComm_t comm);
+#include "fake_driver.h"
 
 #define UNIQUE_ID_ENV "DEVICE_JOB_UNIQUE_ID"
 static const char *KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_forward";
@@ -74,15 +69,11 @@ static int plan_for(const char *which, int slow, struct plan *p) {
 }
 
 static int run_rank(int rank, int world, int steps, const struct plan *p) {
-    const char *injection = getenv("CUDA_INJECTION64_PATH");
-    if (injection) {
-        /* What the CUDA driver does in cuInit. */
-        void *library = dlopen(injection, RTLD_NOW);
-        int (*initialize)(void) = library ? (int (*)(void))dlsym(library, "InitializeInjection") : NULL;
-        if (!initialize || initialize() != 1) {
-            fprintf(stderr, "device_job: InitializeInjection from %s failed\n", injection);
-            return 1;
-        }
+    /* What the CUDA driver does in cuInit. */
+    InitializeInjectionFn initialize = cuda_injection("device_job");
+    if (initialize && initialize() != 1) {
+        fprintf(stderr, "device_job: InitializeInjection from %s failed\n", getenv("CUDA_INJECTION64_PATH"));
+        return 1;
     }
     step_begin = (void (*)(int64_t))dlsym(RTLD_DEFAULT, "sf_step_begin");
     step_end = (void (*)(void))dlsym(RTLD_DEFAULT, "sf_step_end");

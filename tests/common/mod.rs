@@ -195,3 +195,48 @@ pub fn single_window(schema: &Arc<Schema>, ranks: usize, steps: &[Vec<f64>], con
     assert_eq!(windows.len(), 1, "the steps make one window");
     windows.remove(0)
 }
+
+/// `tests/c/<source>` compiled once into a temp executable named `<name>-<pid>`, linked
+/// against the fixtures' fakenccl (found at run time through its rpath) and libdl, with
+/// tests/c on the include path for the C helpers the programs share (fake_driver.h).
+pub fn compile_against_fakenccl(source: &str, name: &str) -> PathBuf {
+    let nccl = fixture_output("libnccl.so.2").parent().expect("fakenccl's directory").to_path_buf();
+    let exe = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let sources = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let source = sources.join(source);
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", sources.display()))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&source)
+        .arg(format!("-L{}", nccl.display()))
+        .arg(format!("-Wl,-rpath,{}", nccl.display()))
+        .args(["-lnccl", "-ldl"])
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {}", source.display());
+    exe
+}
+
+/// The fixtures' fakecupti: CUPTI's ABI over a CPU "GPU" (tests/fixtures/fakecupti).
+pub fn fakecupti() -> PathBuf {
+    fixture_output("fakecupti/libcupti.so.13")
+}
+
+/// Clears the caller's CUDA_* and FAKECUPTI_* variables from `cmd`, so the test alone
+/// decides whether a CUDA driver loads the library and how fakecupti behaves.
+pub fn without_callers_cuda(cmd: &mut Command) -> &mut Command {
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CUDA_") || key.starts_with("FAKECUPTI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// The library as `cmd`'s CUDA injection (CUDA_INJECTION64_PATH, which the C programs'
+/// fake driver dlopens) with fakecupti as its CUPTI.
+pub fn cuda_injected(cmd: &mut Command) -> &mut Command {
+    cmd.env("CUDA_INJECTION64_PATH", library()).env("SF_CUPTI_PATH", fakecupti())
+}

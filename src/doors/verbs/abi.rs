@@ -22,8 +22,8 @@ pub struct IbvDevice {
     pub name: [c_char; DEVICE_NAME_MAX],
 }
 
-pub type PostSendFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
-pub type PostRecvFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
+/// `post_send` (`W` = [`IbvSendWr`]) and `post_recv` (`W` = [`IbvRecvWr`]): one shape.
+pub type PostFn<W> = unsafe extern "C" fn(*mut IbvQp, *mut W, *mut *mut W) -> c_int;
 pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
 
 /// `struct ibv_context_ops`: 32 function pointers. The header's inline `ibv_post_send`,
