@@ -76,8 +76,8 @@ fn write_rank(dir: &Path, rank: i32, slow_gemm: f64) {
     windows.finish(&mut writer);
 }
 
-fn kernels_json(dir: &Path) -> (Option<i32>, serde_json::Value) {
-    let out = Command::new(artifact("sf")).arg("kernels").arg(dir).arg("--json").output().unwrap();
+fn kernels_json(dir: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let out = Command::new(artifact("sf")).arg("kernels").arg(dir).arg("--json").args(extra).output().unwrap();
     let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     (out.status.code(), report)
 }
@@ -88,11 +88,18 @@ fn a_planted_slow_kernel_on_one_rank_is_flagged_and_a_healthy_job_is_quiet() {
     for rank in 0..8 {
         write_rank(&healthy.0, rank, 1.0);
     }
-    let (code, report) = kernels_json(&healthy.0);
+    let (code, report) = kernels_json(&healthy.0, &[]);
     assert_eq!(code, Some(0), "{report}");
     assert_eq!(report["kernel_records"], true);
     assert_eq!(report["kernels_compared"], 3, "{report}");
     assert_eq!(report["anomalies"], serde_json::json!([]), "{report}");
+    let comparisons = report["comparisons"].as_array().unwrap();
+    assert_eq!(comparisons.len(), 3, "every kernel compared is listed: {report}");
+    for c in comparisons {
+        assert_eq!(c["ranks"], serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(c["scores_ns"].as_array().unwrap().len(), 8);
+        assert_eq!((c["anomalous"].clone(), c["w1_ns"].clone()), (serde_json::json!([]), serde_json::Value::Null));
+    }
     let rank0 = &report["ranks"][0];
     assert_eq!((rank0["windows"].as_u64(), rank0["kernel_names"].as_u64()), (Some(3), Some(3)), "{rank0}");
     assert_eq!(rank0["nccl"]["kernels"], 30);
@@ -102,8 +109,15 @@ fn a_planted_slow_kernel_on_one_rank_is_flagged_and_a_healthy_job_is_quiet() {
     for rank in 0..8 {
         write_rank(&slow.0, rank, if rank == 5 { 1.3 } else { 1.0 });
     }
-    let (code, report) = kernels_json(&slow.0);
+    let (code, report) = kernels_json(&slow.0, &["--matrix"]);
     assert_eq!(code, Some(4), "{report}");
+    let gemm = report["comparisons"].as_array().unwrap().iter().find(|c| c["kernel"] == "gemm_bf16_128x256").unwrap();
+    assert_eq!(gemm["anomalous"], serde_json::json!([5]));
+    let w1: Vec<Vec<f64>> = serde_json::from_value(gemm["w1_ns"].clone()).unwrap();
+    assert_eq!((w1.len(), w1[0].len()), (8, 8));
+    assert!((0..8).all(|i| w1[i][i] == 0.0 && (0..8).all(|j| (w1[i][j] - w1[j][i]).abs() < 1e-6)), "{w1:?}");
+    let rank5_row: f64 = w1[5].iter().sum::<f64>() / 7.0;
+    assert!((rank5_row - gemm["scores_ns"][5].as_f64().unwrap()).abs() < 1e-6, "a score is its row's mean");
     let anomalies = report["anomalies"].as_array().unwrap();
     assert_eq!(anomalies.len(), 1, "{report}");
     assert_eq!(anomalies[0]["rank"], 5);

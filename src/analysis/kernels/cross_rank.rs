@@ -8,7 +8,7 @@ use super::fence::{judge, FenceParams, Verdict};
 use super::kde::Cluster;
 use super::mixture::Mixture;
 use super::quantile::select_quantile;
-use super::wasserstein::{distance_matrix, W1Params};
+use super::wasserstein::{distance_matrix, DistanceMatrix, W1Params};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct L3Params {
@@ -16,21 +16,31 @@ pub struct L3Params {
     pub fence: FenceParams,
 }
 
+/// One kernel's L3 comparison among the ranks of one role: the W1 matrix (rows in `ranks`
+/// order) and the fence's verdict on it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct KernelFinding<K> {
+pub struct KernelComparison<K> {
     pub kernel: K,
+    /// Row `i` of `matrix` is rank `ranks[i]`, ascending.
+    pub ranks: Vec<u32>,
+    pub matrix: DistanceMatrix,
     pub verdict: Verdict,
-    /// The W1 matrix's quadrature error bound, for judging a score near the fence.
-    pub error_bound: f64,
 }
 
-/// Kernels with at least one anomalous rank, in key order; within each, ranks ascend.
-/// Ranks whose clusters are empty are left out of that kernel's comparison.
-pub fn anomalous_kernels<K: Ord + Clone>(
+impl<K> KernelComparison<K> {
+    /// The W1 matrix's quadrature error bound, for judging a score near the fence.
+    pub fn error_bound(&self) -> f64 {
+        self.matrix.error_bound()
+    }
+}
+
+/// Every kernel with at least 4 ranks to compare, in key order. Ranks whose clusters are
+/// empty are left out of that kernel's comparison.
+pub fn compare_kernels<K: Ord + Clone>(
     per_kernel: &BTreeMap<K, Vec<(u32, Vec<Cluster>)>>,
     params: &L3Params,
-) -> Vec<KernelFinding<K>> {
-    let mut findings = Vec::new();
+) -> Vec<KernelComparison<K>> {
+    let mut comparisons = Vec::new();
     for (kernel, ranks) in per_kernel {
         let mut rows: Vec<(u32, Mixture)> =
             ranks.iter().filter_map(|(r, c)| Mixture::from_clusters(c).map(|m| (*r, m))).collect();
@@ -44,12 +54,10 @@ pub fn anomalous_kernels<K: Ord + Clone>(
         let scale = select_quantile(&mut means, 0.5);
         let matrix = distance_matrix(&mixtures, &params.w1);
         if let Some(verdict) = judge(&ids, &matrix, scale, &params.fence) {
-            if !verdict.anomalous.is_empty() {
-                findings.push(KernelFinding { kernel: kernel.clone(), verdict, error_bound: matrix.error_bound() });
-            }
+            comparisons.push(KernelComparison { kernel: kernel.clone(), ranks: ids, matrix, verdict });
         }
     }
-    findings
+    comparisons
 }
 
 #[cfg(test)]
@@ -58,6 +66,14 @@ mod tests {
     use crate::analysis::kernels::kde::{cluster_durations, KdeParams};
     use crate::analysis::kernels::reservoir::{Reservoir, DEFAULT_RESERVOIR_CAP};
     use crate::analysis::kernels::rng::SplitMix64;
+
+    /// The comparisons with at least one anomalous rank.
+    fn anomalous_kernels<K: Ord + Clone>(
+        per_kernel: &BTreeMap<K, Vec<(u32, Vec<Cluster>)>>,
+        params: &L3Params,
+    ) -> Vec<KernelComparison<K>> {
+        compare_kernels(per_kernel, params).into_iter().filter(|c| !c.verdict.anomalous.is_empty()).collect()
+    }
 
     /// 16 ranks of one role. Ranks of one role launch the same kernels the same number of
     /// times, so each mode gets a fixed count (`(count, median, log-sd)`) and only the
@@ -90,7 +106,7 @@ mod tests {
             assert_eq!(found.len(), 1, "seed {seed}: {found:?}");
             assert_eq!(found[0].kernel, "gemm");
             assert_eq!(found[0].verdict.anomalous, vec![11]);
-            assert!(found[0].error_bound < found[0].verdict.floor);
+            assert!(found[0].error_bound() < found[0].verdict.floor);
         }
     }
 

@@ -20,6 +20,9 @@ form a matrix; a rank's SCORE is its mean distance to the others. A rank is anom
 a kernel when its score is above the IQR fence Q3 + k (Q3 - Q1) of the scores (--iqr-k,
 default 1.5) and at least 5% of the kernel's typical duration.
 
+--json also lists every comparison (kernel, group, ranks, each rank's score, the fence,
+the floor and the anomalous ranks); --matrix adds each comparison's full W1 matrix.
+
 Beside the findings: per rank the windows, kernel names and launches summarized, NCCL
 kernels (count, mean and longest duration), each stream's busy share of its windows,
 and LOST: activity counted late, truncated by the 4 KiB-per-window cap or untracked.
@@ -40,7 +43,8 @@ Example: rank 5's GEMM runs 30% longer than on the other 7 ranks:
 Examples:
   sf kernels JOBDIR; echo $?                         4 when a rank's kernel stands out
   sf kernels JOBDIR --role-by local-rank --iqr-k 3   pipeline stages by GPU position, a wider fence
-  sf kernels JOBDIR --json | jq '.anomalies[] | {rank, kernel, past_fence_ns}'";
+  sf kernels JOBDIR --json | jq '.anomalies[] | {rank, kernel, past_fence_ns}'
+  sf kernels JOBDIR --json --matrix | jq '.comparisons[0].w1_ns'   the distances themselves";
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RoleArg {
@@ -59,6 +63,9 @@ pub struct KernelsArgs {
     /// IQR fence coefficient k: anomalous above Q3 + k (Q3 - Q1) of the ranks' scores
     #[arg(long, default_value_t = 1.5, value_parser = parse_k)]
     pub iqr_k: f64,
+    /// With --json: add each comparison's pairwise W1 matrix (ns), rows and columns in its ranks' order
+    #[arg(long)]
+    pub matrix: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -76,7 +83,7 @@ impl KernelsArgs {
             RoleArg::All => RoleBy::All,
             RoleArg::LocalRank => RoleBy::LocalRank,
         };
-        KernelsOptions { role_by, iqr_k: self.iqr_k }
+        KernelsOptions { role_by, iqr_k: self.iqr_k, matrix: self.matrix }
     }
 }
 
@@ -92,16 +99,16 @@ mod tests {
 
     #[test]
     fn takes_a_directory_a_role_and_a_fence() {
-        let defaults = KernelsOptions { role_by: RoleBy::All, iqr_k: 1.5 };
+        let defaults = KernelsOptions { role_by: RoleBy::All, iqr_k: 1.5, matrix: false };
         assert_eq!(
             parse("sf kernels job"),
             Ok(Command::Kernels { dir: PathBuf::from("job"), options: defaults, format: Format::Human })
         );
         assert_eq!(
-            parse("sf kernels job --json --role-by local-rank --iqr-k 3"),
+            parse("sf kernels job --json --role-by local-rank --iqr-k 3 --matrix"),
             Ok(Command::Kernels {
                 dir: PathBuf::from("job"),
-                options: KernelsOptions { role_by: RoleBy::LocalRank, iqr_k: 3.0 },
+                options: KernelsOptions { role_by: RoleBy::LocalRank, iqr_k: 3.0, matrix: true },
                 format: Format::Json
             })
         );

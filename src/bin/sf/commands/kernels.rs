@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use stagefrontier::analysis::kernels::cross_rank::{anomalous_kernels, L3Params};
+use stagefrontier::analysis::kernels::cross_rank::{compare_kernels, L3Params};
 use stagefrontier::analysis::kernels::kde::Cluster;
 use stagefrontier::analysis::kernels::mixture::Z_99;
 use stagefrontier::core::log::reader::RankLog;
@@ -42,6 +42,8 @@ pub struct KernelsOptions {
     pub role_by: RoleBy,
     /// The IQR fence coefficient (ARGUS's α).
     pub iqr_k: f64,
+    /// Put each comparison's W1 matrix into the report.
+    pub matrix: bool,
 }
 
 /// The parser admits only finite, non-negative `iqr_k`, for which `==` is an equivalence.
@@ -58,6 +60,8 @@ pub struct KernelsReport {
     /// Kernel names compared in at least one role group of 4 or more ranks.
     pub kernels_compared: usize,
     pub anomalies: Vec<Anomaly>,
+    /// Every kernel compared, per role group, anomalous or not.
+    pub comparisons: Vec<Comparison>,
     pub ranks: Vec<RankKernels>,
     pub errors: Vec<FileError>,
 }
@@ -78,6 +82,24 @@ pub struct Anomaly {
     /// This rank's and the group's median p50 of the kernel, in ns.
     pub rank_p50_ns: f64,
     pub group_p50_ns: f64,
+}
+
+/// One kernel's comparison among the ranks of one group.
+#[derive(Debug, Serialize)]
+pub struct Comparison {
+    pub kernel: String,
+    pub group: String,
+    /// The ranks compared, ascending; `scores_ns` and the matrix's rows follow this order.
+    pub ranks: Vec<u32>,
+    /// Each rank's mean W1 distance to the others, in ns.
+    pub scores_ns: Vec<f64>,
+    pub upper_fence_ns: f64,
+    pub floor_ns: f64,
+    /// The W1 quadrature's error bound, in ns: scores this close to the fence are a toss-up.
+    pub error_bound_ns: f64,
+    pub anomalous: Vec<u32>,
+    /// The pairwise W1 distances in ns, with `--matrix` only (null otherwise).
+    pub w1_ns: Option<Vec<Vec<f64>>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -132,6 +154,7 @@ pub fn build(dir: &Path, options: &KernelsOptions) -> Result<KernelsReport, Fail
         kernel_records: false,
         kernels_compared: 0,
         anomalies: Vec::new(),
+        comparisons: Vec::new(),
         ranks: Vec::new(),
         errors: Vec::new(),
     };
@@ -171,7 +194,21 @@ pub fn build(dir: &Path, options: &KernelsOptions) -> Result<KernelsReport, Fail
             }
         }
         compared.extend(per_kernel.iter().filter(|(_, rows)| rows.len() >= 4).map(|(k, _)| k.to_string()));
-        for finding in anomalous_kernels(&per_kernel, &params) {
+        for finding in compare_kernels(&per_kernel, &params) {
+            let n = finding.ranks.len();
+            report.comparisons.push(Comparison {
+                kernel: finding.kernel.to_string(),
+                group: group.clone(),
+                ranks: finding.ranks.clone(),
+                scores_ns: finding.verdict.scores.iter().map(|s| s.score).collect(),
+                upper_fence_ns: finding.verdict.upper_fence,
+                floor_ns: finding.verdict.floor,
+                error_bound_ns: finding.error_bound(),
+                anomalous: finding.verdict.anomalous.clone(),
+                w1_ns: options
+                    .matrix
+                    .then(|| (0..n).map(|i| (0..n).map(|j| finding.matrix.get(i, j)).collect()).collect()),
+            });
             let rows = &per_kernel[finding.kernel];
             let mut p50s: Vec<f64> = rows.iter().map(|(_, c)| weighted_p50(c)).collect();
             p50s.sort_by(f64::total_cmp);
