@@ -269,6 +269,19 @@ fn run_chained(version: u32, chain_mask: &str) -> (Vec<View>, Vec<BTreeMap<Strin
     (views, chain_counts(&counts), out)
 }
 
+/// NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: NCCL looks for the tables among the process's own
+/// symbols, which is where LD_PRELOAD puts them; no second copy of the library is loaded.
+#[test]
+fn static_plugin_finds_the_preloaded_tables() {
+    let root = log_root("static");
+    let out = run_ok(profiled(&root, "job", 7, true).env("NCCL_PROFILER_PLUGIN", "STATIC_PLUGIN"));
+    assert_eq!(checksum(&out), plain_checksum());
+    for (rank, path) in logs_by_rank(&root, "job").iter().enumerate() {
+        check_rank(&view(path), rank as i32, 7);
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn a_chained_plugin_receives_every_call_with_its_own_handles() {
     let plain = plain_checksum();
