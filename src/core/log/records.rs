@@ -527,7 +527,7 @@ pub(super) struct Encoder<'a> {
 }
 
 impl Encoder<'_> {
-    pub(super) fn put(&mut self, bytes: &[u8]) {
+    fn put(&mut self, bytes: &[u8]) {
         self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
         self.at += bytes.len();
     }
@@ -545,6 +545,11 @@ impl Encoder<'_> {
     }
     pub(super) fn u64(&mut self, v: u64) {
         self.put(&v.to_le_bytes())
+    }
+    /// A length byte, then the bytes: the layout of every inline name (at most 255 bytes).
+    pub(super) fn short_bytes(&mut self, bytes: &[u8]) {
+        self.u8(bytes.len() as u8);
+        self.put(bytes)
     }
 }
 
@@ -573,5 +578,15 @@ impl Decoder<'_> {
     }
     pub(super) fn u64(&mut self) -> Option<u64> {
         self.take().map(u64::from_le_bytes)
+    }
+    /// What `Encoder::short_bytes` wrote, zero-padded to `N`: its length and bytes, or
+    /// `None` when the length is over `N` or the payload ends first.
+    pub(super) fn short_bytes<const N: usize>(&mut self) -> Option<(u8, [u8; N])> {
+        let len = self.u8()?;
+        let src = self.buf.get(self.at..self.at + len as usize).filter(|src| src.len() <= N)?;
+        let mut bytes = [0; N];
+        bytes[..src.len()].copy_from_slice(src);
+        self.at += src.len();
+        Some((len, bytes))
     }
 }

@@ -312,19 +312,11 @@ pub(super) fn encode_kernel_name(n: &KernelName, w: &mut Encoder) {
     w.u32(n.name_id);
     w.u64(n.hash);
     w.u16(n.full_len);
-    w.u8(n.len);
-    w.put(&n.bytes[..n.len as usize]);
+    w.short_bytes(&n.bytes[..n.len as usize]);
 }
 
 pub(super) fn decode_kernel_name(r: &mut Decoder) -> Option<KernelName> {
-    let (name_id, hash, full_len, len) = (r.u32()?, r.u64()?, r.u16()?, r.u8()?);
-    if len as usize > KernelName::CAPACITY {
-        return None;
-    }
-    let mut bytes = [0; KernelName::CAPACITY];
-    for b in &mut bytes[..len as usize] {
-        *b = r.u8()?;
-    }
+    let (name_id, hash, full_len, (len, bytes)) = (r.u32()?, r.u64()?, r.u16()?, r.short_bytes()?);
     Some(KernelName { name_id, hash, full_len, len, bytes })
 }
 

@@ -36,20 +36,11 @@ impl<const N: usize> Text<N> {
     }
 
     fn encode(&self, w: &mut Encoder) {
-        w.u8(self.len);
-        w.put(self.as_bytes());
+        w.short_bytes(self.as_bytes());
     }
 
     fn decode(r: &mut Decoder) -> Option<Text<N>> {
-        let len = r.u8()? as usize;
-        if len > N {
-            return None;
-        }
-        let mut bytes = [0; N];
-        for b in &mut bytes[..len] {
-            *b = r.u8()?;
-        }
-        Some(Text { len: len as u8, bytes })
+        r.short_bytes().map(|(len, bytes)| Text { len, bytes })
     }
 }
 
