@@ -473,7 +473,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
             let q = qp.unwrap_or_default();
             if qp.is_some() {
                 // The event's start is the post; its stop, the completion (see `stop`).
-                work_requests::posted(wr_qp(q.device, q.qp_num), q.wr_id, q.length, q.opcode, t_start);
+                work_requests::posted(wr_qp(q.device, q.qp_num), q.length, t_start);
             }
             RecordBody::ProfNet(ProfNet {
                 t_start_ns: t_start,
@@ -584,14 +584,7 @@ pub fn stop(slot: &'static Slot) {
             // per-QP aggregates take it; the record itself only with SF_NET_RAW=1, since a
             // real job posts thousands per second and would flood the log ring.
             RecordBody::ProfNet(n) if n.qp => {
-                work_requests::completed(
-                    wr_qp(n.device, n.qp_num),
-                    n.wr_id,
-                    n.length,
-                    Some(n.t_start_ns),
-                    t_stop,
-                    true,
-                );
+                work_requests::completed(wr_qp(n.device, n.qp_num), n.length, Some(n.t_start_ns), t_stop, true);
                 if rt.config.net_raw {
                     rt.ring.push(Event::Record(body));
                 }

@@ -268,7 +268,6 @@ pub struct SendWr {
     pub wr_id: u64,
     /// Sum of its scatter/gather lengths.
     pub bytes: u64,
-    pub opcode: i32,
     pub signaled: bool,
 }
 
@@ -292,7 +291,7 @@ pub fn sends_posted(device: i32, qp_num: u32, wrs: impl Iterator<Item = SendWr>,
             slot.send_wr_ids[n as usize % SEND_RING].store(wr.wr_id, Ordering::Release);
             slot.send_bytes[n as usize % SEND_RING].store(carried, Ordering::Release);
         }
-        work_requests::posted(key, wr.wr_id, carried, wr.opcode, t_ticks);
+        work_requests::posted(key, carried, t_ticks);
         carried = 0;
     }
     if let Some(slot) = slot.filter(|_| carried > 0) {
@@ -300,11 +299,11 @@ pub fn sends_posted(device: i32, qp_num: u32, wrs: impl Iterator<Item = SendWr>,
     }
 }
 
-/// Receives the provider accepted: every one completes. `bytes` is the buffer size.
-pub fn recvs_posted(device: i32, qp_num: u32, wrs: impl Iterator<Item = (u64, u64)>, t_ticks: u64) {
+/// Receives the provider accepted, as their buffer sizes: every one completes.
+pub fn recvs_posted(device: i32, qp_num: u32, wrs: impl Iterator<Item = u64>, t_ticks: u64) {
     let key = QpKey { source: WrSource::Verbs, device, qp_num };
-    for (wr_id, bytes) in wrs {
-        work_requests::posted(key, wr_id, bytes, WC_RECV as i32, t_ticks);
+    for bytes in wrs {
+        work_requests::posted(key, bytes, t_ticks);
     }
 }
 
@@ -336,7 +335,7 @@ pub fn completions(device: i32, polled: impl Iterator<Item = Completion>, t_tick
                 0
             }
         };
-        work_requests::completed(key, wc.wr_id, bytes, None, t_ticks, ok);
+        work_requests::completed(key, bytes, None, t_ticks, ok);
     }
 }
 
@@ -359,7 +358,7 @@ mod tests {
     use super::*;
 
     fn send(wr_id: u64, bytes: u64, signaled: bool) -> SendWr {
-        SendWr { wr_id, bytes, opcode: 0, signaled }
+        SendWr { wr_id, bytes, signaled }
     }
 
     #[test]

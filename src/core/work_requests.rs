@@ -333,14 +333,14 @@ pub fn table() -> &'static WrTable<QP_CAPACITY> {
 
 /// A work request was posted (`ibv_post_send`/`ibv_post_recv`, or a QP event started).
 /// `t_ticks` is the hot-path clock (`clock::now_ticks`).
-pub fn posted(qp: QpKey, _wr_id: u64, bytes: u64, _opcode: i32, t_ticks: u64) {
+pub fn posted(qp: QpKey, bytes: u64, t_ticks: u64) {
     TABLE.posted(qp, bytes, t_ticks);
 }
 
 /// A work request's completion was polled. `t_post_ticks` is its post time where the door
 /// knows it (the profiler event's start), else None (the accounting matches completions to
 /// posts in order, as an RC queue completes them). `ok` is false for an error completion.
-pub fn completed(qp: QpKey, _wr_id: u64, bytes: u64, t_post_ticks: Option<u64>, t_ticks: u64, ok: bool) {
+pub fn completed(qp: QpKey, bytes: u64, t_post_ticks: Option<u64>, t_ticks: u64, ok: bool) {
     TABLE.completed(qp, bytes, t_post_ticks, t_ticks, ok);
 }
 

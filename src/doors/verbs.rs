@@ -244,7 +244,6 @@ unsafe extern "C" fn post_send(qp: *mut IbvQp, wr: *mut IbvSendWr, bad_wr: *mut 
             let sends = wr_list(wr, stop, |w| (*w).next).map(|w| SendWr {
                 wr_id: (*w).wr_id,
                 bytes: sge_bytes((*w).sg_list, (*w).num_sge),
-                opcode: (*w).opcode,
                 signaled: (*w).send_flags & SEND_SIGNALED != 0,
             });
             verbs::sends_posted(device, qp_num, sends, t);
@@ -260,7 +259,7 @@ unsafe extern "C" fn post_recv(qp: *mut IbvQp, wr: *mut IbvRecvWr, bad_wr: *mut 
     let count = |device, qp_num, stop, t| {
         // SAFETY: as in `post_send`.
         unsafe {
-            let recvs = wr_list(wr, stop, |w| (*w).next).map(|w| ((*w).wr_id, sge_bytes((*w).sg_list, (*w).num_sge)));
+            let recvs = wr_list(wr, stop, |w| (*w).next).map(|w| sge_bytes((*w).sg_list, (*w).num_sge));
             verbs::recvs_posted(device, qp_num, recvs, t);
         }
     };
