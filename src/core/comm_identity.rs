@@ -1,7 +1,7 @@
 //! Job-wide communicator ids: every rank of a communicator derives the same id from what
 //! all of them know, with no message exchanged.
 
-use super::fnv::Fnv1a;
+use super::fnv::{mix64, Fnv1a};
 
 /// FNV-1a then a SplitMix64 finaliser: cheap, deterministic across machines, and never 0
 /// (0 means "no communicator" in records).
@@ -11,10 +11,7 @@ fn hash(parts: &[&[u8]]) -> u64 {
         fnv.write(part);
         fnv.write(&[0xff]);
     }
-    let mut h = fnv.finish();
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (h ^ (h >> 31)).max(1)
+    mix64(fnv.finish()).max(1)
 }
 
 /// `ncclCommInitRank*`: every rank passes the same `ncclUniqueId`.

@@ -1,5 +1,6 @@
 //! 64-bit FNV-1a: cheap, and stable across runs, builds and machines, so hashes of names
-//! and ids can go into logs and be compared between ranks.
+//! and ids can go into logs and be compared between ranks; and the SplitMix64 finaliser
+//! that the job-wide ids and the seeded generators mix with.
 
 const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 const PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -31,6 +32,14 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h = Fnv1a::default();
     h.write(bytes);
     h.finish()
+}
+
+/// SplitMix64's finaliser (Steele, Lea and Flood 2014): spreads every input bit over the
+/// whole word, for FNV hashes whose low bits are weak and for counter-based random draws.
+pub fn mix64(x: u64) -> u64 {
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 #[cfg(test)]
