@@ -233,22 +233,11 @@ fn pack(device: i32, qp_num: u32) -> u64 {
 
 /// The slot of a QP, claimed on first sight.
 fn qp_slot(device: i32, qp_num: u32) -> Option<&'static QpSlot> {
-    let key = pack(device, qp_num);
-    let start = (crate::core::fnv::fnv1a(&key.to_le_bytes()) as usize) % QPS;
-    for i in 0..PROBE {
-        let slot = &QP_SLOTS[(start + i) % QPS];
-        match slot.key.load(Ordering::Acquire) {
-            k if k == key => return Some(slot),
-            0 => match slot.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(slot),
-                Err(k) if k == key => return Some(slot),
-                Err(_) => continue,
-            },
-            _ => continue,
-        }
+    let found = work_requests::find_or_claim(&QP_SLOTS, pack(device, qp_num), PROBE, |s| &s.key);
+    if found.is_none() {
+        QP_TABLE_FULL.fetch_add(1, Ordering::Relaxed);
     }
-    QP_TABLE_FULL.fetch_add(1, Ordering::Relaxed);
-    None
+    found
 }
 
 /// A QP was created; `sig_all` is its `sq_sig_all`. Its counters start afresh (QP numbers

@@ -265,6 +265,20 @@ fn probe_slot(hash: u64, k: usize, n: usize) -> usize {
     ((hash % n as u64) as usize + k) % n
 }
 
+/// The slot holding `key` (never 0) in an open-addressing table of per-QP slots, whose key
+/// `key_of` gives (0: free): found, or claimed with one CAS on the first free slot within
+/// `probe` steps. None when no slot is left along the way; the caller counts that.
+pub fn find_or_claim<T>(slots: &[T], key: u64, probe: usize, key_of: impl Fn(&T) -> &AtomicU64) -> Option<&T> {
+    let start = crate::core::fnv::fnv1a(&key.to_le_bytes());
+    (0..probe.min(slots.len())).map(|k| &slots[probe_slot(start, k, slots.len())]).find(|slot| {
+        let held = match key_of(slot).load(Ordering::Acquire) {
+            0 => key_of(slot).compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire).map_or_else(|o| o, |_| key),
+            held => held,
+        };
+        held == key
+    })
+}
+
 /// A fixed-capacity open-addressing table of QPs.
 pub struct WrTable<const N: usize> {
     entries: [QpEntry; N],
@@ -277,22 +291,11 @@ impl<const N: usize> WrTable<N> {
     }
 
     fn entry(&self, qp: QpKey) -> Option<&QpEntry> {
-        let key = qp.pack();
-        let start = crate::core::fnv::fnv1a(&key.to_le_bytes());
-        for k in 0..PROBE.min(N) {
-            let e = &self.entries[probe_slot(start, k, N)];
-            match e.key.load(Ordering::Acquire) {
-                k if k == key => return Some(e),
-                0 => match e.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return Some(e),
-                    Err(other) if other == key => return Some(e),
-                    Err(_) => continue,
-                },
-                _ => continue,
-            }
+        let found = find_or_claim(&self.entries, qp.pack(), PROBE, |e| &e.key);
+        if found.is_none() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        self.dropped.fetch_add(1, Ordering::Relaxed);
-        None
+        found
     }
 
     pub fn posted(&self, qp: QpKey, bytes: u64, t_ticks: u64) {
