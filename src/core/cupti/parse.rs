@@ -11,6 +11,7 @@
 //! below are pinned to cudarc's bindgen layouts of every version by the tests.
 
 use crate::core::kernel_activity::{Activity, ActivityKind, KernelNames};
+use crate::core::log::format::bytes;
 
 /// `CUpti_ActivityKind` values (cupti_activity.h).
 pub mod kind {
@@ -120,8 +121,8 @@ enum Parsed {
 }
 
 fn parse_record(record: &[u8], time: TimeBase) -> Parsed {
-    let u32_at = |at: usize| u32::from_le_bytes(record[at..at + 4].try_into().expect("4 bytes"));
-    let u64_at = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |at: usize| bytes::get_u32(record, at);
+    let u64_at = |at: usize| bytes::get_u64(record, at);
     let (min_size, kind) = match u32_at(0) {
         kind::CONCURRENT_KERNEL => (kernel::MIN_SIZE, ActivityKind::Kernel),
         kind::MEMCPY => (memcpy::MIN_SIZE, ActivityKind::Memcpy { bytes: 0, copy_kind: 0 }),

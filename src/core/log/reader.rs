@@ -238,8 +238,7 @@ impl RankLog {
                 }
                 let mut name = [0u8; NAME_CAPACITY];
                 self.copy_volatile(at + NAME_OFFSET, &mut name);
-                let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_CAPACITY);
-                Some(String::from_utf8_lossy(&name[..end]).into_owned())
+                Some(bytes::get_str(&name, 0, NAME_CAPACITY))
             })
             .collect()
     }
