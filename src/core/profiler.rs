@@ -405,12 +405,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
             comm_hash = hash.unwrap_or(comm_hash);
             seq = s;
             RecordBody::ProfOp(ProfOp {
-                t_start_ns: t_start,
-                t_stop_ns: 0,
-                comm_hash,
-                seq,
                 count,
-                rank,
                 peer: root,
                 func,
                 dtype,
@@ -418,29 +413,20 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
                 proto,
                 n_channels,
                 n_warps,
-                abi,
-                p2p: false,
+                ..op_started(t_start, comm_hash, seq, rank, abi)
             })
         }
         Start::P2p { comm_hash: hash, func, count, peer, dtype, n_channels } => {
             comm_hash = hash.unwrap_or(comm_hash);
             seq = context.map_or(u64::MAX, |c| c.p2p_seq.fetch_add(1, Ordering::Relaxed));
             RecordBody::ProfOp(ProfOp {
-                t_start_ns: t_start,
-                t_stop_ns: 0,
-                comm_hash,
-                seq,
                 count,
-                rank,
                 peer,
                 func,
                 dtype,
-                algo: UNKNOWN,
-                proto: UNKNOWN,
                 n_channels,
-                n_warps: 0,
-                abi,
                 p2p: true,
+                ..op_started(t_start, comm_hash, seq, rank, abi)
             })
         }
         Start::ProxyOp { channel, peer, n_steps, chunk_size, is_send } => RecordBody::ProfProxy(ProfProxy {
@@ -602,6 +588,28 @@ pub fn stop(slot: &'static Slot) {
 /// The work-request table's key of a profiler QP event.
 fn wr_qp(device: i32, qp_num: i32) -> QpKey {
     QpKey { source: WrSource::Profiler, device, qp_num: qp_num as u32 }
+}
+
+/// A task record at its start: nothing about the call known yet (algorithm, protocol and
+/// warps stay unknown for a point-to-point task).
+fn op_started(t_start_ns: u64, comm_hash: u64, seq: u64, rank: i32, abi: u8) -> ProfOp {
+    ProfOp {
+        t_start_ns,
+        t_stop_ns: 0,
+        comm_hash,
+        seq,
+        count: 0,
+        rank,
+        peer: -1,
+        func: UNKNOWN,
+        dtype: -1,
+        algo: UNKNOWN,
+        proto: UNKNOWN,
+        n_channels: 0,
+        n_warps: 0,
+        abi,
+        p2p: false,
+    }
 }
 
 /// A proxy-side record at its start: no state seen yet, no peer, no step.
