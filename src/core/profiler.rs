@@ -311,6 +311,8 @@ pub struct Slot {
     transitions: AtomicU32,
     t_states: [AtomicU64; 3],
     trans_size: AtomicU64,
+    /// Whether this event's recordEventState calls carry `transSize` (see `start`).
+    sized_states: AtomicBool,
 }
 
 impl Slot {
@@ -330,6 +332,7 @@ impl Slot {
             transitions: AtomicU32::new(0),
             t_states: [const { AtomicU64::new(0) }; 3],
             trans_size: AtomicU64::new(0),
+            sized_states: AtomicBool::new(false),
         }
     }
 
@@ -478,6 +481,10 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
         }
         Start::Other => unreachable!("returned above"),
     };
+    // ProxyOp events in v1–v3, ProxyStep events from v4 carry `transSize` with their states;
+    // settled here once, so a state update never decodes the record.
+    let sized_unit = if abi <= 3 { ProfProxy::OP } else { ProfProxy::STEP };
+    let sized_states = matches!(body, RecordBody::ProfProxy(p) if p.unit == sized_unit);
     let mut buf = [0u8; PAYLOAD_CAPACITY];
     let len = body.encode(&mut buf);
     for (w, chunk) in slot.words.iter().zip(buf.chunks_exact(8)) {
@@ -493,6 +500,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
         t.store(0, Ordering::Relaxed);
     }
     slot.trans_size.store(0, Ordering::Relaxed);
+    slot.sized_states.store(sized_states, Ordering::Relaxed);
     slot.chain.store(chain, Ordering::Relaxed);
     slot.parent.store(linked.map_or(0, |p| p + 1), Ordering::Relaxed);
     slot.refs.store(1, Ordering::Release);
@@ -522,18 +530,9 @@ pub fn state(slot: &Slot, state: i32, trans_size: Option<u64>) {
     }
 }
 
-/// Whether a recordEventState on this event carries `transSize` in its arguments:
-/// ProxyOp events in v1–v3, ProxyStep events from v4.
-pub fn takes_trans_size(slot: &Slot, abi: u8) -> bool {
-    let unit = match pending(slot) {
-        Some(RecordBody::ProfProxy(p)) => p.unit,
-        _ => return false,
-    };
-    if abi <= 3 {
-        unit == ProfProxy::OP
-    } else {
-        unit == ProfProxy::STEP
-    }
+/// Whether a recordEventState on this event carries `transSize` in its arguments.
+pub fn takes_trans_size(slot: &Slot) -> bool {
+    slot.sized_states.load(Ordering::Relaxed)
 }
 
 /// stopEvent: the record goes to the ring; the slot is reused once its children stopped.

@@ -399,7 +399,7 @@ unsafe fn record_any(abi: u8, handle: *mut c_void, state: c_int, args: *mut c_vo
     let chained = match core::event(handle as usize) {
         Some(slot) => {
             shielded(|| {
-                let size = (!args.is_null() && core::takes_trans_size(slot, abi))
+                let size = (!args.is_null() && core::takes_trans_size(slot))
                     // SAFETY: in every version the proxyOp (v1–v3) / proxyStep (v4+)
                     // arguments start with `size_t transSize`, and the union is at least
                     // that large.
