@@ -1,7 +1,7 @@
 //! stagefrontier: an always-on recorder for distributed training jobs.
 //!
-//! Loaded into an unmodified job (LD_PRELOAD today; CUDA, NVTX and NCCL-profiler injection
-//! as those doors land), it records every NCCL call into a crash-consistent per-rank log
+//! Loaded into an unmodified job (LD_PRELOAD, or as the CUDA, NVTX or NCCL-profiler
+//! injection library), it records every NCCL call into a crash-consistent per-rank log
 //! that the `sf` CLI reads live or after the job.
 //!
 //! The crate keeps three parts apart:
