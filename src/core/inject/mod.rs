@@ -103,14 +103,13 @@ impl Injector {
     /// A deterministic uniform draw in [0, 1): the same rule, rank and call always decide
     /// the same way, so a fault matrix run can be repeated exactly.
     fn draw(&self, index: u16, rule: &Rule, site: &Site, purpose: u64) -> f64 {
-        let mut x = rule.seed
-            ^ (self.rank as u32 as u64).rotate_left(32)
-            ^ site.comm_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ ((index as u64) << 48)
-            ^ (purpose << 56);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^= x >> 31;
+        let x = crate::core::fnv::mix64(
+            rule.seed
+                ^ (self.rank as u32 as u64).rotate_left(32)
+                ^ site.comm_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                ^ ((index as u64) << 48)
+                ^ (purpose << 56),
+        );
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
 }
