@@ -4,45 +4,15 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
 use stagefrontier::core::log::records::CommOrigin;
 use stagefrontier::core::nccl_op::NcclOp;
 
-/// fakenccl as the fixtures' build script produced it.
-fn fakenccl_dir() -> PathBuf {
-    let build = artifact_dir().join("build");
-    let mut candidates: Vec<PathBuf> = std::fs::read_dir(&build)
-        .expect("target/<profile>/build")
-        .filter_map(|e| e.ok().map(|e| e.path().join("out")))
-        .filter(|out| out.join("libnccl.so.2").exists())
-        .collect();
-    candidates.sort_by_key(|out| std::fs::metadata(out.join("libnccl.so.2")).and_then(|m| m.modified()).ok());
-    candidates.pop().expect("fakenccl is built with the workspace (`cargo build --workspace`)")
-}
-
-fn compile_driver() -> PathBuf {
-    let nccl = fakenccl_dir();
-    let exe = std::env::temp_dir().join(format!("sf-nccl-calls-{}", std::process::id()));
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/nccl_calls.c");
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&source)
-        .arg(format!("-L{}", nccl.display()))
-        .arg(format!("-Wl,-rpath,{}", nccl.display()))
-        .arg("-lnccl")
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "compiling {}", source.display());
-    exe
-}
-
 #[test]
 fn return_codes_and_results_are_the_real_librarys() {
-    let driver = compile_driver();
+    let driver = compile_against_fakenccl("nccl_calls.c", "sf-nccl-calls");
     let root = log_root("abi");
     let plain = run_ok(Command::new(&driver).env_remove("LD_PRELOAD"));
     let traced = run_ok(preloaded(&driver, &root, "job").env("RANK", "0").env("WORLD_SIZE", "1"));

@@ -27,15 +27,7 @@ fn host() -> &'static Path {
     static HOST: OnceLock<PathBuf> = OnceLock::new();
     HOST.get_or_init(|| {
         let exe = std::env::temp_dir().join(format!("sf-nvtx-host-{}", std::process::id()));
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/nvtx_host.c");
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-O1", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
-            .arg(&exe)
-            .arg(&source)
-            .arg("-ldl")
-            .status()
-            .expect("run the C compiler");
-        assert!(status.success(), "compiling {}", source.display());
+        compile_c(&c_source("nvtx_host.c"), &exe, &["-Wextra", "-pthread", "-ldl"]);
         exe
     })
 }

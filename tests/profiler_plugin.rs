@@ -218,16 +218,8 @@ fn with_both_doors_each_collective_is_one_call_linked_by_sequence_number() {
 }
 
 fn compile_chain_plugin(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/chain_profiler.c");
     let out = dir.join("libchain-profiler.so");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(&source)
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "compiling {}", source.display());
+    compile_c(&c_source("chain_profiler.c"), &out, &["-O2", "-shared", "-fPIC"]);
     out
 }
 

@@ -18,10 +18,6 @@ use stagefrontier::core::verbs::DeviceState;
 use stagefrontier::core::work_requests::WrSource;
 use stagefrontier::doors::verbs::abi::LAYOUT;
 
-fn cc() -> Command {
-    Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-}
-
 fn verbs_header_or_panic() {
     assert!(
         Path::new("/usr/include/infiniband/verbs.h").exists(),
@@ -32,30 +28,13 @@ fn verbs_header_or_panic() {
 /// fakeverbs as the fixtures' build script produced it.
 fn fakeverbs() -> PathBuf {
     verbs_header_or_panic();
-    let build = artifact_dir().join("build");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(&build)
-        .expect("target/<profile>/build")
-        .filter_map(|e| Some(e.ok()?.path().join("out/fakeverbs/libibverbs.so.1")))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    found.pop().expect("fakeverbs is built with the workspace (`cargo build --workspace`)")
-}
-
-fn compile(source: &Path, exe: &Path, extra: &[&str]) {
-    let status =
-        cc().args(["-O1", "-Wall", "-Werror", "-o"]).arg(exe).arg(source).args(extra).status().expect("run cc");
-    assert!(status.success(), "compiling {}", source.display());
-}
-
-fn c_source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(name)
+    fixture_output("fakeverbs/libibverbs.so.1")
 }
 
 /// verbs_app as NCCL uses libibverbs: dlopen and dlvsym.
 fn verbs_app(dir: &TempDir) -> PathBuf {
     let exe = dir.join("verbs_app");
-    compile(&c_source("verbs_app.c"), &exe, &["-ldl"]);
+    compile_c(&c_source("verbs_app.c"), &exe, &["-ldl"]);
     exe
 }
 
@@ -65,7 +44,7 @@ fn verbs_linked(dir: &TempDir) -> PathBuf {
     let exe = dir.join("verbs_linked");
     let fake_dir = fakeverbs().parent().unwrap().to_path_buf();
     let (search, rpath) = (format!("-L{}", fake_dir.display()), format!("-Wl,-rpath,{}", fake_dir.display()));
-    compile(&c_source("verbs_app.c"), &exe, &["-DLINKED", &search, "-l:libibverbs.so.1", &rpath, "-ldl"]);
+    compile_c(&c_source("verbs_app.c"), &exe, &["-DLINKED", &search, "-l:libibverbs.so.1", &rpath, "-ldl"]);
     exe
 }
 
@@ -82,7 +61,7 @@ fn layout_matches_the_real_header() {
     let file = dir.join("layout.c");
     std::fs::write(&file, source).unwrap();
     let exe = dir.join("layout");
-    compile(&file, &exe, &[]);
+    compile_c(&file, &exe, &[]);
     let out = run_ok(&mut Command::new(&exe));
     let header: Vec<usize> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
     for ((expr, ours), theirs) in LAYOUT.iter().zip(&header) {
@@ -287,7 +266,7 @@ fn versioned_references_bind_to_the_library_exports() {
 fn exports_fail_like_missing_verbs_until_libibverbs_is_loaded() {
     let dir = TempDir::new("verbs-missing");
     let exe = dir.join("verbs_missing");
-    compile(&c_source("verbs_missing.c"), &exe, &["-ldl"]);
+    compile_c(&c_source("verbs_missing.c"), &exe, &["-ldl"]);
     let plain = run_ok(Command::new(&exe).arg(fakeverbs()));
     assert_eq!(
         String::from_utf8_lossy(&plain.stdout),

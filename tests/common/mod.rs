@@ -196,26 +196,34 @@ pub fn single_window(schema: &Arc<Schema>, ranks: usize, steps: &[Vec<f64>], con
     windows.remove(0)
 }
 
+/// `tests/c/<name>`, the C programs the tests build.
+pub fn c_source(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(name)
+}
+
+/// `source` compiled by `$CC` (default `cc`) into `out` with warnings as errors; `args`
+/// come after the source, so libraries there resolve its references.
+pub fn compile_c(source: &Path, out: &Path, args: &[&str]) {
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(out)
+        .arg(source)
+        .args(args)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {}", source.display());
+}
+
 /// `tests/c/<source>` compiled once into a temp executable named `<name>-<pid>`, linked
 /// against the fixtures' fakenccl (found at run time through its rpath) and libdl, with
 /// tests/c on the include path for the C helpers the programs share (fake_driver.h).
 pub fn compile_against_fakenccl(source: &str, name: &str) -> PathBuf {
     let nccl = fixture_output("libnccl.so.2").parent().expect("fakenccl's directory").to_path_buf();
     let exe = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-    let sources = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-    let source = sources.join(source);
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O1", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", sources.display()))
-        .arg("-o")
-        .arg(&exe)
-        .arg(&source)
-        .arg(format!("-L{}", nccl.display()))
-        .arg(format!("-Wl,-rpath,{}", nccl.display()))
-        .args(["-lnccl", "-ldl"])
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "compiling {}", source.display());
+    let source = c_source(source);
+    let include = format!("-I{}", source.parent().expect("tests/c").display());
+    let (search, rpath) = (format!("-L{}", nccl.display()), format!("-Wl,-rpath,{}", nccl.display()));
+    compile_c(&source, &exe, &["-Wextra", &include, &search, &rpath, "-lnccl", "-ldl"]);
     exe
 }
 
