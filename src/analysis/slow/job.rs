@@ -19,6 +19,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+
 use super::attribution::{largest_shift, Center, StageShift};
 use super::change_point::ChangePointParams;
 use super::expected_time::{ExpectedTimeParams, NodeTiming, SlowNodeDetector};
@@ -101,7 +103,8 @@ pub struct RankL1 {
     pub regression: Option<RegressionFinding>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+/// Serialized as is in `sf slow --json`'s `l2[].stragglers`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Straggler {
     pub rank: u32,
     pub z: f64,

@@ -7,7 +7,7 @@ use serde::Serialize;
 use stagefrontier::analysis::slow::change_point::ChangePointParams;
 use stagefrontier::analysis::slow::expected_time::ExpectedTimeParams;
 use stagefrontier::analysis::slow::jitter::JitterParams;
-use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowParams};
+use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowParams, Straggler};
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
@@ -123,14 +123,7 @@ pub struct L2Report {
     pub cv: f64,
     /// `balanced`, `mild` or `severe`.
     pub imbalance: &'static str,
-    pub stragglers: Vec<StragglerReport>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct StragglerReport {
-    pub rank: u32,
-    pub z: f64,
-    pub mean_s: f64,
+    pub stragglers: Vec<Straggler>,
 }
 
 #[derive(Debug, Serialize)]
@@ -291,11 +284,7 @@ fn report(
                 Imbalance::Mild => "mild",
                 Imbalance::Severe => "severe",
             },
-            stragglers: g
-                .stragglers
-                .iter()
-                .map(|s| StragglerReport { rank: s.rank, z: s.z, mean_s: s.mean_s })
-                .collect(),
+            stragglers: g.stragglers.clone(),
         })
         .collect();
     let expected_time = job
