@@ -10,6 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::Command;
+use commands::ls::FileError;
 use commands::{dump, frontier, hang, kernels, ls, net, slow, Failure};
 
 fn main() -> ExitCode {
@@ -38,11 +39,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Ls { path, format } => {
             let report = ls::build(&path)?;
             output::new(format, stdout).ls(&report)?;
-            // After the table, where a long listing does not scroll them away.
-            for error in &report.errors {
-                error_line(&error.error);
-            }
-            Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(status(None, &report.errors))
         }
         Command::Dump { file, format } => {
             let report = dump::build(&file)?;
@@ -65,15 +62,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Hang { dir, options, format } => {
             let report = hang::build(&dir, &options)?;
             output::new(format, stdout).hang(&report)?;
-            for error in &report.errors {
-                error_line(&error.error);
-            }
-            // A diagnosed hang is the answer even when some log could not be read.
-            Ok(match (report.hung, report.errors.is_empty()) {
-                (true, _) => ExitCode::from(EXIT_HUNG),
-                (false, true) => ExitCode::SUCCESS,
-                (false, false) => ExitCode::FAILURE,
-            })
+            Ok(status(report.hung.then_some(EXIT_HUNG), &report.errors))
         }
         Command::Slow { dir, options, format } => {
             let report = slow::build(&dir, &options)?;
@@ -83,34 +72,30 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Kernels { dir, options, format } => {
             let report = kernels::build(&dir, &options)?;
             output::kernels::write(format, stdout, &report)?;
-            for error in &report.errors {
-                error_line(&error.error);
-            }
-            Ok(match (report.anomalies.is_empty(), report.errors.is_empty()) {
-                (false, _) => ExitCode::from(EXIT_SLOW),
-                (true, true) => ExitCode::SUCCESS,
-                (true, false) => ExitCode::FAILURE,
-            })
+            Ok(status((!report.anomalies.is_empty()).then_some(EXIT_SLOW), &report.errors))
         }
         Command::Net { dir, series, format } => {
             let report = net::build(&dir)?;
             output::net::write(format, stdout, &report, series)?;
-            for error in &report.errors {
-                error_line(&error.error);
-            }
-            Ok(net_status(&report))
+            // Stuck evidence is a hang; degraded evidence alone, a slow link.
+            let found = if report.stuck { Some(EXIT_HUNG) } else { report.degraded.then_some(EXIT_SLOW) };
+            Ok(status(found, &report.errors))
         }
     }
 }
 
-/// `sf net`'s status: stuck evidence is a hang (EXIT_HUNG), degraded evidence alone a slow
-/// link (EXIT_SLOW); a log that cannot be read fails only when nothing was found.
-fn net_status(report: &net::NetReport) -> ExitCode {
-    match (report.stuck, report.degraded, report.errors.is_empty()) {
-        (true, _, _) => ExitCode::from(EXIT_HUNG),
-        (false, true, _) => ExitCode::from(EXIT_SLOW),
-        (false, false, true) => ExitCode::SUCCESS,
-        (false, false, false) => ExitCode::FAILURE,
+/// Prints the logs that could not be read, after the report where a long one does not
+/// scroll them away, and picks the status: `found`'s code when the command found what it
+/// looks for (that is the answer even when some log could not be read), else 1 when a log
+/// could not be read, else 0.
+fn status(found: Option<u8>, errors: &[FileError]) -> ExitCode {
+    for error in errors {
+        error_line(&error.error);
+    }
+    match found {
+        Some(code) => ExitCode::from(code),
+        None if errors.is_empty() => ExitCode::SUCCESS,
+        None => ExitCode::FAILURE,
     }
 }
 
