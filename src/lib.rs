@@ -15,28 +15,28 @@ pub mod analysis;
 pub mod core;
 pub mod doors;
 
-/// The whole exported C ABI of libstagefrontier.so: CUDA's injection entry point
-/// (CUDA_INJECTION64_PATH),
-pub use doors::cuda::InitializeInjection;
-/// the C API of c_headers/stagefrontier.h,
-pub use doors::markers::{sf_recording, sf_stage_begin, sf_stage_end, sf_step_begin, sf_step_end, sf_value};
 /// and NCCL's entry points.
-pub use doors::nccl::{
+pub use doors::comms::nccl::{
     ncclAllGather, ncclAllReduce, ncclAlltoAll, ncclBcast, ncclBroadcast, ncclCommAbort, ncclCommCount,
     ncclCommCuDevice, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclCommInitRankConfig, ncclCommSplit,
     ncclCommUserRank, ncclGetUniqueId, ncclGetVersion, ncclGroupEnd, ncclGroupStart, ncclRecv, ncclReduce,
     ncclReduceScatter, ncclSend,
 };
-/// NVTX's injection entry point (NVTX_INJECTION64_PATH),
-pub use doors::nvtx::InitializeInjectionNvtx2;
+/// The whole exported C ABI of libstagefrontier.so: CUDA's injection entry point
+/// (CUDA_INJECTION64_PATH),
+pub use doors::kernels::cuda::InitializeInjection;
 /// and the NCCL profiler plugin tables (NCCL_PROFILER_PLUGIN).
-pub use doors::profiler::{
+pub use doors::net::profiler::{
     ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5, ncclProfiler_v6,
     ncclProfiler_v7,
 };
 /// glibc's `dlvsym`, through which the libibverbs fallback door (SF_VERBS=1) counts verbs,
 #[cfg(target_arch = "x86_64")]
-pub use doors::verbs::dlvsym;
+pub use doors::net::verbs::dlvsym;
 /// and the verbs it counts for programs linked against libibverbs (forwarders when off).
 #[cfg(target_arch = "x86_64")]
-pub use doors::verbs::{ibv_close_device, ibv_create_qp, ibv_open_device};
+pub use doors::net::verbs::{ibv_close_device, ibv_create_qp, ibv_open_device};
+/// the C API of c_headers/stagefrontier.h,
+pub use doors::steps::markers::{sf_recording, sf_stage_begin, sf_stage_end, sf_step_begin, sf_step_end, sf_value};
+/// NVTX's injection entry point (NVTX_INJECTION64_PATH),
+pub use doors::steps::nvtx::InitializeInjectionNvtx2;

@@ -7,8 +7,8 @@ mod common;
 use std::process::Command;
 
 use common::*;
+use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::records::CommOrigin;
-use stagefrontier::core::nccl_op::NcclOp;
 
 #[test]
 fn return_codes_and_results_are_the_real_librarys() {

@@ -190,7 +190,7 @@ fn a_forked_child_never_touches_cupti() {
 
 /// Whether this machine has a CUPTI of its own the door would find.
 fn machine_has_cupti() -> bool {
-    let candidates = stagefrontier::core::cupti::loader::candidates(None, &[], |dir| {
+    let candidates = stagefrontier::core::kernels::cupti::loader::candidates(None, &[], |dir| {
         std::fs::read_dir(dir)
             .map(|e| e.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
             .unwrap_or_default()

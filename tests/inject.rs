@@ -8,9 +8,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
+use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{InjectAction, Injection, RecordBody};
-use stagefrontier::core::nccl_op::NcclOp;
 
 fn injections(bodies: &[RecordBody]) -> Vec<Injection> {
     bodies

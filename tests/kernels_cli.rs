@@ -8,10 +8,10 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use stagefrontier::core::clock::select;
-use stagefrontier::core::identity::Identity;
-use stagefrontier::core::kernel_activity::{Activity, ActivityKind, KernelNames};
-use stagefrontier::core::kernel_windows::{KernelWindows, WindowSettings};
+use stagefrontier::core::capture::clock::select;
+use stagefrontier::core::capture::identity::Identity;
+use stagefrontier::core::kernels::kernel_activity::{Activity, ActivityKind, KernelNames};
+use stagefrontier::core::kernels::kernel_windows::{KernelWindows, WindowSettings};
 use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
 
 const MS: u64 = 1_000_000;

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 use common::*;
 use stagefrontier::core::log::records::{ProfProxy, QpDegraded, QpStuck, QpWindow, RecordBody};
-use stagefrontier::core::work_requests::WrSource;
+use stagefrontier::core::net::work_requests::WrSource;
 
 const RANKS: u32 = 2;
 /// Proxy steps fakenccl drives per proxy operation: one work request per send step.

@@ -7,10 +7,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
+use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::format::WriterState;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{CommOrigin, RecordBody};
-use stagefrontier::core::nccl_op::NcclOp;
 
 /// (seq, op, count) of each collective on the world communicator, as one rank saw them.
 fn collective_trace(bodies: &[RecordBody], world: u64) -> Vec<(u64, NcclOp, u64)> {
@@ -116,7 +116,7 @@ fn a_reader_follows_a_running_job_and_a_killed_rank_still_reads() {
     assert_eq!((stats.invalid_slots, stats.missing), (0, 0), "{stats:?}");
     assert!(records.len() as u64 >= last_seen);
     std::thread::sleep(Duration::from_millis(1100));
-    let age = stagefrontier::core::clock::monotonic_ns() - log.live().heartbeat_mono_ns;
+    let age = stagefrontier::core::capture::clock::monotonic_ns() - log.live().heartbeat_mono_ns;
     assert!(age > 1_000_000_000, "heartbeat stopped with the process");
 }
 

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::*;
+use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::records::{NcclCall, ProfNet, ProfOp, ProfProxy, QpWindow, RecordBody};
-use stagefrontier::core::nccl_op::NcclOp;
 
 const RANKS: u32 = 2;
 const STEPS: u32 = 3;

@@ -14,9 +14,9 @@ use std::process::{Command, Output};
 
 use common::*;
 use stagefrontier::core::log::records::{QpStuck, QpWindow, RecordBody, VerbsDevice};
-use stagefrontier::core::verbs::DeviceState;
-use stagefrontier::core::work_requests::WrSource;
-use stagefrontier::doors::verbs::abi::LAYOUT;
+use stagefrontier::core::net::verbs::DeviceState;
+use stagefrontier::core::net::work_requests::WrSource;
+use stagefrontier::doors::net::verbs::abi::LAYOUT;
 
 fn verbs_header_or_panic() {
     assert!(

@@ -2,11 +2,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod comms;
 pub mod frontier;
 pub mod hang;
-pub mod heartbeat;
 pub mod kernels;
-pub mod liveness;
-pub mod nccl_version;
-pub mod ports;
+pub mod log;
+pub mod net;
 pub mod slow;

@@ -1,15 +1,10 @@
 //! doors: the library's entry points from foreign code. FFI and `unsafe` live here and
 //! nowhere else in the recording path; every door turns its arguments into plain values
-//! and hands them to `core`.
+//! and hands them to `core`. Grouped by the evidence family each feeds, as in `core`.
 
-pub mod cuda;
-pub mod markers;
-pub mod nccl;
-mod nccl_abi;
-pub mod nvtx;
-pub mod profiler;
+pub mod comms;
+pub mod kernels;
+pub mod net;
 mod real_symbol;
+pub mod steps;
 mod traced;
-/// x86-64 only: its `dlvsym` is an assembly trampoline (see verbs/dlvsym.rs).
-#[cfg(target_arch = "x86_64")]
-pub mod verbs;

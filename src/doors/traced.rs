@@ -4,11 +4,11 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::core::runtime;
-use crate::core::thread_state::ReentrancyGuard;
-use crate::core::tracer::{self, CallArgs};
+use crate::core::capture::runtime;
+use crate::core::capture::thread_state::ReentrancyGuard;
+use crate::core::capture::tracer::{self, CallArgs};
 
-use super::nccl_abi::NcclResult;
+use super::comms::nccl_abi::NcclResult;
 
 /// Runs `forward` (the real call) inside the recording. `after` sees the result of a
 /// recorded call only; nested calls (NCCL calling its own API) are forwarded untouched.

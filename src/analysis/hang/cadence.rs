@@ -33,8 +33,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::Settings;
+use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::records::NcclCall;
-use crate::core::nccl_op::NcclOp;
 
 /// Newest collectives per rank the estimate looks at: a few hundred steps of any job.
 const WINDOW: usize = 8192;

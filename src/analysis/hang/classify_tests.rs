@@ -2,9 +2,9 @@
 
 use super::{diagnose, CommVerdict, Diagnosis, RankInput, Settings, State};
 use crate::analysis::hang::testkit::*;
-use crate::analysis::liveness::Liveness;
+use crate::analysis::log::liveness::Liveness;
+use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::records::NcclCall;
-use crate::core::nccl_op::NcclOp;
 
 /// One collective per 100 ms step: the threshold is 150 ms.
 const STEP: u64 = SEC / 10;

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use super::RankInput;
-use crate::analysis::liveness::Liveness;
+use crate::analysis::log::liveness::Liveness;
+use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::records::NcclCall;
-use crate::core::nccl_op::NcclOp;
 
 /// `ncclInProgress`: a non-blocking `ncclGroupEnd` that returns it has closed the group.
 const NCCL_IN_PROGRESS: i32 = 7;

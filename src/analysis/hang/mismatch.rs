@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::facts::{Facts, WaitKind};
 use super::RankInput;
+use crate::core::comms::nccl_op::{dtype_name, redop_name, NcclOp};
 use crate::core::log::records::NcclCall;
-use crate::core::nccl_op::{dtype_name, redop_name, NcclOp};
 
 /// Mismatches listed per communicator; a sequence shifted by one extra call makes every
 /// later collective differ, and the first few say it.

@@ -32,10 +32,10 @@ use serde::Serialize;
 pub use cadence::{Cadence, Threshold};
 pub use mismatch::{FieldValue, Mismatch, MismatchField};
 
-use crate::analysis::liveness::Liveness;
+use crate::analysis::log::liveness::Liveness;
+use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::reader::CommLive;
 use crate::core::log::records::{CommCreated, NcclCall};
-use crate::core::nccl_op::NcclOp;
 
 /// Stuck means older than `factor` steps: the longest a healthy rank waits in a collective
 /// is the skew between ranks, and the longest it goes without an NCCL call is its longest

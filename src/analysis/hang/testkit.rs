@@ -2,10 +2,10 @@
 //! `CALL_NS`, heartbeats that are fresh unless a test says otherwise.
 
 use super::RankInput;
-use crate::analysis::liveness::Liveness;
+use crate::analysis::log::liveness::Liveness;
+use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::reader::{CommLive, InFlight};
 use crate::core::log::records::{CommCreated, CommOrigin, NcclCall};
-use crate::core::nccl_op::NcclOp;
 
 pub const SEC: u64 = 1_000_000_000;
 pub const WORLD: u64 = 0x77;

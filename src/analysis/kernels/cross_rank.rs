@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 
 use super::fence::{judge, FenceParams, Verdict};
-use super::kde::Cluster;
 use super::mixture::Mixture;
-use super::quantile::select_quantile;
 use super::wasserstein::{distance_matrix, DistanceMatrix, W1Params};
+use crate::core::kernels::kde::Cluster;
+use crate::core::quantile::select_quantile;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct L3Params {
@@ -63,9 +63,9 @@ pub fn compare_kernels<K: Ord + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::kernels::kde::{cluster_durations, KdeParams};
-    use crate::analysis::kernels::reservoir::{Reservoir, DEFAULT_RESERVOIR_CAP};
-    use crate::analysis::kernels::rng::SplitMix64;
+    use crate::core::kernels::kde::{cluster_durations, KdeParams};
+    use crate::core::kernels::reservoir::{Reservoir, DEFAULT_RESERVOIR_CAP};
+    use crate::core::rng::SplitMix64;
 
     /// The comparisons with at least one anomalous rank.
     fn anomalous_kernels<K: Ord + Clone>(

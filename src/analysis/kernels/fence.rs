@@ -11,8 +11,8 @@
 //! cluster counts alone moves healthy ranks' W1 by 1-2% of the mean duration when a
 //! kernel's modes are far apart (a 1% share moved between modes 30 µs apart is 0.3 µs).
 
-use super::quantile::select_quantile;
 use super::wasserstein::DistanceMatrix;
+use crate::core::quantile::select_quantile;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct FenceParams {

@@ -6,9 +6,5 @@
 
 pub mod cross_rank;
 pub mod fence;
-pub mod kde;
 pub mod mixture;
-pub(crate) mod quantile;
-pub mod reservoir;
-pub(crate) mod rng;
 pub mod wasserstein;

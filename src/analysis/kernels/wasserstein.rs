@@ -102,8 +102,8 @@ pub fn distance_matrix(mixtures: &[Mixture], params: &W1Params) -> DistanceMatri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::kernels::kde::Cluster;
     use crate::analysis::kernels::mixture::Z_99;
+    use crate::core::kernels::kde::Cluster;
     use proptest::prelude::*;
 
     fn lognormal(median: f64, sigma: f64) -> Mixture {

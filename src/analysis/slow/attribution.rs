@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::analysis::kernels::quantile::select_quantile;
+use crate::core::quantile::select_quantile;
 
 /// How a set of durations is summarized on each side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -150,7 +150,7 @@ impl<K: Ord + Clone> SlowNodeDetector<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::kernels::rng::SplitMix64;
+    use crate::core::rng::SplitMix64;
 
     #[test]
     fn tracker_follows_the_paper_steps() {

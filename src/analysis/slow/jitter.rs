@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use crate::analysis::kernels::quantile::select_quantile;
+use crate::core::quantile::select_quantile;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct JitterParams {
@@ -115,7 +115,7 @@ pub fn jitter_intervals(times: &[f64], params: &JitterParams) -> Vec<JitterInter
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::analysis::kernels::rng::SplitMix64;
+    use crate::core::rng::SplitMix64;
 
     /// `n` iteration times around `base` with 1% Gaussian noise.
     pub(crate) fn noisy(seed: u64, n: usize, base: f64) -> Vec<f64> {

@@ -28,7 +28,7 @@ use super::jitter::JitterParams;
 use super::l1::{level1, L1Class};
 use super::stragglers::{assess_group, GroupAssessment, StragglerParams};
 use crate::analysis::frontier::{advances_of, prefixes_into};
-use crate::analysis::kernels::quantile::select_quantile;
+use crate::core::quantile::select_quantile;
 
 /// One rank's complete steps, in increasing step order.
 #[derive(Clone, Debug, PartialEq)]

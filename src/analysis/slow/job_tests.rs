@@ -4,7 +4,7 @@
 
 use super::job::{analyze_job, RankSeries, SlowParams};
 use super::l1::L1Class;
-use crate::analysis::kernels::rng::SplitMix64;
+use crate::core::rng::SplitMix64;
 
 /// Stages data, fwd, bwd of 20, 30, 40 ms with 1% noise, `ranks` ranks, `steps` steps.
 /// `delay(step, rank) -> (stage, seconds)` makes a rank late; every other rank then waits

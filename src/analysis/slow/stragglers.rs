@@ -81,7 +81,7 @@ pub fn assess_group(members: &[(u32, f64)], params: &StragglerParams) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::kernels::rng::SplitMix64;
+    use crate::core::rng::SplitMix64;
 
     fn group(seed: u64, n: u32, noise: f64, slow: Option<(u32, f64)>) -> Vec<(u32, f64)> {
         let mut r = SplitMix64::new(seed);

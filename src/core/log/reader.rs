@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use super::format::{self, bytes, comm, header, live, WriterState};
 use super::records::{hex_u64, RecordBody};
-use crate::core::clock::{ticks_to_mono_ns, ClockSource};
-use crate::core::nccl_op::NcclOp;
+use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
+use crate::core::comms::nccl_op::NcclOp;
 
 #[derive(Debug)]
 pub enum ReadError {

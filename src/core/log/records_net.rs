@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::records::{Decoder, Encoder};
-use crate::core::work_requests::WrSource;
+use crate::core::net::work_requests::WrSource;
 
 /// Kind 17: a periodic sample of one QP (every `SF_NET_SAMPLE_MS`, and at exit), for every
 /// QP that posted or completed since the previous sample or still has work in flight.

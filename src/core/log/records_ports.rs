@@ -9,7 +9,7 @@
 use serde::{Serialize, Serializer};
 
 use super::records::{Decoder, Encoder};
-use crate::core::verbs::DeviceState;
+use crate::core::net::verbs::DeviceState;
 
 /// A short string kept inline in a record; serialized as a string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

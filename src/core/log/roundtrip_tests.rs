@@ -6,8 +6,8 @@ use super::format;
 use super::reader::{RankLog, ReadError};
 use super::records::{Drops, RecordBody};
 use super::writer::{HeaderInfo, LogWriter};
-use crate::core::clock::{Calibration, ClockSource};
-use crate::core::identity::Identity;
+use crate::core::capture::clock::{Calibration, ClockSource};
+use crate::core::capture::identity::Identity;
 
 fn temp_log(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sf-roundtrip-{}-{name}", std::process::id()));

@@ -10,8 +10,8 @@ use std::sync::atomic::{fence, Ordering};
 use super::format::{self, bytes, header, live, WriterState};
 use super::mapping::SharedMap;
 use super::records::RecordBody;
-use crate::core::clock::Calibration;
-use crate::core::identity::Identity;
+use crate::core::capture::clock::Calibration;
+use crate::core::capture::identity::Identity;
 
 /// Everything the static header records.
 pub struct HeaderInfo<'a> {

@@ -14,13 +14,13 @@ use serde::{Serialize, Serializer};
 use stagefrontier::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, RankInput, RankVerdict, Settings, State,
 };
-use stagefrontier::analysis::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
-use stagefrontier::analysis::liveness::{classify, Liveness};
-use stagefrontier::core::clock::{monotonic_ns, wall_ns};
-use stagefrontier::core::host as local_host;
+use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use stagefrontier::analysis::log::liveness::{classify, Liveness};
+use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
+use stagefrontier::core::capture::host as local_host;
+use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::{RankLog, ReadError};
 use stagefrontier::core::log::records::{hex_u64, CommCreated, HangEvidence, Injection, NcclCall, RecordBody};
-use stagefrontier::core::nccl_op::NcclOp;
 
 use super::ls::FileError;
 use super::Failure;

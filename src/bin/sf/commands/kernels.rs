@@ -9,8 +9,8 @@ use std::path::Path;
 
 use serde::Serialize;
 use stagefrontier::analysis::kernels::cross_rank::{compare_kernels, L3Params};
-use stagefrontier::analysis::kernels::kde::Cluster;
 use stagefrontier::analysis::kernels::mixture::Z_99;
+use stagefrontier::core::kernels::kde::Cluster;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 

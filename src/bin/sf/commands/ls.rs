@@ -4,17 +4,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use stagefrontier::analysis::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
-use stagefrontier::analysis::liveness::{classify, Liveness};
-use stagefrontier::analysis::nccl_version::nccl_version_string;
-use stagefrontier::core::clock::{monotonic_ns, wall_ns};
-use stagefrontier::core::config::Config;
+use stagefrontier::analysis::comms::nccl_version::nccl_version_string;
+use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use stagefrontier::analysis::log::liveness::{classify, Liveness};
+use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
+use stagefrontier::core::capture::config::Config;
 use stagefrontier::core::log::reader::{RankLog, ReadError};
 
 use super::Failure;
 use crate::discover;
 use crate::progress::Progress;
-use stagefrontier::core::host as local_host;
+use stagefrontier::core::capture::host as local_host;
 
 /// The `--json` object; its field names are a contract.
 #[derive(Debug, Serialize)]

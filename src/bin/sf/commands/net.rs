@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use serde::Serialize;
-use stagefrontier::analysis::ports::{self, PortCounterSummary};
+use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
 

@@ -525,9 +525,9 @@ fn injection(i: &InjectionReport) -> String {
 mod tests {
     use super::*;
     use crate::commands::ls::Summary;
+    use stagefrontier::core::comms::nccl_op::NcclOp;
     use stagefrontier::core::log::reader::Record;
     use stagefrontier::core::log::records::{NcclCall, RecordBody};
-    use stagefrontier::core::nccl_op::NcclOp;
 
     #[test]
     fn ages_read_at_a_glance() {

@@ -3,9 +3,9 @@
 use std::io::{self, Write};
 
 use serde::Serialize;
+use stagefrontier::core::comms::nccl_op::{dtype_name, redop_name, result_name};
 use stagefrontier::core::log::reader::Record;
 use stagefrontier::core::log::records::RecordBody;
-use stagefrontier::core::nccl_op::{dtype_name, redop_name, result_name};
 
 use super::Output;
 use crate::commands::dump::DumpReport;

@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use stagefrontier::core::log::records::RecordBody;
-use stagefrontier::core::work_requests::WrSource;
+use stagefrontier::core::net::work_requests::WrSource;
 
 use super::human::plural;
 use super::table::{self, Align};

@@ -1,0 +1,3 @@
+//! NCCL facts read from the logs: which NCCL version each rank ran.
+
+pub mod nccl_version;

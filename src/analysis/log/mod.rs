@@ -1,0 +1,4 @@
+//! The log reader's view of a rank: heartbeat cadence and whether the writer still lives.
+
+pub mod heartbeat;
+pub mod liveness;

@@ -1,0 +1,3 @@
+//! Network evidence judged across ranks: port-counter deltas.
+
+pub mod ports;

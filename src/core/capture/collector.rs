@@ -1,0 +1,227 @@
+//! The collector thread: drains the hot path's ring into the rank log, converts raw ticks
+//! to nanoseconds, keeps the heartbeat fresh, and writes the cumulative drop count into
+//! the data stream whenever it changes.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::core::capture::clock::{monotonic_ns, now_ticks, wall_ns};
+use crate::core::capture::event::Event;
+use crate::core::capture::notice::say;
+use crate::core::capture::runtime::Runtime;
+use crate::core::comms::nccl_op::NcclOp;
+use crate::core::kernels::cupti::CuptiDrain;
+use crate::core::kernels::kernel_windows::KernelWindows;
+use crate::core::log::format::{live, COMM_SLOTS};
+use crate::core::log::records::{Drops, HangEvidence, RecordBody};
+use crate::core::log::writer::LogWriter;
+use crate::core::net::port_counters::PortSampler;
+use crate::core::net::qp_monitor::QpMonitor;
+use crate::core::steps::step_assembly::StepAssembly;
+
+pub struct Collector {
+    writer: LogWriter,
+    drops_written: u64,
+    /// (comm id, sequence) of the last hang reported per communicator slot, so each
+    /// stuck call is reported once: fixed size, like everything the collector keeps.
+    hang_reported: [(u64, u64); COMM_SLOTS],
+    steps: StepAssembly,
+    /// Wall times of the last completed steps, for the hang threshold.
+    recent_steps: StepTimes,
+    /// GPU kernel summaries per window and per step (fed by the CUDA door's drain).
+    pub kernels: KernelWindows,
+    /// The CUDA door's buffers: parsed here, fed to `kernels`.
+    cupti: CuptiDrain,
+    /// RDMA work requests per QP: stuck and degraded checks, periodic samples.
+    qps: QpMonitor,
+    /// RDMA port counters from sysfs (SF_IB_SAMPLE_MS).
+    ports: PortSampler,
+}
+
+impl Collector {
+    pub fn new(writer: LogWriter) -> Collector {
+        Collector {
+            writer,
+            drops_written: 0,
+            hang_reported: [(0, 0); COMM_SLOTS],
+            steps: StepAssembly::default(),
+            recent_steps: StepTimes::default(),
+            kernels: KernelWindows::default(),
+            cupti: CuptiDrain::default(),
+            qps: QpMonitor::default(),
+            ports: PortSampler::default(),
+        }
+    }
+
+    /// One round: everything in the ring, then the drop count and the heartbeat.
+    /// Returns how many events it wrote.
+    pub fn round(&mut self, rt: &Runtime) -> usize {
+        let mut written = 0;
+        while let Some(event) = rt.ring.pop() {
+            match event {
+                Event::Record(record) => self.writer.append(&record.to_nanoseconds(&rt.calibration)),
+                Event::Marker(marker) => {
+                    let (writer, recent_steps) = (&mut self.writer, &mut self.recent_steps);
+                    self.steps.feed(&marker, &rt.calibration, rt.stage_names, |record| {
+                        if let RecordBody::StepVector(v) = &record {
+                            if v.part == 0 {
+                                recent_steps.push(v.wall_ns);
+                            }
+                        }
+                        writer.append(&record)
+                    });
+                    if let Some(windows) = self.steps.take_closed() {
+                        self.kernels.step_closed(windows, &mut |r| self.writer.append(r));
+                    }
+                }
+            }
+            written += 1;
+        }
+        let dropped = rt.ring.dropped();
+        if dropped != self.drops_written {
+            self.writer.set(live::DROPPED_EVENTS, dropped);
+            let drops = RecordBody::Drops(Drops {
+                t_ns: now_ticks(),
+                dropped_total: dropped,
+                ring_capacity: rt.ring.capacity() as u64,
+            });
+            self.writer.append(&drops.to_nanoseconds(&rt.calibration));
+            self.drops_written = dropped;
+        }
+        let kernels = &mut self.kernels;
+        self.cupti.round(rt, &mut self.writer, &mut |activity, name| kernels.feed(activity, name));
+        self.kernels.round(rt, &mut self.writer);
+        self.qps.round(rt, &mut self.writer);
+        let writer = &mut self.writer;
+        self.ports.round(rt, &mut |record| writer.append(record));
+        crate::core::net::verbs::write_notes(monotonic_ns(), &mut |record| writer.append(record));
+        self.watch_for_hangs(rt);
+        rt.calibration.refine();
+        self.writer.heartbeat(monotonic_ns(), wall_ns(), rt.calibration.ticks_per_sec());
+        written
+    }
+
+    /// max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S); just the minimum until steps
+    /// are known.
+    fn hang_threshold_ns(&self, rt: &Runtime) -> u64 {
+        let floor = rt.config.hang_min_s * 1e9;
+        let by_steps = self.recent_steps.median_ns().map_or(0.0, |m| m as f64 * rt.config.hang_factor);
+        floor.max(by_steps) as u64
+    }
+
+    /// Writes a `hang_evidence` record, and says so once on stderr, for every call that
+    /// has been in flight longer than the threshold. The rank may never return from it,
+    /// so this is the evidence that survives whatever happens next.
+    fn watch_for_hangs(&mut self, rt: &Runtime) {
+        let threshold_ns = self.hang_threshold_ns(rt);
+        let now_ns = rt.calibration.to_mono_ns(now_ticks());
+        for (index, slot) in rt.comms.live() {
+            let since_ticks = slot.inflight_ticks.load(Ordering::Acquire);
+            let Some(op) = NcclOp::from_u16(slot.inflight_op.load(Ordering::Relaxed) as u16) else { continue };
+            let since_ns = rt.calibration.to_mono_ns(since_ticks);
+            if since_ticks == 0 || now_ns.saturating_sub(since_ns) < threshold_ns {
+                continue;
+            }
+            let entered = if op.is_collective() { &slot.coll_entered } else { &slot.p2p_entered };
+            let stuck = (slot.comm_id.load(Ordering::Relaxed), entered.load(Ordering::Acquire));
+            if self.hang_reported[index] == stuck {
+                continue;
+            }
+            self.hang_reported[index] = stuck;
+            let (comm_id, comm_seq) = stuck;
+            // Both times are already nanoseconds: written as is, not converted again.
+            self.writer.append(&RecordBody::HangEvidence(HangEvidence {
+                t_ns: now_ns,
+                since_ns,
+                comm_id,
+                comm_seq,
+                op,
+                threshold_ns,
+            }));
+            say(&format!(
+                "rank {}: {} #{comm_seq} on communicator {comm_id:#018x} has been in flight for {:.1} s (threshold {:.1} s); hang evidence is in the rank's log",
+                rt.identity.global_rank,
+                op.name(),
+                (now_ns - since_ns) as f64 / 1e9,
+                threshold_ns as f64 / 1e9
+            ));
+        }
+    }
+
+    pub fn finish(&mut self, rt: &Runtime, state: u64) {
+        self.cupti.flush_at_exit();
+        self.round(rt);
+        self.kernels.finish(&mut self.writer);
+        self.qps.sample(rt, &mut self.writer);
+        self.writer.set(live::WRITER_STATE, state);
+    }
+}
+
+/// Runs rounds until the runtime stops being active. A round that found the ring more
+/// than a quarter full comes back at once; otherwise it waits one heartbeat period.
+pub fn run(rt: &'static Runtime) {
+    let period = Duration::from_millis(rt.config.heartbeat_ms);
+    let busy = rt.ring.capacity() / 4;
+    while super::runtime::is_active() {
+        let written = match rt.collector.lock() {
+            Ok(mut collector) => collector.round(rt),
+            Err(_) => return,
+        };
+        if written < busy {
+            std::thread::sleep(period);
+        }
+        if rt.nccl_version.load(Ordering::Relaxed) == 0 {
+            rt.probe_nccl_version();
+        }
+    }
+}
+
+/// The wall times of the last `WINDOW` steps, in a fixed ring.
+struct StepTimes {
+    walls_ns: [u64; StepTimes::WINDOW],
+    seen: usize,
+}
+
+impl Default for StepTimes {
+    fn default() -> StepTimes {
+        StepTimes { walls_ns: [0; StepTimes::WINDOW], seen: 0 }
+    }
+}
+
+impl StepTimes {
+    const WINDOW: usize = 64;
+
+    fn push(&mut self, wall_ns: u64) {
+        self.walls_ns[self.seen % Self::WINDOW] = wall_ns;
+        self.seen += 1;
+    }
+
+    fn median_ns(&self) -> Option<u64> {
+        let mut walls = self.walls_ns;
+        let walls = &mut walls[..self.seen.min(Self::WINDOW)];
+        if walls.is_empty() {
+            return None;
+        }
+        walls.sort_unstable();
+        Some(walls[walls.len() / 2])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepTimes;
+
+    #[test]
+    fn median_of_the_recent_window() {
+        let mut steps = StepTimes::default();
+        assert_eq!(steps.median_ns(), None);
+        for wall in [5, 1, 9] {
+            steps.push(wall);
+        }
+        assert_eq!(steps.median_ns(), Some(5));
+        for _ in 0..StepTimes::WINDOW {
+            steps.push(100);
+        }
+        assert_eq!(steps.median_ns(), Some(100), "old steps age out");
+    }
+}

@@ -1,0 +1,323 @@
+//! `SF_*` settings, parsed once at init and apart from any process state so they can be
+//! tested with plain maps. A bad value never stops the job: it yields one warning line and
+//! the default. Every value is read through `settings::Settings` (one wording for every
+//! warning); the RDMA and CUDA-door keys are parsed in `config/rdma.rs` and `config/cupti.rs`.
+
+use std::path::PathBuf;
+
+mod cupti;
+mod rdma;
+mod settings;
+
+pub use cupti::CuptiConfig;
+use settings::Settings;
+
+use crate::core::steps::nvtx_stages;
+
+/// Every variable the library reads, with its default, for README and `--help` texts.
+pub const VARIABLES: &[(&str, &str, &str)] = &[
+    ("SF_DISABLE", "0", "1 turns the library into a pure pass-through"),
+    ("SF_FORCE", "0", "1 records in processes with no rank identity (logs named pid-<pid>.sflog)"),
+    ("SF_LOG_DIR", "/dev/shm/stagefrontier-<uid>", "root of the log tree; logs go to <root>/<job id>/"),
+    ("SF_JOB_ID", "from the launcher", "job id directory name; overrides TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ..."),
+    (
+        "SF_RING_EVENTS",
+        "16384",
+        "events the hot-path ring holds (power of two, 16..4194304); a full ring drops and counts",
+    ),
+    ("SF_LOG_RECORDS", "65536", "records the per-rank log keeps before wrapping (1024..67108864), 128 bytes each"),
+    ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
+    ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
+    ("SF_INJECT", "unset", "scripted NCCL faults, `ACTION:key=value,...;...` (see README, Fault injection)"),
+    ("SF_HANG_MIN_S", "10", "floor of the hang threshold, in seconds"),
+    ("SF_HANG_FACTOR", "10", "hang threshold = max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S)"),
+    ("SF_NVTX_STEP", "step", "NVTX range name of a logical step (`step 12` / `step:12` give the index)"),
+    ("SF_NVTX_STAGES", "unset", "more NVTX range names that are stages: `name` or `nvtxname=stage`, comma-separated"),
+    (
+        "SF_CHAIN_PROFILER",
+        "unset",
+        "NCCL profiler plugin (.so path) the profiler door loads and forwards every call to",
+    ),
+    ("SF_PROFILER_KERNEL_CH", "0", "1 asks NCCL for ncclProfileKernelCh events through the profiler door"),
+    ("SF_KERNEL_WINDOW_MS", "1000", "length of a kernel-summary window in ms (200..4000), aligned to wall-clock time"),
+    ("SF_NET_RAW", "0", "1 also records every RDMA work request (prof_net records); default: per-QP aggregates only"),
+    ("SF_NET_SAMPLE_MS", "1000", "period of the per-QP qp_window samples, in ms (10..600000)"),
+    ("SF_WR_WINDOW", "64", "completed work requests in the sliding bandwidth window (2..256)"),
+    ("SF_WR_TIMEOUT_MS", "500", "a work request in flight longer than this is stuck (qp_stuck), in ms (1..3600000)"),
+    ("SF_WR_DEGRADED", "0.2", "window bandwidth this fraction below the QP's baseline is degraded (0.01..0.99)"),
+    ("SF_VERBS", "0", "1 counts RDMA work requests through libibverbs (NCCL < 2.26, or programs using verbs)"),
+    ("SF_IB_SYSFS_ROOT", "/sys/class/infiniband", "where the RDMA port-counter sampler finds devices"),
+    ("SF_IB_SAMPLE_MS", "1000", "RDMA port-counter sampling period in ms (10..600000); 0 turns the sampler off"),
+    ("SF_CUPTI", "1", "0 keeps the CUDA injection door (CUDA_INJECTION64_PATH) from touching CUPTI"),
+    ("SF_CUPTI_PATH", "searched", "libcupti to use; default: one already loaded, then the usual CUDA locations"),
+    ("SF_CUPTI_FLUSH_MS", "500", "how often the collector flushes CUPTI's activity buffers, in ms (10..60000)"),
+    ("SF_CUPTI_BUFFERS", "16", "CUPTI activity buffers allocated once at init (2..256)"),
+    ("SF_CUPTI_BUFFER_KB", "1024", "size of each CUPTI activity buffer in KiB (4..65536)"),
+    ("SF_CUPTI_CORRELATION", "0", "1 also records CUDA runtime calls, linking each kernel to its launch"),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockChoice {
+    Auto,
+    Tsc,
+    Monotonic,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub disabled: bool,
+    pub force: bool,
+    pub log_root: PathBuf,
+    pub job_id: Option<String>,
+    pub ring_events: usize,
+    pub log_records: u32,
+    pub heartbeat_ms: u64,
+    pub clock: ClockChoice,
+    pub inject: Option<String>,
+    pub hang_min_s: f64,
+    pub hang_factor: f64,
+    pub nvtx_step: String,
+    /// (NVTX range name, stage name) beyond the default stages.
+    pub nvtx_stages: Vec<(String, String)>,
+    /// Another NCCL profiler plugin the profiler door chains to.
+    pub chain_profiler: Option<PathBuf>,
+    /// Whether the profiler door asks for kernel-channel events.
+    pub profiler_kernel_ch: bool,
+    /// Length of a kernel-summary window (core::kernel_windows).
+    pub kernel_window_ms: u64,
+    /// RDMA work requests (core::qp_monitor): raw per-WR records, sample period, window,
+    /// stuck timeout, degradation fraction.
+    pub net_raw: bool,
+    pub net_sample_ms: u64,
+    pub wr_window: usize,
+    pub wr_timeout_ms: u64,
+    pub wr_degraded: f64,
+    /// The libibverbs fallback door (doors::verbs), and the sysfs port-counter sampler
+    /// (core::port_counters): its root and period (0: off).
+    pub verbs: bool,
+    pub ib_sysfs_root: PathBuf,
+    pub ib_sample_ms: u64,
+    /// The CUDA injection door (SF_CUPTI*).
+    pub cupti: CuptiConfig,
+}
+
+impl Config {
+    pub fn defaults_for_uid(uid: u32) -> Config {
+        Config {
+            disabled: false,
+            force: false,
+            log_root: PathBuf::from(format!("/dev/shm/stagefrontier-{uid}")),
+            job_id: None,
+            ring_events: 16_384,
+            log_records: 65_536,
+            heartbeat_ms: 50,
+            clock: ClockChoice::Auto,
+            inject: None,
+            hang_min_s: 10.0,
+            hang_factor: 10.0,
+            nvtx_step: nvtx_stages::DEFAULT_STEP.to_string(),
+            nvtx_stages: Vec::new(),
+            chain_profiler: None,
+            profiler_kernel_ch: false,
+            kernel_window_ms: 1000,
+            net_raw: false,
+            net_sample_ms: 1000,
+            wr_window: 64,
+            wr_timeout_ms: 500,
+            wr_degraded: 0.2,
+            verbs: false,
+            ib_sysfs_root: PathBuf::from("/sys/class/infiniband"),
+            ib_sample_ms: 1000,
+            cupti: CuptiConfig::default(),
+        }
+    }
+
+    /// Parses from any variable lookup; returns the config and one warning per bad value.
+    pub fn parse(uid: u32, var: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut cfg = Config::defaults_for_uid(uid);
+        let mut s = Settings::new(&var);
+        s.flag("SF_DISABLE", &mut cfg.disabled);
+        s.flag("SF_FORCE", &mut cfg.force);
+        if let Some(root) = s.path("SF_LOG_DIR") {
+            cfg.log_root = root;
+        }
+        if let Some(v) = s.text("SF_JOB_ID") {
+            match sanitize_job_id(&v) {
+                Some(id) => cfg.job_id = Some(id),
+                None => {
+                    s.warnings.push(format!("SF_JOB_ID={v:?} has no usable character; using the launcher's job id"))
+                }
+            }
+        }
+        let ring_ok = |n: &usize| n.is_power_of_two() && (16..=1 << 22).contains(n);
+        s.checked("SF_RING_EVENTS", "a power of two from 16 to 4194304", ring_ok, &mut cfg.ring_events);
+        s.bounded("SF_LOG_RECORDS", "a record count", 1024..=1 << 26, &mut cfg.log_records);
+        s.bounded("SF_HEARTBEAT_MS", "a period in ms", 1..=100, &mut cfg.heartbeat_ms);
+        if let Some(v) = s.text("SF_CLOCK") {
+            match v.as_str() {
+                "auto" => cfg.clock = ClockChoice::Auto,
+                "tsc" => cfg.clock = ClockChoice::Tsc,
+                "monotonic" => cfg.clock = ClockChoice::Monotonic,
+                _ => s.warn("SF_CLOCK", &v, "auto, tsc or monotonic", "auto"),
+            }
+        }
+        cfg.inject = s.text("SF_INJECT");
+        s.bounded("SF_HANG_MIN_S", "a number of seconds", 0.01..=86_400.0, &mut cfg.hang_min_s);
+        s.bounded("SF_HANG_FACTOR", "a factor", 1.0..=10_000.0, &mut cfg.hang_factor);
+        if let Some(v) = s.text("SF_NVTX_STEP") {
+            match nvtx_stages::check_step_name(&v) {
+                Ok(()) => cfg.nvtx_step = v,
+                Err(why) => s.warnings.push(format!("SF_NVTX_STEP={v:?} {why}; using {}", cfg.nvtx_step)),
+            }
+        }
+        if let Some(v) = s.text("SF_NVTX_STAGES") {
+            match nvtx_stages::parse_stage_list(&v, &cfg.nvtx_step) {
+                Ok(stages) => cfg.nvtx_stages = stages,
+                Err(why) => s.warnings.push(format!("SF_NVTX_STAGES={v:?}: {why}; using the default stages only")),
+            }
+        }
+        cfg.chain_profiler = s.path("SF_CHAIN_PROFILER");
+        s.flag("SF_PROFILER_KERNEL_CH", &mut cfg.profiler_kernel_ch);
+        s.bounded("SF_KERNEL_WINDOW_MS", "a window in ms", 200..=4000, &mut cfg.kernel_window_ms);
+        rdma::parse_work_request_keys(&mut cfg, &mut s);
+        rdma::parse_verbs_keys(&mut cfg, &mut s);
+        cupti::parse_cupti_keys(&mut cfg.cupti, &mut s);
+        (cfg, s.warnings)
+    }
+
+    pub fn from_env() -> (Config, Vec<String>) {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        Config::parse(uid, |name| std::env::var(name).ok())
+    }
+}
+
+/// A boolean setting's value; also read by doors that decide before the config is parsed.
+pub fn flag(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// Job ids become directory names: keep `[A-Za-z0-9._-]`, map the rest to `_`, cap at 63
+/// bytes, and refuse ids that would name `.` or `..`.
+pub fn sanitize_job_id(raw: &str) -> Option<String> {
+    let id: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).take(63).collect();
+    (!id.is_empty() && id.chars().any(|c| c.is_ascii_alphanumeric())).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    pub(super) fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::parse(1000, |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn kernel_window_length_is_bounded() {
+        assert_eq!(parse(&[]).0.kernel_window_ms, 1000);
+        assert_eq!(parse(&[("SF_KERNEL_WINDOW_MS", "250")]).0.kernel_window_ms, 250);
+        for bad in ["100", "5000", "1s"] {
+            let (cfg, warnings) = parse(&[("SF_KERNEL_WINDOW_MS", bad)]);
+            assert_eq!((cfg.kernel_window_ms, warnings.len()), (1000, 1), "{bad}");
+            assert!(warnings[0].starts_with("SF_KERNEL_WINDOW_MS="), "{warnings:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let (cfg, warnings) = parse(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!(cfg, Config::defaults_for_uid(1000));
+        assert_eq!(cfg.log_root, PathBuf::from("/dev/shm/stagefrontier-1000"));
+    }
+
+    #[test]
+    fn profiler_settings() {
+        let (cfg, warnings) = parse(&[("SF_CHAIN_PROFILER", "/opt/p.so"), ("SF_PROFILER_KERNEL_CH", "1")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.chain_profiler, Some(PathBuf::from("/opt/p.so")));
+        assert!(cfg.profiler_kernel_ch);
+        let (cfg, warnings) = parse(&[("SF_PROFILER_KERNEL_CH", "maybe")]);
+        assert_eq!((cfg.profiler_kernel_ch, warnings.len()), (false, 1));
+    }
+
+    #[test]
+    fn valid_values_are_taken() {
+        let (cfg, warnings) = parse(&[
+            ("SF_RING_EVENTS", "64"),
+            ("SF_LOG_RECORDS", "4096"),
+            ("SF_HEARTBEAT_MS", "20"),
+            ("SF_CLOCK", "monotonic"),
+            ("SF_FORCE", "yes"),
+            ("SF_LOG_DIR", "/tmp/x"),
+            ("SF_JOB_ID", "run 42/a"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.ring_events, 64);
+        assert_eq!(cfg.log_records, 4096);
+        assert_eq!(cfg.heartbeat_ms, 20);
+        assert_eq!(cfg.clock, ClockChoice::Monotonic);
+        assert!(cfg.force);
+        assert_eq!(cfg.log_root, PathBuf::from("/tmp/x"));
+        assert_eq!(cfg.job_id.as_deref(), Some("run_42_a"));
+    }
+
+    #[test]
+    fn each_bad_value_gives_one_warning_naming_it_and_keeps_the_default() {
+        let (cfg, warnings) = parse(&[
+            ("SF_RING_EVENTS", "1000"),
+            ("SF_LOG_RECORDS", "lots"),
+            ("SF_HEARTBEAT_MS", "500"),
+            ("SF_CLOCK", "sundial"),
+            ("SF_HANG_MIN_S", "-1"),
+            ("SF_DISABLE", "maybe"),
+            ("SF_JOB_ID", "//"),
+        ]);
+        assert_eq!(warnings.len(), 7, "{warnings:?}");
+        for (w, name) in warnings.iter().zip([
+            "SF_DISABLE",
+            "SF_JOB_ID",
+            "SF_RING_EVENTS",
+            "SF_LOG_RECORDS",
+            "SF_HEARTBEAT_MS",
+            "SF_CLOCK",
+            "SF_HANG_MIN_S",
+        ]) {
+            assert!(w.starts_with(name), "{w}");
+        }
+        let defaults = Config::defaults_for_uid(1000);
+        assert_eq!(cfg, defaults);
+    }
+
+    #[test]
+    fn nvtx_step_and_stages() {
+        let (cfg, warnings) =
+            parse(&[("SF_NVTX_STEP", "iteration"), ("SF_NVTX_STAGES", "fwd=model.fwd_loss_cpu_wall,io")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.nvtx_step, "iteration");
+        let expected = [("fwd", "model.fwd_loss_cpu_wall"), ("io", "io")].map(|(a, b)| (a.to_string(), b.to_string()));
+        assert_eq!(cfg.nvtx_stages, expected);
+
+        let (cfg, warnings) = parse(&[("SF_NVTX_STEP", "data.next_wait"), ("SF_NVTX_STAGES", "a,,b")]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("SF_NVTX_STEP") && warnings[1].starts_with("SF_NVTX_STAGES"), "{warnings:?}");
+        assert_eq!((cfg.nvtx_step.as_str(), cfg.nvtx_stages.len()), ("step", 0));
+
+        let (_, warnings) = parse(&[("SF_NVTX_STEP", "iter"), ("SF_NVTX_STAGES", "iter")]);
+        assert_eq!(warnings.len(), 1, "a stage may not take the configured step's name: {warnings:?}");
+    }
+
+    #[test]
+    fn job_ids_cannot_escape_the_log_root() {
+        assert_eq!(sanitize_job_id(".."), None);
+        assert_eq!(sanitize_job_id("../etc").as_deref(), Some(".._etc"));
+        assert_eq!(sanitize_job_id(&"x".repeat(100)).map(|s| s.len()), Some(63));
+    }
+}

@@ -1,0 +1,135 @@
+//! Who this process is in the job: global rank, world size, local rank and job id, read
+//! from the launcher's environment. A process without one (the launcher itself, a compile
+//! worker) stays inert unless SF_FORCE=1.
+
+use crate::core::capture::config::sanitize_job_id;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// -1 for a forced process with no rank identity.
+    pub global_rank: i32,
+    pub world_size: i32,
+    pub local_rank: i32,
+    pub job_id: String,
+    /// Which launcher's variables were used: torchrun, ompi, slurm or forced.
+    pub source: &'static str,
+}
+
+impl Identity {
+    /// The log file name within the job directory.
+    pub fn file_name(&self, pid: u32) -> String {
+        if self.global_rank >= 0 {
+            format!("rank-{:05}.sflog", self.global_rank)
+        } else {
+            format!("pid-{pid}.sflog")
+        }
+    }
+}
+
+/// Reads the identity. `job_override` is SF_JOB_ID, already sanitized.
+pub fn detect(var: impl Fn(&str) -> Option<String>, job_override: Option<&str>, force: bool) -> Option<Identity> {
+    let int = |name: &str| var(name).and_then(|v| v.trim().parse::<i32>().ok());
+    let job = |names: &[&str], fallback: &str| -> String {
+        job_override
+            .map(str::to_string)
+            .or_else(|| names.iter().find_map(|n| var(n).as_deref().and_then(sanitize_job_id)))
+            .unwrap_or_else(|| fallback.to_string())
+    };
+
+    // torchrun first: under Slurm or MPI the workers it spawns also carry those variables,
+    // but only RANK names the worker's own rank.
+    let launchers: [(&str, &str, &str, &str, &[&str]); 3] = [
+        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", &["TORCHELASTIC_RUN_ID"]),
+        (
+            "ompi",
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            &["OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"],
+        ),
+        ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", &["SLURM_JOB_ID"]),
+    ];
+    for (source, rank, size, local, job_vars) in launchers {
+        if let (Some(global_rank), Some(world_size)) = (int(rank), int(size)) {
+            if global_rank >= 0 && world_size > global_rank {
+                return Some(Identity {
+                    global_rank,
+                    world_size,
+                    local_rank: int(local).unwrap_or(-1),
+                    job_id: job(job_vars, "default"),
+                    source,
+                });
+            }
+        }
+    }
+    force.then(|| Identity {
+        global_rank: -1,
+        world_size: -1,
+        local_rank: -1,
+        job_id: job(&[], "default"),
+        source: "forced",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn detect_in(pairs: &[(&str, &str)], job: Option<&str>, force: bool) -> Option<Identity> {
+        let env: HashMap<&str, &str> = pairs.iter().copied().collect();
+        detect(|k| env.get(k).map(|v| v.to_string()), job, force)
+    }
+
+    #[test]
+    fn torchrun_worker() {
+        let id = detect_in(
+            &[("RANK", "5"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "1"), ("TORCHELASTIC_RUN_ID", "abc")],
+            None,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            (id.global_rank, id.world_size, id.local_rank, id.job_id.as_str(), id.source),
+            (5, 8, 1, "abc", "torchrun")
+        );
+        assert_eq!(id.file_name(1), "rank-00005.sflog");
+    }
+
+    #[test]
+    fn torchrun_wins_over_slurm_and_sf_job_id_over_all() {
+        let env =
+            [("RANK", "3"), ("WORLD_SIZE", "16"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_ID", "77")];
+        let id = detect_in(&env, None, false).unwrap();
+        assert_eq!((id.global_rank, id.source, id.job_id.as_str()), (3, "torchrun", "default"));
+        let id = detect_in(&env, Some("mine"), false).unwrap();
+        assert_eq!(id.job_id, "mine");
+    }
+
+    #[test]
+    fn slurm_and_open_mpi() {
+        let id = detect_in(
+            &[("SLURM_PROCID", "2"), ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "0"), ("SLURM_JOB_ID", "991")],
+            None,
+            false,
+        )
+        .unwrap();
+        assert_eq!((id.global_rank, id.world_size, id.job_id.as_str(), id.source), (2, 4, "991", "slurm"));
+        let id = detect_in(
+            &[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_LOCAL_RANK", "1")],
+            None,
+            false,
+        )
+        .unwrap();
+        assert_eq!((id.global_rank, id.local_rank, id.source), (1, 1, "ompi"));
+    }
+
+    #[test]
+    fn no_identity_is_inert_unless_forced() {
+        assert_eq!(detect_in(&[("LOCAL_RANK", "0")], None, false), None);
+        assert_eq!(detect_in(&[("RANK", "9"), ("WORLD_SIZE", "4")], None, false), None, "rank outside world");
+        let forced = detect_in(&[], None, true).unwrap();
+        assert_eq!((forced.global_rank, forced.source), (-1, "forced"));
+        assert_eq!(forced.file_name(42), "pid-42.sflog");
+    }
+}

@@ -1,0 +1,283 @@
+//! The library's life: an atomic state machine that starts on the first intercepted call,
+//! never blocks a caller while it starts, turns itself off in forked children, and
+//! flushes at exit.
+//!
+//! ```text
+//! UNINIT ──first call──► INITIALIZING ──► ACTIVE ──exit──► (flushed, still ACTIVE)
+//!                                     └─► INERT    (no rank identity, SF_DISABLE, no log)
+//! any ──fork child / internal error──► DISABLED
+//! ```
+
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::core::capture::clock::{self, Calibration};
+use crate::core::capture::collector::{self, Collector};
+use crate::core::capture::config::{ClockChoice, Config};
+use crate::core::capture::event::Event;
+use crate::core::capture::host;
+use crate::core::capture::identity::{self, Identity};
+use crate::core::capture::notice::say;
+use crate::core::capture::ring::Ring;
+use crate::core::comms::comm_table::CommTable;
+use crate::core::comms::inject::Injector;
+use crate::core::log::format::{live, WriterState};
+use crate::core::log::mapping::SharedMap;
+use crate::core::log::reader::RankLog;
+use crate::core::log::writer::{HeaderInfo, LogWriter};
+use crate::core::steps::stage_names::StageNames;
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const ACTIVE: u8 = 2;
+const INERT: u8 = 3;
+const DISABLED: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+/// `ncclGetVersion` of the real library, registered by the NCCL door, for the collector.
+static VERSION_PROBE: AtomicUsize = AtomicUsize::new(0);
+
+pub type VersionProbe = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+pub struct Runtime {
+    pub ring: Ring<Event>,
+    pub comms: CommTable,
+    pub stage_names: StageNames,
+    pub calibration: Calibration,
+    pub identity: Identity,
+    pub config: Config,
+    pub host: String,
+    pub pid: u32,
+    pub nccl_version: AtomicU64,
+    pub injector: Injector,
+    /// Id of the first communicator spanning the whole job (`comm=world`), 0 until known.
+    pub world_comm: AtomicU64,
+    /// `ncclCommInitAll` calls so far, to tell their communicators apart.
+    pub init_all_calls: AtomicU64,
+    pub collector: Mutex<Collector>,
+    map: &'static SharedMap,
+}
+
+impl Runtime {
+    pub fn set_nccl_version(&self, version: i32) {
+        if version > 0 {
+            self.nccl_version.store(version as u64, Ordering::Relaxed);
+            self.map.atomic_u64(live::NCCL_VERSION).store(version as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// A live header field (`format::live`).
+    pub fn live(&self, field: usize) -> &AtomicU64 {
+        self.map.atomic_u64(field)
+    }
+
+    pub fn count_comm_overflow(&self) {
+        self.map.atomic_u64(live::COMM_TABLE_OVERFLOW).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Called by the collector thread, never from a hook.
+    pub fn probe_nccl_version(&self) {
+        let probe = VERSION_PROBE.load(Ordering::Acquire);
+        if probe == 0 {
+            return;
+        }
+        // SAFETY: only `register_version_probe` stores here, with a VersionProbe.
+        let probe: VersionProbe = unsafe { std::mem::transmute::<usize, VersionProbe>(probe) };
+        let mut version: c_int = 0;
+        // SAFETY: ncclGetVersion writes one int through a valid pointer and has no other
+        // effect; this runs on the collector thread, outside every hook.
+        if unsafe { probe(&mut version) } == 0 {
+            self.set_nccl_version(version);
+        }
+    }
+}
+
+/// Lets the collector ask the real NCCL for its version once it has been resolved.
+pub fn register_version_probe(probe: VersionProbe) {
+    VERSION_PROBE.store(probe as usize, Ordering::Release);
+}
+
+/// The runtime if recording; starts it on the very first call. Never waits: a call that
+/// races another thread's start is simply not recorded.
+#[inline]
+pub fn active() -> Option<&'static Runtime> {
+    let rt = RUNTIME.load(Ordering::Acquire);
+    if !rt.is_null() {
+        // SAFETY: RUNTIME only ever holds a leaked Box that is never freed.
+        return Some(unsafe { &*rt });
+    }
+    if STATE.load(Ordering::Relaxed) == UNINIT {
+        return start();
+    }
+    None
+}
+
+pub fn is_active() -> bool {
+    STATE.load(Ordering::Acquire) == ACTIVE
+}
+
+/// Switched off for good: in a forked child, or after an internal error (`disable`). Code that may take a lock checks this first: a child must not wait on a lock
+/// its parent's threads held at fork time.
+pub fn is_disabled() -> bool {
+    STATE.load(Ordering::Acquire) == DISABLED
+}
+
+/// Stops recording for good after an internal error; the job runs on.
+pub fn disable(reason: &str) {
+    if STATE.swap(DISABLED, Ordering::AcqRel) == ACTIVE {
+        let rt = RUNTIME.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !rt.is_null() {
+            // SAFETY: as in `active`.
+            let rt = unsafe { &*rt };
+            rt.map.atomic_u64(live::WRITER_STATE).store(WriterState::Disabled as u64, Ordering::Release);
+        }
+        say(&format!("recording stopped: {reason}; the job continues unaffected"));
+    }
+}
+
+#[cold]
+fn start() -> Option<&'static Runtime> {
+    if STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return None;
+    }
+    match std::panic::catch_unwind(build) {
+        Ok(Some(rt)) => {
+            let rt: &'static Runtime = Box::leak(Box::new(rt));
+            RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
+            STATE.store(ACTIVE, Ordering::Release);
+            let spawned = std::thread::Builder::new().name("sf-collector".into()).spawn(move || collector::run(rt));
+            if let Err(e) = spawned {
+                disable(&format!("cannot start the collector thread: {e}"));
+                return None;
+            }
+            // SAFETY: registering a plain extern "C" fn with no arguments.
+            unsafe { libc::atexit(flush_at_exit) };
+            Some(rt)
+        }
+        Ok(None) => {
+            STATE.store(INERT, Ordering::Release);
+            None
+        }
+        Err(_) => {
+            STATE.store(DISABLED, Ordering::Release);
+            say("internal error during start; not recording, the job continues unaffected");
+            None
+        }
+    }
+}
+
+fn build() -> Option<Runtime> {
+    let (config, warnings) = Config::from_env();
+    if config.disabled {
+        return None;
+    }
+    // Only processes that record speak: a launcher inheriting the same bad setting as its
+    // ranks must not add its own copy of the line.
+    let identity = identity::detect(|name| std::env::var(name).ok(), config.job_id.as_deref(), config.force)?;
+    let (injector, notes) = Injector::from_setting(config.inject.as_deref(), identity.global_rank);
+    for warning in warnings.iter().chain(&notes) {
+        say(warning);
+    }
+    let pid = std::process::id();
+    let host = host::hostname();
+    let calibration = clock::select(config.clock != ClockChoice::Monotonic);
+    let ring = Ring::with_capacity(config.ring_events);
+    let info = HeaderInfo {
+        identity: &identity,
+        pid,
+        host: &host,
+        calibration: &calibration,
+        slot_count: config.log_records,
+        ring_capacity: ring.capacity() as u32,
+    };
+    let dir = config.log_root.join(&identity.job_id);
+    let path = dir.join(identity.file_name(pid));
+    let writer = match create_log(&dir, &path, &info) {
+        Ok(writer) => writer,
+        Err(message) => {
+            say(&format!("{message}; not recording, the job continues unaffected"));
+            return None;
+        }
+    };
+    let map = writer.map();
+    Some(Runtime {
+        ring,
+        comms: CommTable::in_map(map),
+        stage_names: StageNames::in_map(map),
+        calibration,
+        identity,
+        config,
+        host,
+        pid,
+        nccl_version: AtomicU64::new(0),
+        injector,
+        world_comm: AtomicU64::new(0),
+        init_all_calls: AtomicU64::new(0),
+        collector: Mutex::new(Collector::new(writer)),
+        map,
+    })
+}
+
+/// Creates the rank's log. An existing one from a process that is gone (an earlier
+/// attempt of the same job) is kept as `<name>.prev`; one whose writer still runs belongs
+/// to another live process with the same identity (an exec'd helper), which must not be
+/// disturbed.
+fn create_log(dir: &Path, path: &Path, info: &HeaderInfo) -> Result<LogWriter, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create log directory {}: {e}", dir.display()))?;
+    for _attempt in 0..2 {
+        match LogWriter::create(path, info) {
+            Ok(writer) => return Ok(writer),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if let Some(owner) = live_owner(path, info.host) {
+                    return Err(format!("{} is being written by live process {owner}", path.display()));
+                }
+                let mut previous = PathBuf::from(path);
+                previous.as_mut_os_string().push(".prev");
+                std::fs::rename(path, &previous).map_err(|e| format!("cannot move aside {}: {e}", path.display()))?;
+            }
+            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+        }
+    }
+    Err(format!("cannot create {}: it keeps reappearing", path.display()))
+}
+
+fn live_owner(path: &Path, host: &str) -> Option<u32> {
+    let log = RankLog::open(path).ok()?;
+    let pid = log.header.pid;
+    let running = log.live().writer_state == Some(WriterState::Running);
+    let exists = host::process_exists(pid);
+    (log.header.host == host && running && exists && pid != std::process::id()).then_some(pid)
+}
+
+extern "C" fn flush_at_exit() {
+    if !is_active() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(rt) = active() {
+            if let Ok(mut collector) = rt.collector.lock() {
+                collector.finish(rt, WriterState::Exited as u64);
+            }
+        }
+    });
+}
+
+/// A forked child shares the parent's log mapping and ring memory but not its collector:
+/// it must never write either. Registered at load, so it also covers forks before init.
+extern "C" fn disable_in_child() {
+    STATE.store(DISABLED, Ordering::Release);
+    RUNTIME.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// Runs when the library is loaded, before `main`: only registers the fork handler.
+extern "C" fn on_load() {
+    // SAFETY: registering plain extern "C" fns; pthread_atfork copies the pointers.
+    unsafe { libc::pthread_atfork(None, None, Some(disable_in_child)) };
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

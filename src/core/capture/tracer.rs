@@ -1,0 +1,308 @@
+//! What a hook records, in safe Rust: timestamps, the communicator's sequence number and
+//! live state, and one fixed-size event pushed into the ring. No allocation, no lock, no
+//! syscall beyond the clock (and one `gettid` per thread, ever).
+
+use std::sync::atomic::Ordering;
+
+use crate::core::capture::clock::now_ticks;
+use crate::core::capture::event::Event;
+use crate::core::capture::runtime::{self, Runtime};
+use crate::core::capture::thread_state::ReentrancyGuard;
+use crate::core::comms::comm_identity;
+use crate::core::comms::comm_table::{CommSlot, Registration};
+use crate::core::comms::inject::{self, Firing, Site};
+use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::format::live;
+use crate::core::log::records::{CommCreated, CommOrigin, InjectAction, Injection, NcclCall, RecordBody};
+
+/// The arguments of an intercepted call that records keep.
+#[derive(Clone, Copy)]
+pub struct CallArgs {
+    pub op: NcclOp,
+    /// `ncclComm_t` as an integer, 0 for calls without one.
+    pub comm: u64,
+    pub count: u64,
+    pub dtype: i32,
+    pub redop: i32,
+    /// Root or peer, -1 when the call has neither.
+    pub peer: i32,
+    pub stream: u64,
+}
+
+impl CallArgs {
+    /// A call with no communicator and no data (version, unique id, groups).
+    pub fn bare(op: NcclOp) -> CallArgs {
+        CallArgs::on_comm(op, 0)
+    }
+
+    pub fn on_comm(op: NcclOp, comm: u64) -> CallArgs {
+        CallArgs { op, comm, count: 0, dtype: -1, redop: -1, peer: -1, stream: 0 }
+    }
+}
+
+/// A call between its entry and its return.
+pub struct Pending {
+    rt: &'static Runtime,
+    slot: Option<&'static CommSlot>,
+    call: NcclCall,
+    forced_result: Option<i32>,
+}
+
+impl Pending {
+    /// The result an `SF_INJECT` fail rule imposes: the call must not reach NCCL.
+    pub fn forced_result(&self) -> Option<i32> {
+        self.forced_result
+    }
+}
+
+/// Records the entry of a call; `None` when not recording. The guard proves the caller
+/// is the outermost hook on its thread and carries the thread's id and group depth.
+#[inline]
+pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
+    let rt = runtime::active()?;
+    let slot = if args.comm != 0 { comm_slot(rt, args.comm) } else { None };
+    let entered = slot.and_then(|slot| {
+        if args.op.is_collective() {
+            Some(&slot.coll_entered)
+        } else if args.op.is_p2p() {
+            Some(&slot.p2p_entered)
+        } else {
+            None
+        }
+    });
+    // NCCL forbids using one communicator from two threads at once, so the sequence
+    // needs no locked read-modify-write.
+    let seq = entered.map_or(0, |e| e.load(Ordering::Relaxed) + 1);
+    let comm_id = slot.map_or(0, |s| s.comm_id.load(Ordering::Relaxed));
+    let forced_result =
+        if rt.injector.is_empty() || entered.is_none() { None } else { inject(rt, args.op, comm_id, seq) };
+    let t_enter = now_ticks();
+    if let (Some(slot), Some(entered), None) = (slot, entered, forced_result) {
+        slot.inflight_op.store(args.op as u64, Ordering::Relaxed);
+        slot.inflight_ticks.store(t_enter, Ordering::Relaxed);
+        entered.store(seq, Ordering::Release);
+    }
+    Some(Pending {
+        rt,
+        // A failed call never entered NCCL: its communicator's counters stay as they are.
+        slot: slot.filter(|_| forced_result.is_none()),
+        call: NcclCall {
+            op: args.op,
+            t_enter_ns: t_enter,
+            t_exit_ns: 0,
+            comm_id,
+            seq,
+            count: args.count,
+            bytes: 0,
+            stream: args.stream,
+            tid: thread.tid,
+            peer: args.peer,
+            dtype: args.dtype,
+            redop: args.redop,
+            result: 0,
+            group_depth: thread.group_depth,
+        },
+        forced_result,
+    })
+}
+
+/// Applies the first matching `SF_INJECT` rule before the call enters NCCL, so a hung
+/// rank shows as never having entered the collective its peers wait in.
+#[cold]
+fn inject(rt: &'static Runtime, op: NcclOp, comm_id: u64, comm_seq: u64) -> Option<i32> {
+    let stage = rt.live(live::CURRENT_STAGE).load(Ordering::Relaxed).checked_sub(1).map(|id| id as u16);
+    let stage_name = stage.and_then(|id| rt.stage_names.name(id));
+    let site = Site {
+        op: Some(op),
+        comm_id,
+        world_comm_id: rt.world_comm.load(Ordering::Relaxed),
+        comm_seq,
+        step: current_step(rt),
+        stage: stage_name.as_ref().map(|(name, len)| &name[..*len]),
+    };
+    let firing = rt.injector.check(&site)?;
+    fire(rt, &firing, Some(op), comm_id, comm_seq, site.step, stage);
+    (firing.action == InjectAction::Fail).then_some(firing.result)
+}
+
+/// At a stage's begin or end: stage rules (`stage=` without a call) act at the end.
+pub fn stage_boundary(rt: &'static Runtime, stage: u16, is_end: bool) {
+    if rt.injector.is_empty() || !is_end {
+        return;
+    }
+    let Some((name, len)) = rt.stage_names.name(stage) else { return };
+    let site =
+        Site { op: None, comm_id: 0, world_comm_id: 0, comm_seq: 0, step: current_step(rt), stage: Some(&name[..len]) };
+    if let Some(firing) = rt.injector.check(&site) {
+        fire(rt, &firing, None, 0, 0, site.step, Some(stage));
+    }
+}
+
+fn current_step(rt: &Runtime) -> Option<u64> {
+    rt.live(live::CURRENT_STEP).load(Ordering::Relaxed).checked_sub(1)
+}
+
+/// Writes the ground truth first, then acts: a hang never returns.
+fn fire(
+    rt: &Runtime,
+    firing: &Firing,
+    op: Option<NcclOp>,
+    comm_id: u64,
+    comm_seq: u64,
+    step: Option<u64>,
+    stage: Option<u16>,
+) {
+    rt.ring.push(Event::Record(RecordBody::Injection(Injection {
+        t_ns: now_ticks(),
+        action: firing.action,
+        rule: firing.rule,
+        op,
+        comm_id,
+        comm_seq,
+        step,
+        stage,
+        delay_ns: firing.delay_ns,
+        result: firing.result,
+    })));
+    inject::act(firing);
+}
+
+/// Records the return of a call with the real library's result.
+#[inline]
+pub fn end(mut pending: Pending, result: i32) {
+    pending.call.t_exit_ns = now_ticks();
+    pending.call.result = result;
+    if let (Some(slot), seq) = (pending.slot, pending.call.seq) {
+        if seq != 0 {
+            slot.inflight_ticks.store(0, Ordering::Relaxed);
+            let returned = if pending.call.op.is_collective() { &slot.coll_returned } else { &slot.p2p_returned };
+            returned.store(seq, Ordering::Release);
+        }
+    }
+    pending.rt.ring.push(Event::Record(RecordBody::NcclCall(pending.call)));
+}
+
+/// The slot of a communicator, registering one the library did not see created.
+fn comm_slot(rt: &'static Runtime, handle: u64) -> Option<&'static CommSlot> {
+    if let Some(slot) = rt.comms.find(handle) {
+        return Some(slot);
+    }
+    let comm_id = comm_identity::for_unknown(&rt.host, rt.pid, handle);
+    let created = CommCreated {
+        t_ns: now_ticks(),
+        comm_id,
+        parent_id: 0,
+        rank: -1,
+        nranks: -1,
+        global_rank: rt.identity.global_rank,
+        color: -1,
+        key: -1,
+        origin: CommOrigin::Unknown,
+    };
+    register(rt, handle, created)
+}
+
+fn register(rt: &'static Runtime, handle: u64, created: CommCreated) -> Option<&'static CommSlot> {
+    match rt.comms.register(handle, created.comm_id) {
+        Registration::New(slot) | Registration::Existing(slot) => {
+            slot.comm_id.store(created.comm_id, Ordering::Relaxed);
+            slot.set_rank(created.rank, created.nranks);
+            rt.ring.push(Event::Record(RecordBody::CommCreated(created)));
+            Some(slot)
+        }
+        Registration::Full => {
+            rt.count_comm_overflow();
+            rt.ring.push(Event::Record(RecordBody::CommCreated(created)));
+            None
+        }
+    }
+}
+
+/// How a new communicator relates to the job, as the init hooks know it.
+#[derive(Clone, Copy)]
+pub enum NewComm {
+    FromUniqueId(CommOrigin, [u8; 128]),
+    /// `ncclCommInitAll`: the `call`-th such call of this process.
+    InitAll {
+        call: u64,
+    },
+    Split {
+        parent: u64,
+        color: i32,
+        key: i32,
+    },
+}
+
+/// What a communicator-creating hook must remember before forwarding.
+pub struct PendingComm {
+    id: u64,
+    parent_id: u64,
+    origin: CommOrigin,
+    color: i32,
+    key: i32,
+}
+
+/// Called before forwarding a creation call: derives the job-wide id.
+pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
+    let rt = runtime::active()?;
+    let (id, parent_id, origin, color, key) = match kind {
+        NewComm::FromUniqueId(origin, uid) => (comm_identity::from_unique_id(&uid), 0, origin, -1, -1),
+        NewComm::InitAll { call } => {
+            (comm_identity::for_init_all(&rt.host, rt.pid, call), 0, CommOrigin::InitAll, -1, -1)
+        }
+        NewComm::Split { parent, color, key } => {
+            let parent_slot = comm_slot(rt, parent)?;
+            let parent_id = parent_slot.comm_id.load(Ordering::Relaxed);
+            let ordinal = parent_slot.splits.fetch_add(1, Ordering::Relaxed);
+            (comm_identity::for_split(parent_id, ordinal, color), parent_id, CommOrigin::Split, color, key)
+        }
+    };
+    Some(PendingComm { id, parent_id, origin, color, key })
+}
+
+/// Numbers `ncclCommInitAll` calls within this process.
+pub fn next_init_all_call() -> u64 {
+    runtime::active().map_or(0, |rt| rt.init_all_calls.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Called after the real creation call returned a communicator.
+pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) {
+    let Some(rt) = runtime::active() else { return };
+    let created = CommCreated {
+        t_ns: now_ticks(),
+        comm_id: pending.id,
+        parent_id: pending.parent_id,
+        rank,
+        nranks,
+        global_rank: rt.identity.global_rank,
+        color: pending.color,
+        key: pending.key,
+        origin: pending.origin,
+    };
+    let spans_job = nranks == rt.identity.world_size && pending.origin != CommOrigin::InitAll;
+    if spans_job {
+        let _ = rt.world_comm.compare_exchange(0, pending.id, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    register(rt, handle, created);
+}
+
+/// Called after `ncclCommDestroy`/`ncclCommAbort` returned: the handle may be reused.
+pub fn comm_ended(handle: u64) {
+    if let Some(rt) = runtime::active() {
+        rt.comms.unregister(handle);
+    }
+}
+
+/// `ncclCommUserRank`/`ncclCommCount` told the application a rank or size; keep it, since
+/// a split communicator's are not known at creation without asking NCCL.
+pub fn observed_comm_shape(handle: u64, rank: Option<i32>, nranks: Option<i32>) {
+    let Some(slot) = runtime::active().and_then(|rt| rt.comms.find(handle)) else { return };
+    let (old_rank, old_nranks) = slot.rank();
+    slot.set_rank(rank.unwrap_or(old_rank), nranks.unwrap_or(old_nranks));
+}
+
+pub fn observed_nccl_version(version: i32) {
+    if let Some(rt) = runtime::active() {
+        rt.set_nccl_version(version);
+    }
+}

@@ -1,0 +1,56 @@
+//! Job-wide communicator ids: every rank of a communicator derives the same id from what
+//! all of them know, with no message exchanged.
+
+use crate::core::fnv::{mix64, Fnv1a};
+
+/// FNV-1a then a SplitMix64 finaliser: cheap, deterministic across machines, and never 0
+/// (0 means "no communicator" in records).
+fn hash(parts: &[&[u8]]) -> u64 {
+    let mut fnv = Fnv1a::default();
+    for part in parts {
+        fnv.write(part);
+        fnv.write(&[0xff]);
+    }
+    mix64(fnv.finish()).max(1)
+}
+
+/// `ncclCommInitRank*`: every rank passes the same `ncclUniqueId`.
+pub fn from_unique_id(unique_id: &[u8; 128]) -> u64 {
+    hash(&[b"uid", unique_id])
+}
+
+/// `ncclCommSplit`: the members of one new communicator share the parent and the color,
+/// and split the parent in the same order, so the parent's split ordinal tells successive
+/// splits apart. The key is not used: it differs per rank (it only orders ranks).
+pub fn for_split(parent_id: u64, split_ordinal: u64, color: i32) -> u64 {
+    hash(&[b"split", &parent_id.to_le_bytes(), &split_ordinal.to_le_bytes(), &color.to_le_bytes()])
+}
+
+/// `ncclCommInitAll`: all ranks live in this one process.
+pub fn for_init_all(host: &str, pid: u32, ordinal: u64) -> u64 {
+    hash(&[b"initall", host.as_bytes(), &pid.to_le_bytes(), &ordinal.to_le_bytes()])
+}
+
+/// A communicator first seen in a call: only this process can name it.
+pub fn for_unknown(host: &str, pid: u32, handle: u64) -> u64 {
+    hash(&[b"unknown", host.as_bytes(), &pid.to_le_bytes(), &handle.to_le_bytes()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_inputs_same_id_and_different_inputs_differ() {
+        let mut uid = [0u8; 128];
+        uid[..8].copy_from_slice(b"FAKENCCL");
+        let a = from_unique_id(&uid);
+        assert_eq!(a, from_unique_id(&uid));
+        uid[20] = 1;
+        assert_ne!(a, from_unique_id(&uid));
+        assert_ne!(for_split(a, 0, 1), for_split(a, 0, 2));
+        assert_ne!(for_split(a, 0, 1), for_split(a, 1, 1));
+        assert_eq!(for_split(a, 3, 7), for_split(a, 3, 7));
+        assert_ne!(for_unknown("h", 1, 0x1000), for_unknown("h", 2, 0x1000));
+    }
+}

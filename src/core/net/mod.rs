@@ -1,0 +1,9 @@
+//! Network progress: NCCL profiler-plugin events, per-QP work-request counters, the QP
+//! monitor that judges a QP stuck or slow, the verbs fallback and the sysfs port counters.
+//! The tables are lock-free and fixed-size: a full table drops and counts.
+
+pub mod port_counters;
+pub mod profiler;
+pub mod qp_monitor;
+pub mod verbs;
+pub mod work_requests;

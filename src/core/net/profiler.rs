@@ -1,0 +1,689 @@
+//! The NCCL profiler-plugin door's core: fixed pools of contexts and in-flight events, and
+//! the records they turn into. Safe Rust; `doors::profiler` turns NCCL's descriptors into
+//! the plain values below.
+//!
+//! Nothing here allocates or blocks once the pools exist (they are statics): a start claims
+//! a free slot with one CAS (bounded scan), a state update is a few atomic stores, a stop
+//! builds one fixed-size record and pushes it into the runtime's ring. A full pool or ring
+//! loses that event (the ring counts drops), never the job's progress.
+//!
+//! Event lifetimes follow NCCL's hierarchy: a proxy operation's parent is the collective or
+//! point-to-point task, a proxy step's parent is the proxy operation, a network-plugin
+//! event's parent is the proxy step. A child takes a reference on a live parent, so a slot
+//! is freed only after the event *and* its children were stopped, and a freed slot is not
+//! reused for a grace period, because NCCL stops a task when it is enqueued and may start
+//! its proxy operations afterwards. Children inherit the task's communicator hash and
+//! sequence number through the parent.
+//!
+//! Facts about the ABI come from NVIDIA/nccl: `src/include/plugin/nccl_profiler.h` (event
+//! type bits, state values, `NCCL_PROFILER_NET_TYPE_IB`), `src/include/plugin/profiler/
+//! profiler_v1.h` … `profiler_v7.h` (descriptor layouts), `net_ib_v1.h` and
+//! `ext-profiler/README.md` (the network-plugin event and its plugin id).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::core::capture::clock::now_ticks;
+use crate::core::capture::event::Event;
+use crate::core::capture::runtime;
+use crate::core::log::format::PAYLOAD_CAPACITY;
+use crate::core::log::records::{kind, ProfNet, ProfOp, ProfProxy, RecordBody};
+use crate::core::net::work_requests::{self, QpKey, WrSource};
+
+/// `ncclProfile*` event type bits (nccl_profiler.h). The descriptor's `type` is one bit.
+pub mod ty {
+    pub const GROUP: u64 = 1 << 0;
+    pub const COLL: u64 = 1 << 1;
+    pub const P2P: u64 = 1 << 2;
+    pub const PROXY_OP: u64 = 1 << 3;
+    pub const PROXY_STEP: u64 = 1 << 4;
+    pub const PROXY_CTRL: u64 = 1 << 5;
+    pub const KERNEL_CH: u64 = 1 << 6;
+    pub const NET_PLUGIN: u64 = 1 << 7;
+    /// v5+: API-level events (ncclProfileGroupApi, CollApi, P2pApi, KernelLaunch).
+    pub const GROUP_API: u64 = 1 << 8;
+    pub const COLL_API: u64 = 1 << 9;
+    pub const P2P_API: u64 = 1 << 10;
+    pub const KERNEL_LAUNCH: u64 = 1 << 11;
+}
+
+/// `ncclProfilerEventState_t` values (nccl_profiler.h; v1–v3 use the first 19, numbered
+/// implicitly from 0 in the same order; v4 added 19..22).
+pub mod state {
+    pub const PROXY_OP_SEND_POSTED: i32 = 0;
+    pub const PROXY_OP_SEND_REM_FIFO_WAIT: i32 = 1;
+    pub const PROXY_OP_SEND_TRANSMITTED: i32 = 2;
+    pub const PROXY_OP_SEND_DONE: i32 = 3;
+    pub const PROXY_OP_RECV_POSTED: i32 = 4;
+    pub const PROXY_OP_RECV_RECEIVED: i32 = 5;
+    pub const PROXY_OP_RECV_TRANSMITTED: i32 = 6;
+    pub const PROXY_OP_RECV_DONE: i32 = 7;
+    pub const PROXY_STEP_SEND_GPU_WAIT: i32 = 8;
+    pub const PROXY_STEP_SEND_WAIT: i32 = 9;
+    pub const PROXY_STEP_RECV_WAIT: i32 = 10;
+    pub const PROXY_STEP_RECV_FLUSH_WAIT: i32 = 11;
+    pub const PROXY_STEP_RECV_GPU_WAIT: i32 = 12;
+    pub const PROXY_OP_IN_PROGRESS_V4: i32 = 19;
+    pub const PROXY_STEP_SEND_PEER_WAIT_V4: i32 = 20;
+    pub const NET_PLUGIN_UPDATE: i32 = 21;
+    pub const KERNEL_CH_STOP: i32 = 22;
+}
+
+/// Network-plugin ids: 16 LSB the event version, next 16 bits the network type
+/// (ext-profiler/README.md, nccl_profiler.h).
+pub const NET_TYPE_IB: u64 = 1 << 16;
+pub const NET_IB_VERSION: u64 = 1;
+/// `ncclProfileQp` (net_ib_v1.h).
+pub const NET_IB_QP: u8 = 1;
+
+/// `ncclFunc_t` numbering for the classic functions (v1 passes the number; v2+ the name).
+/// Codes from 8 are stagefrontier's own, for names newer NCCLs added.
+const FUNC_NAMES: [&str; 11] = [
+    "Broadcast",
+    "Reduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllReduce",
+    "SendRecv",
+    "Send",
+    "Recv",
+    "AlltoAll",
+    "Gather",
+    "Scatter",
+];
+/// `ncclDataType_t` numbering, names as `ncclDatatypeToString` gives them.
+const DTYPE_NAMES: [&str; 12] = [
+    "ncclInt8",
+    "ncclUint8",
+    "ncclInt32",
+    "ncclUint32",
+    "ncclInt64",
+    "ncclUint64",
+    "ncclFloat16",
+    "ncclFloat32",
+    "ncclFloat64",
+    "ncclBfloat16",
+    "ncclFloat8e4m3",
+    "ncclFloat8e5m2",
+];
+/// NCCL_ALGO_* indices; `ncclAlgoToString` spells them upper case with underscores.
+const ALGO_NAMES: [&str; 7] = ["TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"];
+/// NCCL_PROTO_* indices.
+const PROTO_NAMES: [&str; 3] = ["LL", "LL128", "SIMPLE"];
+
+pub const UNKNOWN: u8 = 255;
+
+fn code_of(names: &[&str], name: &[u8]) -> u8 {
+    let squash = |c: u8| c.to_ascii_uppercase();
+    names
+        .iter()
+        .position(|n| {
+            let n = n.as_bytes();
+            // Accept "Ring" for "RING" and "NVLSTree" for "NVLS_TREE".
+            let a = n.iter().copied().filter(|&c| c != b'_').map(squash);
+            let b = name.iter().copied().filter(|&c| c != b'_').map(squash);
+            a.eq(b)
+        })
+        .map_or(UNKNOWN, |i| i as u8)
+}
+
+pub fn func_code(name: &[u8]) -> u8 {
+    code_of(&FUNC_NAMES, name)
+}
+pub fn dtype_code(name: &[u8]) -> i8 {
+    match code_of(&DTYPE_NAMES, name) {
+        UNKNOWN => -1,
+        c => c as i8,
+    }
+}
+pub fn algo_code(name: &[u8]) -> u8 {
+    code_of(&ALGO_NAMES, name)
+}
+pub fn proto_code(name: &[u8]) -> u8 {
+    code_of(&PROTO_NAMES, name)
+}
+pub fn func_name(code: u8) -> &'static str {
+    FUNC_NAMES.get(code as usize).copied().unwrap_or("?")
+}
+
+/// What a startEvent descriptor said, in plain values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Start {
+    Coll {
+        /// Present in v1–v3 descriptors; v4+ give it once, at init.
+        comm_hash: Option<u64>,
+        seq: u64,
+        func: u8,
+        count: u64,
+        root: i32,
+        dtype: i8,
+        algo: u8,
+        proto: u8,
+        n_channels: u8,
+        n_warps: u8,
+    },
+    P2p {
+        comm_hash: Option<u64>,
+        func: u8,
+        count: u64,
+        peer: i32,
+        dtype: i8,
+        n_channels: u8,
+    },
+    ProxyOp {
+        channel: u8,
+        peer: i32,
+        n_steps: i32,
+        chunk_size: i32,
+        is_send: bool,
+    },
+    ProxyStep {
+        step: i32,
+    },
+    KernelCh {
+        channel: u8,
+    },
+    Net {
+        plugin_id: u64,
+        qp: Option<Qp>,
+    },
+    /// A type this door does not record (it may still be forwarded to a chained plugin).
+    Other,
+}
+
+/// An IB QP work request, from `ncclProfilerNetIbDescr_v1_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Qp {
+    pub device: i32,
+    pub wr_id: u64,
+    pub opcode: i32,
+    pub qp_num: i32,
+    pub length: u64,
+}
+
+/// The event types this door asks NCCL for.
+pub fn own_mask(kernel_ch: bool) -> u64 {
+    ty::COLL | ty::P2P | ty::PROXY_OP | ty::PROXY_STEP | ty::NET_PLUGIN | if kernel_ch { ty::KERNEL_CH } else { 0 }
+}
+
+// ---------------------------------------------------------------------------------------
+// Contexts: one per communicator NCCL initialised the plugin for.
+
+const CONTEXTS: usize = 1024;
+
+pub struct Context {
+    busy: AtomicBool,
+    abi: AtomicU32,
+    comm_hash: AtomicU64,
+    rank: AtomicU32,
+    /// The chained plugin's own context for this communicator.
+    chain: AtomicUsize,
+    /// Event types the chained plugin asked for.
+    chain_mask: AtomicU64,
+    own_mask: AtomicU64,
+    p2p_seq: AtomicU64,
+}
+
+impl Context {
+    const fn new() -> Context {
+        Context {
+            busy: AtomicBool::new(false),
+            abi: AtomicU32::new(0),
+            comm_hash: AtomicU64::new(0),
+            rank: AtomicU32::new(0),
+            chain: AtomicUsize::new(0),
+            chain_mask: AtomicU64::new(0),
+            own_mask: AtomicU64::new(0),
+            p2p_seq: AtomicU64::new(0),
+        }
+    }
+    pub fn chain(&self) -> usize {
+        self.chain.load(Ordering::Acquire)
+    }
+    pub fn chain_mask(&self) -> u64 {
+        self.chain_mask.load(Ordering::Acquire)
+    }
+    pub fn own_mask(&self) -> u64 {
+        self.own_mask.load(Ordering::Acquire)
+    }
+}
+
+static CONTEXT_POOL: [Context; CONTEXTS] = [const { Context::new() }; CONTEXTS];
+
+fn index_in<T>(pool: &'static [T], addr: usize) -> Option<usize> {
+    let base = pool.as_ptr() as usize;
+    let size = std::mem::size_of::<T>();
+    let offset = addr.checked_sub(base)?;
+    (offset % size == 0 && offset / size < pool.len()).then_some(offset / size)
+}
+
+/// The context behind an opaque context pointer NCCL hands back, if it is one of ours.
+pub fn context(addr: usize) -> Option<&'static Context> {
+    index_in(&CONTEXT_POOL, addr).map(|i| &CONTEXT_POOL[i])
+}
+
+/// Opens a context; returns its address (NCCL's opaque context) or None when all are used.
+/// `comm_hash` is 0 for v1–v3, whose descriptors carry it per task.
+pub fn open_context(abi: u8, comm_hash: u64, rank: i32, own_mask: u64, chain: usize, chain_mask: u64) -> Option<usize> {
+    let i = (0..CONTEXTS)
+        .find(|&i| CONTEXT_POOL[i].busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    let c = &CONTEXT_POOL[i];
+    c.abi.store(abi as u32, Ordering::Relaxed);
+    c.comm_hash.store(comm_hash, Ordering::Relaxed);
+    c.rank.store(rank as u32, Ordering::Relaxed);
+    c.chain.store(chain, Ordering::Relaxed);
+    c.chain_mask.store(chain_mask, Ordering::Relaxed);
+    c.own_mask.store(own_mask, Ordering::Relaxed);
+    c.p2p_seq.store(0, Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Release);
+    Some(c as *const Context as usize)
+}
+
+pub fn close_context(addr: usize) {
+    if let Some(c) = context(addr) {
+        c.busy.store(false, Ordering::Release);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Events.
+
+const SLOTS: usize = 8192;
+const SCAN: usize = 256;
+const WORDS: usize = PAYLOAD_CAPACITY / 8;
+
+/// One in-flight event: its record-to-be (encoded payload words) and its mutable state.
+pub struct Slot {
+    busy: AtomicBool,
+    /// When the slot was last freed (ticks); reused only after `GRACE_TICKS`.
+    freed_at: AtomicU64,
+    /// The event itself plus one per live child.
+    refs: AtomicU32,
+    /// Parent slot index + 1, 0 for none.
+    parent: AtomicUsize,
+    /// The chained plugin's handle for this event.
+    chain: AtomicUsize,
+    kind: AtomicU32,
+    len: AtomicU32,
+    words: [AtomicU64; WORDS],
+    comm_hash: AtomicU64,
+    seq: AtomicU64,
+    states: AtomicU32,
+    transitions: AtomicU32,
+    t_states: [AtomicU64; 3],
+    trans_size: AtomicU64,
+    /// Whether this event's recordEventState calls carry `transSize` (see `start`).
+    sized_states: AtomicBool,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            busy: AtomicBool::new(false),
+            freed_at: AtomicU64::new(0),
+            refs: AtomicU32::new(0),
+            parent: AtomicUsize::new(0),
+            chain: AtomicUsize::new(0),
+            kind: AtomicU32::new(0),
+            len: AtomicU32::new(0),
+            words: [const { AtomicU64::new(0) }; WORDS],
+            comm_hash: AtomicU64::new(0),
+            seq: AtomicU64::new(u64::MAX),
+            states: AtomicU32::new(0),
+            transitions: AtomicU32::new(0),
+            t_states: [const { AtomicU64::new(0) }; 3],
+            trans_size: AtomicU64::new(0),
+            sized_states: AtomicBool::new(false),
+        }
+    }
+
+    pub fn chain(&self) -> usize {
+        self.chain.load(Ordering::Acquire)
+    }
+}
+
+static SLOT_POOL: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+static CURSOR: AtomicUsize = AtomicUsize::new(0);
+
+/// The event behind an opaque handle, if it is one of ours (else it is a chained plugin's).
+pub fn event(addr: usize) -> Option<&'static Slot> {
+    index_in(&SLOT_POOL, addr).map(|i| &SLOT_POOL[i])
+}
+
+/// Ticks a freed slot stays untouched (about 0.7 to 2 s, TSC or nanoseconds): NCCL stops a
+/// task when it is enqueued and may start the task's proxy operations after that, naming
+/// the stopped task as their parent; within the grace the parent's data is still there.
+const GRACE_TICKS: u64 = 1 << 31;
+
+fn claim() -> Option<usize> {
+    let from = CURSOR.fetch_add(1, Ordering::Relaxed);
+    let now = now_ticks();
+    (0..SCAN).map(|k| (from + k) % SLOTS).find(|&i| {
+        let slot = &SLOT_POOL[i];
+        !slot.busy.load(Ordering::Relaxed)
+            && now.wrapping_sub(slot.freed_at.load(Ordering::Relaxed)) >= GRACE_TICKS
+            && slot.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    })
+}
+
+fn release(mut index: usize) {
+    loop {
+        let slot = &SLOT_POOL[index];
+        if slot.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let parent = slot.parent.swap(0, Ordering::AcqRel);
+        slot.freed_at.store(now_ticks(), Ordering::Relaxed);
+        slot.busy.store(false, Ordering::Release);
+        match parent {
+            0 => return,
+            p => index = p - 1,
+        }
+    }
+}
+
+/// startEvent. Returns the new event's handle (0: not recorded: not recording, a type this
+/// door leaves alone, or the pool is full). `chain` is the chained plugin's handle.
+pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: usize) -> usize {
+    if matches!(what, Start::Other) || runtime::active().is_none() {
+        return 0;
+    }
+    let Some(index) = claim() else { return 0 };
+    let t_start = now_ticks();
+    let slot = &SLOT_POOL[index];
+    let context = context(ctx);
+    let parent = index_in(&SLOT_POOL, parent);
+    let (mut comm_hash, mut seq) = (context.map_or(0, |c| c.comm_hash.load(Ordering::Relaxed)), u64::MAX);
+    let mut linked = None;
+    if let Some(p) = parent {
+        let p_slot = &SLOT_POOL[p];
+        // A live parent is kept alive by this child; a parent already stopped and freed
+        // (within the grace) only lends its data.
+        let alive = p_slot.refs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| (r > 0).then_some(r + 1));
+        linked = alive.is_ok().then_some(p);
+        comm_hash = p_slot.comm_hash.load(Ordering::Relaxed);
+        seq = p_slot.seq.load(Ordering::Relaxed);
+    }
+    let body = match what {
+        Start::Coll { comm_hash: hash, seq: s, func, count, root, dtype, algo, proto, n_channels, n_warps } => {
+            comm_hash = hash.unwrap_or(comm_hash);
+            seq = s;
+            RecordBody::ProfOp(ProfOp {
+                count,
+                peer: root,
+                func,
+                dtype,
+                algo,
+                proto,
+                n_channels,
+                n_warps,
+                ..op_started(t_start, comm_hash, seq, rank, abi)
+            })
+        }
+        Start::P2p { comm_hash: hash, func, count, peer, dtype, n_channels } => {
+            comm_hash = hash.unwrap_or(comm_hash);
+            seq = context.map_or(u64::MAX, |c| c.p2p_seq.fetch_add(1, Ordering::Relaxed));
+            RecordBody::ProfOp(ProfOp {
+                count,
+                peer,
+                func,
+                dtype,
+                n_channels,
+                p2p: true,
+                ..op_started(t_start, comm_hash, seq, rank, abi)
+            })
+        }
+        Start::ProxyOp { channel, peer, n_steps, chunk_size, is_send } => RecordBody::ProfProxy(ProfProxy {
+            is_send,
+            peer,
+            n_steps,
+            chunk_size,
+            ..proxy_started(t_start, comm_hash, seq, ProfProxy::OP, channel)
+        }),
+        Start::ProxyStep { step } => {
+            // A step inherits the proxy operation's direction and peer.
+            let (is_send, peer, channel) = parent
+                .and_then(|p| pending(&SLOT_POOL[p]))
+                .and_then(|b| match b {
+                    RecordBody::ProfProxy(op) => Some((op.is_send, op.peer, op.channel)),
+                    _ => None,
+                })
+                .unwrap_or((false, -1, 0));
+            RecordBody::ProfProxy(ProfProxy {
+                is_send,
+                peer,
+                step_no: step,
+                ..proxy_started(t_start, comm_hash, seq, ProfProxy::STEP, channel)
+            })
+        }
+        Start::KernelCh { channel } => {
+            RecordBody::ProfProxy(proxy_started(t_start, comm_hash, seq, ProfProxy::KERNEL_CH, channel))
+        }
+        Start::Net { plugin_id, qp } => {
+            let q = qp.unwrap_or_default();
+            if qp.is_some() {
+                // The event's start is the post; its stop, the completion (see `stop`).
+                work_requests::posted(wr_qp(q.device, q.qp_num), q.length, t_start);
+            }
+            RecordBody::ProfNet(ProfNet {
+                t_start_ns: t_start,
+                t_stop_ns: 0,
+                comm_hash,
+                seq,
+                plugin_id,
+                wr_id: q.wr_id,
+                length: q.length,
+                device: q.device,
+                qp_num: q.qp_num,
+                opcode: q.opcode,
+                updates: 0,
+                qp: qp.is_some(),
+            })
+        }
+        Start::Other => unreachable!("returned above"),
+    };
+    // ProxyOp events in v1–v3, ProxyStep events from v4 carry `transSize` with their states;
+    // settled here once, so a state update never decodes the record.
+    let sized_unit = if abi <= 3 { ProfProxy::OP } else { ProfProxy::STEP };
+    let sized_states = matches!(body, RecordBody::ProfProxy(p) if p.unit == sized_unit);
+    let mut buf = [0u8; PAYLOAD_CAPACITY];
+    let len = body.encode(&mut buf);
+    for (w, chunk) in slot.words.iter().zip(buf.chunks_exact(8)) {
+        w.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+    }
+    slot.kind.store(body.kind() as u32, Ordering::Relaxed);
+    slot.len.store(len as u32, Ordering::Relaxed);
+    slot.comm_hash.store(comm_hash, Ordering::Relaxed);
+    slot.seq.store(seq, Ordering::Relaxed);
+    slot.states.store(0, Ordering::Relaxed);
+    slot.transitions.store(0, Ordering::Relaxed);
+    for t in &slot.t_states {
+        t.store(0, Ordering::Relaxed);
+    }
+    slot.trans_size.store(0, Ordering::Relaxed);
+    slot.sized_states.store(sized_states, Ordering::Relaxed);
+    slot.chain.store(chain, Ordering::Relaxed);
+    slot.parent.store(linked.map_or(0, |p| p + 1), Ordering::Relaxed);
+    slot.refs.store(1, Ordering::Release);
+    slot as *const Slot as usize
+}
+
+fn pending(slot: &Slot) -> Option<RecordBody> {
+    let mut buf = [0u8; PAYLOAD_CAPACITY];
+    for (w, chunk) in slot.words.iter().zip(buf.chunks_exact_mut(8)) {
+        chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    let len = (slot.len.load(Ordering::Relaxed) as usize).min(PAYLOAD_CAPACITY);
+    RecordBody::decode(slot.kind.load(Ordering::Relaxed) as u16, &buf[..len])
+}
+
+/// recordEventState. `trans_size` is the `transSize` argument where the event has one.
+pub fn state(slot: &Slot, state: i32, trans_size: Option<u64>) {
+    if (0..32).contains(&state) {
+        slot.states.fetch_or(1 << state, Ordering::Relaxed);
+    }
+    let n = slot.transitions.fetch_add(1, Ordering::Relaxed) as usize;
+    if let Some(t) = slot.t_states.get(n) {
+        t.store(now_ticks(), Ordering::Relaxed);
+    }
+    if let Some(size) = trans_size {
+        slot.trans_size.store(size, Ordering::Relaxed);
+    }
+}
+
+/// Whether a recordEventState on this event carries `transSize` in its arguments.
+pub fn takes_trans_size(slot: &Slot) -> bool {
+    slot.sized_states.load(Ordering::Relaxed)
+}
+
+/// stopEvent: the record goes to the ring; the slot is reused once its children stopped.
+pub fn stop(slot: &'static Slot) {
+    let t_stop = now_ticks();
+    if let (Some(body), Some(rt)) = (pending(slot), runtime::active()) {
+        let states = slot.states.load(Ordering::Relaxed);
+        let transitions = slot.transitions.load(Ordering::Relaxed);
+        let body = match body {
+            RecordBody::ProfOp(mut p) => {
+                p.t_stop_ns = t_stop;
+                RecordBody::ProfOp(p)
+            }
+            RecordBody::ProfProxy(mut p) => {
+                p.t_stop_ns = t_stop;
+                p.states = states;
+                p.transitions = transitions.min(u16::MAX as u32) as u16;
+                p.trans_size = slot.trans_size.load(Ordering::Relaxed);
+                for (dst, src) in p.t_states_ns.iter_mut().zip(&slot.t_states) {
+                    *dst = src.load(Ordering::Relaxed);
+                }
+                RecordBody::ProfProxy(p)
+            }
+            RecordBody::ProfNet(mut n) => {
+                n.t_stop_ns = t_stop;
+                n.updates = transitions.min(u16::MAX as u32) as u16;
+                RecordBody::ProfNet(n)
+            }
+            other => other,
+        };
+        debug_assert!(matches!(body.kind(), kind::PROF_OP | kind::PROF_PROXY | kind::PROF_NET));
+        match body {
+            // A work request: NCCL stops the QP event when it polled the completion. The
+            // per-QP aggregates take it; the record itself only with SF_NET_RAW=1, since a
+            // real job posts thousands per second and would flood the log ring.
+            RecordBody::ProfNet(n) if n.qp => {
+                work_requests::completed(wr_qp(n.device, n.qp_num), n.length, Some(n.t_start_ns), t_stop, true);
+                if rt.config.net_raw {
+                    rt.ring.push(Event::Record(body));
+                }
+            }
+            _ => {
+                rt.ring.push(Event::Record(body));
+            }
+        }
+    }
+    if let Some(i) = index_in(&SLOT_POOL, slot as *const Slot as usize) {
+        release(i);
+    }
+}
+
+/// The work-request table's key of a profiler QP event.
+fn wr_qp(device: i32, qp_num: i32) -> QpKey {
+    QpKey { source: WrSource::Profiler, device, qp_num: qp_num as u32 }
+}
+
+/// A task record at its start: nothing about the call known yet (algorithm, protocol and
+/// warps stay unknown for a point-to-point task).
+fn op_started(t_start_ns: u64, comm_hash: u64, seq: u64, rank: i32, abi: u8) -> ProfOp {
+    ProfOp {
+        t_start_ns,
+        t_stop_ns: 0,
+        comm_hash,
+        seq,
+        count: 0,
+        rank,
+        peer: -1,
+        func: UNKNOWN,
+        dtype: -1,
+        algo: UNKNOWN,
+        proto: UNKNOWN,
+        n_channels: 0,
+        n_warps: 0,
+        abi,
+        p2p: false,
+    }
+}
+
+/// A proxy-side record at its start: no state seen yet, no peer, no step.
+fn proxy_started(t_start_ns: u64, comm_hash: u64, seq: u64, unit: u8, channel: u8) -> ProfProxy {
+    ProfProxy {
+        t_start_ns,
+        t_stop_ns: 0,
+        comm_hash,
+        seq,
+        trans_size: 0,
+        t_states_ns: [0; 3],
+        states: 0,
+        transitions: 0,
+        unit,
+        channel,
+        is_send: false,
+        peer: -1,
+        n_steps: 0,
+        chunk_size: 0,
+        step_no: -1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_nccl_numbering() {
+        assert_eq!(func_code(b"AllReduce"), 4);
+        assert_eq!(func_code(b"Send"), 6);
+        assert_eq!(func_code(b"Nope"), UNKNOWN);
+        assert_eq!(dtype_code(b"ncclFloat32"), 7);
+        assert_eq!(dtype_code(b"float32"), -1);
+        assert_eq!(algo_code(b"RING"), 1);
+        assert_eq!(algo_code(b"Ring"), 1);
+        assert_eq!(algo_code(b"NVLSTree"), 5);
+        assert_eq!(proto_code(b"Simple"), 2);
+        assert_eq!(func_name(4), "AllReduce");
+    }
+
+    #[test]
+    fn foreign_addresses_are_not_ours() {
+        let x = 5u64;
+        assert!(event(&x as *const u64 as usize).is_none());
+        assert!(context(0).is_none());
+        let inside = SLOT_POOL.as_ptr() as usize + 1;
+        assert!(event(inside).is_none(), "misaligned");
+    }
+
+    #[test]
+    fn children_keep_their_parent_alive() {
+        // Without a runtime nothing is recorded, so exercise the pool directly.
+        let parent = claim().unwrap();
+        SLOT_POOL[parent].refs.store(1, Ordering::Release);
+        let child = claim().unwrap();
+        SLOT_POOL[parent].refs.fetch_add(1, Ordering::AcqRel);
+        SLOT_POOL[child].parent.store(parent + 1, Ordering::Relaxed);
+        SLOT_POOL[child].refs.store(1, Ordering::Release);
+        release(parent);
+        assert!(SLOT_POOL[parent].busy.load(Ordering::Acquire), "child still running");
+        release(child);
+        assert!(!SLOT_POOL[parent].busy.load(Ordering::Acquire));
+        assert!(!SLOT_POOL[child].busy.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_freed_slot_waits_out_the_grace_before_reuse() {
+        let freed = claim().unwrap();
+        SLOT_POOL[freed].refs.store(1, Ordering::Release);
+        release(freed);
+        CURSOR.store(freed, Ordering::Relaxed);
+        let next = claim().unwrap();
+        assert_ne!(next, freed, "a late child may still read the freed task");
+        SLOT_POOL[next].refs.store(1, Ordering::Release);
+        release(next);
+    }
+}

@@ -1,0 +1,3 @@
+//! The CUDA injection door (CUDA_INJECTION64_PATH), which subscribes to CUPTI.
+
+pub mod cuda;

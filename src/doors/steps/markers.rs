@@ -1,0 +1,67 @@
+//! The library's own C API (c_headers/stagefrontier.h): logical steps, ordered stages and
+//! side-channel values. Cheap, thread-safe, and no-ops when the library is not recording.
+
+// The exported names are the C API's.
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, CStr};
+
+use crate::core::capture::runtime;
+use crate::core::steps::markers;
+use crate::doors::traced::shielded;
+
+/// The bytes of a C string, or None for NULL.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string valid for the duration of the call.
+unsafe fn name_bytes<'a>(name: *const c_char) -> Option<&'a [u8]> {
+    // SAFETY: per this function's contract.
+    (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_bytes())
+}
+
+/// Opens logical step `step` (negative: the step after the last one).
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_step_begin(step: i64) {
+    shielded(|| markers::step_begin(step));
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_step_end() {
+    shielded(markers::step_end);
+}
+
+/// # Safety
+/// `name` is NULL (ignored) or a NUL-terminated string.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sf_stage_begin(name: *const c_char) {
+    // SAFETY: the caller's contract.
+    if let Some(name) = unsafe { name_bytes(name) } {
+        shielded(|| markers::stage_begin(name));
+    }
+}
+
+/// # Safety
+/// `name` is NULL (ignored) or a NUL-terminated string.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sf_stage_end(name: *const c_char) {
+    // SAFETY: the caller's contract.
+    if let Some(name) = unsafe { name_bytes(name) } {
+        shielded(|| markers::stage_end(name));
+    }
+}
+
+/// # Safety
+/// `name` is NULL (ignored) or a NUL-terminated string.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sf_value(name: *const c_char, value: f64) {
+    // SAFETY: the caller's contract.
+    if let Some(name) = unsafe { name_bytes(name) } {
+        shielded(|| markers::value(name, value));
+    }
+}
+
+/// 1 when this process records (starting the library if it has not started yet), else 0.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_recording() -> c_int {
+    shielded(|| runtime::active().is_some() as c_int).unwrap_or(0)
+}
