@@ -5,7 +5,7 @@
 //! spread), weighted by its share of launches:
 //! `F(x) = Σ_c count_c / Σ count · Φ((ln x - μ_c) / σ_c)`.
 
-use super::kde::Cluster;
+use crate::core::kernels::kde::Cluster;
 
 /// The standard normal's 99th percentile as the paper rounds it.
 pub const Z_99: f64 = 2.326;
@@ -15,7 +15,7 @@ pub const Z_99: f64 = 2.326;
 /// duration changes W1 by at most 0.1% of the duration and keeps the CDF continuous.
 pub const MIN_SIGMA: f64 = 1e-3;
 
-/// Absolute error of [`normal_cdf`]: the erfc approximation below has fractional error
+/// Absolute error of `normal_cdf` (below): the erfc approximation below has fractional error
 /// under 1.2e-7 (Press et al., Numerical Recipes §6.2) and Φ = erfc/2 with erfc ≤ 2.
 pub const CDF_ERROR: f64 = 1.2e-7;
 
