@@ -63,6 +63,25 @@ pub mod header {
     pub const JOB_ID: usize = 128;
     pub const HOST: usize = 192;
     pub const IDENTITY_SOURCE: usize = 256;
+    /// `/proc/sys/kernel/random/boot_id` of the writer's host, 16 bytes (zero: unknown).
+    pub const BOOT_ID: usize = 272;
+    /// Inode of the writer's pid namespace: with the boot id, says whether `PID` names a
+    /// process the reader can look up.
+    pub const PID_NAMESPACE: usize = 288;
+    /// The writer's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so
+    /// a later process reusing the pid is not taken for the writer.
+    pub const PROCESS_START: usize = 296;
+}
+
+/// Fixed caps on what a header may claim, checked before anything is sized from it: a log
+/// that claims more is damaged or crafted, and `sf` refuses it with the field's name.
+pub mod caps {
+    /// The most record slots a log may hold (`SF_LOG_RECORDS`' upper bound).
+    pub const SLOT_COUNT: u32 = 1 << 26;
+    /// The most ranks a job (or communicator) may have.
+    pub const WORLD_SIZE: i32 = 1 << 20;
+    /// The most events a hot-path ring may hold (`SF_RING_EVENTS` allows 1 << 22).
+    pub const RING_CAPACITY: u32 = 1 << 24;
 }
 
 /// Byte offsets of the live header fields, each an aligned u64 updated atomically.
