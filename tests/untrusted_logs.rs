@@ -317,3 +317,16 @@ fn a_rank_killed_with_kill_9_is_dead_the_moment_sf_looks() {
     assert!(age < 1.0, "heartbeat {age} s old when sf looked ({looked:?} after the kill): not a test of the pid check");
     eprintln!("dead {looked:?} after kill -9 (heartbeat {age:.3} s old)");
 }
+
+#[test]
+fn a_fifo_under_a_log_name_is_refused_not_waited_on() {
+    let dir = TempDir::new("fifo-log");
+    let fifo = dir.join("rank-00000.sflog");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "{}", std::io::Error::last_os_error());
+    let m = run_measured(&mut sf(&["dump"], &fifo), &dir.0);
+    assert_eq!(m.status.code(), Some(1), "{}", m.stderr);
+    assert!(m.stderr.contains(&format!("{}: not a regular file", fifo.display())), "{}", m.stderr);
+    assert!(m.elapsed < TIME_BOUND, "took {:?}", m.elapsed);
+}

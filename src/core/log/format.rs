@@ -78,8 +78,10 @@ pub mod header {
 pub mod caps {
     /// The most record slots a log may hold (`SF_LOG_RECORDS`' upper bound).
     pub const SLOT_COUNT: u32 = 1 << 26;
-    /// The most ranks a job (or communicator) may have.
-    pub const WORLD_SIZE: i32 = 1 << 20;
+    /// The most ranks a job (or communicator) may have: over twice the largest jobs run
+    /// today, and low enough that analyses dense in the world (`sf frontier` lists the
+    /// ranks a step misses) stay within seconds over a whole log of steps.
+    pub const WORLD_SIZE: i32 = 1 << 18;
     /// The most events a hot-path ring may hold (`SF_RING_EVENTS` allows 1 << 22).
     pub const RING_CAPACITY: u32 = 1 << 24;
 }
