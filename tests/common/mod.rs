@@ -274,6 +274,7 @@ pub fn run_measured(cmd: &mut Command, scratch: &Path) -> Measured {
     let out = std::fs::File::create(&out_path).expect("stdout file");
     let err = std::fs::File::create(&err_path).expect("stderr file");
     let started = std::time::Instant::now();
+    #[expect(clippy::zombie_processes, reason = "reaped by wait4 below, which also yields its peak RSS")]
     let child = cmd.stdout(out).stderr(err).spawn().expect("spawn");
     let mut status = 0;
     // SAFETY: rusage is plain old data that wait4 fills in.
