@@ -10,8 +10,8 @@
 //! another machine can refuse a foreign log). A record slot is
 //! `commit_seq u64 | kind u16 | len u16 | crc32 u32 | payload[112]`; the writer clears
 //! `commit_seq`, writes the rest, then stores `commit_seq` last with release ordering, so a
-//! reader that sees a non-zero `commit_seq` twice around a copy whose CRC matches has a
-//! whole record, even while the writer runs or after it was killed.
+//! reader whose two copies of a slot agree, with a non-zero `commit_seq` and a matching CRC,
+//! has a whole record, even while the writer runs or after it was killed.
 
 /// First 8 bytes of every rank log.
 pub const MAGIC: [u8; 8] = *b"SFRKLOG\0";
