@@ -248,3 +248,45 @@ pub fn without_callers_cuda(cmd: &mut Command) -> &mut Command {
 pub fn cuda_injected(cmd: &mut Command) -> &mut Command {
     cmd.env("CUDA_INJECTION64_PATH", library()).env("SF_CUPTI_PATH", fakecupti())
 }
+
+/// Recomputes the static header's CRC over `log` (a whole file's bytes, or at least its
+/// header), as a crafted file would carry it.
+pub fn reseal_header(log: &mut [u8]) {
+    use stagefrontier::core::log::format::{bytes, STATIC_CRC_OFFSET, STATIC_HEADER_LEN};
+    let crc = crc32fast::hash(&log[..STATIC_HEADER_LEN]);
+    bytes::put_u32(log, STATIC_CRC_OFFSET, crc);
+}
+
+/// A finished command with what it cost: wall time and peak resident memory.
+pub struct Measured {
+    pub status: std::process::ExitStatus,
+    pub elapsed: std::time::Duration,
+    pub max_rss_kib: u64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion, reaping it with `wait4` for its peak RSS; stdout and stderr go
+/// through files so a large output cannot block the child.
+pub fn run_measured(cmd: &mut Command, scratch: &Path) -> Measured {
+    use std::os::unix::process::ExitStatusExt;
+    let (out_path, err_path) = (scratch.join("measured.stdout"), scratch.join("measured.stderr"));
+    let out = std::fs::File::create(&out_path).expect("stdout file");
+    let err = std::fs::File::create(&err_path).expect("stderr file");
+    let started = std::time::Instant::now();
+    #[expect(clippy::zombie_processes, reason = "reaped by wait4 below, which also yields its peak RSS")]
+    let child = cmd.stdout(out).stderr(err).spawn().expect("spawn");
+    let mut status = 0;
+    // SAFETY: rusage is plain old data that wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, with valid pointers to the status and the usage.
+    let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as libc::pid_t, "wait4: {}", std::io::Error::last_os_error());
+    Measured {
+        status: std::process::ExitStatus::from_raw(status),
+        elapsed: started.elapsed(),
+        max_rss_kib: usage.ru_maxrss as u64,
+        stdout: String::from_utf8_lossy(&std::fs::read(&out_path).unwrap_or_default()).into_owned(),
+        stderr: String::from_utf8_lossy(&std::fs::read(&err_path).unwrap_or_default()).into_owned(),
+    }
+}

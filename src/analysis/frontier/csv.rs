@@ -322,6 +322,7 @@ impl StageTable {
         let mut schemas: Vec<(Vec<bool>, Arc<Schema>)> = vec![(vec![true; all], Arc::clone(&self.schema))];
         let (mut ranks, mut missing, mut durations, mut overlap) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut device = Vec::new();
+        let mut missing_for: Option<Vec<u32>> = None;
         for step_rows in self.rows.chunk_by(|a, b| a.step == b.step) {
             let mut used = vec![false; all];
             for row in step_rows {
@@ -349,8 +350,13 @@ impl StageTable {
                     }
                 }
             }
-            missing.clear();
-            missing.extend(self.world.iter().copied().filter(|r| ranks.binary_search(r).is_err()));
+            // The world comes from log headers and may be large: recompute the ranks it
+            // misses only when the ranks present change, not at every step.
+            if missing_for.as_deref() != Some(&ranks[..]) {
+                missing.clear();
+                missing.extend(self.world.iter().copied().filter(|r| ranks.binary_search(r).is_err()));
+                missing_for = Some(ranks.clone());
+            }
             overlap.clear();
             if !self.overlaps.is_empty() {
                 let step = step_rows[0].step;

@@ -16,7 +16,9 @@ pub struct Step<'a> {
     pub world: usize,
     /// Ranks present, ascending; row r of `durations` is `ranks[r]`.
     pub ranks: &'a [u32],
-    /// Ranks of the world with no complete stage vector at this step, ascending.
+    /// Ranks of the world with no complete stage vector at this step, ascending: the
+    /// world's ranks not in `ranks`, so steps of one world with the same `ranks` miss the
+    /// same ranks.
     pub missing: &'a [u32],
     /// `ranks.len() × schema.len()` seconds, row-major, each finite and non-negative.
     pub durations: &'a [f64],

@@ -12,6 +12,7 @@ use super::facts::{Facts, Membership, Wait, WaitKind};
 use super::{CommVerdict, Member, MemberCall, Position, RankInput, RankVerdict, State};
 use crate::analysis::log::liveness::Liveness;
 use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::format::caps;
 
 pub(super) struct Classified {
     pub communicators: Vec<CommVerdict>,
@@ -122,7 +123,9 @@ fn communicators(facts: &[Facts]) -> Vec<Comm<'_>> {
         .map(|(id, members)| {
             let nranks = members.iter().map(|c| c.m.nranks).max().unwrap_or(-1);
             let seen: BTreeSet<i32> = members.iter().map(|c| c.m.comm_rank).collect();
-            let unseen = if nranks > 0 && seen.iter().all(|&r| (0..nranks).contains(&r)) {
+            // A size read from a log lists the ranks never seen only within what a job can have.
+            let plausible = (1..=caps::WORLD_SIZE).contains(&nranks);
+            let unseen = if plausible && seen.iter().all(|&r| (0..nranks).contains(&r)) {
                 (0..nranks).filter(|r| !seen.contains(r)).collect()
             } else {
                 Vec::new()

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::core::capture::process_stamp::ProcessCheck;
 use crate::core::log::format::WriterState;
 
 /// How much older than its period a heartbeat may be before the writer counts as stopped:
@@ -24,13 +25,17 @@ pub enum Liveness {
 }
 
 /// `heartbeat_age_ns`: reader's now minus the last heartbeat, on a common clock.
-/// `process_exists`: `None` when the reader cannot tell (another host).
-pub fn classify(state: Option<WriterState>, heartbeat_age_ns: u64, process_exists: Option<bool>) -> Liveness {
+/// `process`: what the reader could tell about the writer's process. A writer known gone
+/// is dead at once, however fresh its last heartbeat; a pid that is merely absent (no
+/// stamp to prove it names the writer, e.g. another pid namespace under the same host
+/// name) only confirms a stale heartbeat.
+pub fn classify(state: Option<WriterState>, heartbeat_age_ns: u64, process: ProcessCheck) -> Liveness {
     match state {
         Some(WriterState::Exited) => Liveness::Exited,
         Some(WriterState::Disabled) => Liveness::Disabled,
+        _ if process == ProcessCheck::WriterGone => Liveness::Dead,
         _ if heartbeat_age_ns <= STALE_AFTER_NS => Liveness::Live,
-        _ if process_exists == Some(true) => Liveness::Stalled,
+        _ if process == ProcessCheck::PidExists => Liveness::Stalled,
         _ => Liveness::Dead,
     }
 }
@@ -41,12 +46,16 @@ mod tests {
 
     #[test]
     fn states() {
+        use ProcessCheck::*;
         let running = Some(WriterState::Running);
-        assert_eq!(classify(running, 50_000_000, Some(true)), Liveness::Live);
-        assert_eq!(classify(running, 5_000_000_000, Some(false)), Liveness::Dead);
-        assert_eq!(classify(running, 5_000_000_000, None), Liveness::Dead);
-        assert_eq!(classify(running, 5_000_000_000, Some(true)), Liveness::Stalled);
-        assert_eq!(classify(Some(WriterState::Exited), u64::MAX, None), Liveness::Exited);
-        assert_eq!(classify(Some(WriterState::Disabled), 0, Some(true)), Liveness::Disabled);
+        assert_eq!(classify(running, 50_000_000, PidExists), Liveness::Live);
+        assert_eq!(classify(running, 50_000_000, PidGone), Liveness::Live, "a bare pid may be another namespace's");
+        assert_eq!(classify(running, 50_000_000, WriterGone), Liveness::Dead, "known gone: no waiting");
+        assert_eq!(classify(running, 5_000_000_000, PidGone), Liveness::Dead);
+        assert_eq!(classify(running, 5_000_000_000, Unknown), Liveness::Dead);
+        assert_eq!(classify(running, 5_000_000_000, PidExists), Liveness::Stalled);
+        assert_eq!(classify(Some(WriterState::Exited), u64::MAX, Unknown), Liveness::Exited);
+        assert_eq!(classify(Some(WriterState::Exited), 0, WriterGone), Liveness::Exited);
+        assert_eq!(classify(Some(WriterState::Disabled), 0, PidExists), Liveness::Disabled);
     }
 }

@@ -114,8 +114,9 @@ impl Calibration {
 /// The conversion both the collector and the reader use.
 pub fn ticks_to_mono_ns(ticks: u64, base_ticks: u64, base_mono_ns: u64, ticks_per_sec: f64) -> u64 {
     let delta = ticks as i128 - base_ticks as i128;
+    // Saturating throughout: the reader feeds this ticks and a rate read from a file.
     let delta_ns = (delta as f64 * 1e9 / ticks_per_sec) as i128;
-    (base_mono_ns as i128 + delta_ns).max(0) as u64
+    (base_mono_ns as i128).saturating_add(delta_ns).clamp(0, u64::MAX as i128) as u64
 }
 
 /// Chooses the source for this process and measures it. Called once at init; the TSC

@@ -3,6 +3,7 @@
 //! worker) stays inert unless SF_FORCE=1.
 
 use crate::core::capture::config::sanitize_job_id;
+use crate::core::log::format::caps;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
@@ -51,11 +52,12 @@ pub fn detect(var: impl Fn(&str) -> Option<String>, job_override: Option<&str>, 
     ];
     for (source, rank, size, local, job_vars) in launchers {
         if let (Some(global_rank), Some(world_size)) = (int(rank), int(size)) {
-            if global_rank >= 0 && world_size > global_rank {
+            // Within the reader's caps, so that every log written is one `sf` reads.
+            if global_rank >= 0 && world_size > global_rank && world_size <= caps::WORLD_SIZE {
                 return Some(Identity {
                     global_rank,
                     world_size,
-                    local_rank: int(local).unwrap_or(-1),
+                    local_rank: int(local).filter(|l| (0..world_size).contains(l)).unwrap_or(-1),
                     job_id: job(job_vars, "default"),
                     source,
                 });
@@ -128,6 +130,9 @@ mod tests {
     fn no_identity_is_inert_unless_forced() {
         assert_eq!(detect_in(&[("LOCAL_RANK", "0")], None, false), None);
         assert_eq!(detect_in(&[("RANK", "9"), ("WORLD_SIZE", "4")], None, false), None, "rank outside world");
+        assert_eq!(detect_in(&[("RANK", "0"), ("WORLD_SIZE", "99999999")], None, false), None, "world over the cap");
+        let id = detect_in(&[("RANK", "1"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "-7")], None, false).unwrap();
+        assert_eq!(id.local_rank, -1, "a local rank outside the world is unknown");
         let forced = detect_in(&[], None, true).unwrap();
         assert_eq!((forced.global_rank, forced.source), (-1, "forced"));
         assert_eq!(forced.file_name(42), "pid-42.sflog");

@@ -10,8 +10,8 @@
 //! another machine can refuse a foreign log). A record slot is
 //! `commit_seq u64 | kind u16 | len u16 | crc32 u32 | payload[112]`; the writer clears
 //! `commit_seq`, writes the rest, then stores `commit_seq` last with release ordering, so a
-//! reader that sees a non-zero `commit_seq` twice around a copy whose CRC matches has a
-//! whole record, even while the writer runs or after it was killed.
+//! reader whose two copies of a slot agree, with a non-zero `commit_seq` and a matching CRC,
+//! has a whole record, even while the writer runs or after it was killed.
 
 /// First 8 bytes of every rank log.
 pub const MAGIC: [u8; 8] = *b"SFRKLOG\0";
@@ -63,6 +63,27 @@ pub mod header {
     pub const JOB_ID: usize = 128;
     pub const HOST: usize = 192;
     pub const IDENTITY_SOURCE: usize = 256;
+    /// `/proc/sys/kernel/random/boot_id` of the writer's host, 16 bytes (zero: unknown).
+    pub const BOOT_ID: usize = 272;
+    /// Inode of the writer's pid namespace: with the boot id, says whether `PID` names a
+    /// process the reader can look up.
+    pub const PID_NAMESPACE: usize = 288;
+    /// The writer's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so
+    /// a later process reusing the pid is not taken for the writer.
+    pub const PROCESS_START: usize = 296;
+}
+
+/// Fixed caps on what a header may claim, checked before anything is sized from it: a log
+/// that claims more is damaged or crafted, and `sf` refuses it with the field's name.
+pub mod caps {
+    /// The most record slots a log may hold (`SF_LOG_RECORDS`' upper bound).
+    pub const SLOT_COUNT: u32 = 1 << 26;
+    /// The most ranks a job (or communicator) may have: over twice the largest jobs run
+    /// today, and low enough that analyses dense in the world (`sf frontier` lists the
+    /// ranks a step misses) stay within seconds over a whole log of steps.
+    pub const WORLD_SIZE: i32 = 1 << 18;
+    /// The most events a hot-path ring may hold (`SF_RING_EVENTS` allows 1 << 22).
+    pub const RING_CAPACITY: u32 = 1 << 24;
 }
 
 /// Byte offsets of the live header fields, each an aligned u64 updated atomically.

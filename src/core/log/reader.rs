@@ -1,29 +1,63 @@
 //! Reads rank logs: after the job, or live while the writer runs, or after it was killed.
 //!
-//! The file is mapped read-only and every field the writer may change is read with a
-//! volatile load; a record is accepted only if its commit word is the same before and
-//! after the copy and its CRC matches, so a concurrent or interrupted write yields a
-//! counted gap, never a torn record.
+//! `sf` trusts no file. Every size the header claims is checked against fixed caps and the
+//! file's length before anything is sized from it, and a field out of bounds is refused by
+//! name. The file is read with `pread`, never mapped: reading a hole of a sparse tmpfs log
+//! allocates no page, and a file truncated while it is read yields zeros, not SIGBUS. Only
+//! the ranges that hold data (`SEEK_DATA`) and the slots the writer may have committed are
+//! scanned, so a crafted sparse file costs no more than its data. Fields the writer keeps
+//! changing are read twice and a word is taken once two reads agree; a record is accepted
+//! only if two reads of its slot agree and its CRC matches, so a concurrent or interrupted
+//! write yields a counted gap, never a torn record.
 
 use std::fmt;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::format::{self, bytes, comm, header, live, WriterState};
+use super::format::{self, bytes, caps, comm, header, live, WriterState};
 use super::records::{hex_u64, RecordBody};
 use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
+use crate::core::capture::process_stamp::ProcessStamp;
 use crate::core::comms::nccl_op::NcclOp;
 
 #[derive(Debug)]
 pub enum ReadError {
-    Unreadable { path: PathBuf, error: std::io::Error },
-    NotALog { path: PathBuf },
-    Truncated { path: PathBuf, expected: u64, actual: u64 },
-    UnsupportedVersion { path: PathBuf, found: u32 },
-    ForeignEndian { path: PathBuf },
-    CorruptHeader { path: PathBuf },
+    Unreadable {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    NotAFile {
+        path: PathBuf,
+    },
+    NotALog {
+        path: PathBuf,
+    },
+    Truncated {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u32,
+    },
+    ForeignEndian {
+        path: PathBuf,
+    },
+    CorruptHeader {
+        path: PathBuf,
+    },
+    /// A header field (CRC intact) outside what a log can hold.
+    BadField {
+        path: PathBuf,
+        field: &'static str,
+        value: i64,
+        expected: String,
+    },
 }
 
 impl fmt::Display for ReadError {
@@ -32,6 +66,11 @@ impl fmt::Display for ReadError {
             ReadError::Unreadable { path, error } => {
                 write!(f, "{}: cannot read: {error}; check the path and its permissions", path.display())
             }
+            ReadError::NotAFile { path } => write!(
+                f,
+                "{}: not a regular file; pass a rank-*.sflog file or the job directory holding them",
+                path.display()
+            ),
             ReadError::NotALog { path } => write!(
                 f,
                 "{}: not a stagefrontier rank log (no SFRKLOG magic); pass a rank-*.sflog file or the job directory holding them",
@@ -58,6 +97,12 @@ impl fmt::Display for ReadError {
                 "{}: header checksum does not match; the file is damaged and cannot be trusted",
                 path.display()
             ),
+            ReadError::BadField { path, field, value, expected } => write!(
+                f,
+                "{}: header field {field} is {value}, expected {expected}; the file is damaged or was not written \
+                 by stagefrontier, and sf reads nothing from it",
+                path.display()
+            ),
         }
     }
 }
@@ -82,6 +127,9 @@ pub struct LogHeader {
     pub base_wall_ns: u64,
     pub slot_count: u32,
     pub ring_capacity: u32,
+    /// The writer's boot, pid namespace and start time; all zero when not recorded.
+    #[serde(skip)]
+    pub stamp: ProcessStamp,
 }
 
 /// The header fields the writer keeps updating.
@@ -95,6 +143,11 @@ pub struct LiveState {
     pub ticks_per_sec: f64,
     pub nccl_version: u64,
     pub comm_table_overflow: u64,
+    /// Raw `CURRENT_STEP` and `CURRENT_STAGE` words; `position` resolves them.
+    #[serde(skip)]
+    pub current_step: u64,
+    #[serde(skip)]
+    pub current_stage: u64,
 }
 
 /// A communicator's live state from the log's table.
@@ -150,129 +203,158 @@ pub struct ScanStats {
 
 pub struct RankLog {
     path: PathBuf,
-    map: memmap2::Mmap,
+    file: File,
     pub header: LogHeader,
 }
+
+/// Slots read per `pread`: big enough that a scan is a few dozen calls, small enough that
+/// the two buffers stay at half a megabyte whatever the header claims.
+const SCAN_CHUNK_SLOTS: usize = 2048;
+/// Slots past the published count that a scan still reads: a writer killed between
+/// committing a record and publishing the count, or one writing while the scan runs.
+const SCAN_SLACK_SLOTS: u64 = SCAN_CHUNK_SLOTS as u64;
+/// Extra reads of a live region before a word that keeps changing is taken as last read.
+const STABLE_READS: usize = 4;
 
 impl RankLog {
     pub fn open(path: &Path) -> Result<RankLog, ReadError> {
         let unreadable = |error| ReadError::Unreadable { path: path.to_path_buf(), error };
-        let file = File::open(path).map_err(unreadable)?;
-        let actual = file.metadata().map_err(unreadable)?.len();
-        if actual < 8 {
+        // O_NONBLOCK: a FIFO planted under a log's name must not hang the open.
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(unreadable)?;
+        let meta = file.metadata().map_err(unreadable)?;
+        if !meta.is_file() {
+            return Err(ReadError::NotAFile { path: path.to_path_buf() });
+        }
+        let actual = meta.len();
+        let mut head = [0u8; format::STATIC_CRC_OFFSET + 4];
+        let got = read_full(&file, 0, &mut head).map_err(unreadable)?;
+        if got < 8 || head[..8] != format::MAGIC {
             return Err(ReadError::NotALog { path: path.to_path_buf() });
         }
-        // SAFETY: read-only mapping; the writer may change the file underneath, which is why
-        // every mutable field is read with volatile loads and validated (see the module doc).
-        // A writer never shrinks a log, so mapped pages stay backed.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(unreadable)?;
-        let head = &map[..map.len().min(format::STATIC_CRC_OFFSET + 4)];
-        if head[..8] != format::MAGIC {
-            return Err(ReadError::NotALog { path: path.to_path_buf() });
-        }
-        if (actual as usize) < format::HEADER_SIZE {
+        if actual < format::HEADER_SIZE as u64 || got < head.len() {
             let expected = format::HEADER_SIZE as u64;
             return Err(ReadError::Truncated { path: path.to_path_buf(), expected, actual });
         }
         if head[header::ENDIAN..header::ENDIAN + 4] != format::ENDIAN_MARKER.to_ne_bytes() {
             return Err(ReadError::ForeignEndian { path: path.to_path_buf() });
         }
-        let version = bytes::get_u32(head, header::FORMAT_VERSION);
+        let version = bytes::get_u32(&head, header::FORMAT_VERSION);
         if version != format::FORMAT_VERSION {
             return Err(ReadError::UnsupportedVersion { path: path.to_path_buf(), found: version });
         }
-        let crc = bytes::get_u32(head, format::STATIC_CRC_OFFSET);
+        let crc = bytes::get_u32(&head, format::STATIC_CRC_OFFSET);
         if crc != crc32fast::hash(&head[..format::STATIC_HEADER_LEN]) {
             return Err(ReadError::CorruptHeader { path: path.to_path_buf() });
         }
-        let header = decode_header(head);
-        if header.slot_count == 0 || bytes::get_u32(head, header::SLOT_SIZE) as usize != format::SLOT_SIZE {
-            return Err(ReadError::CorruptHeader { path: path.to_path_buf() });
-        }
+        check_bounds(&head).map_err(|(field, value, expected)| ReadError::BadField {
+            path: path.to_path_buf(),
+            field,
+            value,
+            expected,
+        })?;
+        let header = decode_header(&head);
         let expected = format::file_len(header.slot_count) as u64;
         if actual < expected {
             return Err(ReadError::Truncated { path: path.to_path_buf(), expected, actual });
         }
-        Ok(RankLog { path: path.to_path_buf(), map, header })
+        Ok(RankLog { path: path.to_path_buf(), file, header })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    fn load_u64(&self, offset: usize) -> u64 {
-        assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len());
-        // SAFETY: in bounds and 8-aligned (checked; the map is page aligned); volatile
-        // because another process may be writing the word.
-        u64::from_le(unsafe { std::ptr::read_volatile(self.map.as_ptr().add(offset).cast::<u64>()) })
+    /// `buf.len()` bytes at `offset`; what lies past the end of the file (truncated while
+    /// read) or cannot be read reads as zeros, which every reader treats as "nothing here".
+    fn read_zeroed(&self, offset: usize, buf: &mut [u8]) {
+        let got = read_full(&self.file, offset as u64, buf).unwrap_or(0);
+        buf[got..].fill(0);
     }
 
-    fn copy_volatile(&self, offset: usize, out: &mut [u8]) {
-        for (i, chunk) in out.chunks_mut(8).enumerate() {
-            let word = self.load_u64(offset + 8 * i).to_le_bytes();
-            chunk.copy_from_slice(&word[..chunk.len()]);
+    /// A region the writer keeps changing, each 8-byte word taken once two consecutive
+    /// reads agree on it (a word still changing after `STABLE_READS` is taken as last read):
+    /// `pread` copies bytes, it promises no atomic word.
+    fn read_stable(&self, offset: usize, out: &mut [u8]) {
+        self.read_zeroed(offset, out);
+        let mut again = vec![0u8; out.len()];
+        for _ in 0..STABLE_READS {
+            self.read_zeroed(offset, &mut again);
+            let mut settled = true;
+            for (word, newer) in out.chunks_mut(8).zip(again.chunks(8)) {
+                if word != newer {
+                    word.copy_from_slice(newer);
+                    settled = false;
+                }
+            }
+            if settled {
+                break;
+            }
         }
     }
 
     pub fn live(&self) -> LiveState {
+        let mut w = [0u8; live::CURRENT_STAGE + 8 - live::COMMITTED];
+        self.read_stable(live::COMMITTED, &mut w);
+        let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
-            committed: self.load_u64(live::COMMITTED),
-            heartbeat_mono_ns: self.load_u64(live::HEARTBEAT_MONO_NS),
-            heartbeat_wall_ns: self.load_u64(live::HEARTBEAT_WALL_NS),
-            dropped_events: self.load_u64(live::DROPPED_EVENTS),
-            writer_state: WriterState::from_u64(self.load_u64(live::WRITER_STATE)),
-            ticks_per_sec: f64::from_bits(self.load_u64(live::TICKS_PER_SEC)),
-            nccl_version: self.load_u64(live::NCCL_VERSION),
-            comm_table_overflow: self.load_u64(live::COMM_TABLE_OVERFLOW),
+            committed: field(live::COMMITTED),
+            heartbeat_mono_ns: field(live::HEARTBEAT_MONO_NS),
+            heartbeat_wall_ns: field(live::HEARTBEAT_WALL_NS),
+            dropped_events: field(live::DROPPED_EVENTS),
+            writer_state: WriterState::from_u64(field(live::WRITER_STATE)),
+            ticks_per_sec: f64::from_bits(field(live::TICKS_PER_SEC)),
+            nccl_version: field(live::NCCL_VERSION),
+            comm_table_overflow: field(live::COMM_TABLE_OVERFLOW),
+            current_step: field(live::CURRENT_STEP),
+            current_stage: field(live::CURRENT_STAGE),
         }
     }
 
     /// The stage-name table: entry `id` names stage id `id` (None for an unused slot).
     pub fn stage_names(&self) -> Vec<Option<String>> {
         use format::stage_names::{NAME_CAPACITY, NAME_OFFSET, OFFSET, SLOTS, SLOT_SIZE, WRITING};
-        (0..SLOTS)
-            .map(|slot| {
-                let at = OFFSET + slot * SLOT_SIZE;
-                if self.load_u64(at) <= WRITING {
-                    return None;
-                }
-                let mut name = [0u8; NAME_CAPACITY];
-                self.copy_volatile(at + NAME_OFFSET, &mut name);
-                Some(bytes::get_str(&name, 0, NAME_CAPACITY))
-            })
+        let mut table = vec![0u8; SLOTS * SLOT_SIZE];
+        self.read_stable(OFFSET, &mut table);
+        table
+            .chunks_exact(SLOT_SIZE)
+            .map(|slot| (bytes::get_u64(slot, 0) > WRITING).then(|| bytes::get_str(slot, NAME_OFFSET, NAME_CAPACITY)))
             .collect()
     }
 
     /// The logical step and stage the rank is in now, from its step and stage markers.
     pub fn position(&self) -> (Option<u64>, Option<String>) {
-        let step = self.load_u64(live::CURRENT_STEP).checked_sub(1);
-        let stage = self
-            .load_u64(live::CURRENT_STAGE)
-            .checked_sub(1)
-            .and_then(|id| self.stage_names().into_iter().nth(id as usize).flatten());
+        let live = self.live();
+        let step = live.current_step.checked_sub(1);
+        let stage =
+            live.current_stage.checked_sub(1).and_then(|id| self.stage_names().into_iter().nth(id as usize).flatten());
         (step, stage)
     }
 
     /// Communicators registered now (destroyed ones are gone from the table; their history
-    /// is in the records).
+    /// is in the records). The table is live state without a checksum, so each field is
+    /// taken as untrusted: a rank or size out of bounds reads as unknown (-1), an unknown
+    /// op as none; counters are any u64 and analyses treat them with saturating arithmetic.
     pub fn comms(&self) -> Vec<CommLive> {
         let ticks_per_sec = self.live().ticks_per_sec;
-        (0..format::COMM_SLOTS)
-            .map(|i| format::HEADER_SIZE + i * format::COMM_SLOT_SIZE)
-            .filter(|&at| self.load_u64(at + comm::KEY) > comm::CLAIMING)
-            .map(|at| {
-                let rank_nranks = self.load_u64(at + comm::RANK_NRANKS);
-                let inflight_ticks = self.load_u64(at + comm::INFLIGHT_TICKS);
+        let mut table = vec![0u8; format::COMM_SLOTS * format::COMM_SLOT_SIZE];
+        self.read_stable(format::HEADER_SIZE, &mut table);
+        table
+            .chunks_exact(format::COMM_SLOT_SIZE)
+            .filter(|slot| bytes::get_u64(slot, comm::KEY) > comm::CLAIMING)
+            .map(|slot| {
+                let rank_nranks = bytes::get_u64(slot, comm::RANK_NRANKS);
+                let (rank, nranks) = plausible_rank((rank_nranks >> 32) as u32 as i32, rank_nranks as u32 as i32);
+                let inflight_ticks = bytes::get_u64(slot, comm::INFLIGHT_TICKS);
                 CommLive {
-                    comm_id: self.load_u64(at + comm::COMM_ID),
-                    rank: (rank_nranks >> 32) as u32 as i32,
-                    nranks: rank_nranks as u32 as i32,
-                    coll_entered: self.load_u64(at + comm::COLL_ENTERED),
-                    coll_returned: self.load_u64(at + comm::COLL_RETURNED),
-                    p2p_entered: self.load_u64(at + comm::P2P_ENTERED),
-                    p2p_returned: self.load_u64(at + comm::P2P_RETURNED),
+                    comm_id: bytes::get_u64(slot, comm::COMM_ID),
+                    rank,
+                    nranks,
+                    coll_entered: bytes::get_u64(slot, comm::COLL_ENTERED),
+                    coll_returned: bytes::get_u64(slot, comm::COLL_RETURNED),
+                    p2p_entered: bytes::get_u64(slot, comm::P2P_ENTERED),
+                    p2p_returned: bytes::get_u64(slot, comm::P2P_RETURNED),
                     inflight: (inflight_ticks != 0).then(|| InFlight {
-                        op: NcclOp::from_u16(self.load_u64(at + comm::INFLIGHT_OP) as u16),
+                        op: NcclOp::from_u16(bytes::get_u64(slot, comm::INFLIGHT_OP) as u16),
                         since_mono_ns: ticks_to_mono_ns(
                             inflight_ticks,
                             self.header.base_ticks,
@@ -289,32 +371,29 @@ impl RankLog {
     pub fn records(&self) -> (Vec<Record>, ScanStats) {
         let slot_count = self.header.slot_count as usize;
         let committed_at_start = self.live().committed;
-        let mut stats = ScanStats::default();
-        let mut records = Vec::with_capacity(slot_count.min(1 << 20));
-        let mut unknown_seqs = Vec::new();
-        let mut slot = [0u8; format::SLOT_SIZE - 8];
-        for i in 0..slot_count {
-            let at = format::records_offset() + i * format::SLOT_SIZE;
-            let seq = self.load_u64(at);
-            if seq == 0 {
-                continue;
-            }
-            self.copy_volatile(at + 8, &mut slot);
-            let kind = bytes::get_u16(&slot, 0);
-            let len = (bytes::get_u16(&slot, 2) as usize).min(format::PAYLOAD_CAPACITY);
-            let payload = &slot[8..8 + len];
-            let whole = self.load_u64(at) == seq
-                && (seq - 1) as usize % slot_count == i
-                && bytes::get_u32(&slot, 4) == format::record_crc(seq, kind, payload);
-            if !whole {
-                stats.invalid_slots += 1;
-                continue;
-            }
-            match RecordBody::decode(kind, payload) {
-                Some(body) => records.push(Record { seq, body }),
-                None => unknown_seqs.push(seq),
+        let mut scan = Scan { stats: ScanStats::default(), records: Vec::new(), unknown_seqs: Vec::new() };
+        // Until the ring wraps, seq s sits in slot s - 1: slots past the count are empty.
+        let end = if committed_at_start < slot_count as u64 {
+            (committed_at_start + SCAN_SLACK_SLOTS).min(slot_count as u64) as usize
+        } else {
+            slot_count
+        };
+        let mut first = vec![0u8; SCAN_CHUNK_SLOTS * format::SLOT_SIZE];
+        let mut second = vec![0u8; first.len()];
+        for (from, to) in self.data_slots(end) {
+            for chunk_start in (from..to).step_by(SCAN_CHUNK_SLOTS) {
+                let n = SCAN_CHUNK_SLOTS.min(to - chunk_start);
+                let at = format::records_offset() + chunk_start * format::SLOT_SIZE;
+                let len = n * format::SLOT_SIZE;
+                self.read_zeroed(at, &mut first[..len]);
+                self.read_zeroed(at, &mut second[..len]);
+                let slots = first[..len].chunks_exact(format::SLOT_SIZE).zip(second.chunks_exact(format::SLOT_SIZE));
+                for (i, (a, b)) in slots.enumerate() {
+                    scan.slot(chunk_start + i, slot_count, a, b);
+                }
             }
         }
+        let Scan { mut stats, mut records, mut unknown_seqs } = scan;
         records.sort_unstable_by_key(|r| r.seq);
         stats.last_seq = records.iter().map(|r| r.seq).chain(unknown_seqs.iter().copied()).max().unwrap_or(0);
         let oldest_held = stats.last_seq.saturating_sub(slot_count as u64) + 1;
@@ -327,11 +406,141 @@ impl RankLog {
         // A dead writer may have committed a record without publishing the count: the
         // count can trail what the scan saw, never lead it.
         let window_end = committed_at_start.min(stats.last_seq);
-        let window = (window_end + 1).saturating_sub(oldest_held);
+        let window = window_end.saturating_add(1).saturating_sub(oldest_held);
         let held = records.iter().map(|r| r.seq).chain(unknown_seqs.iter().copied());
-        stats.missing = window - held.filter(|&seq| seq <= window_end).count() as u64;
+        stats.missing = window.saturating_sub(held.filter(|&seq| seq <= window_end).count() as u64);
         (records, stats)
     }
+
+    /// The runs of record slots below `end` that hold data, as `[from, to)` slot indexes:
+    /// the holes of a sparse file are skipped without reading them. Where the filesystem
+    /// cannot tell (`lseek` refuses `SEEK_DATA`), everything counts as data.
+    fn data_slots(&self, end: usize) -> Vec<(usize, usize)> {
+        let base = format::records_offset() as i64;
+        let limit = base + (end * format::SLOT_SIZE) as i64;
+        let fd = self.file.as_raw_fd();
+        let mut runs = Vec::new();
+        let mut pos = base;
+        while pos < limit {
+            // SAFETY: lseek on a descriptor this log owns; reads use pread, which ignores
+            // the file offset lseek moves.
+            let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+            if data < 0 {
+                if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) && runs.is_empty() {
+                    runs.push((0, end)); // no SEEK_DATA here: scan it all
+                }
+                break;
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            let hole = if hole < data { limit } else { hole.min(limit) };
+            let slot_of = |offset: i64| ((offset.max(base) - base) as usize) / format::SLOT_SIZE;
+            let (from, to) = (slot_of(data), slot_of(hole + format::SLOT_SIZE as i64 - 1).min(end));
+            if from < to {
+                match runs.last_mut() {
+                    Some((_, last_to)) if *last_to >= from => *last_to = (*last_to).max(to),
+                    _ => runs.push((from, to)),
+                }
+            }
+            pos = hole.max(pos + 1);
+        }
+        runs
+    }
+}
+
+/// What a record scan has found so far.
+struct Scan {
+    stats: ScanStats,
+    records: Vec<Record>,
+    unknown_seqs: Vec<u64>,
+}
+
+impl Scan {
+    /// Slot `i` of `slot_count`, read twice as `a` and `b`.
+    fn slot(&mut self, i: usize, slot_count: usize, a: &[u8], b: &[u8]) {
+        let seq = bytes::get_u64(a, 0);
+        if seq == 0 {
+            return;
+        }
+        let kind = bytes::get_u16(a, 8);
+        let len = (bytes::get_u16(a, 10) as usize).min(format::PAYLOAD_CAPACITY);
+        let payload = &a[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + len];
+        let whole = a == b
+            && (seq - 1) % slot_count as u64 == i as u64
+            && bytes::get_u32(a, 12) == format::record_crc(seq, kind, payload);
+        if !whole {
+            self.stats.invalid_slots += 1;
+            return;
+        }
+        match RecordBody::decode(kind, payload) {
+            Some(body) => self.records.push(Record { seq, body }),
+            None => self.unknown_seqs.push(seq),
+        }
+    }
+}
+
+/// `pread` until `buf` is full or the file ends; the bytes read.
+fn read_full(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// A communicator rank and size as the table holds them, or (-1, -1) when they are not
+/// a rank within a size a job can have.
+fn plausible_rank(rank: i32, nranks: i32) -> (i32, i32) {
+    if (1..=caps::WORLD_SIZE).contains(&nranks) && (-1..nranks).contains(&rank) {
+        (rank, nranks)
+    } else {
+        (-1, -1)
+    }
+}
+
+/// The static header's sizes and identities against what a log can hold: the first field
+/// out of bounds, its value and the bound, in the words of the error.
+fn check_bounds(head: &[u8]) -> Result<(), (&'static str, i64, String)> {
+    let u32_at = |at| bytes::get_u32(head, at) as i64;
+    let i32_at = |at| bytes::get_i32(head, at) as i64;
+    let u64_at = |at| bytes::get_u64(head, at).min(i64::MAX as u64) as i64;
+    let exactly = |field, value: i64, want: usize| {
+        if value == want as i64 {
+            Ok(())
+        } else {
+            Err((field, value, want.to_string()))
+        }
+    };
+    exactly("header_size", u32_at(header::HEADER_SIZE), format::HEADER_SIZE)?;
+    exactly("slot_size", u32_at(header::SLOT_SIZE), format::SLOT_SIZE)?;
+    exactly("comm_table_offset", u64_at(header::COMM_TABLE_OFFSET), format::HEADER_SIZE)?;
+    exactly("comm_slots", u32_at(header::COMM_SLOTS), format::COMM_SLOTS)?;
+    exactly("comm_slot_size", u32_at(header::COMM_SLOT_SIZE), format::COMM_SLOT_SIZE)?;
+    exactly("records_offset", u64_at(header::RECORDS_OFFSET), format::records_offset())?;
+    let within = |field, value: i64, low: i64, high: i64, unknown: &str| {
+        if (low..=high).contains(&value) {
+            Ok(())
+        } else {
+            Err((field, value, format!("{low}..={high}{unknown}")))
+        }
+    };
+    let world = caps::WORLD_SIZE as i64;
+    within("slot_count", u32_at(header::SLOT_COUNT), 1, caps::SLOT_COUNT as i64, "")?;
+    within("ring_capacity", u32_at(header::RING_CAPACITY), 0, caps::RING_CAPACITY as i64, "")?;
+    within("pid", u32_at(header::PID), 0, i32::MAX as i64, "")?;
+    let world_size = i32_at(header::WORLD_SIZE);
+    if world_size != -1 {
+        within("world_size", world_size, 1, world, ", or -1 when unknown")?;
+    }
+    // A rank lies below the world size it came with, or below the cap when that is unknown.
+    let top_rank = if world_size > 0 { world_size - 1 } else { world - 1 };
+    within("global_rank", i32_at(header::GLOBAL_RANK), -1, top_rank, "")?;
+    within("local_rank", i32_at(header::LOCAL_RANK), -1, world - 1, "")
 }
 
 fn decode_header(head: &[u8]) -> LogHeader {
@@ -352,5 +561,10 @@ fn decode_header(head: &[u8]) -> LogHeader {
         base_wall_ns: bytes::get_u64(head, header::BASE_WALL_NS),
         slot_count: bytes::get_u32(head, header::SLOT_COUNT),
         ring_capacity: bytes::get_u32(head, header::RING_CAPACITY),
+        stamp: ProcessStamp {
+            boot_id: head[header::BOOT_ID..header::BOOT_ID + 16].try_into().expect("16 bytes"),
+            pid_namespace: bytes::get_u64(head, header::PID_NAMESPACE),
+            start_ticks: bytes::get_u64(head, header::PROCESS_START),
+        },
     }
 }

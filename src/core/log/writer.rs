@@ -12,6 +12,7 @@ use super::mapping::SharedMap;
 use super::records::RecordBody;
 use crate::core::capture::clock::Calibration;
 use crate::core::capture::identity::Identity;
+use crate::core::capture::process_stamp::ProcessStamp;
 
 /// Everything the static header records.
 pub struct HeaderInfo<'a> {
@@ -124,4 +125,10 @@ fn encode_static_header(buf: &mut [u8], info: &HeaderInfo) {
     bytes::put_str(buf, header::JOB_ID, format::JOB_ID_LEN, &info.identity.job_id);
     bytes::put_str(buf, header::HOST, format::HOST_LEN, info.host);
     bytes::put_str(buf, header::IDENTITY_SOURCE, format::SOURCE_LEN, info.identity.source);
+    // Only a header naming its own writer can carry the writer's stamp.
+    if let Some(stamp) = (info.pid == std::process::id()).then(ProcessStamp::of_self).flatten() {
+        buf[header::BOOT_ID..header::BOOT_ID + 16].copy_from_slice(&stamp.boot_id);
+        bytes::put_u64(buf, header::PID_NAMESPACE, stamp.pid_namespace);
+        bytes::put_u64(buf, header::PROCESS_START, stamp.start_ticks);
+    }
 }

@@ -281,12 +281,12 @@ fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderCloc
     let (step, stage) = log.position();
     let here = same_host(&h.host, reader_host);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
-    let process_exists = here.then(|| local_host::process_exists(h.pid));
+    let process = h.stamp.check(h.pid, here);
     let stage_names = log.stage_names();
     // Until its collector first beats, a log is as fresh as its creation: a rank starting
     // up must not pass for a stopped one.
     let since_created = || heartbeat_age_ns(here, h.base_mono_ns, h.base_wall_ns, now);
-    let liveness = classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process_exists);
+    let liveness = classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process);
     let input = RankInput {
         rank: h.global_rank,
         liveness,

@@ -146,7 +146,7 @@ fn row(log: &RankLog, reader_host: &str) -> RankRow {
     let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
     let here = same_host(&h.host, reader_host);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
-    let process_exists = here.then(|| local_host::process_exists(h.pid));
+    let process = h.stamp.check(h.pid, here);
     let (_, stats) = log.records();
     RankRow {
         file: log.path().display().to_string(),
@@ -156,7 +156,7 @@ fn row(log: &RankLog, reader_host: &str) -> RankRow {
         host: h.host.clone(),
         pid: h.pid,
         job_id: h.job_id.clone(),
-        liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), process_exists),
+        liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), process),
         heartbeat_age_s: age_ns.map(|ns| ns as f64 / 1e9),
         committed: live.committed,
         held: stats.valid,
