@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod dump;
 mod kernels;
 mod net;
 mod slow;
@@ -21,8 +22,8 @@ pub enum Format {
 pub enum Command {
     /// One row per rank log found at `path` (a job directory or one log).
     Ls { path: PathBuf, format: Format },
-    /// Every record one log holds.
-    Dump { file: PathBuf, format: Format },
+    /// The records one log holds (filtered), or its header.
+    Dump { file: PathBuf, options: crate::commands::dump::DumpOptions, format: Format },
     /// Frontier accounting over a stage-duration CSV.
     Frontier { options: FrontierOptions, format: Format },
     /// Hang localization over a job directory's logs.
@@ -80,7 +81,7 @@ where
     let cli = Cli::try_parse_from(args)?;
     Ok(match cli.command {
         Sub::Ls(a) => Command::Ls { path: a.path, format: a.output.format() },
-        Sub::Dump(a) => Command::Dump { file: a.file, format: a.output.format() },
+        Sub::Dump(a) => Command::Dump { options: a.options(), format: a.output.format(), file: a.file },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
         Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
@@ -139,24 +140,6 @@ Examples:
   sf ls /dev/shm/stagefrontier-$(id -u)/default
   sf ls /dev/shm/stagefrontier-$(id -u)/12345/rank-00000.sflog
   sf ls JOBDIR --json | jq '.missing_ranks'";
-
-const DUMP_LONG_ABOUT: &str = "\
-Print every record one rank log still holds, oldest first, then a summary of what the scan
-found on stderr (records held, lost to wraparound, missing, invalid slots).
-
-Human output has one aligned line per record: its sequence number, TIME_S (seconds since
-the rank's library started), kind, NCCL operation, communicator id, the call's sequence
-number in its communicator, element count, data type, bytes, reduction, duration in
-microseconds and result. --json prints JSON Lines: each record's fields, with
-dtype_name, redop_name and result_name added to NCCL calls.
-
-Logs live in $SF_LOG_DIR/<job id>/rank-NNNNN.sflog, by default
-/dev/shm/stagefrontier-<uid>/<job id>/.";
-
-const DUMP_EXAMPLES: &str = "\
-Examples:
-  sf dump /dev/shm/stagefrontier-$(id -u)/default/rank-00000.sflog | less
-  sf dump rank-00000.sflog --json | jq -c 'select(.kind == \"nccl_call\" and .result != 0)'";
 
 const FRONTIER_LONG_ABOUT: &str = "\
 Frontier accounting (StageFrontier) over per-rank stage durations: where each step's
@@ -301,9 +284,9 @@ enum Sub {
     /// List a job's rank logs: liveness, records held and lost, missing ranks
     #[command(long_about = LS_LONG_ABOUT, after_help = LS_EXAMPLES)]
     Ls(LsArgs),
-    /// Print every record a rank log holds, oldest first
-    #[command(long_about = DUMP_LONG_ABOUT, after_help = DUMP_EXAMPLES)]
-    Dump(DumpArgs),
+    /// Print the records a rank log holds, oldest first, or its header and name tables
+    #[command(long_about = dump::LONG_ABOUT, after_help = dump::EXAMPLES)]
+    Dump(dump::DumpArgs),
     /// Frontier accounting of per-rank stage durations: exposed time, routing, labels
     #[command(long_about = FRONTIER_LONG_ABOUT, after_help = FRONTIER_EXAMPLES)]
     Frontier(FrontierArgs),
@@ -326,15 +309,6 @@ struct LsArgs {
     /// Job directory holding rank-*.sflog files, or one log file
     #[arg(value_name = "DIR")]
     path: PathBuf,
-    #[command(flatten)]
-    output: OutputArgs,
-}
-
-#[derive(Args)]
-struct DumpArgs {
-    /// One rank log, e.g. JOBDIR/rank-00000.sflog
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -453,7 +427,11 @@ mod tests {
         assert_eq!(parse(&["sf", "ls", "--json", "job"]), Ok(Command::Ls { path: "job".into(), format: Format::Json }));
         assert_eq!(
             parse(&["sf", "dump", "job/rank-00001.sflog", "--json"]),
-            Ok(Command::Dump { file: "job/rank-00001.sflog".into(), format: Format::Json })
+            Ok(Command::Dump {
+                file: "job/rank-00001.sflog".into(),
+                options: Default::default(),
+                format: Format::Json
+            })
         );
     }
 

@@ -287,50 +287,80 @@ impl RankLog {
 
     /// Every whole record still in the ring, oldest first, and what could not be read.
     pub fn records(&self) -> (Vec<Record>, ScanStats) {
+        let mut records = Vec::with_capacity((self.header.slot_count as usize).min(1 << 20));
+        let stats = self.scan(|record| records.push(record));
+        (records, stats)
+    }
+
+    /// Hands every whole record still in the ring to `visit`, oldest first, in constant
+    /// memory, and says what could not be read. A first pass over the slots finds the
+    /// newest whole record; the second reads the ring from the slot after it, which is
+    /// sequence order. Records committed after the first pass are left to the next scan
+    /// (they would come out of order); a record they overwrote counts as missing.
+    pub fn scan(&self, mut visit: impl FnMut(Record)) -> ScanStats {
         let slot_count = self.header.slot_count as usize;
         let committed_at_start = self.live().committed;
         let mut stats = ScanStats::default();
-        let mut records = Vec::with_capacity(slot_count.min(1 << 20));
-        let mut unknown_seqs = Vec::new();
         let mut slot = [0u8; format::SLOT_SIZE - 8];
         for i in 0..slot_count {
-            let at = format::records_offset() + i * format::SLOT_SIZE;
-            let seq = self.load_u64(at);
-            if seq == 0 {
-                continue;
-            }
-            self.copy_volatile(at + 8, &mut slot);
-            let kind = bytes::get_u16(&slot, 0);
-            let len = (bytes::get_u16(&slot, 2) as usize).min(format::PAYLOAD_CAPACITY);
-            let payload = &slot[8..8 + len];
-            let whole = self.load_u64(at) == seq
-                && (seq - 1) as usize % slot_count == i
-                && bytes::get_u32(&slot, 4) == format::record_crc(seq, kind, payload);
-            if !whole {
-                stats.invalid_slots += 1;
-                continue;
-            }
-            match RecordBody::decode(kind, payload) {
-                Some(body) => records.push(Record { seq, body }),
-                None => unknown_seqs.push(seq),
+            if let Some(Ok(seq)) = self.whole_slot(i, &mut slot) {
+                stats.last_seq = stats.last_seq.max(seq);
             }
         }
-        records.sort_unstable_by_key(|r| r.seq);
-        stats.last_seq = records.iter().map(|r| r.seq).chain(unknown_seqs.iter().copied()).max().unwrap_or(0);
         let oldest_held = stats.last_seq.saturating_sub(slot_count as u64) + 1;
-        records.retain(|r| r.seq >= oldest_held);
-        unknown_seqs.retain(|&seq| seq >= oldest_held);
-        stats.first_seq = records.first().map_or(0, |r| r.seq);
-        stats.valid = records.len() as u64;
-        stats.unknown_kind = unknown_seqs.len() as u64;
-        stats.lost_to_wrap = oldest_held.saturating_sub(1);
         // A dead writer may have committed a record without publishing the count: the
         // count can trail what the scan saw, never lead it.
         let window_end = committed_at_start.min(stats.last_seq);
-        let window = (window_end + 1).saturating_sub(oldest_held);
-        let held = records.iter().map(|r| r.seq).chain(unknown_seqs.iter().copied());
-        stats.missing = window - held.filter(|&seq| seq <= window_end).count() as u64;
-        (records, stats)
+        let mut held_in_window = 0;
+        for k in 0..slot_count {
+            let i = (stats.last_seq as usize % slot_count + k) % slot_count;
+            let seq = match self.whole_slot(i, &mut slot) {
+                None => continue,
+                Some(Err(())) => {
+                    stats.invalid_slots += 1;
+                    continue;
+                }
+                Some(Ok(seq)) => seq,
+            };
+            // Newer than the first pass saw, or older than the ring holds.
+            if seq > stats.last_seq || seq < oldest_held {
+                continue;
+            }
+            held_in_window += u64::from(seq <= window_end);
+            let len = (bytes::get_u16(&slot, 2) as usize).min(format::PAYLOAD_CAPACITY);
+            match RecordBody::decode(bytes::get_u16(&slot, 0), &slot[8..8 + len]) {
+                Some(body) => {
+                    if stats.valid == 0 {
+                        stats.first_seq = seq;
+                    }
+                    stats.valid += 1;
+                    visit(Record { seq, body });
+                }
+                None => stats.unknown_kind += 1,
+            }
+        }
+        stats.lost_to_wrap = oldest_held.saturating_sub(1);
+        stats.missing = (window_end + 1).saturating_sub(oldest_held) - held_in_window;
+        stats
+    }
+
+    /// Slot `i` copied into `slot` (everything after the commit word): `None` when empty,
+    /// `Err` when its commit word changed during the copy, it sits in the wrong slot, or
+    /// its CRC fails; else its sequence number.
+    fn whole_slot(&self, i: usize, slot: &mut [u8; format::SLOT_SIZE - 8]) -> Option<Result<u64, ()>> {
+        let slot_count = self.header.slot_count as usize;
+        let at = format::records_offset() + i * format::SLOT_SIZE;
+        let seq = self.load_u64(at);
+        if seq == 0 {
+            return None;
+        }
+        self.copy_volatile(at + 8, slot);
+        let kind = bytes::get_u16(slot, 0);
+        let len = (bytes::get_u16(slot, 2) as usize).min(format::PAYLOAD_CAPACITY);
+        let whole = self.load_u64(at) == seq
+            && (seq - 1) as usize % slot_count == i
+            && bytes::get_u32(slot, 4) == format::record_crc(seq, kind, &slot[8..8 + len]);
+        Some(if whole { Ok(seq) } else { Err(()) })
     }
 }
 
