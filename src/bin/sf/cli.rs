@@ -10,7 +10,9 @@ mod dump;
 mod kernels;
 mod net;
 mod slow;
+mod steps;
 pub use slow::{GroupBy, SlowOptions};
+pub use steps::StepsFormat;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -34,6 +36,8 @@ pub enum Command {
     Kernels { dir: PathBuf, options: crate::commands::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
     Net { dir: PathBuf, series: bool, format: Format },
+    /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
+    Steps { dir: PathBuf, format: StepsFormat },
 }
 
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
@@ -87,6 +91,7 @@ where
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
+        Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.dir },
     })
 }
 
@@ -115,7 +120,9 @@ Examples:
   sf hang JOBDIR                                     is the job hung, and who holds it up
   sf slow JOBDIR                                     which rank is slow, in which stage
   sf kernels JOBDIR                                  which rank's GPU kernels stand out
-  sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP";
+  sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP
+  sf steps JOBDIR --csv > steps.csv                  per-rank, per-step stage durations for pandas
+  sf frontier JOBDIR                                 which stage and rank expose step time";
 
 const LS_LONG_ABOUT: &str = "\
 List the rank logs of a job: one row per rank, then which ranks of the world have no log
@@ -302,6 +309,9 @@ enum Sub {
     /// RDMA work requests per rank and QP: bandwidth, in flight, latency, stuck, degraded
     #[command(long_about = net::LONG_ABOUT, after_help = net::EXAMPLES)]
     Net(net::NetArgs),
+    /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
+    #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
+    Steps(steps::StepsArgs),
 }
 
 #[derive(Args)]

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use cli::Command;
 use commands::ls::FileError;
-use commands::{dump, frontier, hang, kernels, ls, net, slow, Failure};
+use commands::{dump, frontier, hang, kernels, ls, net, slow, steps, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -89,6 +89,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             // Stuck evidence is a hang; degraded evidence alone, a slow link.
             let found = if report.stuck { Some(EXIT_HUNG) } else { report.degraded.then_some(EXIT_SLOW) };
             Ok(status(found, &report.errors))
+        }
+        Command::Steps { dir, format } => {
+            let report = steps::build(&dir)?;
+            output::steps::write(format, stdout, &report)?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -10,6 +10,7 @@ mod json;
 pub mod kernels;
 pub mod net;
 pub mod slow;
+pub mod steps;
 mod table;
 
 use std::io::{self, Write};
