@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::format::{self, bytes, comm, header, live, WriterState};
 use super::records::{hex_u64, RecordBody};
 use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
+use crate::core::capture::doors::Doors;
 use crate::core::comms::nccl_op::NcclOp;
 
 #[derive(Debug)]
@@ -95,6 +96,8 @@ pub struct LiveState {
     pub ticks_per_sec: f64,
     pub nccl_version: u64,
     pub comm_table_overflow: u64,
+    /// Doors open and injection variables set; `None` for a log of an older library.
+    pub doors: Option<Doors>,
 }
 
 /// A communicator's live state from the log's table.
@@ -224,6 +227,7 @@ impl RankLog {
             ticks_per_sec: f64::from_bits(self.load_u64(live::TICKS_PER_SEC)),
             nccl_version: self.load_u64(live::NCCL_VERSION),
             comm_table_overflow: self.load_u64(live::COMM_TABLE_OVERFLOW),
+            doors: Doors::decode(self.load_u64(live::DOORS)),
         }
     }
 

@@ -11,7 +11,7 @@ use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowP
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
-use super::step_vectors::{self, RankSteps, NO_STEP_VECTORS};
+use super::step_vectors::{self, RankSteps};
 use super::Failure;
 use crate::cli::{GroupBy, SlowOptions};
 
@@ -147,7 +147,7 @@ pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
                 options.skip_steps
             )
         } else {
-            NO_STEP_VECTORS.to_string()
+            step_vectors::no_step_vectors(&logs)
         };
         return Err(Failure::Message(format!("{}: {why}", dir.display())));
     }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::DeviceTime;
+use stagefrontier::core::capture::doors::Doors;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{RecordBody, StepVector};
 
@@ -33,6 +34,8 @@ pub struct RankSteps {
     pub local_rank: i32,
     pub host: String,
     pub clock: WallClock,
+    /// Which doors were open (`None`: a log of an older library).
+    pub doors: Option<Doors>,
     pub steps: Vec<RankStep>,
 }
 
@@ -78,6 +81,7 @@ pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), 
             local_rank: header.local_rank,
             host: header.host.clone(),
             clock: WallClock::of(header),
+            doors: log.live().doors,
             steps,
         });
     }
@@ -104,15 +108,26 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
         }
     }
     if durations.is_empty() {
-        return Err(fail(NO_STEP_VECTORS.into()));
+        return Err(fail(no_step_vectors(&ranks)));
     }
     durations.sort_by_key(|d| (d.0, d.1));
     csv::from_durations((0..world as u32).collect(), durations, overlaps, devices).map_err(|e| fail(e.to_string()))
 }
 
-/// What to say when a job's logs hold no stage vectors.
-pub const NO_STEP_VECTORS: &str =
-    "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)";
+/// What to say when a job's logs hold no stage vectors: what the job needs, and, when no
+/// rank used the C API markers, why NVTX ranges were not seen (the variable not set).
+pub fn no_step_vectors(ranks: &[RankSteps]) -> String {
+    let mut message =
+        "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)"
+            .to_string();
+    let known: Vec<&Doors> = ranks.iter().filter_map(|r| r.doors.as_ref()).collect();
+    if !known.iter().any(|d| d.open.contains(&"markers")) {
+        if let Some(note) = known.iter().find_map(|d| d.nvtx_note()) {
+            message += &format!("; {note}");
+        }
+    }
+    message
+}
 
 /// Per step, (stage id, device ns, spill ns) of every `stage_device` part held.
 type DeviceByStep = BTreeMap<u64, Vec<(u16, u64, u64)>>;

@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::frontier::StageMap;
-use super::step_vectors::{self, NO_STEP_VECTORS};
+use super::step_vectors;
 use super::Failure;
 
 /// The `--json` object; `--csv` and the table are written from it too.
@@ -63,7 +63,7 @@ pub fn build(dir: &Path) -> Result<StepsReport, Failure> {
         }
     }
     if steps.is_empty() {
-        return Err(Failure::Message(format!("{}: {NO_STEP_VECTORS}", dir.display())));
+        return Err(Failure::Message(format!("{}: {}", dir.display(), step_vectors::no_step_vectors(&ranks))));
     }
     // By step, then rank (stable: each vector's own order stays).
     steps.sort_by_key(|&(step, rank, _)| (step, rank));

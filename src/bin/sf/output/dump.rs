@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 
 use serde::Serialize;
+use stagefrontier::core::capture::doors::Doors;
 use stagefrontier::core::comms::nccl_op::{dtype_name, redop_name, result_name};
 use stagefrontier::core::log::reader::Record;
 use stagefrontier::core::log::records::{ProfProxy, RecordBody};
@@ -113,6 +114,7 @@ pub fn header<W: Write>(format: Format, out: W, report: &HeaderReport) -> io::Re
             ),
             ("dropped", format!("{} events", live.dropped_events)),
             ("nccl", if live.nccl_version == 0 { "-".to_string() } else { live.nccl_version.to_string() }),
+            ("doors", live.doors.as_ref().map_or_else(|| "not recorded (an older library)".to_string(), doors_line)),
         ];
         for (key, value) in lines {
             writeln!(out, "{key:<10} {value}")?;
@@ -123,6 +125,23 @@ pub fn header<W: Write>(format: Format, out: W, report: &HeaderReport) -> io::Re
         }
         Ok(())
     })
+}
+
+/// The open doors, then the injection variables that were set.
+fn doors_line(d: &Doors) -> String {
+    let open = if d.open.is_empty() { "none".to_string() } else { d.open.join(",") };
+    let set: Vec<&str> = [
+        (d.nvtx_injection_path_set, "NVTX_INJECTION64_PATH"),
+        (d.cuda_injection_path_set, "CUDA_INJECTION64_PATH"),
+        (d.nccl_profiler_plugin_set, "NCCL_PROFILER_PLUGIN"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    format!(
+        "{open} (set: {})",
+        if set.is_empty() { "none of the injection variables".to_string() } else { set.join(", ") }
+    )
 }
 
 /// A record as its own serde form, plus the names its ids refer to, so a script need know

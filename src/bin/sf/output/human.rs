@@ -76,13 +76,14 @@ impl<W: Write> Output for Human<W> {
     }
 }
 
-const LS_COLUMNS: [(&str, Align); 14] = [
+const LS_COLUMNS: [(&str, Align); 16] = [
     ("RANK", Align::Right),
     ("WORLD", Align::Right),
     ("HOST", Align::Left),
     ("PID", Align::Right),
     ("LIVENESS", Align::Left),
     ("HEARTBEAT", Align::Right),
+    ("LAST_BEAT", Align::Left),
     ("COMMITTED", Align::Right),
     ("HELD", Align::Right),
     ("WRAPPED", Align::Right),
@@ -91,6 +92,7 @@ const LS_COLUMNS: [(&str, Align); 14] = [
     ("COMMS", Align::Right),
     ("SCHEMA", Align::Right),
     ("NCCL", Align::Left),
+    ("DOORS", Align::Left),
 ];
 
 fn rank_cells(r: &RankRow) -> Vec<String> {
@@ -102,6 +104,7 @@ fn rank_cells(r: &RankRow) -> Vec<String> {
         r.pid.to_string(),
         json_name(&r.liveness),
         r.heartbeat_age_s.map_or_else(|| "never".to_string(), age),
+        r.heartbeat_wall.clone().unwrap_or_else(|| "-".to_string()),
         r.committed.to_string(),
         r.held.to_string(),
         r.lost_to_wrap.to_string(),
@@ -110,6 +113,9 @@ fn rank_cells(r: &RankRow) -> Vec<String> {
         r.comms.to_string(),
         r.schema.to_string(),
         r.nccl_version.clone().unwrap_or_else(|| "-".to_string()),
+        r.doors
+            .as_ref()
+            .map_or_else(|| "?".to_string(), |d| if d.open.is_empty() { "-".to_string() } else { d.open.join(",") }),
     ]
 }
 
@@ -168,6 +174,9 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
             line += "; events are dropped when the library's ring is full, SF_RING_EVENTS makes it larger";
         }
         lines.push(line);
+    }
+    if let Some(note) = s.nvtx_note {
+        lines.push(format!("note: no step markers seen; {note}"));
     }
     if !s.duplicated_ranks.is_empty() {
         let claims: Vec<String> =
