@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 mod dump;
+#[cfg(test)]
+mod help_examples;
 mod kernels;
 mod net;
 mod slow;
