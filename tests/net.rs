@@ -146,6 +146,11 @@ fn a_stalled_qp_is_reported_stuck_within_twice_the_timeout() {
     let first = text.lines().next().unwrap();
     assert!(first.contains("STUCK: rank 1 QP 0x101"), "{text}");
     assert!(text.contains("stuck, a work request in flight") && text.contains("it moved again later"), "{text}");
+    // When, in UTC next to the monotonic ns, to match against system logs.
+    let stuck_line = text.lines().find(|l| l.contains("stuck, a work request")).unwrap();
+    let utc = stuck_line.split(" at ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or("");
+    assert!(utc.len() == 24 && utc.ends_with('Z') && utc.as_bytes()[10] == b'T', "{stuck_line}");
+    assert!(stuck_line.contains(" (t=") && stuck_line.contains(" ns)"), "{stuck_line}");
     let (code, json) = sf_net_json(&root);
     assert_eq!(code, 3);
     assert_eq!(json["summary"]["stuck_qps"][0]["rank"], 1);
