@@ -138,9 +138,15 @@ LIVENESS: live (heartbeat under 1 s old), exited (ended through exit(), fully fl
 dead (heartbeat stale, process gone), stalled (heartbeat stale, process still there:
 stopped or wedged), disabled (recording stopped after an internal error). A log from
 another host is judged by wall-clock time and cannot tell dead from stalled.
+LAST_BEAT: the last heartbeat in UTC (RFC 3339), to match against Slurm and system logs.
 HELD: records still in the log; WRAPPED: older records overwritten (SF_LOG_RECORDS keeps
 more); MISSING: records torn by a kill or overwritten while read; DROPPED: events the
 library had to drop because its ring was full (SF_RING_EVENTS holds more).
+DOORS: the doors that recorded (preload: NCCL calls through LD_PRELOAD; markers: the C
+API or python/stagefrontier.py; nvtx: NVTX ranges, through NVTX_INJECTION64_PATH; cuda:
+CUPTI, through CUDA_INJECTION64_PATH; profiler: NCCL_PROFILER_PLUGIN; verbs: SF_VERBS=1);
+? for a log of a library that did not record them. When no rank recorded step markers, a
+note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NVTX call).
 
 Exit status: 0, or 1 when a log cannot be read or DIR holds none.";
 
@@ -170,7 +176,9 @@ add up to 13.2 s because they count that wait twice.
 DIR is a job directory: its rank logs' step vectors (from sf_step/sf_stage markers, NVTX
 ranges or the Python helper), aligned by step index; a step a rank did not complete
 counts that rank missing. --csv FILE instead has the header step,rank,stage,seconds and
-one row per step, rank and stage.
+one row per step, rank and stage (RFC 4180: a quoted stage name may hold commas; optional
+columns overlap_seconds, device_seconds, spill_seconds); sf steps DIR --csv writes it from
+a job's logs.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
 telemetry_limited.
