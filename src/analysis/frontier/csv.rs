@@ -151,7 +151,7 @@ impl Columns {
             header.iter().enumerate().position(|(i, f)| {
                 // The first field may carry a UTF-8 byte-order mark.
                 let f = if i == 0 { f.strip_prefix(b"\xef\xbb\xbf").unwrap_or(f) } else { f };
-                f.eq_ignore_ascii_case(name.as_bytes())
+                f.trim_ascii().eq_ignore_ascii_case(name.as_bytes())
             })
         };
         let found = COLUMNS.map(position);
@@ -194,35 +194,35 @@ impl<R: BufRead> KeepEmptyLines<R> {
 impl<R: BufRead> std::io::Read for KeepEmptyLines<R> {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         let input = self.inner.fill_buf()?;
-        let (mut used, mut n) = (0, 0);
-        for &b in input {
-            let space = b == b'\n' && self.at_line_start;
-            if n + 1 + space as usize > out.len() {
-                break;
-            }
-            if space {
-                out[n] = b' ';
-                n += 1;
-            }
-            out[n] = b;
-            n += 1;
-            used += 1;
-            self.at_line_start = b == b'\n';
+        if input.is_empty() || out.is_empty() {
+            return Ok(0);
         }
-        if n == 0 && !input.is_empty() && !out.is_empty() {
-            // Room for the space only: the newline follows on the next read.
+        if self.at_line_start && input[0] == b'\n' {
+            // An empty line: a space first, then (maybe on the next read) its newline.
             out[0] = b' ';
             self.at_line_start = false;
             return Ok(1);
         }
-        self.inner.consume(used);
-        Ok(n)
+        // Copy up to and including the next newline that starts an empty line, so that one
+        // is handled by the branch above on the next call.
+        let take = input.len().min(out.len());
+        let end = input[..take].windows(2).position(|w| w == b"\n\n").map_or(take, |i| i + 1);
+        out[..end].copy_from_slice(&input[..end]);
+        self.at_line_start = input[end - 1] == b'\n';
+        self.inner.consume(end);
+        Ok(end)
     }
+}
+
+/// Field `at` without surrounding blanks (and the `\r` of a CRLF line end). Trimming only
+/// the fields used is cheaper than the parser trimming every field.
+fn field(record: &csv::ByteRecord, at: usize) -> &[u8] {
+    record[at].trim_ascii()
 }
 
 /// A line holding nothing but blanks.
 fn blank(record: &csv::ByteRecord) -> bool {
-    record.len() == 1 && record[0].is_empty()
+    record.len() == 1 && field(record, 0).is_empty()
 }
 
 fn read_error(e: csv::Error) -> CsvError {
@@ -241,7 +241,6 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
-        .trim(csv::Trim::All)
         .terminator(csv::Terminator::Any(b'\n'))
         .from_reader(KeepEmptyLines::new(input));
     let mut record = csv::ByteRecord::new();
@@ -266,16 +265,17 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
         if record.len() < columns.want {
             return Err(CsvError::FieldCount { line: n, got: record.len(), want: columns.want });
         }
-        let bad_integer = |at: usize, column| CsvError::BadInteger { line: n, column, text: text(&record[at]).into() };
-        let step: u64 = parse(&record[step_at]).ok_or_else(|| bad_integer(step_at, "step"))?;
-        let rank: u32 = parse(&record[rank_at]).ok_or_else(|| bad_integer(rank_at, "rank"))?;
-        let stage_name = &record[stage_at];
+        let bad_integer =
+            |at: usize, column| CsvError::BadInteger { line: n, column, text: text(field(&record, at)).into() };
+        let step: u64 = parse(field(&record, step_at)).ok_or_else(|| bad_integer(step_at, "step"))?;
+        let rank: u32 = parse(field(&record, rank_at)).ok_or_else(|| bad_integer(rank_at, "rank"))?;
+        let stage_name = field(&record, stage_at);
         if stage_name.is_empty() {
             return Err(CsvError::BlankStage { line: n });
         }
-        let seconds: f64 = match parse::<f64>(&record[seconds_at]) {
+        let seconds: f64 = match parse::<f64>(field(&record, seconds_at)) {
             Some(v) if v.is_finite() => v,
-            _ => return Err(CsvError::BadSeconds { line: n, text: text(&record[seconds_at]).into() }),
+            _ => return Err(CsvError::BadSeconds { line: n, text: text(field(&record, seconds_at)).into() }),
         };
         if seconds < 0.0 {
             return Err(CsvError::Negative { line: n, seconds });
@@ -291,10 +291,10 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
             }
         };
         let device = device_cells(&record, columns.device, n)?;
-        if let Some(at) = columns.overlap.filter(|&at| !record[at].is_empty()) {
-            match parse::<f64>(&record[at]) {
+        if let Some(at) = columns.overlap.filter(|&at| !field(&record, at).is_empty()) {
+            match parse::<f64>(field(&record, at)) {
                 Some(v) if v.is_finite() && v >= 0.0 => overlaps.push(((step, rank), v + 0.0)),
-                _ => return Err(CsvError::BadOverlap { line: n, text: text(&record[at]).into() }),
+                _ => return Err(CsvError::BadOverlap { line: n, text: text(field(&record, at)).into() }),
             }
         }
         // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
@@ -380,13 +380,13 @@ fn device_cells(
     line: usize,
 ) -> Result<Option<DeviceTime>, CsvError> {
     let Some(device_column) = columns[0] else { return Ok(None) };
-    let device_text = &record[device_column];
+    let device_text = field(&record, device_column);
     if device_text.is_empty() {
         return Ok(None);
     }
     let bad = |text: String| CsvError::BadDevice { line, text };
     let device_s: f64 = parse(device_text).ok_or_else(|| bad(text(device_text).into()))?;
-    let spill_text = columns[1].map_or(&b""[..], |c| &record[c]);
+    let spill_text = columns[1].map_or(&b""[..], |c| field(&record, c));
     let spill_s: f64 =
         if spill_text.is_empty() { 0.0 } else { parse(spill_text).ok_or_else(|| bad(text(spill_text).into()))? };
     if !(device_s.is_finite() && spill_s >= 0.0 && spill_s <= device_s) {
