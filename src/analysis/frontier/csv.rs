@@ -380,13 +380,13 @@ fn device_cells(
     line: usize,
 ) -> Result<Option<DeviceTime>, CsvError> {
     let Some(device_column) = columns[0] else { return Ok(None) };
-    let device_text = field(&record, device_column);
+    let device_text = field(record, device_column);
     if device_text.is_empty() {
         return Ok(None);
     }
     let bad = |text: String| CsvError::BadDevice { line, text };
     let device_s: f64 = parse(device_text).ok_or_else(|| bad(text(device_text).into()))?;
-    let spill_text = columns[1].map_or(&b""[..], |c| field(&record, c));
+    let spill_text = columns[1].map_or(&b""[..], |c| field(record, c));
     let spill_s: f64 =
         if spill_text.is_empty() { 0.0 } else { parse(spill_text).ok_or_else(|| bad(text(spill_text).into()))? };
     if !(device_s.is_finite() && spill_s >= 0.0 && spill_s <= device_s) {
