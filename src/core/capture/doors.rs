@@ -99,6 +99,16 @@ impl Doors {
     }
 }
 
+/// Why a job's logs hold no step markers, from its ranks' doors: when no rank's C-API
+/// markers or NVTX door acted, the first rank's NVTX note (the variable not set).
+pub fn no_markers_note<'a>(ranks: impl IntoIterator<Item = &'a Doors>) -> Option<&'static str> {
+    let known: Vec<&Doors> = ranks.into_iter().collect();
+    if known.iter().any(|d| d.open.contains(&"markers") || d.open.contains(&"nvtx")) {
+        return None;
+    }
+    known.iter().find_map(|d| d.nvtx_note())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +122,8 @@ mod tests {
         let set = Doors::decode(KNOWN | NVTX_PATH_SET).unwrap();
         assert!(set.nvtx_note().unwrap().contains("was set but"));
         assert_eq!(Doors::decode(KNOWN | NVTX | NVTX_PATH_SET).unwrap().nvtx_note(), None);
+        let markers = Doors::decode(KNOWN | MARKERS).unwrap();
+        assert_eq!(no_markers_note([&d, &markers]), None, "a rank with C-API markers needs no NVTX");
+        assert!(no_markers_note([&d]).unwrap().contains("NVTX_INJECTION64_PATH"));
     }
 }

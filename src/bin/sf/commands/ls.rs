@@ -9,7 +9,7 @@ use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, Reade
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
 use stagefrontier::core::capture::config::Config;
-use stagefrontier::core::capture::doors::Doors;
+use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::{RankLog, ReadError};
 
 use super::Failure;
@@ -203,18 +203,7 @@ fn summarize(ranks: &[RankRow]) -> Summary {
         unranked: ranks.len() - ranked().count(),
         dropped_total: ranks.iter().map(|r| r.dropped).sum(),
         gaps,
-        nvtx_note: nvtx_note(ranks),
-    }
-}
-
-/// The first rank's NVTX note, when no rank marked steps through the C API or NVTX.
-fn nvtx_note(ranks: &[RankRow]) -> Option<&'static str> {
-    let known: Vec<&Doors> = ranks.iter().filter_map(|r| r.doors.as_ref()).collect();
-    let marked = known.iter().any(|d| d.open.contains(&"markers") || d.open.contains(&"nvtx"));
-    if marked {
-        None
-    } else {
-        known.iter().find_map(|d| d.nvtx_note())
+        nvtx_note: no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())),
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::DeviceTime;
-use stagefrontier::core::capture::doors::Doors;
+use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{RecordBody, StepVector};
 
@@ -120,11 +120,8 @@ pub fn no_step_vectors(ranks: &[RankSteps]) -> String {
     let mut message =
         "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)"
             .to_string();
-    let known: Vec<&Doors> = ranks.iter().filter_map(|r| r.doors.as_ref()).collect();
-    if !known.iter().any(|d| d.open.contains(&"markers")) {
-        if let Some(note) = known.iter().find_map(|d| d.nvtx_note()) {
-            message += &format!("; {note}");
-        }
+    if let Some(note) = no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())) {
+        message += &format!("; {note}");
     }
     message
 }
