@@ -177,7 +177,7 @@ fn ls_shows_liveness_missing_ranks_and_drops() {
     let header: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         header.join(" "),
-        "RANK WORLD HOST PID LIVENESS HEARTBEAT COMMITTED HELD WRAPPED MISSING DROPPED COMMS SCHEMA NCCL"
+        "RANK WORLD HOST PID LIVENESS HEARTBEAT LAST_BEAT COMMITTED HELD WRAPPED MISSING DROPPED COMMS SCHEMA NCCL DOORS"
     );
     let rows: Vec<Vec<&str>> = lines[1..4].iter().map(|l| l.split_whitespace().collect()).collect();
     let column = |name: &str| -> Vec<&str> {
@@ -192,6 +192,18 @@ fn ls_shows_liveness_missing_ranks_and_drops() {
     assert_eq!(column("DROPPED"), ["0", "17", "0"]);
     assert_eq!(column("COMMS"), ["1", "0", "0"]);
     assert_eq!(column("NCCL"), ["2.27.3", "-", "-"]);
+    // Written without the library's collector: no doors recorded.
+    assert_eq!(column("DOORS"), ["?", "?", "?"]);
+    // The last heartbeat in UTC: rank 1's an hour ago.
+    let utc_hour = |ago: &str| {
+        let out = std::process::Command::new("date").args(["-u", "-d", ago, "+%Y-%m-%dT%H:"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let last_beat = column("LAST_BEAT")[1];
+    assert!(
+        ["1 hour ago", "62 minutes ago"].map(utc_hour).iter().any(|h| last_beat.starts_with(h.as_str())),
+        "{last_beat}"
+    );
 
     assert_eq!(lines[4], "3 of 4 ranks have a log; missing rank 3; 17 events dropped in total");
     assert!(
@@ -242,6 +254,8 @@ fn ls_json_has_the_contract_fields() {
         "format_version",
         "nccl_version",
         "clock_source",
+        "heartbeat_wall",
+        "doors",
     ]);
     for rank in ranks {
         assert_eq!(keys(rank), contract);
@@ -364,9 +378,13 @@ fn dump_human_is_one_aligned_line_per_record() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1 + 11, "header and one line per record");
     let header: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(header.join(" "), "SEQ TIME_S KIND OP COMM COMM_SEQ COUNT DTYPE BYTES REDOP DUR_US RESULT");
+    assert_eq!(header.join(" "), "SEQ TIME_S WALL KIND OP COMM COMM_SEQ COUNT DTYPE BYTES REDOP DUR_US RESULT");
     assert!(lines[1].contains("comm_created") && lines[1].contains("rank=0/2"), "{}", lines[1]);
-    let call: Vec<&str> = lines[2].split_whitespace().collect();
+    let mut call: Vec<&str> = lines[2].split_whitespace().collect();
+    // WALL: the call's time in UTC, from the header's calibration (written just now).
+    let wall = call.remove(2);
+    let today = std::process::Command::new("date").args(["-u", "+%Y-%m-%dT"]).output().unwrap();
+    assert!(wall.starts_with(String::from_utf8_lossy(&today.stdout).trim()) && wall.ends_with('Z'), "{wall}");
     assert_eq!(
         call[..12].join(" "),
         "2 0.001000 nccl_call allreduce 0x5eed000000000001 1 1048576 float32 4194304 sum 25.000 ncclSuccess"

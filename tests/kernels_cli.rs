@@ -126,6 +126,36 @@ fn a_planted_slow_kernel_on_one_rank_is_flagged_and_a_healthy_job_is_quiet() {
 
     let human = run_ok(Command::new(artifact("sf")).arg("kernels").arg(&healthy.0));
     assert!(String::from_utf8_lossy(&human.stdout).contains("no anomalous kernel"));
+
+    // One word with sf slow: --group-by job|local-rank|host; --role-by all is the old spelling.
+    assert_eq!((report["group_by"].as_str(), report["comparisons"][0]["group"].as_str()), (Some("job"), Some("job")));
+    let (_, old) = kernels_json(&slow.0, &["--role-by", "all"]);
+    assert_eq!(
+        (old["group_by"].clone(), old["anomalies"].clone()),
+        (report["group_by"].clone(), report["anomalies"].clone())
+    );
+    let (_, by_local) = kernels_json(&slow.0, &["--group-by", "local-rank"]);
+    assert_eq!(by_local["group_by"], "local_rank");
+    assert!(by_local["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["group"].as_str().unwrap().starts_with("local_rank ")));
+
+    // The example --help shows has the real output's headline and columns.
+    let help = run_ok(Command::new(artifact("sf")).args(["kernels", "--help"]));
+    let help = String::from_utf8_lossy(&help.stdout);
+    let out = Command::new(artifact("sf")).arg("kernels").arg(&slow.0).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let headline = "kernels compared (grouped by job, IQR k 1.5): ANOMALOUS: rank 5 in";
+    assert!(help.contains(headline) && text.lines().next().unwrap().contains(headline), "{text}");
+    let columns = |t: &str| {
+        t.lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("RANK "))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+    };
+    assert_eq!(columns(&help), columns(&text), "sf kernels --help's example table against the real one");
 }
 
 #[test]

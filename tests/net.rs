@@ -146,6 +146,29 @@ fn a_stalled_qp_is_reported_stuck_within_twice_the_timeout() {
     let first = text.lines().next().unwrap();
     assert!(first.contains("STUCK: rank 1 QP 0x101"), "{text}");
     assert!(text.contains("stuck, a work request in flight") && text.contains("it moved again later"), "{text}");
+    // When, in UTC next to the monotonic ns, to match against system logs.
+    let stuck_line = text.lines().find(|l| l.contains("stuck, a work request")).unwrap();
+    let utc = stuck_line.split(" at ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or("");
+    assert!(utc.len() == 24 && utc.ends_with('Z') && utc.as_bytes()[10] == b'T', "{stuck_line}");
+    assert!(stuck_line.contains(" (t=") && stuck_line.contains(" ns)"), "{stuck_line}");
+    // The example --help shows: its columns (with `...` for some left out) and its stuck
+    // line's words are the real output's.
+    let help = Command::new(env!("CARGO_BIN_EXE_sf")).args(["net", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let header = |t: &str| -> Vec<String> {
+        let line = t.lines().map(str::trim).find(|l| l.starts_with("RANK ")).unwrap_or_default();
+        line.split_whitespace().filter(|w| *w != "...").map(String::from).collect()
+    };
+    let (shown, real) = (header(&help), header(&text));
+    let mut rest = real.iter();
+    assert!(shown.iter().all(|w| rest.any(|r| r == w)), "--help shows columns {shown:?}, sf net prints {real:?}");
+    let shown_stuck = help.lines().find(|l| l.contains(": stuck, a work request")).unwrap();
+    for phrase in ["stuck, a work request in flight", " s at ", "Z (t="] {
+        assert!(
+            shown_stuck.contains(phrase) && stuck_line.contains(phrase),
+            "{phrase:?}: {shown_stuck} / {stuck_line}"
+        );
+    }
     let (code, json) = sf_net_json(&root);
     assert_eq!(code, 3);
     assert_eq!(json["summary"]["stuck_qps"][0]["rank"], 1);

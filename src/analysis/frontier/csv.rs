@@ -2,7 +2,9 @@
 //! stage, in any order, seconds measured on the rank's own clock. Optional columns
 //! `device_seconds` and `spill_seconds` carry the stage's device time and the part of it
 //! after the stage's host-side end (side evidence for the forward_* labels); a blank
-//! `device_seconds` means the step was not sampled.
+//! `device_seconds` means the step was not sampled. Optional `overlap_seconds` carries by
+//! how much a rank's explicit stages exceeded its step's wall time (`sf steps --csv`
+//! writes it from the rank logs). Fields are RFC 4180: a quoted stage name may hold commas.
 //!
 //! The file's world is every rank it names. A rank lacking one of a step's stages is
 //! missing from that step; a step whose ranks all lack a stage has a shorter schema. Both
@@ -17,6 +19,9 @@ use super::step::{DeviceTime, Step};
 
 const COLUMNS: [&str; 4] = ["step", "rank", "stage", "seconds"];
 const DEVICE_COLUMNS: [&str; 2] = ["device_seconds", "spill_seconds"];
+/// Optional: by how much the rank's explicit stages exceeded its step's wall time, the
+/// same on every row of a (step, rank); the rank logs' step vectors carry it.
+const OVERLAP_COLUMN: &str = "overlap_seconds";
 
 /// What is wrong, on which line (1-based), worded with the fix. `StageList`: the stage list
 /// given to [`read`] repeats or blanks a name.
@@ -31,6 +36,7 @@ pub enum CsvError {
     BadInteger { line: usize, column: &'static str, text: String },
     BadSeconds { line: usize, text: String },
     BadDevice { line: usize, text: String },
+    BadOverlap { line: usize, text: String },
     Negative { line: usize, seconds: f64 },
     BlankStage { line: usize },
     UnknownStage { line: usize, stage: String, known: Vec<String> },
@@ -47,6 +53,7 @@ impl CsvError {
             | CsvError::BadInteger { line, .. }
             | CsvError::BadSeconds { line, .. }
             | CsvError::BadDevice { line, .. }
+            | CsvError::BadOverlap { line, .. }
             | CsvError::Negative { line, .. }
             | CsvError::BlankStage { line }
             | CsvError::UnknownStage { line, .. }
@@ -83,6 +90,9 @@ impl fmt::Display for CsvError {
                 "device_seconds/spill_seconds {text:?} is not a non-negative number with the spill at most the \
                  device time: write seconds, or leave device_seconds blank for a step not sampled"
             ),
+            CsvError::BadOverlap { text, .. } => {
+                write!(f, "overlap_seconds {text:?} is not a non-negative number: write seconds, or leave it blank")
+            }
             CsvError::Negative { seconds, .. } => write!(
                 f,
                 "negative duration {seconds} s: a duration is end minus start on the rank's own clock, never negative; \
@@ -125,73 +135,177 @@ pub struct StageTable {
     has_device: bool,
 }
 
-/// Reads the whole input. `stages`, when given, fixes the stage order and rejects any other
-/// stage; otherwise stages are ordered by first appearance.
+/// Where each column is: the four required ones, and the optional ones when the header
+/// names them.
+struct Columns {
+    required: [usize; 4],
+    device: [Option<usize>; 2],
+    overlap: Option<usize>,
+    /// Fields a row needs to reach every named column.
+    want: usize,
+}
+
+impl Columns {
+    fn of(header: &csv::ByteRecord) -> Result<Columns, CsvError> {
+        let position = |name: &str| {
+            header.iter().enumerate().position(|(i, f)| {
+                // The first field may carry a UTF-8 byte-order mark.
+                let f = if i == 0 { f.strip_prefix(b"\xef\xbb\xbf").unwrap_or(f) } else { f };
+                f.trim_ascii().eq_ignore_ascii_case(name.as_bytes())
+            })
+        };
+        let found = COLUMNS.map(position);
+        let missing: Vec<&'static str> =
+            COLUMNS.iter().zip(found).filter(|(_, f)| f.is_none()).map(|(c, _)| *c).collect();
+        if !missing.is_empty() {
+            return Err(CsvError::MissingColumns { columns: missing });
+        }
+        let required = found.map(|f| f.unwrap_or_default());
+        let device = DEVICE_COLUMNS.map(position);
+        let overlap = position(OVERLAP_COLUMN);
+        let want = required.iter().chain(device.iter().flatten()).chain(&overlap).max().map_or(0, |&c| c + 1);
+        Ok(Columns { required, device, overlap, want })
+    }
+}
+
+/// A field as text (a stage name that is not UTF-8 is read lossily).
+fn text(field: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(field)
+}
+
+fn parse<T: std::str::FromStr>(field: &[u8]) -> Option<T> {
+    std::str::from_utf8(field).ok()?.parse().ok()
+}
+
+/// The parser skips empty lines without counting them; this gives each one a space (a
+/// blank record, skipped below) so that every line is counted and errors name the right
+/// one. (An empty line inside a quoted field gains a space too.)
+struct KeepEmptyLines<R> {
+    inner: R,
+    at_line_start: bool,
+}
+
+impl<R: BufRead> KeepEmptyLines<R> {
+    fn new(inner: R) -> KeepEmptyLines<R> {
+        KeepEmptyLines { inner, at_line_start: true }
+    }
+}
+
+impl<R: BufRead> std::io::Read for KeepEmptyLines<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let input = self.inner.fill_buf()?;
+        if input.is_empty() || out.is_empty() {
+            return Ok(0);
+        }
+        if self.at_line_start && input[0] == b'\n' {
+            // An empty line: a space first, then (maybe on the next read) its newline.
+            out[0] = b' ';
+            self.at_line_start = false;
+            return Ok(1);
+        }
+        // Copy up to and including the next newline that starts an empty line, so that one
+        // is handled by the branch above on the next call.
+        let take = input.len().min(out.len());
+        let end = input[..take].windows(2).position(|w| w == b"\n\n").map_or(take, |i| i + 1);
+        out[..end].copy_from_slice(&input[..end]);
+        self.at_line_start = input[end - 1] == b'\n';
+        self.inner.consume(end);
+        Ok(end)
+    }
+}
+
+/// Field `at` without surrounding blanks (and the `\r` of a CRLF line end). Trimming only
+/// the fields used is cheaper than the parser trimming every field.
+fn field(record: &csv::ByteRecord, at: usize) -> &[u8] {
+    record[at].trim_ascii()
+}
+
+/// A line holding nothing but blanks.
+fn blank(record: &csv::ByteRecord) -> bool {
+    record.len() == 1 && field(record, 0).is_empty()
+}
+
+fn read_error(e: csv::Error) -> CsvError {
+    CsvError::Io(e.to_string())
+}
+
+/// Reads the whole input, a CSV as RFC 4180 writes it (quoted fields may hold commas,
+/// quotes and newlines; fields are trimmed). `stages`, when given, fixes the stage order
+/// and rejects any other stage; otherwise stages are ordered by first appearance.
 pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
     if let Some(stages) = stages {
         Schema::new(stages.to_vec()).map_err(CsvError::StageList)?;
     }
-    let mut lines = input.lines().enumerate();
-    let (columns, device_columns, mut names) = loop {
-        let Some((i, line)) = lines.next() else { return Err(CsvError::Empty) };
-        let line = line.map_err(|e| CsvError::Io(e.to_string()))?;
-        let line = line.trim_start_matches('\u{feff}');
-        if !line.trim().is_empty() {
-            let device_columns =
-                DEVICE_COLUMNS.map(|c| line.split(',').map(field).position(|f| f.eq_ignore_ascii_case(c)));
-            break (header(line, i + 1)?, device_columns, stages.map(<[String]>::to_vec).unwrap_or_default());
+    // `\n` alone ends a record (a `\r` before it is trimmed with the field), so the
+    // parser's line numbers are the file's.
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_reader(KeepEmptyLines::new(input));
+    let mut record = csv::ByteRecord::new();
+    let columns = loop {
+        if !reader.read_byte_record(&mut record).map_err(read_error)? {
+            return Err(CsvError::Empty);
+        }
+        if !blank(&record) {
+            break Columns::of(&record)?;
         }
     };
+    let mut names = stages.map(<[String]>::to_vec).unwrap_or_default();
     let fixed = stages.is_some();
-    let want = columns.iter().chain(device_columns.iter().flatten()).max().map_or(0, |&c| c + 1);
+    let [step_at, rank_at, stage_at, seconds_at] = columns.required;
     let mut rows = Vec::new();
-    for (i, line) in lines {
-        let line = line.map_err(|e| CsvError::Io(e.to_string()))?;
-        if line.trim().is_empty() {
+    let mut overlaps = Vec::new();
+    while reader.read_byte_record(&mut record).map_err(read_error)? {
+        if blank(&record) {
             continue;
         }
-        let n = i + 1;
-        let fields: Vec<&str> = line.split(',').map(field).collect();
-        if fields.len() < want {
-            return Err(CsvError::FieldCount { line: n, got: fields.len(), want });
+        let n = record.position().map_or(0, |p| p.line() as usize);
+        if record.len() < columns.want {
+            return Err(CsvError::FieldCount { line: n, got: record.len(), want: columns.want });
         }
-        let integer = |column: usize, name: &'static str| {
-            let text = fields[columns[column]];
-            text.parse::<u64>().map_err(|_| CsvError::BadInteger { line: n, column: name, text: text.to_string() })
-        };
-        let step = integer(0, "step")?;
-        let rank = u32::try_from(integer(1, "rank")?).map_err(|_| CsvError::BadInteger {
-            line: n,
-            column: "rank",
-            text: fields[columns[1]].to_string(),
-        })?;
-        let stage_name = fields[columns[2]];
+        let bad_integer =
+            |at: usize, column| CsvError::BadInteger { line: n, column, text: text(field(&record, at)).into() };
+        let step: u64 = parse(field(&record, step_at)).ok_or_else(|| bad_integer(step_at, "step"))?;
+        let rank: u32 = parse(field(&record, rank_at)).ok_or_else(|| bad_integer(rank_at, "rank"))?;
+        let stage_name = field(&record, stage_at);
         if stage_name.is_empty() {
             return Err(CsvError::BlankStage { line: n });
         }
-        let text = fields[columns[3]];
-        let seconds: f64 = match text.parse::<f64>() {
-            Ok(v) if v.is_finite() => v,
-            _ => return Err(CsvError::BadSeconds { line: n, text: text.to_string() }),
+        let seconds: f64 = match parse::<f64>(field(&record, seconds_at)) {
+            Some(v) if v.is_finite() => v,
+            _ => return Err(CsvError::BadSeconds { line: n, text: text(field(&record, seconds_at)).into() }),
         };
         if seconds < 0.0 {
             return Err(CsvError::Negative { line: n, seconds });
         }
-        let stage = match names.iter().position(|s| s == stage_name) {
+        let stage = match names.iter().position(|s| s.as_bytes() == stage_name) {
             Some(s) => s,
             None if fixed => {
-                return Err(CsvError::UnknownStage { line: n, stage: stage_name.to_string(), known: names });
+                return Err(CsvError::UnknownStage { line: n, stage: text(stage_name).into(), known: names });
             }
             None => {
-                names.push(stage_name.to_string());
+                names.push(text(stage_name).into());
                 names.len() - 1
             }
         };
-        let device = device_cells(&fields, device_columns, n)?;
+        let device = device_cells(&record, columns.device, n)?;
+        if let Some(at) = columns.overlap.filter(|&at| !field(&record, at).is_empty()) {
+            match parse::<f64>(field(&record, at)) {
+                Some(v) if v.is_finite() && v >= 0.0 => overlaps.push(((step, rank), v + 0.0)),
+                _ => return Err(CsvError::BadOverlap { line: n, text: text(field(&record, at)).into() }),
+            }
+        }
         // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
         rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32, device });
     }
-    assemble(rows, names, None)
+    let mut table = assemble(rows, names, None)?;
+    // One overlap per (step, rank): the rows of its stages repeat it; the first counts.
+    overlaps.sort_by_key(|(key, _)| *key);
+    overlaps.dedup_by_key(|(key, _)| *key);
+    table.overlaps = overlaps;
+    Ok(table)
 }
 
 /// Sorts, checks and indexes rows. `world` is every rank of the job when the source knows
@@ -260,36 +374,25 @@ pub fn from_durations(
 }
 
 /// The row's device time when the file has a `device_seconds` column and this row fills it.
-fn device_cells(fields: &[&str], columns: [Option<usize>; 2], line: usize) -> Result<Option<DeviceTime>, CsvError> {
+fn device_cells(
+    record: &csv::ByteRecord,
+    columns: [Option<usize>; 2],
+    line: usize,
+) -> Result<Option<DeviceTime>, CsvError> {
     let Some(device_column) = columns[0] else { return Ok(None) };
-    let text = fields[device_column];
-    if text.is_empty() {
+    let device_text = field(record, device_column);
+    if device_text.is_empty() {
         return Ok(None);
     }
-    let bad = |text: &str| CsvError::BadDevice { line, text: text.to_string() };
-    let device_s: f64 = text.parse().map_err(|_| bad(text))?;
-    let spill_text = columns[1].map_or("", |c| fields[c]);
-    let spill_s: f64 = if spill_text.is_empty() { 0.0 } else { spill_text.parse().map_err(|_| bad(spill_text))? };
+    let bad = |text: String| CsvError::BadDevice { line, text };
+    let device_s: f64 = parse(device_text).ok_or_else(|| bad(text(device_text).into()))?;
+    let spill_text = columns[1].map_or(&b""[..], |c| field(record, c));
+    let spill_s: f64 =
+        if spill_text.is_empty() { 0.0 } else { parse(spill_text).ok_or_else(|| bad(text(spill_text).into()))? };
     if !(device_s.is_finite() && spill_s >= 0.0 && spill_s <= device_s) {
-        return Err(bad(&format!("{text},{spill_text}")));
+        return Err(bad(format!("{},{}", text(device_text), text(spill_text))));
     }
     Ok(Some(DeviceTime { device_s: device_s + 0.0, spill_s: spill_s + 0.0 }))
-}
-
-fn field(text: &str) -> &str {
-    let text = text.trim();
-    text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text)
-}
-
-fn header(line: &str, n: usize) -> Result<[usize; 4], CsvError> {
-    let fields: Vec<&str> = line.split(',').map(field).collect();
-    let found = COLUMNS.map(|c| fields.iter().position(|f| f.eq_ignore_ascii_case(c)));
-    let missing: Vec<&'static str> = COLUMNS.iter().zip(found).filter(|(_, f)| f.is_none()).map(|(c, _)| *c).collect();
-    if !missing.is_empty() {
-        debug_assert_eq!(n, 1, "the header is the first non-blank line");
-        return Err(CsvError::MissingColumns { columns: missing });
-    }
-    Ok(found.map(|f| f.unwrap_or_default()))
 }
 
 /// The duplicate whose second row comes first in the file.
@@ -407,6 +510,31 @@ mod tests {
         let unknown = parse("step,rank,stage,seconds\n0,0,fwd,1\n", Some(&["data"])).err().unwrap();
         assert_eq!(unknown.line(), Some(2));
         assert!(unknown.to_string().contains("add it to --stages"), "{unknown}");
+    }
+
+    #[test]
+    fn quoted_fields_hold_commas_and_quotes_and_lines_count_blank_and_crlf_ones() {
+        let text = "step,rank,stage,seconds\r\n0,0,\"data,io\",0.5\r\n\r\n0,0,\"say \"\"hi\"\"\",0.25\n\n\n";
+        let t = parse(text, None).unwrap();
+        assert_eq!(t.schema().stages(), ["data,io", "say \"hi\""]);
+        let e = parse("step,rank,stage,seconds\r\n\r\n0,0,\"a,b\",1\r\n\n0,x,a,1\r\n", None).err().unwrap();
+        assert_eq!(e.line(), Some(5), "{e}");
+        // A reader handing out one byte at a time still sees every line.
+        let mut one = KeepEmptyLines::new("a\n\nb".as_bytes());
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while std::io::Read::read(&mut one, &mut byte).unwrap() == 1 {
+            got.push(byte[0]);
+        }
+        assert_eq!(got, b"a\n \nb");
+    }
+
+    #[test]
+    fn an_overlap_column_reads_once_per_step_and_rank() {
+        let text = "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,0.5\n0,0,b,1,0.5\n0,1,a,1,\n0,1,b,1,\n";
+        let t = parse(text, None).unwrap();
+        assert_eq!(t.overlaps, [((0, 0), 0.5)]);
+        assert_eq!(parse("step,rank,stage,seconds,overlap_seconds\n0,0,a,1,x\n", None).err().unwrap().line(), Some(2));
     }
 
     #[test]

@@ -6,10 +6,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod dump;
+#[cfg(test)]
+mod help_examples;
 mod kernels;
 mod net;
 mod slow;
+mod steps;
 pub use slow::{GroupBy, SlowOptions};
+pub use steps::StepsFormat;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -21,8 +26,8 @@ pub enum Format {
 pub enum Command {
     /// One row per rank log found at `path` (a job directory or one log).
     Ls { path: PathBuf, format: Format },
-    /// Every record one log holds.
-    Dump { file: PathBuf, format: Format },
+    /// The records one log holds (filtered), or its header.
+    Dump { file: PathBuf, options: crate::commands::dump::DumpOptions, format: Format },
     /// Frontier accounting over a stage-duration CSV.
     Frontier { options: FrontierOptions, format: Format },
     /// Hang localization over a job directory's logs.
@@ -33,6 +38,8 @@ pub enum Command {
     Kernels { dir: PathBuf, options: crate::commands::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
     Net { dir: PathBuf, series: bool, format: Format },
+    /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
+    Steps { dir: PathBuf, format: StepsFormat },
 }
 
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
@@ -80,12 +87,13 @@ where
     let cli = Cli::try_parse_from(args)?;
     Ok(match cli.command {
         Sub::Ls(a) => Command::Ls { path: a.path, format: a.output.format() },
-        Sub::Dump(a) => Command::Dump { file: a.file, format: a.output.format() },
+        Sub::Dump(a) => Command::Dump { options: a.options(), format: a.output.format(), file: a.file },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
         Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
+        Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.dir },
     })
 }
 
@@ -114,7 +122,9 @@ Examples:
   sf hang JOBDIR                                     is the job hung, and who holds it up
   sf slow JOBDIR                                     which rank is slow, in which stage
   sf kernels JOBDIR                                  which rank's GPU kernels stand out
-  sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP";
+  sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP
+  sf steps JOBDIR --csv > steps.csv                  per-rank, per-step stage durations for pandas
+  sf frontier JOBDIR                                 which stage and rank expose step time";
 
 const LS_LONG_ABOUT: &str = "\
 List the rank logs of a job: one row per rank, then which ranks of the world have no log
@@ -128,9 +138,15 @@ LIVENESS: live (heartbeat under 1 s old), exited (ended through exit(), fully fl
 dead (heartbeat stale, process gone), stalled (heartbeat stale, process still there:
 stopped or wedged), disabled (recording stopped after an internal error). A log from
 another host is judged by wall-clock time and cannot tell dead from stalled.
+LAST_BEAT: the last heartbeat in UTC (RFC 3339), to match against Slurm and system logs.
 HELD: records still in the log; WRAPPED: older records overwritten (SF_LOG_RECORDS keeps
 more); MISSING: records torn by a kill or overwritten while read; DROPPED: events the
 library had to drop because its ring was full (SF_RING_EVENTS holds more).
+DOORS: the doors that recorded (preload: NCCL calls through LD_PRELOAD; markers: the C
+API or python/stagefrontier.py; nvtx: NVTX ranges, through NVTX_INJECTION64_PATH; cuda:
+CUPTI, through CUDA_INJECTION64_PATH; profiler: NCCL_PROFILER_PLUGIN; verbs: SF_VERBS=1);
+? for a log of a library that did not record them. When no rank recorded step markers, a
+note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NVTX call).
 
 Exit status: 0, or 1 when a log cannot be read or DIR holds none.";
 
@@ -139,24 +155,6 @@ Examples:
   sf ls /dev/shm/stagefrontier-$(id -u)/default
   sf ls /dev/shm/stagefrontier-$(id -u)/12345/rank-00000.sflog
   sf ls JOBDIR --json | jq '.missing_ranks'";
-
-const DUMP_LONG_ABOUT: &str = "\
-Print every record one rank log still holds, oldest first, then a summary of what the scan
-found on stderr (records held, lost to wraparound, missing, invalid slots).
-
-Human output has one aligned line per record: its sequence number, TIME_S (seconds since
-the rank's library started), kind, NCCL operation, communicator id, the call's sequence
-number in its communicator, element count, data type, bytes, reduction, duration in
-microseconds and result. --json prints JSON Lines: each record's fields, with
-dtype_name, redop_name and result_name added to NCCL calls.
-
-Logs live in $SF_LOG_DIR/<job id>/rank-NNNNN.sflog, by default
-/dev/shm/stagefrontier-<uid>/<job id>/.";
-
-const DUMP_EXAMPLES: &str = "\
-Examples:
-  sf dump /dev/shm/stagefrontier-$(id -u)/default/rank-00000.sflog | less
-  sf dump rank-00000.sflog --json | jq -c 'select(.kind == \"nccl_call\" and .result != 0)'";
 
 const FRONTIER_LONG_ABOUT: &str = "\
 Frontier accounting (StageFrontier) over per-rank stage durations: where each step's
@@ -178,7 +176,9 @@ add up to 13.2 s because they count that wait twice.
 DIR is a job directory: its rank logs' step vectors (from sf_step/sf_stage markers, NVTX
 ranges or the Python helper), aligned by step index; a step a rank did not complete
 counts that rank missing. --csv FILE instead has the header step,rank,stage,seconds and
-one row per step, rank and stage.
+one row per step, rank and stage (RFC 4180: a quoted stage name may hold commas; optional
+columns overlap_seconds, device_seconds, spill_seconds); sf steps DIR --csv writes it from
+a job's logs.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
 telemetry_limited.
@@ -301,9 +301,9 @@ enum Sub {
     /// List a job's rank logs: liveness, records held and lost, missing ranks
     #[command(long_about = LS_LONG_ABOUT, after_help = LS_EXAMPLES)]
     Ls(LsArgs),
-    /// Print every record a rank log holds, oldest first
-    #[command(long_about = DUMP_LONG_ABOUT, after_help = DUMP_EXAMPLES)]
-    Dump(DumpArgs),
+    /// Print the records a rank log holds, oldest first, or its header and name tables
+    #[command(long_about = dump::LONG_ABOUT, after_help = dump::EXAMPLES)]
+    Dump(dump::DumpArgs),
     /// Frontier accounting of per-rank stage durations: exposed time, routing, labels
     #[command(long_about = FRONTIER_LONG_ABOUT, after_help = FRONTIER_EXAMPLES)]
     Frontier(FrontierArgs),
@@ -319,6 +319,9 @@ enum Sub {
     /// RDMA work requests per rank and QP: bandwidth, in flight, latency, stuck, degraded
     #[command(long_about = net::LONG_ABOUT, after_help = net::EXAMPLES)]
     Net(net::NetArgs),
+    /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
+    #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
+    Steps(steps::StepsArgs),
 }
 
 #[derive(Args)]
@@ -326,15 +329,6 @@ struct LsArgs {
     /// Job directory holding rank-*.sflog files, or one log file
     #[arg(value_name = "DIR")]
     path: PathBuf,
-    #[command(flatten)]
-    output: OutputArgs,
-}
-
-#[derive(Args)]
-struct DumpArgs {
-    /// One rank log, e.g. JOBDIR/rank-00000.sflog
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -453,7 +447,11 @@ mod tests {
         assert_eq!(parse(&["sf", "ls", "--json", "job"]), Ok(Command::Ls { path: "job".into(), format: Format::Json }));
         assert_eq!(
             parse(&["sf", "dump", "job/rank-00001.sflog", "--json"]),
-            Ok(Command::Dump { file: "job/rank-00001.sflog".into(), format: Format::Json })
+            Ok(Command::Dump {
+                file: "job/rank-00001.sflog".into(),
+                options: Default::default(),
+                format: Format::Json
+            })
         );
     }
 

@@ -5,13 +5,14 @@ mod commands;
 mod discover;
 mod output;
 mod progress;
+mod wall;
 
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::Command;
 use commands::ls::FileError;
-use commands::{dump, frontier, hang, kernels, ls, net, slow, Failure};
+use commands::{dump, frontier, hang, kernels, ls, net, slow, steps, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -41,10 +42,18 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             output::new(format, stdout).ls(&report)?;
             Ok(status(None, &report.errors))
         }
-        Command::Dump { file, format } => {
-            let report = dump::build(&file)?;
-            output::new(format, stdout).dump(&report)?;
-            note_line(&output::scan_summary(&report.file, &report.stats));
+        Command::Dump { file, options, format } => {
+            let log = dump::open(&file)?;
+            if options.header {
+                output::dump::header(format, stdout, &dump::header(&file, &log))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let names = dump::LogNames::of(&log);
+            let clock = wall::WallClock::of(&log.header);
+            let mut writer = output::dump::RecordWriter::new(format, stdout, &names, clock, log.header.base_mono_ns)?;
+            let stats = dump::stream(&log, &options, |record| writer.record(record))?;
+            writer.finish()?;
+            note_line(&output::scan_summary(&file.display().to_string(), &stats));
             Ok(ExitCode::SUCCESS)
         }
         Command::Frontier { options, format } => match frontier::build(&options) {
@@ -80,6 +89,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             // Stuck evidence is a hang; degraded evidence alone, a slow link.
             let found = if report.stuck { Some(EXIT_HUNG) } else { report.degraded.then_some(EXIT_SLOW) };
             Ok(status(found, &report.errors))
+        }
+        Command::Steps { dir, format } => {
+            let report = steps::build(&dir)?;
+            output::steps::write(format, stdout, &report)?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -162,7 +162,9 @@ impl Collector {
 pub fn run(rt: &'static Runtime) {
     let period = Duration::from_millis(rt.config.heartbeat_ms);
     let busy = rt.ring.capacity() / 4;
+    let environment = super::doors::environment();
     while super::runtime::is_active() {
+        rt.live(crate::core::log::format::live::DOORS).store(super::doors::published(environment), Ordering::Relaxed);
         let written = match rt.collector.lock() {
             Ok(mut collector) => collector.round(rt),
             Err(_) => return,

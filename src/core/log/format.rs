@@ -106,6 +106,9 @@ pub mod live {
     pub const CURRENT_STEP: usize = 576;
     /// Stage-name slot of the stage the rank is in, plus one; 0 when outside any stage.
     pub const CURRENT_STAGE: usize = 584;
+    /// Which doors were open and which injection variables were set
+    /// (`core::capture::doors`); 0 in logs of libraries that did not record them.
+    pub const DOORS: usize = 592;
 }
 
 /// The stage-name table, inside the header page: hooks intern a stage name once, and

@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::format::{self, bytes, caps, comm, header, live, WriterState};
 use super::records::{hex_u64, RecordBody};
 use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
+use crate::core::capture::doors::Doors;
 use crate::core::capture::process_stamp::ProcessStamp;
 use crate::core::comms::nccl_op::NcclOp;
 
@@ -148,6 +149,8 @@ pub struct LiveState {
     pub current_step: u64,
     #[serde(skip)]
     pub current_stage: u64,
+    /// Doors open and injection variables set; `None` for a log of an older library.
+    pub doors: Option<Doors>,
 }
 
 /// A communicator's live state from the log's table.
@@ -293,7 +296,7 @@ impl RankLog {
     }
 
     pub fn live(&self) -> LiveState {
-        let mut w = [0u8; live::CURRENT_STAGE + 8 - live::COMMITTED];
+        let mut w = [0u8; live::DOORS + 8 - live::COMMITTED];
         self.read_stable(live::COMMITTED, &mut w);
         let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
@@ -307,6 +310,7 @@ impl RankLog {
             comm_table_overflow: field(live::COMM_TABLE_OVERFLOW),
             current_step: field(live::CURRENT_STEP),
             current_stage: field(live::CURRENT_STAGE),
+            doors: Doors::decode(field(live::DOORS)),
         }
     }
 
@@ -369,47 +373,88 @@ impl RankLog {
 
     /// Every whole record still in the ring, oldest first, and what could not be read.
     pub fn records(&self) -> (Vec<Record>, ScanStats) {
+        let mut records = Vec::with_capacity((self.header.slot_count as usize).min(1 << 20));
+        let stats = self.scan(|record| records.push(record));
+        (records, stats)
+    }
+
+    /// Hands every whole record still in the ring to `visit`, oldest first, in constant
+    /// memory, and says what could not be read. A first pass over the slots finds the
+    /// newest whole record; the second reads the ring from the slot after it, which is
+    /// sequence order. Records committed after the first pass are left to the next scan
+    /// (they would come out of order); a record they overwrote counts as missing.
+    pub fn scan(&self, mut visit: impl FnMut(Record)) -> ScanStats {
         let slot_count = self.header.slot_count as usize;
         let committed_at_start = self.live().committed;
-        let mut scan = Scan { stats: ScanStats::default(), records: Vec::new(), unknown_seqs: Vec::new() };
         // Until the ring wraps, seq s sits in slot s - 1: slots past the count are empty.
         let end = if committed_at_start < slot_count as u64 {
             (committed_at_start + SCAN_SLACK_SLOTS).min(slot_count as u64) as usize
         } else {
             slot_count
         };
-        let mut first = vec![0u8; SCAN_CHUNK_SLOTS * format::SLOT_SIZE];
-        let mut second = vec![0u8; first.len()];
-        for (from, to) in self.data_slots(end) {
+        let runs = self.data_slots(end);
+        let mut chunks = SlotChunks::new();
+        let mut stats = ScanStats::default();
+        self.each_slot(&runs, &mut chunks, |i, a, b| {
+            if let Some(Ok((seq, ..))) = whole_slot(i, slot_count, a, b) {
+                stats.last_seq = stats.last_seq.max(seq);
+            }
+        });
+        let oldest_held = stats.last_seq.saturating_sub(slot_count as u64) + 1;
+        // A dead writer may have committed a record without publishing the count: the
+        // count can trail what the scan saw, never lead it.
+        let window_end = committed_at_start.min(stats.last_seq);
+        let mut held_in_window = 0;
+        let start = (stats.last_seq % slot_count as u64) as usize;
+        self.each_slot(&ring_order(&runs, start), &mut chunks, |i, a, b| {
+            let (seq, kind, payload) = match whole_slot(i, slot_count, a, b) {
+                None => return,
+                Some(Err(())) => {
+                    stats.invalid_slots += 1;
+                    return;
+                }
+                Some(Ok(whole)) => whole,
+            };
+            // Newer than the first pass saw, or older than the ring holds.
+            if seq > stats.last_seq || seq < oldest_held {
+                return;
+            }
+            held_in_window += u64::from(seq <= window_end);
+            match RecordBody::decode(kind, payload) {
+                Some(body) => {
+                    if stats.valid == 0 {
+                        stats.first_seq = seq;
+                    }
+                    stats.valid += 1;
+                    visit(Record { seq, body });
+                }
+                None => stats.unknown_kind += 1,
+            }
+        });
+        stats.lost_to_wrap = oldest_held.saturating_sub(1);
+        let window = window_end.saturating_add(1).saturating_sub(oldest_held);
+        stats.missing = window.saturating_sub(held_in_window);
+        stats
+    }
+
+    /// Reads the slots of `runs` (`[from, to)` slot indexes) in chunks, each chunk twice,
+    /// and hands `visit` every slot's index and its two copies.
+    fn each_slot(&self, runs: &[(usize, usize)], chunks: &mut SlotChunks, mut visit: impl FnMut(usize, &[u8], &[u8])) {
+        for &(from, to) in runs {
             for chunk_start in (from..to).step_by(SCAN_CHUNK_SLOTS) {
                 let n = SCAN_CHUNK_SLOTS.min(to - chunk_start);
                 let at = format::records_offset() + chunk_start * format::SLOT_SIZE;
                 let len = n * format::SLOT_SIZE;
-                self.read_zeroed(at, &mut first[..len]);
-                self.read_zeroed(at, &mut second[..len]);
-                let slots = first[..len].chunks_exact(format::SLOT_SIZE).zip(second.chunks_exact(format::SLOT_SIZE));
+                self.read_zeroed(at, &mut chunks.first[..len]);
+                self.read_zeroed(at, &mut chunks.second[..len]);
+                let slots = chunks.first[..len]
+                    .chunks_exact(format::SLOT_SIZE)
+                    .zip(chunks.second.chunks_exact(format::SLOT_SIZE));
                 for (i, (a, b)) in slots.enumerate() {
-                    scan.slot(chunk_start + i, slot_count, a, b);
+                    visit(chunk_start + i, a, b);
                 }
             }
         }
-        let Scan { mut stats, mut records, mut unknown_seqs } = scan;
-        records.sort_unstable_by_key(|r| r.seq);
-        stats.last_seq = records.iter().map(|r| r.seq).chain(unknown_seqs.iter().copied()).max().unwrap_or(0);
-        let oldest_held = stats.last_seq.saturating_sub(slot_count as u64) + 1;
-        records.retain(|r| r.seq >= oldest_held);
-        unknown_seqs.retain(|&seq| seq >= oldest_held);
-        stats.first_seq = records.first().map_or(0, |r| r.seq);
-        stats.valid = records.len() as u64;
-        stats.unknown_kind = unknown_seqs.len() as u64;
-        stats.lost_to_wrap = oldest_held.saturating_sub(1);
-        // A dead writer may have committed a record without publishing the count: the
-        // count can trail what the scan saw, never lead it.
-        let window_end = committed_at_start.min(stats.last_seq);
-        let window = window_end.saturating_add(1).saturating_sub(oldest_held);
-        let held = records.iter().map(|r| r.seq).chain(unknown_seqs.iter().copied());
-        stats.missing = window.saturating_sub(held.filter(|&seq| seq <= window_end).count() as u64);
-        (records, stats)
     }
 
     /// The runs of record slots below `end` that hold data, as `[from, to)` slot indexes:
@@ -449,34 +494,46 @@ impl RankLog {
 }
 
 /// What a record scan has found so far.
-struct Scan {
-    stats: ScanStats,
-    records: Vec<Record>,
-    unknown_seqs: Vec<u64>,
+/// The two read buffers of a scan, allocated once per scan.
+struct SlotChunks {
+    first: Vec<u8>,
+    second: Vec<u8>,
 }
 
-impl Scan {
-    /// Slot `i` of `slot_count`, read twice as `a` and `b`.
-    fn slot(&mut self, i: usize, slot_count: usize, a: &[u8], b: &[u8]) {
-        let seq = bytes::get_u64(a, 0);
-        if seq == 0 {
-            return;
-        }
-        let kind = bytes::get_u16(a, 8);
-        let len = (bytes::get_u16(a, 10) as usize).min(format::PAYLOAD_CAPACITY);
-        let payload = &a[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + len];
-        let whole = a == b
-            && (seq - 1) % slot_count as u64 == i as u64
-            && bytes::get_u32(a, 12) == format::record_crc(seq, kind, payload);
-        if !whole {
-            self.stats.invalid_slots += 1;
-            return;
-        }
-        match RecordBody::decode(kind, payload) {
-            Some(body) => self.records.push(Record { seq, body }),
-            None => self.unknown_seqs.push(seq),
+impl SlotChunks {
+    fn new() -> SlotChunks {
+        SlotChunks {
+            first: vec![0u8; SCAN_CHUNK_SLOTS * format::SLOT_SIZE],
+            second: vec![0u8; SCAN_CHUNK_SLOTS * format::SLOT_SIZE],
         }
     }
+}
+
+/// A whole record's slot: its sequence number, kind and payload.
+type WholeSlot<'a> = (u64, u16, &'a [u8]);
+
+/// Slot `i` of `slot_count`, read twice as `a` and `b`: `None` when empty, `Err` when the
+/// two copies differ, it sits in the wrong slot or its CRC fails.
+fn whole_slot<'a>(i: usize, slot_count: usize, a: &'a [u8], b: &[u8]) -> Option<Result<WholeSlot<'a>, ()>> {
+    let seq = bytes::get_u64(a, 0);
+    if seq == 0 {
+        return None;
+    }
+    let kind = bytes::get_u16(a, 8);
+    let len = (bytes::get_u16(a, 10) as usize).min(format::PAYLOAD_CAPACITY);
+    let payload = &a[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + len];
+    let whole = a == b
+        && (seq - 1) % slot_count as u64 == i as u64
+        && bytes::get_u32(a, 12) == format::record_crc(seq, kind, payload);
+    Some(if whole { Ok((seq, kind, payload)) } else { Err(()) })
+}
+
+/// `runs` (sorted slot ranges) reordered to start at slot `start` and wrap around, so a
+/// scan from there meets the records in sequence order.
+fn ring_order(runs: &[(usize, usize)], start: usize) -> Vec<(usize, usize)> {
+    let after = runs.iter().filter(|&&(_, to)| to > start).map(|&(from, to)| (from.max(start), to));
+    let before = runs.iter().filter(|&&(from, _)| from < start).map(|&(from, to)| (from, to.min(start)));
+    after.chain(before).collect()
 }
 
 /// `pread` until `buf` is full or the file ends; the bytes read.

@@ -59,6 +59,37 @@ pub mod kind {
     pub const PORT_COUNTERS: u16 = 21;
     /// A device context the verbs door (SF_VERBS=1) adopted, refused or saw closed.
     pub const VERBS_DEVICE: u16 = 22;
+
+    /// Each kind's name: the `kind` of its JSON form, and what `sf dump --kind` takes.
+    pub const NAMES: [(u16, &str); 22] = [
+        (NCCL_CALL, "nccl_call"),
+        (COMM_CREATED, "comm_created"),
+        (DROPS, "drops"),
+        (INJECTION, "injection"),
+        (HANG_EVIDENCE, "hang_evidence"),
+        (STEP_VECTOR, "step_vector"),
+        (SIDE_VALUE, "side_value"),
+        (PROF_OP, "prof_op"),
+        (PROF_PROXY, "prof_proxy"),
+        (PROF_NET, "prof_net"),
+        (KERNEL_NAME, "kernel_name"),
+        (KERNEL_CLUSTER, "kernel_cluster"),
+        (NCCL_KERNELS, "nccl_kernels"),
+        (STREAM_BUSY, "stream_busy"),
+        (STAGE_DEVICE, "stage_device"),
+        (CUPTI_STATUS, "cupti_status"),
+        (QP_WINDOW, "qp_window"),
+        (QP_STUCK, "qp_stuck"),
+        (QP_DEGRADED, "qp_degraded"),
+        (PORT_COUNTER_NAME, "port_counter_name"),
+        (PORT_COUNTERS, "port_counters"),
+        (VERBS_DEVICE, "verbs_device"),
+    ];
+
+    /// The code of a kind's name.
+    pub fn code(name: &str) -> Option<u16> {
+        NAMES.iter().find(|(_, n)| *n == name).map(|(code, _)| *code)
+    }
 }
 
 /// Stages one `step_vector` record carries; a step with more continues in further parts.
@@ -197,27 +228,48 @@ pub struct HangEvidence {
 /// One completed logical step of a rank: its ordered stage durations (part `part` of a
 /// step with more than `STAGES_PER_PART` stages). Stage ids resolve through the log's
 /// stage-name table; the residual `step.other_cpu_wall` is the last stage of the step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepVector {
     pub step: u64,
     pub t_begin_ns: u64,
     pub wall_ns: u64,
     /// How much the explicit stages exceeded the step's wall time (0 when they fit).
     pub overlap_ns: u64,
-    /// Hash of the step's ordered stage names: equal hashes, equal stage lists.
-    #[serde(serialize_with = "hex_u64")]
+    /// Hash of the step's ordered stage names: equal hashes, equal stage lists (hex in JSON).
     pub schema_hash: u64,
     pub part: u8,
     /// Stages in the whole step, over all parts.
     pub stages_total: u8,
     /// Ordered stages opened inside another ordered stage, rejected from the vector.
     pub nested_rejected: u16,
-    #[serde(skip)]
     pub count: u8,
-    #[serde(skip)]
     pub stage_ids: [u16; STAGES_PER_PART],
-    #[serde(skip)]
     pub durations_ns: [u64; STAGES_PER_PART],
+}
+
+/// JSON: the scalar fields, then `stages`, this part's `{stage_id, duration_ns}` in order
+/// (the ids resolve through the log's stage-name table, which `sf dump` adds).
+impl Serialize for StepVector {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        #[derive(Serialize)]
+        struct Stage {
+            stage_id: u16,
+            duration_ns: u64,
+        }
+        let stages: Vec<Stage> = self.stages().map(|(stage_id, duration_ns)| Stage { stage_id, duration_ns }).collect();
+        let mut st = s.serialize_struct("StepVector", 9)?;
+        st.serialize_field("step", &self.step)?;
+        st.serialize_field("t_begin_ns", &self.t_begin_ns)?;
+        st.serialize_field("wall_ns", &self.wall_ns)?;
+        st.serialize_field("overlap_ns", &self.overlap_ns)?;
+        st.serialize_field("schema_hash", &format!("{:#018x}", self.schema_hash))?;
+        st.serialize_field("part", &self.part)?;
+        st.serialize_field("stages_total", &self.stages_total)?;
+        st.serialize_field("nested_rejected", &self.nested_rejected)?;
+        st.serialize_field("stages", &stages)?;
+        st.end()
+    }
 }
 
 impl StepVector {
@@ -289,6 +341,35 @@ impl RecordBody {
             RecordBody::PortCounterName(_) => kind::PORT_COUNTER_NAME,
             RecordBody::PortCounters(_) => kind::PORT_COUNTERS,
             RecordBody::VerbsDevice(_) => kind::VERBS_DEVICE,
+        }
+    }
+
+    /// The host time of the record (`CLOCK_MONOTONIC` ns; when it began, for a call, a
+    /// step or a task); `None` for kinds that carry none (values, kernel windows, names).
+    pub fn t_ns(&self) -> Option<u64> {
+        match self {
+            RecordBody::NcclCall(c) => Some(c.t_enter_ns),
+            RecordBody::CommCreated(c) => Some(c.t_ns),
+            RecordBody::Drops(d) => Some(d.t_ns),
+            RecordBody::Injection(i) => Some(i.t_ns),
+            RecordBody::HangEvidence(h) => Some(h.t_ns),
+            RecordBody::StepVector(v) => Some(v.t_begin_ns),
+            RecordBody::ProfOp(p) => Some(p.t_start_ns),
+            RecordBody::ProfProxy(p) => Some(p.t_start_ns),
+            RecordBody::ProfNet(n) => Some(n.t_start_ns),
+            RecordBody::CuptiStatus(s) => Some(s.t_ns),
+            RecordBody::QpWindow(w) => Some(w.t_ns),
+            RecordBody::QpStuck(s) => Some(s.t_ns),
+            RecordBody::QpDegraded(d) => Some(d.t_ns),
+            RecordBody::PortCounterName(n) => Some(n.t_ns),
+            RecordBody::PortCounters(p) => Some(p.t_ns),
+            RecordBody::VerbsDevice(d) => Some(d.t_ns),
+            RecordBody::SideValue(_)
+            | RecordBody::KernelName(_)
+            | RecordBody::KernelCluster(_)
+            | RecordBody::NcclKernels(_)
+            | RecordBody::StreamBusy(_)
+            | RecordBody::StageDevice(_) => None,
         }
     }
 

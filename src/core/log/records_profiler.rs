@@ -19,6 +19,8 @@ pub struct ProfOp {
     pub comm_hash: u64,
     /// NCCL's per-communicator `seqNumber` (from 0) for collectives; for point-to-point
     /// tasks (which have none) the door's own per-communicator ordinal, from 0.
+    /// `nccl_seq` in JSON, apart from the record's own `seq`.
+    #[serde(rename = "nccl_seq")]
     pub seq: u64,
     pub count: u64,
     pub rank: i32,
@@ -48,6 +50,8 @@ pub struct ProfProxy {
     #[serde(serialize_with = "hex_u64")]
     pub comm_hash: u64,
     /// `seq` of the collective or point-to-point task this belongs to; u64::MAX unknown.
+    /// `nccl_seq` in JSON, apart from the record's own `seq`.
+    #[serde(rename = "nccl_seq")]
     pub seq: u64,
     /// Last `transSize` NCCL reported with a state.
     pub trans_size: u64,
@@ -81,6 +85,8 @@ pub struct ProfNet {
     pub t_stop_ns: u64,
     #[serde(serialize_with = "hex_u64")]
     pub comm_hash: u64,
+    /// `seq` of the task this belongs to; `nccl_seq` in JSON.
+    #[serde(rename = "nccl_seq")]
     pub seq: u64,
     #[serde(serialize_with = "hex_u64")]
     pub plugin_id: u64,

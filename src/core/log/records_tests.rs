@@ -128,6 +128,8 @@ fn every_kind_round_trips() {
         assert!(len <= PAYLOAD_CAPACITY);
         assert_eq!(RecordBody::decode(body.kind(), &buf[..len]), Some(body));
         assert_eq!(RecordBody::decode(body.kind(), &buf[..len - 1]), None, "short payload");
+        let json = serde_json::to_value(body).unwrap();
+        assert_eq!(kind::code(json["kind"].as_str().unwrap()), Some(body.kind()), "{json}");
     }
 }
 

@@ -144,6 +144,14 @@ pub fn proto_code(name: &[u8]) -> u8 {
 pub fn func_name(code: u8) -> &'static str {
     FUNC_NAMES.get(code as usize).copied().unwrap_or("?")
 }
+/// NCCL's name of an algorithm index (`ncclAlgoToString`); `?` when unknown.
+pub fn algo_name(code: u8) -> &'static str {
+    ALGO_NAMES.get(code as usize).copied().unwrap_or("?")
+}
+/// NCCL's name of a protocol index; `?` when unknown.
+pub fn proto_name(code: u8) -> &'static str {
+    PROTO_NAMES.get(code as usize).copied().unwrap_or("?")
+}
 
 /// What a startEvent descriptor said, in plain values.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -6,6 +6,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::core::capture::doors;
 use crate::core::capture::notice::say;
 use crate::core::capture::runtime;
 use crate::core::capture::thread_state::{self, ReentrancyGuard};
@@ -316,6 +317,7 @@ pub unsafe extern "C" fn ncclCommSplit(
 
 /// Lets the collector learn the NCCL version even if the application never asks for it.
 fn register_version_probe() {
+    doors::opened(doors::PRELOAD);
     if let Some(real) = real!(ncclGetVersion, fn(*mut c_int)) {
         runtime::register_version_probe(real);
     }

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::cupti::sys::{CUpti_CallbackDomain, CUpti_CallbackId};
 use cudarc::driver::sys::CUcontext;
 
+use crate::core::capture::doors;
 use crate::core::capture::runtime;
 use crate::core::kernels::cupti::{self, DoorCallbacks};
 use crate::doors::real_symbol::loaded_objects;
@@ -48,6 +49,7 @@ fn open() {
     let callbacks =
         DoorCallbacks { buffers: (Some(buffer_requested), Some(buffer_completed)), subscriber: Some(ignore_callback) };
     cupti::open(&rt.config.cupti, &loaded, callbacks);
+    doors::opened(doors::CUDA);
 }
 
 /// `CUpti_BuffersCallbackRequestFunc`: a pool buffer, or none (CUPTI then drops the

@@ -30,6 +30,7 @@ use abi::{
     NetPlugin, Plugin, ProxyOp,
 };
 
+use crate::core::capture::doors;
 use crate::core::capture::runtime;
 use crate::core::net::profiler::{self as core, ty, Qp, Start};
 use crate::doors::traced::shielded;
@@ -320,6 +321,9 @@ unsafe fn init_any(
         }
     }
     let recording = shielded(|| runtime::active().is_some()).unwrap_or(false);
+    if recording {
+        doors::opened(doors::PROFILER);
+    }
     let own = if recording { core::own_mask(settings.is_some_and(|s| s.kernel_ch)) } else { 0 };
     let opened = shielded(|| {
         core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize, chain_mask as u32 as u64)

@@ -25,6 +25,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::core::capture::clock::now_ticks;
+use crate::core::capture::doors;
 use crate::core::capture::notice::say;
 use crate::core::capture::runtime;
 use crate::core::net::verbs::{self, Completion, DeviceState, Originals, SendWr};
@@ -144,6 +145,7 @@ unsafe fn adopt(context: *mut IbvContext) {
     if runtime::active().is_none() || verbs::context(context as usize).is_some() {
         return;
     }
+    doors::opened(doors::VERBS);
     // SAFETY: the caller's contract; the ops table is inside the context.
     let ops = unsafe { &raw mut (*context).ops };
     // SAFETY: `ops` points into the live context; plain reads of three words.

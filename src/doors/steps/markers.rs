@@ -6,6 +6,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
+use crate::core::capture::doors;
 use crate::core::capture::runtime;
 use crate::core::steps::markers;
 use crate::doors::traced::shielded;
@@ -22,6 +23,7 @@ unsafe fn name_bytes<'a>(name: *const c_char) -> Option<&'a [u8]> {
 /// Opens logical step `step` (negative: the step after the last one).
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn sf_step_begin(step: i64) {
+    doors::opened(doors::MARKERS);
     shielded(|| markers::step_begin(step));
 }
 

@@ -15,6 +15,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::ptr::{addr_of, null_mut};
 
 use crate::core::capture::config::Config;
+use crate::core::capture::doors;
 use crate::core::steps::nvtx_ranges::{self, Message, NO_TRACKING};
 use crate::doors::traced::shielded;
 
@@ -309,6 +310,9 @@ unsafe fn attach(get_export_table: Option<GetExportTable>) -> c_int {
     ];
     // SAFETY: `get_module` is this module's, from its callbacks table.
     let filled = unsafe { fill(get_module, MODULE_CORE, &core) | fill(get_module, MODULE_CORE2, &core2) };
+    if filled {
+        doors::opened(doors::NVTX);
+    }
     filled as c_int
 }
 

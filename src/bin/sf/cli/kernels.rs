@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
+use super::GroupBy;
 use super::OutputArgs;
-use crate::commands::kernels::{KernelsOptions, RoleBy};
+use crate::commands::kernels::KernelsOptions;
 
 pub const LONG_ABOUT: &str = "\
 Find ranks whose GPU kernels run differently from their peers' (ARGUS L3), from the
@@ -14,8 +15,9 @@ CUDA_INJECTION64_PATH=/path/to/libstagefrontier.so.
 
 Per kernel name and rank, the KDE clusters (count, p50, p99) of every window in the log
 become one log-normal mixture: weights from the counts, mu = ln p50,
-sigma = ln(p99/p50) / 2.326. Among the ranks of one role (--role-by: all ranks, or ranks
-with the same local rank) with at least 4 ranks, the pairwise Wasserstein-1 distances
+sigma = ln(p99/p50) / 2.326. Among the ranks of one role (--group-by, as sf slow's: job,
+every rank; local-rank, ranks with the same local rank; host, ranks on one host) with at
+least 4 ranks, the pairwise Wasserstein-1 distances
 form a matrix; a rank's SCORE is its mean distance to the others. A rank is anomalous for
 a kernel when its score is above the IQR fence Q3 + k (Q3 - Q1) of the scores (--iqr-k,
 default 1.5) and at least 5% of the kernel's typical duration.
@@ -34,32 +36,27 @@ unreadable log, when the others show nothing).";
 pub const EXAMPLES: &str = "\
 Example: rank 5's GEMM runs 30% longer than on the other 7 ranks:
   $ sf kernels /dev/shm/stagefrontier-$(id -u)/job-7
-  /dev/shm/stagefrontier-1000/job-7: 8 ranks, 3 kernels compared (roles by all, IQR k 1.5): ANOMALOUS: rank 5 in gemm_bf16 (1 finding(s))
+  /dev/shm/stagefrontier-1000/job-7: 8 ranks, 3 kernels compared (grouped by job, IQR k 1.5): ANOMALOUS: rank 5 in gemm_bf16 (1 finding(s))
 
   RANK  GROUP  SCORE_US  FENCE_US  PAST_US  P50_US  GROUP_P50_US  KERNEL
-     5  all        14.3       2.1     12.2    65.0          50.0  gemm_bf16
+     5  job        14.3       2.1     12.2    65.0          50.0  gemm_bf16
   ...
 
 Examples:
   sf kernels JOBDIR; echo $?                         4 when a rank's kernel stands out
-  sf kernels JOBDIR --role-by local-rank --iqr-k 3   pipeline stages by GPU position, a wider fence
+  sf kernels JOBDIR --group-by local-rank --iqr-k 3  pipeline stages by GPU position, a wider fence
   sf kernels JOBDIR --json | jq '.anomalies[] | {rank, kernel, past_fence_ns}'
   sf kernels JOBDIR --json --matrix | jq '.comparisons[0].w1_ns'   the distances themselves";
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum RoleArg {
-    All,
-    LocalRank,
-}
 
 #[derive(Args)]
 pub struct KernelsArgs {
     /// Job directory holding the rank-*.sflog files
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
-    /// Which ranks are compared with each other: all of them, or those with the same local rank
-    #[arg(long, value_enum, default_value = "all")]
-    pub role_by: RoleArg,
+    /// Which ranks share a role and are compared with each other (as sf slow's; --role-by and
+    /// its value `all` still work)
+    #[arg(long, visible_alias = "role-by", value_name = "ROLE", value_enum, default_value = "job")]
+    pub group_by: GroupBy,
     /// IQR fence coefficient k: anomalous above Q3 + k (Q3 - Q1) of the ranks' scores
     #[arg(long, default_value_t = 1.5, value_parser = parse_k)]
     pub iqr_k: f64,
@@ -79,11 +76,7 @@ fn parse_k(v: &str) -> Result<f64, String> {
 
 impl KernelsArgs {
     pub fn options(&self) -> KernelsOptions {
-        let role_by = match self.role_by {
-            RoleArg::All => RoleBy::All,
-            RoleArg::LocalRank => RoleBy::LocalRank,
-        };
-        KernelsOptions { role_by, iqr_k: self.iqr_k, matrix: self.matrix }
+        KernelsOptions { group_by: self.group_by, iqr_k: self.iqr_k, matrix: self.matrix }
     }
 }
 
@@ -99,18 +92,26 @@ mod tests {
 
     #[test]
     fn takes_a_directory_a_role_and_a_fence() {
-        let defaults = KernelsOptions { role_by: RoleBy::All, iqr_k: 1.5, matrix: false };
+        let defaults = KernelsOptions { group_by: GroupBy::Job, iqr_k: 1.5, matrix: false };
         assert_eq!(
             parse("sf kernels job"),
             Ok(Command::Kernels { dir: PathBuf::from("job"), options: defaults, format: Format::Human })
         );
         assert_eq!(
-            parse("sf kernels job --json --role-by local-rank --iqr-k 3 --matrix"),
+            parse("sf kernels job --json --group-by local-rank --iqr-k 3 --matrix"),
             Ok(Command::Kernels {
                 dir: PathBuf::from("job"),
-                options: KernelsOptions { role_by: RoleBy::LocalRank, iqr_k: 3.0, matrix: true },
+                options: KernelsOptions { group_by: GroupBy::LocalRank, iqr_k: 3.0, matrix: true },
                 format: Format::Json
             })
+        );
+        // The older spelling: --role-by, and `all` for the whole job.
+        assert_eq!(parse("sf kernels job --role-by all"), parse("sf kernels job --group-by job"));
+        assert_eq!(parse("sf kernels job --role-by local-rank"), parse("sf kernels job --group-by local-rank"));
+        assert_eq!(
+            parse("sf kernels job --group-by host")
+                .map(|c| matches!(c, Command::Kernels { options: KernelsOptions { group_by: GroupBy::Host, .. }, .. })),
+            Ok(true)
         );
         assert_eq!(parse("sf kernels job --iqr-k=-1"), Err(ErrorKind::ValueValidation));
         assert_eq!(parse("sf kernels"), Err(ErrorKind::MissingRequiredArgument));

@@ -34,7 +34,7 @@ Example: rank 1 stops completing its work requests (a broken link), timeout 200 
   RANK  SOURCE    DEV     QP  POSTED  COMPLETED  IN_FLIGHT  ...  STUCK  DEGRADED
      0  profiler    0  0x100      80         80          0  ...      -         -
      1  profiler    0  0x101      41         40          1  ...      1         -
-  rank 1 QP 0x101 (profiler, device 0): stuck, a work request in flight 0.212 s at t=... ns \
+  rank 1 QP 0x101 (profiler, device 0): stuck, a work request in flight 0.212 s at 2026-11-23T08:51:18.123Z (t=... ns) \
 (timeout 0.200 s), 1 in flight after 40 completions; no completion since
   $ echo $?
   3

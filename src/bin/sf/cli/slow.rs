@@ -6,10 +6,12 @@ use clap::{Args, ValueEnum};
 
 use super::{non_negative, OutputArgs};
 
-/// Which ranks play the same role, and so are compared with each other.
+/// Which ranks play the same role, and so are compared with each other: `--group-by` of
+/// `sf slow` and `sf kernels` (whose older `--role-by all` still parses).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GroupBy {
     /// Every rank of the job: data parallelism, where all ranks do the same work.
+    #[value(alias = "all")]
     Job,
     /// Ranks with the same local rank (the same GPU index on every node): pipeline or
     /// tensor roles laid out by local rank.
@@ -24,6 +26,15 @@ impl GroupBy {
             GroupBy::Job => "job",
             GroupBy::LocalRank => "local_rank",
             GroupBy::Host => "host",
+        }
+    }
+
+    /// The group a rank belongs to, as reports name it: `job`, `local_rank N` or the host.
+    pub fn group_of(self, local_rank: i32, host: &str) -> String {
+        match self {
+            GroupBy::Job => "job".to_string(),
+            GroupBy::LocalRank => format!("local_rank {local_rank}"),
+            GroupBy::Host => host.to_string(),
         }
     }
 }

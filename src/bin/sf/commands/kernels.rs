@@ -16,30 +16,14 @@ use stagefrontier::core::log::records::RecordBody;
 
 use super::ls::FileError;
 use super::Failure;
+use crate::cli::GroupBy;
 use crate::discover;
 use crate::progress::Progress;
 
-/// Which ranks are compared with each other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RoleBy {
-    /// Every rank: data parallelism, where all ranks run the same kernels.
-    All,
-    /// Ranks with the same local rank (the same GPU position on their nodes).
-    LocalRank,
-}
-
-impl RoleBy {
-    fn name(self) -> &'static str {
-        match self {
-            RoleBy::All => "all",
-            RoleBy::LocalRank => "local_rank",
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelsOptions {
-    pub role_by: RoleBy,
+    /// Which ranks are compared with each other (`sf slow`'s groups).
+    pub group_by: GroupBy,
     /// The IQR fence coefficient (ARGUS's α).
     pub iqr_k: f64,
     /// Put each comparison's W1 matrix into the report.
@@ -53,6 +37,9 @@ impl Eq for KernelsOptions {}
 #[derive(Debug, Serialize)]
 pub struct KernelsReport {
     pub dir: String,
+    /// `job`, `local_rank` or `host`, as `sf slow`'s `group_by`.
+    pub group_by: &'static str,
+    /// The same as `group_by`, under its older name.
     pub role_by: &'static str,
     pub iqr_k: f64,
     /// Any rank log held kernel records.
@@ -142,6 +129,7 @@ pub struct StreamStats {
 struct RankInput {
     rank: i32,
     local_rank: i32,
+    host: String,
     clusters: BTreeMap<String, Vec<Cluster>>,
 }
 
@@ -149,7 +137,8 @@ pub fn build(dir: &Path, options: &KernelsOptions) -> Result<KernelsReport, Fail
     let files = discover::job_logs(dir, "kernels").map_err(Failure::Message)?;
     let mut report = KernelsReport {
         dir: dir.display().to_string(),
-        role_by: options.role_by.name(),
+        group_by: options.group_by.name(),
+        role_by: options.group_by.name(),
         iqr_k: options.iqr_k,
         kernel_records: false,
         kernels_compared: 0,
@@ -177,11 +166,7 @@ pub fn build(dir: &Path, options: &KernelsOptions) -> Result<KernelsReport, Fail
 
     let mut groups: BTreeMap<String, Vec<&RankInput>> = BTreeMap::new();
     for input in &inputs {
-        let key = match options.role_by {
-            RoleBy::All => "all".to_string(),
-            RoleBy::LocalRank => input.local_rank.to_string(),
-        };
-        groups.entry(key).or_default().push(input);
+        groups.entry(options.group_by.group_of(input.local_rank, &input.host)).or_default().push(input);
     }
     let mut params = L3Params::default();
     params.fence.alpha = options.iqr_k;
@@ -272,7 +257,12 @@ fn read_rank(log: &RankLog) -> (RankKernels, RankInput) {
         truncated_nccl: 0,
         untracked: 0,
     };
-    let mut input = RankInput { rank: header.global_rank, local_rank: header.local_rank, clusters: BTreeMap::new() };
+    let mut input = RankInput {
+        rank: header.global_rank,
+        local_rank: header.local_rank,
+        host: header.host.clone(),
+        clusters: BTreeMap::new(),
+    };
     let mut streams: BTreeMap<(u8, u32), (u64, usize, u64)> = BTreeMap::new();
     for r in &records {
         match &r.body {

@@ -9,11 +9,13 @@ use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, Reade
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
 use stagefrontier::core::capture::config::Config;
+use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::{RankLog, ReadError};
 
 use super::Failure;
 use crate::discover;
 use crate::progress::Progress;
+use crate::wall::rfc3339_ms;
 use stagefrontier::core::capture::host as local_host;
 
 /// The `--json` object; its field names are a contract.
@@ -52,6 +54,10 @@ pub struct RankRow {
     /// `major.minor.patch`, `None` until the library learned it.
     pub nccl_version: Option<String>,
     pub clock_source: &'static str,
+    /// The last heartbeat in UTC (RFC 3339); `None` when the writer never beat.
+    pub heartbeat_wall: Option<String>,
+    /// Doors open and injection variables set; `None` for a log of an older library.
+    pub doors: Option<Doors>,
 }
 
 #[derive(Debug, Serialize)]
@@ -76,6 +82,9 @@ pub struct Summary {
     pub dropped_total: u64,
     /// Logs whose history has holes, as (rank or file, events dropped, records missing).
     pub gaps: Vec<Gap>,
+    /// Why no rank can have step vectors from NVTX ranges, when none used the C API
+    /// markers either: the variable that was not set.
+    pub nvtx_note: Option<&'static str>,
 }
 
 #[derive(Debug)]
@@ -169,6 +178,8 @@ fn row(log: &RankLog, reader_host: &str) -> RankRow {
         format_version: h.format_version,
         nccl_version: nccl_version_string(live.nccl_version),
         clock_source: h.clock_source,
+        heartbeat_wall: (live.heartbeat_wall_ns != 0).then(|| rfc3339_ms(live.heartbeat_wall_ns)),
+        doors: live.doors,
     }
 }
 
@@ -192,6 +203,7 @@ fn summarize(ranks: &[RankRow]) -> Summary {
         unranked: ranks.len() - ranked().count(),
         dropped_total: ranks.iter().map(|r| r.dropped).sum(),
         gaps,
+        nvtx_note: no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())),
     }
 }
 
@@ -237,6 +249,8 @@ mod tests {
             format_version: 1,
             nccl_version: None,
             clock_source: "monotonic",
+            heartbeat_wall: None,
+            doors: None,
         }
     }
 

@@ -13,6 +13,7 @@ use super::ls::FileError;
 use super::Failure;
 use crate::discover;
 use crate::progress::Progress;
+use crate::wall::WallClock;
 
 /// The `--json` object; the field names the README lists are a contract.
 #[derive(Debug, Serialize)]
@@ -50,6 +51,9 @@ pub struct QpRef {
 pub struct RankNet {
     pub rank: i32,
     pub host: String,
+    /// Turns the log's monotonic times into UTC for people.
+    #[serde(skip)]
+    pub clock: WallClock,
     pub file: String,
     pub qps: Vec<QpReport>,
     /// RDMA port counters from sysfs (README "RDMA port counters").
@@ -218,6 +222,7 @@ fn rank_net(log: &RankLog) -> RankNet {
     RankNet {
         rank: log.header.global_rank,
         host: log.header.host.clone(),
+        clock: WallClock::of(&log.header),
         file: log.path().display().to_string(),
         qps,
         ports,

@@ -11,9 +11,9 @@ use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowP
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
-use super::step_vectors::{self, RankSteps, NO_STEP_VECTORS};
+use super::step_vectors::{self, RankSteps};
 use super::Failure;
-use crate::cli::{GroupBy, SlowOptions};
+use crate::cli::SlowOptions;
 
 /// The `--json` object; the field names the README lists are a contract.
 #[derive(Debug, Serialize)]
@@ -147,7 +147,7 @@ pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
                 options.skip_steps
             )
         } else {
-            NO_STEP_VECTORS.to_string()
+            step_vectors::no_step_vectors(&logs)
         };
         return Err(Failure::Message(format!("{}: {why}", dir.display())));
     }
@@ -185,11 +185,7 @@ fn series_of(logs: &[RankSteps], options: &SlowOptions) -> (Vec<String>, Vec<Ran
             without.push(r.rank);
             continue;
         }
-        let group = match options.group_by {
-            GroupBy::Job => "job".to_string(),
-            GroupBy::LocalRank => format!("local_rank {}", r.local_rank),
-            GroupBy::Host => r.host.clone(),
-        };
+        let group = options.group_by.group_of(r.local_rank, &r.host);
         let durations = steps
             .iter()
             .map(|s| {

@@ -6,16 +6,21 @@ use std::path::Path;
 
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::DeviceTime;
+use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{RecordBody, StepVector};
 
+use super::steps::seconds;
 use super::Failure;
 use crate::discover;
 use crate::progress::Progress;
+use crate::wall::WallClock;
 
 /// One complete step of one rank: wall and overlap time, and its stages by name.
 pub struct RankStep {
     pub step: u64,
+    /// `CLOCK_MONOTONIC` of the rank's host when the step began.
+    pub t_begin_ns: u64,
     pub wall_ns: u64,
     pub overlap_ns: u64,
     pub stages: Vec<(String, u64)>,
@@ -28,6 +33,9 @@ pub struct RankSteps {
     pub rank: u32,
     pub local_rank: i32,
     pub host: String,
+    pub clock: WallClock,
+    /// Which doors were open (`None`: a log of an older library).
+    pub doors: Option<Doors>,
     pub steps: Vec<RankStep>,
 }
 
@@ -55,6 +63,7 @@ pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), 
             .into_iter()
             .map(|(step, parts)| RankStep {
                 step,
+                t_begin_ns: parts[0].t_begin_ns,
                 wall_ns: parts[0].wall_ns,
                 overlap_ns: parts[0].overlap_ns,
                 stages: parts.iter().flat_map(|p| p.stages()).map(|(id, ns)| (name(id), ns)).collect(),
@@ -67,7 +76,14 @@ pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), 
             })
             .collect();
         let header = &log.header;
-        ranks.push(RankSteps { rank: rank as u32, local_rank: header.local_rank, host: header.host.clone(), steps });
+        ranks.push(RankSteps {
+            rank: rank as u32,
+            local_rank: header.local_rank,
+            host: header.host.clone(),
+            clock: WallClock::of(header),
+            doors: log.live().doors,
+            steps,
+        });
     }
     ranks.sort_by_key(|r| r.rank);
     Ok((ranks, world as usize))
@@ -83,24 +99,32 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
     let mut devices = Vec::new();
     for r in &ranks {
         for s in &r.steps {
-            overlaps.push((s.step, r.rank, s.overlap_ns as f64 / 1e9));
+            overlaps.push((s.step, r.rank, seconds(s.overlap_ns)));
             devices.extend(s.device.iter().map(|(name, device_ns, spill_ns)| {
-                let time = DeviceTime { device_s: *device_ns as f64 / 1e9, spill_s: *spill_ns as f64 / 1e9 };
+                let time = DeviceTime { device_s: seconds(*device_ns), spill_s: seconds(*spill_ns) };
                 (s.step, r.rank, name.clone(), time)
             }));
-            durations.extend(s.stages.iter().map(|(name, ns)| (s.step, r.rank, name.clone(), *ns as f64 / 1e9)));
+            durations.extend(s.stages.iter().map(|(name, ns)| (s.step, r.rank, name.clone(), seconds(*ns))));
         }
     }
     if durations.is_empty() {
-        return Err(fail(NO_STEP_VECTORS.into()));
+        return Err(fail(no_step_vectors(&ranks)));
     }
     durations.sort_by_key(|d| (d.0, d.1));
     csv::from_durations((0..world as u32).collect(), durations, overlaps, devices).map_err(|e| fail(e.to_string()))
 }
 
-/// What to say when a job's logs hold no stage vectors.
-pub const NO_STEP_VECTORS: &str =
-    "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)";
+/// What to say when a job's logs hold no stage vectors: what the job needs, and, when no
+/// rank used the C API markers, why NVTX ranges were not seen (the variable not set).
+pub fn no_step_vectors(ranks: &[RankSteps]) -> String {
+    let mut message =
+        "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)"
+            .to_string();
+    if let Some(note) = no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())) {
+        message += &format!("; {note}");
+    }
+    message
+}
 
 /// Per step, (stage id, device ns, spill ns) of every `stage_device` part held.
 type DeviceByStep = BTreeMap<u64, Vec<(u16, u64, u64)>>;

@@ -5,10 +5,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::human_frontier::{frontier_columns, window_head, window_rows, window_tail};
-use super::human_records::record_line;
 use super::table::{self, Align};
 use super::Output;
-use crate::commands::dump::DumpReport;
 use crate::commands::frontier::FrontierReport;
 use crate::commands::hang::{CommReport, HangReport, InjectionReport, RankReport};
 use crate::commands::ls::{Gap, LsReport, RankRow};
@@ -34,18 +32,6 @@ impl<W: Write> Output for Human<W> {
         }
         for line in summary_lines(report) {
             writeln!(self.out, "{line}")?;
-        }
-        self.out.flush()
-    }
-
-    fn dump(&mut self, report: &DumpReport) -> io::Result<()> {
-        writeln!(
-            self.out,
-            "{:>8}  {:>12}  {:<12}  {:<21}  {:<18}  {:>8}  {:>12}  {:<10}  {:>14}  {:<6}  {:>12}  RESULT",
-            "SEQ", "TIME_S", "KIND", "OP", "COMM", "COMM_SEQ", "COUNT", "DTYPE", "BYTES", "REDOP", "DUR_US"
-        )?;
-        for record in &report.records {
-            writeln!(self.out, "{}", record_line(record, report.header.base_mono_ns))?;
         }
         self.out.flush()
     }
@@ -90,13 +76,14 @@ impl<W: Write> Output for Human<W> {
     }
 }
 
-const LS_COLUMNS: [(&str, Align); 14] = [
+const LS_COLUMNS: [(&str, Align); 16] = [
     ("RANK", Align::Right),
     ("WORLD", Align::Right),
     ("HOST", Align::Left),
     ("PID", Align::Right),
     ("LIVENESS", Align::Left),
     ("HEARTBEAT", Align::Right),
+    ("LAST_BEAT", Align::Left),
     ("COMMITTED", Align::Right),
     ("HELD", Align::Right),
     ("WRAPPED", Align::Right),
@@ -105,6 +92,7 @@ const LS_COLUMNS: [(&str, Align); 14] = [
     ("COMMS", Align::Right),
     ("SCHEMA", Align::Right),
     ("NCCL", Align::Left),
+    ("DOORS", Align::Left),
 ];
 
 fn rank_cells(r: &RankRow) -> Vec<String> {
@@ -116,6 +104,7 @@ fn rank_cells(r: &RankRow) -> Vec<String> {
         r.pid.to_string(),
         json_name(&r.liveness),
         r.heartbeat_age_s.map_or_else(|| "never".to_string(), age),
+        r.heartbeat_wall.clone().unwrap_or_else(|| "-".to_string()),
         r.committed.to_string(),
         r.held.to_string(),
         r.lost_to_wrap.to_string(),
@@ -124,6 +113,9 @@ fn rank_cells(r: &RankRow) -> Vec<String> {
         r.comms.to_string(),
         r.schema.to_string(),
         r.nccl_version.clone().unwrap_or_else(|| "-".to_string()),
+        r.doors
+            .as_ref()
+            .map_or_else(|| "?".to_string(), |d| if d.open.is_empty() { "-".to_string() } else { d.open.join(",") }),
     ]
 }
 
@@ -182,6 +174,9 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
             line += "; events are dropped when the library's ring is full, SF_RING_EVENTS makes it larger";
         }
         lines.push(line);
+    }
+    if let Some(note) = s.nvtx_note {
+        lines.push(format!("note: no step markers seen; {note}"));
     }
     if !s.duplicated_ranks.is_empty() {
         let claims: Vec<String> =
@@ -523,7 +518,9 @@ fn injection(i: &InjectionReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::human_records::record_line;
     use super::*;
+    use crate::commands::dump::LogNames;
     use crate::commands::ls::Summary;
     use stagefrontier::core::comms::nccl_op::NcclOp;
     use stagefrontier::core::log::reader::Record;
@@ -595,14 +592,15 @@ mod tests {
             result: 0,
             group_depth: 0,
         };
-        let line = record_line(&Record { seq: 3, body: RecordBody::NcclCall(call) }, 1_000_000_000);
+        let names = LogNames::new(Vec::new());
+        let line = record_line(&Record { seq: 3, body: RecordBody::NcclCall(call) }, 1_000_000_000, &names);
         let words: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(
             words[..12].join(" "),
             "3 1.000000 nccl_call allreduce 0x0000000000000abc 7 1024 float32 4096 sum 12.500 ncclSuccess"
         );
         let group_end = NcclCall { op: NcclOp::GroupEnd, comm_id: 0, ..call };
-        let words: Vec<String> = record_line(&Record { seq: 4, body: RecordBody::NcclCall(group_end) }, 0)
+        let words: Vec<String> = record_line(&Record { seq: 4, body: RecordBody::NcclCall(group_end) }, 0, &names)
             .split_whitespace()
             .map(str::to_string)
             .collect();

@@ -4,9 +4,13 @@ use stagefrontier::core::comms::nccl_op::{dtype_name, redop_name, result_name};
 use stagefrontier::core::log::reader::Record;
 use stagefrontier::core::log::records::{NcclCall, RecordBody};
 
-use super::human::json_name;
+use stagefrontier::core::net::profiler::{algo_name, func_name, proto_name};
 
-pub(super) fn record_line(record: &Record, base_mono_ns: u64) -> String {
+use super::human::json_name;
+use crate::commands::dump::LogNames;
+
+/// `names` resolves the stage and value ids of step vectors and side values.
+pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) -> String {
     let since_start = |t_ns: u64| format!("{:.6}", (t_ns as i128 - base_mono_ns as i128) as f64 / 1e9);
     let seq = record.seq;
     match &record.body {
@@ -56,7 +60,7 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64) -> String {
         ),
         RecordBody::StepVector(v) => {
             let stages: Vec<String> =
-                v.stages().map(|(id, ns)| format!("stage#{id}={:.3}ms", ns as f64 / 1e6)).collect();
+                v.stages().map(|(id, ns)| format!("{}={:.3}ms", names.stage(id), ns as f64 / 1e6)).collect();
             format!(
                 "{seq:>8}  {:>12}  {:<12}  step={} part={} wall={:.3}ms overlap={:.3}ms nested_rejected={}  {}",
                 since_start(v.t_begin_ns),
@@ -70,25 +74,25 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64) -> String {
             )
         }
         RecordBody::SideValue(v) => {
-            format!("{seq:>8}  {:>12}  {:<12}  step={} name#{}={}", "-", "side_value", v.step, v.name_id, v.value)
+            format!("{seq:>8}  {:>12}  {:<12}  step={} {}={}", "-", "side_value", v.step, names.stage(v.name_id), v.value)
         }
         RecordBody::ProfOp(p) => format!(
-            "{seq:>8}  {:>12}  {:<12}  func#{} nccl_comm={:#018x} seq={} count={} dtype={} peer={} algo#{} proto#{} nchannels={} abi=v{}",
+            "{seq:>8}  {:>12}  {:<12}  {} nccl_comm={:#018x} nccl_seq={} count={} dtype={} peer={} algo={} proto={} nchannels={} abi=v{}",
             since_start(p.t_start_ns),
             if p.p2p { "prof_p2p" } else { "prof_coll" },
-            p.func,
+            func_name(p.func),
             p.comm_hash,
             p.seq,
             p.count,
             p.dtype,
             p.peer,
-            p.algo,
-            p.proto,
+            algo_name(p.algo),
+            proto_name(p.proto),
             p.n_channels,
             p.abi
         ),
         RecordBody::ProfProxy(p) => format!(
-            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} seq={} channel={} peer={} send={} step={} states={:#x} trans_size={}",
+            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} nccl_seq={} channel={} peer={} send={} step={} states={:#x} trans_size={}",
             since_start(p.t_start_ns),
             ["prof_proxy_op", "prof_step", "prof_kernel_ch"].get(p.unit as usize).unwrap_or(&"prof_proxy"),
             p.comm_hash,
@@ -101,7 +105,7 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64) -> String {
             p.trans_size
         ),
         RecordBody::ProfNet(n) => format!(
-            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} seq={} plugin={:#x} dev={} qp={} wr_id={} opcode={} length={}",
+            "{seq:>8}  {:>12}  {:<12}  nccl_comm={:#018x} nccl_seq={} plugin={:#x} dev={} qp={} wr_id={} opcode={} length={}",
             since_start(n.t_start_ns),
             "prof_net",
             n.comm_hash,

@@ -25,11 +25,11 @@ fn human<W: Write>(out: &mut W, report: &KernelsReport) -> io::Result<()> {
     };
     writeln!(
         out,
-        "{}: {} ranks, {} kernels compared (roles by {}, IQR k {}): {verdict}",
+        "{}: {} ranks, {} kernels compared (grouped by {}, IQR k {}): {verdict}",
         report.dir,
         report.ranks.len(),
         report.kernels_compared,
-        report.role_by,
+        report.group_by,
         report.iqr_k
     )?;
     if !report.anomalies.is_empty() {

@@ -1,5 +1,6 @@
 //! Output formats. Each command's report is computed once; an `Output` only formats it.
 
+pub mod dump;
 mod human;
 mod human_frontier;
 mod human_kernels;
@@ -9,6 +10,7 @@ mod json;
 pub mod kernels;
 pub mod net;
 pub mod slow;
+pub mod steps;
 mod table;
 
 use std::io::{self, Write};
@@ -17,14 +19,12 @@ use serde::Serialize;
 use stagefrontier::core::log::reader::ScanStats;
 
 use crate::cli::Format;
-use crate::commands::dump::DumpReport;
 use crate::commands::frontier::FrontierReport;
 use crate::commands::hang::HangReport;
 use crate::commands::ls::LsReport;
 
 pub trait Output {
     fn ls(&mut self, report: &LsReport) -> io::Result<()>;
-    fn dump(&mut self, report: &DumpReport) -> io::Result<()>;
     fn frontier(&mut self, report: &FrontierReport) -> io::Result<()>;
     fn hang(&mut self, report: &HangReport) -> io::Result<()>;
 }

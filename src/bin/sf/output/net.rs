@@ -125,8 +125,9 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
         for s in &q.stuck {
             writeln!(
                 out,
-                "{name}: stuck, a work request in flight {:.3} s at t={} ns (timeout {:.3} s), {} in flight after {} completions; {}",
+                "{name}: stuck, a work request in flight {:.3} s at {} (t={} ns) (timeout {:.3} s), {} in flight after {} completions; {}",
                 s.age_s,
+                r.clock.rfc3339(s.t_ns),
                 s.t_ns,
                 s.timeout_s,
                 s.in_flight,
@@ -137,12 +138,13 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
         for d in &q.degraded {
             writeln!(
                 out,
-                "{name}: degraded, window {} GB/s against baseline {} GB/s ({:.0}% below, threshold {:.0}%) for {} windows at t={} ns",
+                "{name}: degraded, window {} GB/s against baseline {} GB/s ({:.0}% below, threshold {:.0}%) for {} windows at {} (t={} ns)",
                 gbps(d.window_bps),
                 gbps(d.baseline_bps),
                 (1.0 - d.window_bps as f64 / d.baseline_bps.max(1) as f64) * 100.0,
                 d.threshold * 100.0,
                 d.windows,
+                r.clock.rfc3339(d.t_ns),
                 d.t_ns
             )?;
         }
@@ -152,8 +154,16 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
 
 fn samples<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
     for (r, q) in qps(ranks) {
-        writeln!(out, "\nrank {} QP {:#x} ({}, device {}), one row per sample:", r.rank, q.qp_num, q.source, q.device)?;
         let t0 = q.series.first().map_or(0, |s| s.t_ns);
+        writeln!(
+            out,
+            "\nrank {} QP {:#x} ({}, device {}), one row per sample, T_S from {} (t={t0} ns):",
+            r.rank,
+            q.qp_num,
+            q.source,
+            q.device,
+            r.clock.rfc3339(t0)
+        )?;
         let rows: Vec<Vec<String>> = q
             .series
             .iter()

@@ -1,0 +1,103 @@
+//! `sf steps`: the per-rank, per-step stage vectors of a job, for export.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::frontier::StageMap;
+use super::step_vectors;
+use super::Failure;
+
+/// The `--json` object; `--csv` and the table are written from it too.
+#[derive(Debug, Serialize)]
+pub struct StepsReport {
+    pub dir: String,
+    /// World size the headers record.
+    pub world: usize,
+    /// Every stage, in order of first appearance (step, then rank, then the vector's order):
+    /// the order `sf frontier` uses.
+    pub stages: Vec<String>,
+    pub ranks: Vec<RankReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RankReport {
+    pub rank: u32,
+    pub local_rank: i32,
+    pub host: String,
+    pub steps: Vec<StepReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StepReport {
+    pub step: u64,
+    pub t_begin_ns: u64,
+    /// The step's start in UTC (RFC 3339), from the log's clock calibration.
+    pub start: Option<String>,
+    pub wall_s: f64,
+    pub overlap_s: f64,
+    /// Seconds per stage, in the rank's order.
+    pub stages: StageMap<f64>,
+    /// Device and spill seconds per stage, for steps the CUDA door sampled; else empty.
+    pub device: StageMap<DeviceReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeviceReport {
+    pub device_s: f64,
+    pub spill_s: f64,
+}
+
+/// Seconds of a nanosecond count: the one conversion `sf frontier` reading the logs uses
+/// too, so an exported CSV reads back to the same numbers.
+pub fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+pub fn build(dir: &Path) -> Result<StepsReport, Failure> {
+    let (ranks, world) = step_vectors::read_ranks(dir, "steps")?;
+    let mut steps: Vec<(u64, u32, &String)> = Vec::new();
+    for r in &ranks {
+        for s in &r.steps {
+            steps.extend(s.stages.iter().map(|(name, _)| (s.step, r.rank, name)));
+        }
+    }
+    if steps.is_empty() {
+        return Err(Failure::Message(format!("{}: {}", dir.display(), step_vectors::no_step_vectors(&ranks))));
+    }
+    // By step, then rank (stable: each vector's own order stays).
+    steps.sort_by_key(|&(step, rank, _)| (step, rank));
+    let mut stages: Vec<String> = Vec::new();
+    for (_, _, name) in steps {
+        if !stages.contains(name) {
+            stages.push(name.clone());
+        }
+    }
+    let ranks = ranks
+        .into_iter()
+        .map(|r| RankReport {
+            rank: r.rank,
+            local_rank: r.local_rank,
+            host: r.host,
+            steps: r
+                .steps
+                .into_iter()
+                .map(|s| StepReport {
+                    step: s.step,
+                    t_begin_ns: s.t_begin_ns,
+                    start: r.clock.wall_ns(s.t_begin_ns).map(crate::wall::rfc3339_ms),
+                    wall_s: seconds(s.wall_ns),
+                    overlap_s: seconds(s.overlap_ns),
+                    stages: StageMap(s.stages.into_iter().map(|(name, ns)| (name, seconds(ns))).collect()),
+                    device: StageMap(
+                        s.device
+                            .into_iter()
+                            .map(|(name, d, sp)| (name, DeviceReport { device_s: seconds(d), spill_s: seconds(sp) }))
+                            .collect(),
+                    ),
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(StepsReport { dir: dir.display().to_string(), world, stages, ranks })
+}

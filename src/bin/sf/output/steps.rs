@@ -1,0 +1,69 @@
+//! `sf steps`' output: a table, one JSON object, or the long CSV `sf frontier --csv` reads.
+
+use std::io::{self, Write};
+
+use super::table::{self, Align};
+use crate::cli::{Format, StepsFormat};
+use crate::commands::steps::StepsReport;
+
+pub fn write<W: Write>(format: StepsFormat, out: W, report: &StepsReport) -> io::Result<()> {
+    match format {
+        StepsFormat::Json => super::report(Format::Json, out, report, |_, _| Ok(())),
+        StepsFormat::Human => super::report(Format::Human, out, report, human),
+        StepsFormat::Csv => csv(out, report),
+    }
+}
+
+fn human<W: Write>(out: &mut W, report: &StepsReport) -> io::Result<()> {
+    let steps: usize = report.ranks.iter().map(|r| r.steps.len()).sum();
+    writeln!(out, "{}: {} ranks, {steps} rank steps, {} stages", report.dir, report.ranks.len(), report.stages.len())?;
+    let mut columns: Vec<(&str, Align)> =
+        vec![("RANK", Align::Right), ("STEP", Align::Right), ("START", Align::Left), ("WALL_S", Align::Right)];
+    columns.extend(report.stages.iter().map(|s| (s.as_str(), Align::Right)));
+    let mut rows = Vec::new();
+    for r in &report.ranks {
+        for s in &r.steps {
+            let mut row = vec![
+                r.rank.to_string(),
+                s.step.to_string(),
+                s.start.clone().unwrap_or_else(|| "-".into()),
+                format!("{:.6}", s.wall_s),
+            ];
+            row.extend(report.stages.iter().map(|name| {
+                s.stages.0.iter().find(|(n, _)| n == name).map_or_else(|| "-".to_string(), |(_, v)| format!("{v:.6}"))
+            }));
+            rows.push(row);
+        }
+    }
+    table::write(out, &columns, &rows)
+}
+
+/// Rows by step, then rank, each vector's stages in its order: first appearance gives
+/// `sf frontier --csv` the stage order it uses on the logs. Numbers are written in full
+/// (Rust's shortest round-trip form), so they read back exactly.
+fn csv<W: Write>(out: W, report: &StepsReport) -> io::Result<()> {
+    let device = report.ranks.iter().flat_map(|r| &r.steps).any(|s| !s.device.0.is_empty());
+    let mut rows: Vec<(u64, u32, &crate::commands::steps::StepReport)> =
+        report.ranks.iter().flat_map(|r| r.steps.iter().map(move |s| (s.step, r.rank, s))).collect();
+    rows.sort_by_key(|&(step, rank, _)| (step, rank));
+    let mut w = ::csv::Writer::from_writer(out);
+    let mut header = vec!["step", "rank", "stage", "seconds", "overlap_seconds"];
+    if device {
+        header.extend(["device_seconds", "spill_seconds"]);
+    }
+    w.write_record(&header)?;
+    for (step, rank, s) in rows {
+        for (stage, seconds) in &s.stages.0 {
+            let mut record =
+                vec![step.to_string(), rank.to_string(), stage.clone(), seconds.to_string(), s.overlap_s.to_string()];
+            if device {
+                match s.device.0.iter().find(|(n, _)| n == stage) {
+                    Some((_, d)) => record.extend([d.device_s.to_string(), d.spill_s.to_string()]),
+                    None => record.extend([String::new(), String::new()]),
+                }
+            }
+            w.write_record(&record)?;
+        }
+    }
+    w.flush()
+}
