@@ -9,7 +9,7 @@
 //! ```
 
 use std::ffi::c_int;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -25,8 +25,8 @@ use crate::core::comms::comm_table::CommTable;
 use crate::core::comms::inject::Injector;
 use crate::core::log::format::{live, WriterState};
 use crate::core::log::mapping::SharedMap;
-use crate::core::log::reader::RankLog;
-use crate::core::log::writer::{HeaderInfo, LogWriter};
+use crate::core::log::place;
+use crate::core::log::writer::HeaderInfo;
 use crate::core::steps::stage_names::StageNames;
 
 const UNINIT: u8 = 0;
@@ -193,15 +193,26 @@ fn build() -> Option<Runtime> {
         slot_count: config.log_records,
         ring_capacity: ring.capacity() as u32,
     };
-    let dir = config.log_root.join(&identity.job_id);
-    let path = dir.join(identity.file_name(pid));
-    let writer = match create_log(&dir, &path, &info) {
-        Ok(writer) => writer,
+    let request = place::Request {
+        config: &config,
+        info,
+        job_id: &identity.job_id,
+        file_name: identity.file_name(pid),
+        local_ranks: place::local_ranks(|name| std::env::var(name).ok(), identity.world_size),
+        speaks_for_node: speaks_for_node(&identity),
+        runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+    };
+    let placed = match place::create(&request) {
+        Ok(placed) => placed,
         Err(message) => {
             say(&format!("{message}; not recording, the job continues unaffected"));
             return None;
         }
     };
+    for note in &placed.notes {
+        say(note);
+    }
+    let writer = placed.writer;
     let map = writer.map();
     Some(Runtime {
         ring,
@@ -221,35 +232,9 @@ fn build() -> Option<Runtime> {
     })
 }
 
-/// Creates the rank's log. An existing one from a process that is gone (an earlier
-/// attempt of the same job) is kept as `<name>.prev`; one whose writer still runs belongs
-/// to another live process with the same identity (an exec'd helper), which must not be
-/// disturbed.
-fn create_log(dir: &Path, path: &Path, info: &HeaderInfo) -> Result<LogWriter, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create log directory {}: {e}", dir.display()))?;
-    for _attempt in 0..2 {
-        match LogWriter::create(path, info) {
-            Ok(writer) => return Ok(writer),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if let Some(owner) = live_owner(path, info.host) {
-                    return Err(format!("{} is being written by live process {owner}", path.display()));
-                }
-                let mut previous = PathBuf::from(path);
-                previous.as_mut_os_string().push(".prev");
-                std::fs::rename(path, &previous).map_err(|e| format!("cannot move aside {}: {e}", path.display()))?;
-            }
-            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
-        }
-    }
-    Err(format!("cannot create {}: it keeps reappearing", path.display()))
-}
-
-fn live_owner(path: &Path, host: &str) -> Option<u32> {
-    let log = RankLog::open(path).ok()?;
-    let pid = log.header.pid;
-    let running = log.live().writer_state == Some(WriterState::Running);
-    let exists = host::process_exists(pid);
-    (log.header.host == host && running && exists && pid != std::process::id()).then_some(pid)
+/// Local rank 0 speaks for its node (a process with no local rank, for itself).
+fn speaks_for_node(identity: &Identity) -> bool {
+    identity.local_rank == 0 || (identity.local_rank < 0 && identity.global_rank <= 0)
 }
 
 extern "C" fn flush_at_exit() {
