@@ -80,9 +80,12 @@ fn kind(mode: libc::mode_t) -> &'static str {
 
 /// The open error of a name that must not be followed, in words.
 fn open_error(path: &Path, e: io::Error) -> DirError {
+    use std::os::unix::fs::MetadataExt;
     match e.raw_os_error() {
-        Some(libc::ELOOP) => DirError::Refused(format!("{} is a symbolic link", path.display())),
-        Some(libc::ENOTDIR) => DirError::Refused(format!("{} is not a directory", path.display())),
+        Some(libc::ELOOP | libc::ENOTDIR) => {
+            let what = std::fs::symlink_metadata(path).map_or("not a directory", |m| kind(m.mode()));
+            DirError::Refused(format!("{} is {what}, not a directory", path.display()))
+        }
         _ => DirError::Unavailable(format!("cannot open {}: {e}", path.display())),
     }
 }
@@ -312,7 +315,7 @@ mod tests {
         assert!(matches!(&e, DirError::Refused(m) if m.contains("symbolic link")), "{e:?}");
         std::fs::write(base.join("file"), b"").unwrap();
         let e = PrivateDir::open_root(&base.join("file"), 0o700).err().unwrap();
-        assert!(matches!(&e, DirError::Refused(m) if m.contains("not a directory")), "{e:?}");
+        assert!(matches!(&e, DirError::Refused(m) if m.contains("is a regular file, not a directory")), "{e:?}");
         std::fs::remove_dir_all(&base).unwrap();
     }
 }
