@@ -10,6 +10,7 @@ pub mod event;
 pub mod host;
 pub mod identity;
 pub mod notice;
+pub mod once;
 pub mod ring;
 pub mod runtime;
 pub mod thread_state;

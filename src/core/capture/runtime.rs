@@ -10,8 +10,8 @@
 
 use std::ffi::c_int;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::core::capture::clock::{self, Calibration};
 use crate::core::capture::collector::{self, Collector};
@@ -57,8 +57,28 @@ pub struct Runtime {
     pub world_comm: AtomicU64,
     /// `ncclCommInitAll` calls so far, to tell their communicators apart.
     pub init_all_calls: AtomicU64,
-    pub collector: Mutex<Collector>,
+    /// The exit handler's request to the collector thread, and its answer.
+    pub exit: ExitHandshake,
+    /// The collector thread, for the exit handler to wake (a leaked `Thread`, set once).
+    collector_thread: AtomicPtr<std::thread::Thread>,
     map: &'static SharedMap,
+}
+
+/// How the exit handler gets the collector's last round without ever waiting unbounded:
+/// it raises `requested`; the collector, at its next wake-up (one heartbeat at most),
+/// flushes and raises `done`. The handler waits `exit_wait` and then lets the process
+/// exit whatever the collector is doing (blocked reading a file, or in a CUPTI flush on a
+/// wedged GPU).
+#[derive(Default)]
+pub struct ExitHandshake {
+    pub requested: AtomicBool,
+    /// The collector will not write again: it flushed, stopped, or panicked.
+    pub done: AtomicBool,
+}
+
+/// How long the exit handler waits for the collector: two heartbeats, at most 1 s.
+pub fn exit_wait(heartbeat_ms: u64) -> Duration {
+    Duration::from_millis((2 * heartbeat_ms).min(1000))
 }
 
 impl Runtime {
@@ -76,6 +96,12 @@ impl Runtime {
 
     pub fn count_comm_overflow(&self) {
         self.map.atomic_u64(live::COMM_TABLE_OVERFLOW).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether this is the process that created the runtime. A child made by a raw
+    /// `clone()` (no fork handlers ran) shares the log's mapping and must never write it.
+    pub fn in_owner_process(&self) -> bool {
+        std::process::id() == self.pid
     }
 
     /// Called by the collector thread, never from a hook.
@@ -115,6 +141,19 @@ pub fn active() -> Option<&'static Runtime> {
     None
 }
 
+/// The runtime for a hook's slow path (communicator creation and teardown): as `active`,
+/// but a process that is not the runtime's owner (a raw `clone()` child, which no fork
+/// handler switched off) turns recording off for itself here, before it writes anything
+/// into its parent's communicator table. One `getpid` per slow call, never per NCCL call.
+pub fn owner() -> Option<&'static Runtime> {
+    let rt = active()?;
+    if rt.in_owner_process() {
+        return Some(rt);
+    }
+    disable_in_child();
+    None
+}
+
 pub fn is_active() -> bool {
     STATE.load(Ordering::Acquire) == ACTIVE
 }
@@ -127,12 +166,17 @@ pub fn is_disabled() -> bool {
 
 /// Stops recording for good after an internal error; the job runs on.
 pub fn disable(reason: &str) {
+    stop(WriterState::Disabled, reason);
+}
+
+/// Stops recording for good, leaving `state` in the log header for readers.
+pub fn stop(state: WriterState, reason: &str) {
     if STATE.swap(DISABLED, Ordering::AcqRel) == ACTIVE {
         let rt = RUNTIME.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !rt.is_null() {
             // SAFETY: as in `active`.
             let rt = unsafe { &*rt };
-            rt.map.atomic_u64(live::WRITER_STATE).store(WriterState::Disabled as u64, Ordering::Release);
+            rt.map.atomic_u64(live::WRITER_STATE).store(state as u64, Ordering::Release);
         }
         say(&format!("recording stopped: {reason}; the job continues unaffected"));
     }
@@ -144,17 +188,23 @@ fn start() -> Option<&'static Runtime> {
         return None;
     }
     match std::panic::catch_unwind(build) {
-        Ok(Some(rt)) => {
+        Ok(Some((rt, collector))) => {
             let rt: &'static Runtime = Box::leak(Box::new(rt));
             RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
-            let spawned = std::thread::Builder::new().name("sf-collector".into()).spawn(move || collector::run(rt));
-            if let Err(e) = spawned {
-                disable(&format!("cannot start the collector thread: {e}"));
-                return None;
+            let spawned =
+                std::thread::Builder::new().name("sf-collector".into()).spawn(move || collector::run(rt, collector));
+            match spawned {
+                Ok(handle) => {
+                    let thread = Box::into_raw(Box::new(handle.thread().clone()));
+                    rt.collector_thread.store(thread, Ordering::Release);
+                }
+                Err(e) => {
+                    rt.exit.done.store(true, Ordering::Release);
+                    disable(&format!("cannot start the collector thread: {e}"));
+                    return None;
+                }
             }
-            // SAFETY: registering a plain extern "C" fn with no arguments.
-            unsafe { libc::atexit(flush_at_exit) };
             Some(rt)
         }
         Ok(None) => {
@@ -169,7 +219,7 @@ fn start() -> Option<&'static Runtime> {
     }
 }
 
-fn build() -> Option<Runtime> {
+fn build() -> Option<(Runtime, Collector)> {
     let (config, warnings) = Config::from_env();
     if config.disabled {
         return None;
@@ -214,7 +264,7 @@ fn build() -> Option<Runtime> {
     }
     let writer = placed.writer;
     let map = writer.map();
-    Some(Runtime {
+    let runtime = Runtime {
         ring,
         comms: CommTable::in_map(map),
         stage_names: StageNames::in_map(map),
@@ -227,9 +277,11 @@ fn build() -> Option<Runtime> {
         injector,
         world_comm: AtomicU64::new(0),
         init_all_calls: AtomicU64::new(0),
-        collector: Mutex::new(Collector::new(writer)),
+        exit: ExitHandshake::default(),
+        collector_thread: AtomicPtr::new(std::ptr::null_mut()),
         map,
-    })
+    };
+    Some((runtime, Collector::new(writer)))
 }
 
 /// Local rank 0 speaks for its node (a process with no local rank, for itself).
@@ -237,15 +289,22 @@ fn speaks_for_node(identity: &Identity) -> bool {
     identity.local_rank == 0 || (identity.local_rank < 0 && identity.global_rank <= 0)
 }
 
+/// At exit: asks the collector for its last round and waits for it, within `exit_wait`.
 extern "C" fn flush_at_exit() {
     if !is_active() {
         return;
     }
     let _ = std::panic::catch_unwind(|| {
-        if let Some(rt) = active() {
-            if let Ok(mut collector) = rt.collector.lock() {
-                collector.finish(rt, WriterState::Exited as u64);
-            }
+        let Some(rt) = active().filter(|rt| rt.in_owner_process()) else { return };
+        rt.exit.requested.store(true, Ordering::Release);
+        let thread = rt.collector_thread.load(Ordering::Acquire);
+        if !thread.is_null() {
+            // SAFETY: a leaked Box<Thread>, stored once and never freed.
+            unsafe { &*thread }.unpark();
+        }
+        let deadline = Instant::now() + exit_wait(rt.config.heartbeat_ms);
+        while !rt.exit.done.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
         }
     });
 }
@@ -257,10 +316,15 @@ extern "C" fn disable_in_child() {
     RUNTIME.store(std::ptr::null_mut(), Ordering::Release);
 }
 
-/// Runs when the library is loaded, before `main`: only registers the fork handler.
+/// Runs when the library is loaded, before `main`: registers the fork handler and the exit
+/// handler, here rather than on the first NCCL call, so that no lock inside libc is taken
+/// while the job's threads may be forking.
 extern "C" fn on_load() {
-    // SAFETY: registering plain extern "C" fns; pthread_atfork copies the pointers.
-    unsafe { libc::pthread_atfork(None, None, Some(disable_in_child)) };
+    // SAFETY: registering plain extern "C" fns; pthread_atfork and atexit copy the pointers.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(disable_in_child));
+        libc::atexit(flush_at_exit);
+    }
 }
 
 #[used]
