@@ -98,7 +98,7 @@ pub fn create(req: &Request) -> Result<Placed, String> {
         };
         let mut placed = create_in_job(req, &job, records)?;
         if req.speaks_for_node {
-            if let Some(note) = fit_note(req, root_path, &passed_over, records) {
+            if let Some(note) = fit_note(req, root_path, &passed_over, records, fsize) {
                 placed.notes.insert(0, note);
             }
         }
@@ -111,7 +111,7 @@ pub fn create(req: &Request) -> Result<Placed, String> {
 }
 
 /// The line local rank 0 prints when the library chose a smaller log or another place.
-fn fit_note(req: &Request, root: &Path, passed_over: &[String], records: u32) -> Option<String> {
+fn fit_note(req: &Request, root: &Path, passed_over: &[String], records: u32, fsize: Option<u64>) -> Option<String> {
     let default = req.config.log_records;
     let size = format!(
         "each rank keeps {records} records ({}){}",
@@ -123,6 +123,12 @@ fn fit_note(req: &Request, root: &Path, passed_over: &[String], records: u32) ->
             "{}; logging to {} instead, {size}; set SF_LOG_DIR to choose",
             passed_over.join("; "),
             root.display()
+        ))
+    } else if records < default && fsize.is_some_and(|limit| format::file_len(default) as u64 > limit) {
+        Some(format!(
+            "the file-size limit (ulimit -f) of {} is below a log of {default} records ({}); {size}; set SF_LOG_RECORDS to choose",
+            mib(fsize.unwrap_or(0)),
+            mib(format::file_len(default) as u64)
         ))
     } else if records < default {
         Some(format!(
