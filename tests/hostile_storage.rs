@@ -122,7 +122,7 @@ fn a_dev_shm_too_small_for_any_log_falls_back_to_a_per_user_directory() {
     let args = trainer_args(2, 5);
     // A private mount namespace in which /dev/shm is a 300 KiB tmpfs: fakenccl's own
     // segment fits, two 1024-record logs (x2) do not.
-    let mut cmd = preloaded(&Path::new("unshare"), Path::new("/unused"), "job");
+    let mut cmd = preloaded(Path::new("unshare"), Path::new("/unused"), "job");
     cmd.env_remove("SF_LOG_DIR")
         .env("XDG_RUNTIME_DIR", &runtime_dir.0)
         .args([
