@@ -123,7 +123,7 @@ fn a_root_others_may_write_is_refused_and_a_new_tree_is_private() {
     // ... and 0750/0640 with SF_LOG_MODE=group, whatever the umask.
     let group = base.join("group");
     job_within_a_minute(
-        preloaded(&Path::new("sh"), &group, "job")
+        preloaded(Path::new("sh"), &group, "job")
             .env("SF_LOG_MODE", "group")
             .args(["-c", "umask 077 && exec \"$@\"", "sh"])
             .arg(trainer_sim())
