@@ -61,7 +61,8 @@ pub fn log_root(test: &str) -> PathBuf {
 }
 
 /// A command with the library preloaded and logs going to `root/<job>/`. The caller's
-/// SF_* variables are cleared so the test decides every setting.
+/// SF_* variables are cleared so the test decides every setting; SF_QUIET=1 keeps the
+/// start line out of the stderr tests read (a test of that line removes it).
 pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
     let mut cmd = Command::new(program);
     for (key, _) in std::env::vars() {
@@ -70,7 +71,7 @@ pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
             cmd.env_remove(key);
         }
     }
-    cmd.env("LD_PRELOAD", library()).env("SF_LOG_DIR", root).env("SF_JOB_ID", job);
+    cmd.env("LD_PRELOAD", library()).env("SF_LOG_DIR", root).env("SF_JOB_ID", job).env("SF_QUIET", "1");
     cmd
 }
 

@@ -23,6 +23,32 @@ pub fn logs_in(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(logs)
 }
 
+/// An earlier attempt of a job, kept by the library as `<job dir>/attempt-N/`.
+#[derive(Debug, serde::Serialize)]
+pub struct Attempt {
+    pub attempt: u32,
+    pub dir: String,
+    pub logs: usize,
+}
+
+/// The earlier attempts kept in the job directory `dir`, oldest first. The logs directly
+/// in `dir` are the latest attempt, which every command reads unless given `attempt-N/`.
+pub fn attempts_in(dir: &Path) -> Vec<Attempt> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut attempts: Vec<Attempt> = entries
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let attempt = path.file_name()?.to_str()?.strip_prefix("attempt-")?.parse().ok()?;
+            let logs = logs_in(&path).ok()?.len();
+            (logs > 0).then(|| Attempt { attempt, dir: path.display().to_string(), logs })
+        })
+        .collect();
+    attempts.sort_by_key(|a| a.attempt);
+    attempts
+}
+
 /// Subdirectories of `dir` that hold logs: when `dir` itself holds none, it is probably
 /// the log root and these are its jobs.
 pub fn job_dirs_in(dir: &Path) -> Vec<PathBuf> {

@@ -6,6 +6,7 @@
 pub mod clock;
 pub mod collector;
 pub mod config;
+pub mod doors_open;
 pub mod event;
 pub mod host;
 pub mod identity;

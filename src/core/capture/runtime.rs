@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::core::capture::clock::{self, Calibration};
 use crate::core::capture::collector::{self, Collector};
 use crate::core::capture::config::{ClockChoice, Config};
+use crate::core::capture::doors_open::{doors_open, our_library_path};
 use crate::core::capture::event::Event;
 use crate::core::capture::host;
 use crate::core::capture::identity::{self, Identity};
@@ -261,6 +262,11 @@ fn build() -> Option<(Runtime, Collector)> {
     };
     for note in &placed.notes {
         say(note);
+    }
+    if request.speaks_for_node && !config.quiet {
+        let doors = doors_open(|name| std::env::var(name).ok(), &our_library_path());
+        let doors = if doors.is_empty() { "none named".to_string() } else { doors.join(", ") };
+        say(&format!("recording rank logs in {} (doors: {doors})", placed.dir.display()));
     }
     let writer = placed.writer;
     let map = writer.map();
