@@ -131,6 +131,21 @@ fn a_root_others_may_write_is_refused_and_a_new_tree_is_private() {
     );
     assert_eq!((mode(&group), mode(&group.join("job"))), (0o750, 0o750));
     assert!(rank_logs(&group, "job").iter().all(|l| mode(l) == 0o640));
+
+    // Sharing with an operator group: a setgid root in that group hands it down the tree.
+    if !is_root() {
+        return skip("a_root_others_may_write... (operator group)", "chgrp to another group needs root");
+    }
+    let shared = base.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::os::unix::fs::chown(&shared, None, Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o2750)).unwrap();
+    job_within_a_minute(preloaded(&trainer_sim(), &shared, "job").env("SF_LOG_MODE", "group").args(&args));
+    let gid = |p: &Path| std::fs::metadata(p).unwrap().gid();
+    assert_eq!((mode(&shared.join("job")), gid(&shared.join("job"))), (0o2750, NOBODY));
+    let logs = rank_logs(&shared, "job");
+    assert_eq!(logs.len(), 2);
+    assert!(logs.iter().all(|l| mode(l) == 0o640 && gid(l) == NOBODY), "the operators' group may read every log");
 }
 
 fn mkfifo(path: &Path) {

@@ -3,8 +3,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// A rank log by name: `rank-NNNNN.sflog` or `pid-N.sflog`. The `.sflog.prev` kept from an
-/// earlier attempt of the job ends otherwise and is left out.
+/// A rank log by name: `rank-NNNNN.sflog` or `pid-N.sflog` (or `rank-NNNNN.p<pid>.sflog`
+/// where something else had the name). A `.sflog.prev` left by older versions of the
+/// library ends otherwise and is left out.
 fn is_log_name(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "sflog")
 }

@@ -174,6 +174,9 @@ impl PrivateDir {
             )));
         }
         if created {
+            // Keep a setgid bit inherited from the parent: it is what hands the operators'
+            // group down the tree (README, Security).
+            let mode = mode | (st.st_mode & libc::S_ISGID);
             // SAFETY: fchmod on our open descriptor.
             unsafe { libc::fchmod(self.fd.as_raw_fd(), mode) };
         }
