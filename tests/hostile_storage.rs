@@ -45,6 +45,19 @@ fn a_log_that_cannot_be_reserved_leaves_the_job_untouched_and_says_why_once_per_
 }
 
 #[test]
+fn a_temporary_file_left_by_a_killed_creation_is_removed() {
+    let root = log_root("stale-tmp");
+    let job = root.join("job");
+    std::fs::create_dir_all(&job).unwrap();
+    let stale = job.join(format!("rank-00000.sflog.{}.tmp", dead_pid()));
+    std::fs::write(&stale, b"half-made log").unwrap();
+    run_ok(preloaded(&trainer_sim(), &root, "job").args(trainer_args(2, 2)));
+    assert!(!stale.exists(), "the dead process's temporary file is gone");
+    assert_eq!(rank_logs(&root, "job").len(), 2);
+    no_temporary_files(&root);
+}
+
+#[test]
 fn a_tmpfs_that_fills_up_after_creation_never_faults_the_job() {
     let fs = match Tmpfs::mount("fills", "8m") {
         Ok(fs) => fs,

@@ -296,13 +296,13 @@ pub fn comm_ended(handle: u64) {
 /// `ncclCommUserRank`/`ncclCommCount` told the application a rank or size; keep it, since
 /// a split communicator's are not known at creation without asking NCCL.
 pub fn observed_comm_shape(handle: u64, rank: Option<i32>, nranks: Option<i32>) {
-    let Some(slot) = runtime::owner().and_then(|rt| rt.comms.find(handle)) else { return };
+    let Some(slot) = runtime::active().and_then(|rt| rt.comms.find(handle)) else { return };
     let (old_rank, old_nranks) = slot.rank();
     slot.set_rank(rank.unwrap_or(old_rank), nranks.unwrap_or(old_nranks));
 }
 
 pub fn observed_nccl_version(version: i32) {
-    if let Some(rt) = runtime::owner() {
+    if let Some(rt) = runtime::active() {
         rt.set_nccl_version(version);
     }
 }
