@@ -79,6 +79,30 @@ fn a_fifo_in_the_sysfs_tree_neither_stalls_sampling_nor_holds_up_exit() {
 }
 
 #[test]
+fn a_collector_blocked_for_ever_does_not_hold_up_exit() {
+    let root = log_root("collector-stall");
+    let args = trainer_args(2, 5);
+    let plain_start = Instant::now();
+    let plain = plain_checksum(&args);
+    let plain_elapsed = plain_start.elapsed();
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(&args).env("SF_TEST_FAULT", "collector-stall").env("SF_HEARTBEAT_MS", "100");
+    // Before: the exit handler waited on the collector's lock for ever.
+    let (out, elapsed) = output_within(&mut cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(checksum(&out), plain);
+    // Each rank's exit waits 200 ms; the rest is a loaded machine's noise.
+    assert!(
+        elapsed < plain_elapsed + Duration::from_secs(10),
+        "{elapsed:?} against {plain_elapsed:?} without the library"
+    );
+    for path in rank_logs(&root, "job") {
+        let log = RankLog::open(&path).unwrap();
+        assert_eq!(log.live().writer_state, Some(WriterState::Running), "no flush happened, and none is claimed");
+    }
+}
+
+#[test]
 fn a_fork_while_another_thread_initialises_the_library_does_not_hang_the_child() {
     let exe = compile_against_fakenccl("fork_clone.c", "fork-clone-init");
     let root = log_root("fork-init");

@@ -170,8 +170,12 @@ pub fn run(rt: &'static Runtime, mut collector: Collector) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // A process that is not the runtime's owner must not write its log (see owner()).
         while runtime::is_active() && rt.in_owner_process() {
-            if rt.config.test_fault == Some(TestFault::CollectorPanic) {
-                panic!("SF_TEST_FAULT=collector-panic");
+            match rt.config.test_fault {
+                Some(TestFault::CollectorPanic) => panic!("SF_TEST_FAULT=collector-panic"),
+                Some(TestFault::CollectorStall) => loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                },
+                _ => {}
             }
             if rt.exit.requested.load(Ordering::Acquire) {
                 collector.finish(rt, WriterState::Exited as u64);

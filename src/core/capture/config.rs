@@ -68,7 +68,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_CUPTI_BUFFERS", "16", "CUPTI activity buffers allocated once at init (2..256)"),
     ("SF_CUPTI_BUFFER_KB", "1024", "size of each CUPTI activity buffer in KiB (4..65536)"),
     ("SF_CUPTI_CORRELATION", "0", "1 also records CUDA runtime calls, linking each kernel to its launch"),
-    ("SF_TEST_FAULT", "unset", "for the library's own tests only: collector-panic, or slow-init=<ms>"),
+    ("SF_TEST_FAULT", "unset", "for the library's own tests only: collector-panic, collector-stall or slow-init=<ms>"),
 ];
 
 /// Who may read the logs (`SF_LOG_MODE`).
@@ -101,6 +101,9 @@ impl LogMode {
 pub enum TestFault {
     /// The collector thread panics in its first round.
     CollectorPanic,
+    /// The collector thread blocks for ever in its first round, as in a CUPTI flush on a
+    /// wedged GPU.
+    CollectorStall,
     /// Reading the settings takes this long, to widen the window a fork can land in.
     SlowInit { ms: u64 },
 }
@@ -224,8 +227,14 @@ impl Config {
             let slow = v.strip_prefix("slow-init=").and_then(|ms| ms.parse().ok()).filter(|ms| *ms <= 10_000);
             match (v.as_str(), slow) {
                 ("collector-panic", _) => cfg.test_fault = Some(TestFault::CollectorPanic),
+                ("collector-stall", _) => cfg.test_fault = Some(TestFault::CollectorStall),
                 (_, Some(ms)) => cfg.test_fault = Some(TestFault::SlowInit { ms }),
-                _ => s.warn("SF_TEST_FAULT", &v, "collector-panic or slow-init=<ms up to 10000>", "none"),
+                _ => s.warn(
+                    "SF_TEST_FAULT",
+                    &v,
+                    "collector-panic, collector-stall or slow-init=<ms up to 10000>",
+                    "none",
+                ),
             }
         }
         if let Some(v) = s.text("SF_JOB_ID") {
@@ -484,6 +493,7 @@ mod tests {
     #[test]
     fn test_faults() {
         assert_eq!(parse(&[("SF_TEST_FAULT", "collector-panic")]).0.test_fault, Some(TestFault::CollectorPanic));
+        assert_eq!(parse(&[("SF_TEST_FAULT", "collector-stall")]).0.test_fault, Some(TestFault::CollectorStall));
         assert_eq!(parse(&[("SF_TEST_FAULT", "slow-init=300")]).0.test_fault, Some(TestFault::SlowInit { ms: 300 }));
         let (cfg, warnings) = parse(&[("SF_TEST_FAULT", "slow-init=99999")]);
         assert_eq!((cfg.test_fault, warnings.len()), (None, 1));
