@@ -152,13 +152,20 @@ fn a_raw_clone_child_writes_nothing_into_its_parents_log() {
 #[test]
 fn a_panic_in_the_collector_is_recorded_and_the_job_runs_on() {
     let root = log_root("collector-panic");
-    let args = trainer_args(2, 10);
-    let out = run_ok(preloaded(&trainer_sim(), &root, "job").args(&args).env("SF_TEST_FAULT", "collector-panic"));
+    let args: Vec<String> = ["--ranks", "2", "--steps", "20", "--stage-ms", "data=5,fwd=0,bwd=0,callbacks=0,optim=0"]
+        .map(String::from)
+        .to_vec();
+    let out = run_ok(
+        preloaded(&trainer_sim(), &root, "job")
+            .args(&args)
+            .env("SF_TEST_FAULT", "collector-panic")
+            .env("RUST_BACKTRACE", "1"),
+    );
     assert_eq!(checksum(&out), plain_checksum(&args), "the job's results are unchanged");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let stopped =
-        stderr.lines().filter(|l| l.starts_with("stagefrontier: recording stopped: the collector thread panicked"));
-    assert_eq!(stopped.count(), 2, "one line per rank: {stderr}");
+    let expected = "stagefrontier: recording stopped: the collector thread panicked (SF_TEST_FAULT=collector-panic); recorded in the log header; the job continues unaffected";
+    assert_eq!(stderr.lines().filter(|l| *l == expected).count(), 2, "one line per rank: {stderr}");
+    assert!(!stderr.contains("panicked at") && !stderr.contains("backtrace"), "only the library's line: {stderr}");
     let logs = rank_logs(&root, "job");
     assert_eq!(logs.len(), 2);
     for path in logs {

@@ -167,6 +167,7 @@ impl Collector {
 pub fn run(rt: &'static Runtime, mut collector: Collector) {
     let period = Duration::from_millis(rt.config.heartbeat_ms);
     let busy = rt.ring.capacity() / 4;
+    quiet_panics_in_collector();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // A process that is not the runtime's owner must not write its log (see owner()).
         while runtime::is_active() && rt.in_owner_process() {
@@ -190,11 +191,35 @@ pub fn run(rt: &'static Runtime, mut collector: Collector) {
             }
         }
     }));
-    if outcome.is_err() {
-        runtime::stop(WriterState::CollectorPanicked, "the collector thread panicked (recorded in the log header)");
+    if let Err(payload) = outcome {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let what = crate::core::capture::config::clip(what.as_bytes()).0;
+        runtime::stop(
+            WriterState::CollectorPanicked,
+            &format!("the collector thread panicked ({what}); recorded in the log header"),
+        );
     }
     rt.exit.done.store(true, Ordering::Release);
 }
+
+/// The library's own panics in this thread are reported by `run` in its one line, not by
+/// the default hook's several. The hook is this library's copy of std's, so a Rust host
+/// program's own hook is not touched; panics on other threads still reach the old hook.
+fn quiet_panics_in_collector() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() != Some(THREAD_NAME) {
+            previous(info);
+        }
+    }));
+}
+
+/// The collector thread's name, as `runtime::start` gives it.
+pub const THREAD_NAME: &str = "sf-collector";
 
 /// The wall times of the last `WINDOW` steps, in a fixed ring.
 struct StepTimes {

@@ -193,8 +193,9 @@ fn start() -> Option<&'static Runtime> {
             let rt: &'static Runtime = Box::leak(Box::new(rt));
             RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
-            let spawned =
-                std::thread::Builder::new().name("sf-collector".into()).spawn(move || collector::run(rt, collector));
+            let spawned = std::thread::Builder::new()
+                .name(collector::THREAD_NAME.into())
+                .spawn(move || collector::run(rt, collector));
             match spawned {
                 Ok(handle) => {
                     let thread = Box::into_raw(Box::new(handle.thread().clone()));
