@@ -79,8 +79,14 @@ pub fn create(req: &Request) -> Result<Placed, String> {
             check_fsize(req.config.log_records, fsize)?
         } else {
             let (total, free) = job.space().unwrap_or((u64::MAX, u64::MAX));
-            let room = free.saturating_add(job_logs_bytes(&job));
-            match fitting_records(req.config.log_records, req.local_ranks, total, room, fsize) {
+            let fit = |room| fitting_records(req.config.log_records, req.local_ranks, total, room, fsize);
+            // The logs already there are counted only when the free space alone falls
+            // short (on a shared filesystem with thousands of ranks it never does).
+            let fitted = match fit(free) {
+                Some(records) if records == req.config.log_records => Some(records),
+                _ => fit(free.saturating_add(job_logs_bytes(&job, req.local_ranks))),
+            };
+            match fitted {
                 Some(records) => records,
                 None => {
                     check_fsize(MIN_RECORDS, fsize)?;
@@ -200,11 +206,13 @@ fn check_fsize(records: u32, fsize: Option<u64>) -> Result<u32, String> {
     }
 }
 
-/// Bytes allocated to this job's rank logs directly in `job` (regular files of ours).
-fn job_logs_bytes(job: &PrivateDir) -> u64 {
+/// Bytes allocated to this job's rank logs directly in `job` (regular files of ours), at
+/// most a few per local rank.
+fn job_logs_bytes(job: &PrivateDir, local_ranks: u32) -> u64 {
     job.names()
         .iter()
         .filter(|n| n.ends_with(".sflog"))
+        .take(4 * local_ranks as usize + 16)
         .filter_map(|n| match job.entry(n) {
             Entry::OurFile(file) => {
                 use std::os::unix::fs::MetadataExt;

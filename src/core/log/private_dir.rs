@@ -216,12 +216,40 @@ impl PrivateDir {
         }
     }
 
-    /// Names in this directory (read through the descriptor, not the path).
+    /// Names in this directory, sorted (read through the descriptor, not the path).
     pub fn names(&self) -> Vec<String> {
-        let listed = std::fs::read_dir(format!("/proc/self/fd/{}", self.fd.as_raw_fd()));
-        let mut names: Vec<String> = listed
-            .map(|entries| entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-            .unwrap_or_default();
+        let mut names = Vec::new();
+        let dot = c".";
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        // SAFETY: a second descriptor of this directory, for fdopendir to own.
+        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), dot.as_ptr(), flags) };
+        if fd < 0 {
+            return names;
+        }
+        // SAFETY: fdopendir takes ownership of a valid directory descriptor.
+        let dir = unsafe { libc::fdopendir(fd) };
+        if dir.is_null() {
+            // SAFETY: fdopendir failed, so the descriptor is still ours to close.
+            unsafe { libc::close(fd) };
+            return names;
+        }
+        loop {
+            // SAFETY: readdir on a stream from fdopendir; the entry is valid until the next
+            // call, and its name is NUL-terminated.
+            let entry = unsafe { libc::readdir(dir) };
+            if entry.is_null() {
+                break;
+            }
+            // SAFETY: as above.
+            let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) };
+            if let Ok(name) = name.to_str() {
+                if name != "." && name != ".." {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        // SAFETY: closes the stream (and its descriptor) opened above.
+        unsafe { libc::closedir(dir) };
         names.sort();
         names
     }
