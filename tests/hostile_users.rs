@@ -205,6 +205,17 @@ fn what_is_at_a_rank_logs_name_and_is_not_our_log_is_left_alone() {
     if foreign_owner {
         assert_eq!(std::fs::metadata(job.join("rank-00003.sflog")).unwrap().uid(), NOBODY);
     }
+
+    // The next attempt steps around again, and keeps this one's logs as an earlier attempt.
+    job_within_a_minute(preloaded(&trainer_sim(), &root, "job").args(&args));
+    let stepped: Vec<PathBuf> = std::fs::read_dir(&job)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(".p"))
+        .collect();
+    assert_eq!(stepped.len(), lines.len(), "one log per stepped-around rank at the top: {stepped:?}");
+    let archived = std::fs::read_dir(job.join("attempt-1")).unwrap().count();
+    assert_eq!(archived, lines.len(), "the first attempt's logs are in attempt-1");
 }
 
 #[test]

@@ -233,6 +233,7 @@ fn create_in_job(req: &Request, job: &PrivateDir, records: u32) -> Result<Placed
     let info = HeaderInfo { slot_count: records, ..req.info };
     let file_mode = req.config.log_mode.file_mode();
     remove_stale_staging(job, &req.file_name);
+    archive_stepped_around(req, job)?;
     let mut notes = Vec::new();
     let mut name = req.file_name.clone();
     for _attempt in 0..3 {
@@ -246,7 +247,9 @@ fn create_in_job(req: &Request, job: &PrivateDir, records: u32) -> Result<Placed
                         old.pid
                     ))
                 }
-                Some(_) => archive(job, &name, req.config.keep_attempts, req.config.log_mode.dir_mode())?,
+                Some(_) => {
+                    archive(job, &req.file_name, &name, req.config.keep_attempts, req.config.log_mode.dir_mode())?
+                }
                 None => {
                     name = step_around(
                         job,
@@ -321,35 +324,59 @@ fn remove_stale_staging(job: &PrivateDir, name: &str) {
     }
 }
 
-/// Moves an earlier attempt's log into `attempt-N/` (N one more than the newest attempt
-/// holding this rank's log), then removes this rank's oldest attempts beyond `keep` in
-/// all (the new log counts as one).
-fn archive(job: &PrivateDir, name: &str, keep: u32, dir_mode: u32) -> Result<(), String> {
+/// Whether `entry` names one of the logs of the rank whose log name is `name`: `name`
+/// itself, or `<stem>.p<pid>.sflog` written where something else had the name.
+fn is_rank_log_name(entry: &str, name: &str) -> bool {
+    let pid = name
+        .strip_suffix(".sflog")
+        .and_then(|stem| entry.strip_prefix(stem))
+        .and_then(|rest| rest.strip_prefix(".p"))
+        .and_then(|rest| rest.strip_suffix(".sflog"));
+    entry == name || pid.is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Moves an earlier attempt's log `moving` (this rank's, whose log name is `name`) into
+/// `attempt-N/`, N one more than the newest attempt holding a log of this rank, then
+/// removes this rank's oldest attempts beyond `keep` in all (the new log counts as one).
+fn archive(job: &PrivateDir, name: &str, moving: &str, keep: u32, dir_mode: u32) -> Result<(), String> {
+    let holds_rank = |dir: &PrivateDir| dir.names().iter().any(|n| is_rank_log_name(n, name));
     let mut held: Vec<u32> = job
         .names()
         .iter()
         .filter_map(|n| n.strip_prefix("attempt-")?.parse().ok())
-        .filter(|n: &u32| {
-            job.subdir(&format!("attempt-{n}"), dir_mode).is_ok_and(|d| matches!(d.entry(name), Entry::OurFile(_)))
-        })
+        .filter(|n: &u32| job.subdir(&format!("attempt-{n}"), dir_mode).is_ok_and(|d| holds_rank(&d)))
         .collect();
     held.sort_unstable();
-    let old = job.path().join(name);
+    let old = job.path().join(moving);
     if keep <= 1 {
-        job.remove(name);
+        job.remove(moving);
     } else {
         let next = held.last().map_or(1, |n| n + 1);
         let dir = job.subdir(&format!("attempt-{next}"), dir_mode).map_err(|e| e.message().to_string())?;
-        job.move_to(name, &dir, name).map_err(|e| format!("cannot move {} aside: {e}", old.display()))?;
+        job.move_to(moving, &dir, moving).map_err(|e| format!("cannot move {} aside: {e}", old.display()))?;
         held.push(next);
     }
     let excess = held.len().saturating_sub(keep.saturating_sub(1) as usize);
     for n in &held[..excess] {
         let dir_name = format!("attempt-{n}");
         if let Ok(dir) = job.subdir(&dir_name, dir_mode) {
-            dir.remove(name);
+            dir.names().iter().filter(|e| is_rank_log_name(e, name)).for_each(|e| dir.remove(e));
         }
         job.remove_empty_dir(&dir_name);
+    }
+    Ok(())
+}
+
+/// Logs this rank wrote under another name in earlier attempts (`<stem>.p<pid>.sflog`) go
+/// to `attempt-N/` like any earlier attempt's.
+fn archive_stepped_around(req: &Request, job: &PrivateDir) -> Result<(), String> {
+    let (name, mode) = (&req.file_name, req.config.log_mode.dir_mode());
+    for entry in job.names().iter().filter(|e| *e != name && is_rank_log_name(e, name)) {
+        if let Entry::OurFile(file) = job.entry(entry) {
+            if probe(&file).is_some_and(|old| !old.is_live_elsewhere(req.info.host)) {
+                archive(job, name, entry, req.config.keep_attempts, mode)?;
+            }
+        }
     }
     Ok(())
 }
@@ -409,6 +436,17 @@ mod tests {
         assert_eq!(fitting_records(65_536, 1, 24 << 30, 24 << 30, Some(default_len)), Some(65_536));
         assert_eq!(fitting_records(65_536, 1, 24 << 30, 24 << 30, Some(default_len - 1)), Some(32_768));
         assert_eq!(fitting_records(65_536, 1, 24 << 30, 24 << 30, Some(4096)), None);
+    }
+
+    #[test]
+    fn a_ranks_log_names() {
+        let name = "rank-00003.sflog";
+        for yes in ["rank-00003.sflog", "rank-00003.p42.sflog"] {
+            assert!(is_rank_log_name(yes, name), "{yes}");
+        }
+        for no in ["rank-00030.sflog", "rank-00003.p.sflog", "rank-00003.px.sflog", "rank-00003.sflog.1.tmp"] {
+            assert!(!is_rank_log_name(no, name), "{no}");
+        }
     }
 
     #[test]
