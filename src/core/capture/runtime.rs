@@ -200,6 +200,11 @@ fn start() -> Option<&'static Runtime> {
                 Ok(handle) => {
                     let thread = Box::into_raw(Box::new(handle.thread().clone()));
                     rt.collector_thread.store(thread, Ordering::Release);
+                    // Registered now, not at load: exit handlers run in reverse order, so
+                    // this one runs before those of CUDA and NCCL, registered earlier, and
+                    // the last CUPTI flush happens while the driver is still there.
+                    // SAFETY: registering a plain extern "C" fn with no arguments.
+                    unsafe { libc::atexit(flush_at_exit) };
                 }
                 Err(e) => {
                     rt.exit.done.store(true, Ordering::Release);
@@ -323,15 +328,10 @@ extern "C" fn disable_in_child() {
     RUNTIME.store(std::ptr::null_mut(), Ordering::Release);
 }
 
-/// Runs when the library is loaded, before `main`: registers the fork handler and the exit
-/// handler, here rather than on the first NCCL call, so that no lock inside libc is taken
-/// while the job's threads may be forking.
+/// Runs when the library is loaded, before `main`: only registers the fork handler.
 extern "C" fn on_load() {
-    // SAFETY: registering plain extern "C" fns; pthread_atfork and atexit copy the pointers.
-    unsafe {
-        libc::pthread_atfork(None, None, Some(disable_in_child));
-        libc::atexit(flush_at_exit);
-    }
+    // SAFETY: registering plain extern "C" fns; pthread_atfork copies the pointers.
+    unsafe { libc::pthread_atfork(None, None, Some(disable_in_child)) };
 }
 
 #[used]
