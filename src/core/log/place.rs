@@ -63,10 +63,10 @@ pub fn create(req: &Request) -> Result<Placed, String> {
     let fsize = fsize_limit();
     let mut passed_over: Vec<String> = Vec::new();
     for root_path in &roots {
-        let job = match PrivateDir::open_root(root_path, mode.dir_mode())
-            .and_then(|r| r.subdir(req.job_id, mode.dir_mode()))
-        {
-            Ok(job) => job,
+        let opened = PrivateDir::open_root(root_path, mode.dir_mode())
+            .and_then(|root| Ok((root.subdir(req.job_id, mode.dir_mode())?, root)));
+        let (job, root) = match opened {
+            Ok(both) => both,
             Err(DirError::Refused(why)) => {
                 return Err(format!("{why}; refusing to write logs there (set SF_LOG_DIR to a directory of yours)"))
             }
@@ -98,6 +98,8 @@ pub fn create(req: &Request) -> Result<Placed, String> {
                         mib(free),
                         mib(total)
                     ));
+                    drop(job);
+                    root.remove_empty_dir(req.job_id);
                     continue;
                 }
             }
@@ -111,7 +113,7 @@ pub fn create(req: &Request) -> Result<Placed, String> {
         return Ok(placed);
     }
     Err(format!(
-        "no place for the logs: {}; set SF_LOG_DIR to a larger filesystem or lower SF_LOG_RECORDS",
+        "no place for the logs: {}; set SF_LOG_DIR to a writable filesystem with room, or lower SF_LOG_RECORDS",
         passed_over.join("; ")
     ))
 }
