@@ -275,9 +275,11 @@ impl Config {
         if let Some(v) = s.text("SF_NVTX_STAGES") {
             match nvtx_stages::parse_stage_list(&v, &cfg.nvtx_step) {
                 Ok(stages) => cfg.nvtx_stages = stages,
-                Err(why) => s
-                    .warnings
-                    .push(format!("SF_NVTX_STAGES={}: {why}; using the default stages only", echo(v.as_bytes()))),
+                Err(why) => s.warnings.push(format!(
+                    "SF_NVTX_STAGES={}: {}; using the default stages only",
+                    echo(v.as_bytes()),
+                    clip(why.as_bytes()).0
+                )),
             }
         }
         cfg.chain_profiler = s.path("SF_CHAIN_PROFILER");
@@ -469,11 +471,13 @@ mod tests {
     #[test]
     fn bad_values_are_echoed_short_and_escaped() {
         let long = format!("\x1b]0;pwned\x07{}", "7".repeat(300));
-        let (_, warnings) = parse(&[("SF_RING_EVENTS", &long), ("SF_JOB_ID", "\n\n")]);
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        let stages = format!("a,\x1b[2J{}=x", "b".repeat(300));
+        let (_, warnings) = parse(&[("SF_RING_EVENTS", &long), ("SF_JOB_ID", "\n\n"), ("SF_NVTX_STAGES", &stages)]);
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
         for w in &warnings {
             assert!(!w.chars().any(char::is_control), "{w:?}");
-            assert!(w.len() < 120 + 150, "{w}");
+            // The value, at most 120 characters, and the item at fault in it, as many more.
+            assert!(w.len() < 2 * 120 + 150, "{w}");
         }
         assert!(warnings[1].contains("... ("), "{warnings:?}");
     }
