@@ -1,6 +1,6 @@
 //! The library's life: an atomic state machine that starts on the first intercepted call,
-//! never blocks a caller while it starts, turns itself off in forked children, and
-//! flushes at exit.
+//! never blocks a caller while it starts, turns itself off in forked (and raw-cloned)
+//! children, and flushes at exit within a bound (`ExitHandshake`).
 //!
 //! ```text
 //! UNINIT ──first call──► INITIALIZING ──► ACTIVE ──exit──► (flushed, still ACTIVE)
