@@ -227,10 +227,11 @@ fn ls_json_has_the_contract_fields() {
 
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<String>>();
     let expect = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<String>>();
-    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors"]));
+    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors", "attempts"]));
     assert_eq!(report["dir"], dir.0.display().to_string());
     assert_eq!(report["missing_ranks"], serde_json::json!([3]));
     assert_eq!(report["errors"], serde_json::json!([]));
+    assert_eq!(report["attempts"], serde_json::json!([]), "no earlier attempt kept");
     let ranks = report["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 3);
     let contract = expect(&[

@@ -46,6 +46,7 @@ fn host_command(root: &Path, job: &str) -> Command {
     }
     cmd.env("SF_LOG_DIR", root)
         .env("SF_JOB_ID", job)
+        .env("SF_QUIET", "1")
         .env("RANK", "0")
         .env("WORLD_SIZE", "1")
         .env("SF_NVTX_STAGES", "host.extra,fwd=model.fwd_loss_cpu_wall");

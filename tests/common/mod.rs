@@ -61,7 +61,8 @@ pub fn log_root(test: &str) -> PathBuf {
 }
 
 /// A command with the library preloaded and logs going to `root/<job>/`. The caller's
-/// SF_* variables are cleared so the test decides every setting.
+/// SF_* variables are cleared so the test decides every setting; SF_QUIET=1 keeps the
+/// start line out of the stderr tests read (a test of that line removes it).
 pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
     let mut cmd = Command::new(program);
     for (key, _) in std::env::vars() {
@@ -70,7 +71,7 @@ pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
             cmd.env_remove(key);
         }
     }
-    cmd.env("LD_PRELOAD", library()).env("SF_LOG_DIR", root).env("SF_JOB_ID", job);
+    cmd.env("LD_PRELOAD", library()).env("SF_LOG_DIR", root).env("SF_JOB_ID", job).env("SF_QUIET", "1");
     cmd
 }
 
@@ -289,4 +290,75 @@ pub fn run_measured(cmd: &mut Command, scratch: &Path) -> Measured {
         stdout: String::from_utf8_lossy(&std::fs::read(&out_path).unwrap_or_default()).into_owned(),
         stderr: String::from_utf8_lossy(&std::fs::read(&err_path).unwrap_or_default()).into_owned(),
     }
+}
+
+/// Says loudly, past the test harness's capture, that a test did not run and why; the test
+/// then returns without asserting anything.
+pub fn skip(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("\nSKIP: {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A tmpfs of `size` (as mount's `size=` reads it) mounted on a fresh directory, unmounted
+/// when dropped; None where the machine does not let this process mount (not root, or in
+/// a container without the capability).
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    pub fn mount(name: &str, size: &str) -> Result<Tmpfs, String> {
+        if !is_root() {
+            return Err("mounting a tmpfs needs root".into());
+        }
+        let dir = std::env::temp_dir().join(format!("sf-tmpfs-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!("mount -t tmpfs failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(Tmpfs(dir))
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Every path under `dir`, recursively (not following links).
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
+/// The lines of `out`'s stderr that the library wrote.
+pub fn library_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("stagefrontier: "))
+        .map(String::from)
+        .collect()
 }

@@ -16,7 +16,8 @@ pub enum Liveness {
     Live,
     /// The process exited through `exit()`, everything flushed.
     Exited,
-    /// Recording was turned off after an internal error; the process may still run.
+    /// Recording was turned off after an internal error (or a panic in the collector);
+    /// the process may still run.
     Disabled,
     /// Heartbeat stale and the process is gone (killed, crashed).
     Dead,
@@ -32,7 +33,7 @@ pub enum Liveness {
 pub fn classify(state: Option<WriterState>, heartbeat_age_ns: u64, process: ProcessCheck) -> Liveness {
     match state {
         Some(WriterState::Exited) => Liveness::Exited,
-        Some(WriterState::Disabled) => Liveness::Disabled,
+        Some(WriterState::Disabled | WriterState::CollectorPanicked) => Liveness::Disabled,
         _ if process == ProcessCheck::WriterGone => Liveness::Dead,
         _ if heartbeat_age_ns <= STALE_AFTER_NS => Liveness::Live,
         _ if process == ProcessCheck::PidExists => Liveness::Stalled,

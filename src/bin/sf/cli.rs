@@ -131,8 +131,10 @@ List the rank logs of a job: one row per rank, then which ranks of the world hav
 and whether any history was lost.
 
 DIR is a job directory, $SF_LOG_DIR/<job id>/, by default
-/dev/shm/stagefrontier-<uid>/<job id>/, or a single log file. Files not ending in .sflog,
-such as the .sflog.prev kept from an earlier attempt of the job, are ignored.
+/dev/shm/stagefrontier-<uid>/<job id>/, or a single log file. Files not ending in .sflog
+are ignored. The logs directly in DIR are the latest attempt of the job; earlier attempts
+the library kept (SF_KEEP_ATTEMPTS) are in DIR/attempt-N/, listed at the end (`attempts` in
+--json): pass DIR/attempt-N to read one.
 
 LIVENESS: live (heartbeat under 1 s old), exited (ended through exit(), fully flushed),
 dead (heartbeat stale, process gone), stalled (heartbeat stale, process still there:

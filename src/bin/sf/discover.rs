@@ -3,8 +3,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// A rank log by name: `rank-NNNNN.sflog` or `pid-N.sflog`. The `.sflog.prev` kept from an
-/// earlier attempt of the job ends otherwise and is left out.
+/// A rank log by name: `rank-NNNNN.sflog` or `pid-N.sflog` (or `rank-NNNNN.p<pid>.sflog`
+/// where something else had the name). A `.sflog.prev` left by older versions of the
+/// library ends otherwise and is left out.
 fn is_log_name(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "sflog")
 }
@@ -21,6 +22,32 @@ pub fn logs_in(dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     logs.sort();
     Ok(logs)
+}
+
+/// An earlier attempt of a job, kept by the library as `<job dir>/attempt-N/`.
+#[derive(Debug, serde::Serialize)]
+pub struct Attempt {
+    pub attempt: u32,
+    pub dir: String,
+    pub logs: usize,
+}
+
+/// The earlier attempts kept in the job directory `dir`, oldest first. The logs directly
+/// in `dir` are the latest attempt, which every command reads unless given `attempt-N/`.
+pub fn attempts_in(dir: &Path) -> Vec<Attempt> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut attempts: Vec<Attempt> = entries
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let attempt = path.file_name()?.to_str()?.strip_prefix("attempt-")?.parse().ok()?;
+            let logs = logs_in(&path).ok()?.len();
+            (logs > 0).then(|| Attempt { attempt, dir: path.display().to_string(), logs })
+        })
+        .collect();
+    attempts.sort_by_key(|a| a.attempt);
+    attempts
 }
 
 /// Subdirectories of `dir` that hold logs: when `dir` itself holds none, it is probably

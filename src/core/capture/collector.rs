@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::core::capture::clock::{monotonic_ns, now_ticks, wall_ns};
+use crate::core::capture::config::TestFault;
 use crate::core::capture::event::Event;
 use crate::core::capture::notice::say;
-use crate::core::capture::runtime::Runtime;
+use crate::core::capture::runtime::{self, Runtime};
 use crate::core::comms::nccl_op::NcclOp;
 use crate::core::kernels::cupti::CuptiDrain;
 use crate::core::kernels::kernel_windows::KernelWindows;
-use crate::core::log::format::{live, COMM_SLOTS};
+use crate::core::log::format::{live, WriterState, COMM_SLOTS};
 use crate::core::log::records::{Drops, HangEvidence, RecordBody};
 use crate::core::log::writer::LogWriter;
 use crate::core::net::port_counters::PortSampler;
@@ -158,25 +159,70 @@ impl Collector {
 }
 
 /// Runs rounds until the runtime stops being active. A round that found the ring more
-/// than a quarter full comes back at once; otherwise it waits one heartbeat period.
-pub fn run(rt: &'static Runtime) {
+/// than a quarter full comes back at once; otherwise it waits one heartbeat period. At
+/// the exit handler's request it makes the last round and says it is done.
+///
+/// A panic in a round is caught: the header records it (`collector_panicked`), recording
+/// stops, and the job runs on.
+pub fn run(rt: &'static Runtime, mut collector: Collector) {
     let period = Duration::from_millis(rt.config.heartbeat_ms);
     let busy = rt.ring.capacity() / 4;
+    quiet_panics_in_collector();
     let environment = super::doors::environment();
-    while super::runtime::is_active() {
-        rt.live(crate::core::log::format::live::DOORS).store(super::doors::published(environment), Ordering::Relaxed);
-        let written = match rt.collector.lock() {
-            Ok(mut collector) => collector.round(rt),
-            Err(_) => return,
-        };
-        if written < busy {
-            std::thread::sleep(period);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // A process that is not the runtime's owner must not write its log (see owner()).
+        while runtime::is_active() && rt.in_owner_process() {
+            match rt.config.test_fault {
+                Some(TestFault::CollectorPanic) => panic!("SF_TEST_FAULT=collector-panic"),
+                Some(TestFault::CollectorStall) => loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                },
+                _ => {}
+            }
+            rt.live(crate::core::log::format::live::DOORS)
+                .store(super::doors::published(environment), Ordering::Relaxed);
+            if rt.exit.requested.load(Ordering::Acquire) {
+                collector.finish(rt, WriterState::Exited as u64);
+                return;
+            }
+            if collector.round(rt) < busy {
+                // Woken early by the exit handler (spurious wake-ups only cost a round).
+                std::thread::park_timeout(period);
+            }
+            if rt.nccl_version.load(Ordering::Relaxed) == 0 {
+                rt.probe_nccl_version();
+            }
         }
-        if rt.nccl_version.load(Ordering::Relaxed) == 0 {
-            rt.probe_nccl_version();
-        }
+    }));
+    if let Err(payload) = outcome {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let what = crate::core::capture::config::clip(what.as_bytes()).0;
+        runtime::stop(
+            WriterState::CollectorPanicked,
+            &format!("the collector thread panicked ({what}); recorded in the log header"),
+        );
     }
+    rt.exit.done.store(true, Ordering::Release);
 }
+
+/// The library's own panics in this thread are reported by `run` in its one line, not by
+/// the default hook's several. The hook is this library's copy of std's, so a Rust host
+/// program's own hook is not touched; panics on other threads still reach the old hook.
+fn quiet_panics_in_collector() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() != Some(THREAD_NAME) {
+            previous(info);
+        }
+    }));
+}
+
+/// The collector thread's name, as `runtime::start` gives it.
+pub const THREAD_NAME: &str = "sf-collector";
 
 /// The wall times of the last `WINDOW` steps, in a fixed ring.
 struct StepTimes {

@@ -3,6 +3,8 @@
 //! the default. Every value is read through `settings::Settings` (one wording for every
 //! warning); the RDMA and CUDA-door keys are parsed in `config/rdma.rs` and `config/cupti.rs`.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 mod cupti;
@@ -11,6 +13,7 @@ mod settings;
 
 pub use cupti::CuptiConfig;
 use settings::Settings;
+pub use settings::{clip, echo};
 
 use crate::core::steps::nvtx_stages;
 
@@ -18,14 +21,25 @@ use crate::core::steps::nvtx_stages;
 pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_DISABLE", "0", "1 turns the library into a pure pass-through"),
     ("SF_FORCE", "0", "1 records in processes with no rank identity (logs named pid-<pid>.sflog)"),
-    ("SF_LOG_DIR", "/dev/shm/stagefrontier-<uid>", "root of the log tree; logs go to <root>/<job id>/"),
+    (
+        "SF_LOG_DIR",
+        "/dev/shm/stagefrontier-<uid>",
+        "root of the log tree (an absolute path); logs go to <root>/<job id>/",
+    ),
+    ("SF_LOG_MODE", "private", "private (dirs 0700, files 0600) or group (0750/0640: the group may read; see README, Security)"),
+    ("SF_KEEP_ATTEMPTS", "5", "attempts of one job id whose logs are kept (1..1000); older ones are removed"),
+    ("SF_QUIET", "0", "1 drops the start line saying where the logs go (warnings still show)"),
     ("SF_JOB_ID", "from the launcher", "job id directory name; overrides TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ..."),
     (
         "SF_RING_EVENTS",
         "16384",
         "events the hot-path ring holds (power of two, 16..4194304); a full ring drops and counts",
     ),
-    ("SF_LOG_RECORDS", "65536", "records the per-rank log keeps before wrapping (1024..67108864), 128 bytes each"),
+    (
+        "SF_LOG_RECORDS",
+        "65536",
+        "records the per-rank log keeps before wrapping (1024..67108864), 128 bytes each; unset: fewer when the log directory is small",
+    ),
     ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
     ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
     ("SF_INJECT", "unset", "scripted NCCL faults, `ACTION:key=value,...;...` (see README, Fault injection)"),
@@ -54,7 +68,45 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_CUPTI_BUFFERS", "16", "CUPTI activity buffers allocated once at init (2..256)"),
     ("SF_CUPTI_BUFFER_KB", "1024", "size of each CUPTI activity buffer in KiB (4..65536)"),
     ("SF_CUPTI_CORRELATION", "0", "1 also records CUDA runtime calls, linking each kernel to its launch"),
+    ("SF_TEST_FAULT", "unset", "for the library's own tests only: collector-panic, collector-stall or slow-init=<ms>"),
 ];
+
+/// Who may read the logs (`SF_LOG_MODE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogMode {
+    /// Directories 0700, files 0600: the user alone.
+    Private,
+    /// Directories 0750, files 0640: the group too (the directory's group, with setgid).
+    Group,
+}
+
+impl LogMode {
+    pub fn dir_mode(self) -> u32 {
+        match self {
+            LogMode::Private => 0o700,
+            LogMode::Group => 0o750,
+        }
+    }
+
+    pub fn file_mode(self) -> u32 {
+        match self {
+            LogMode::Private => 0o600,
+            LogMode::Group => 0o640,
+        }
+    }
+}
+
+/// Faults the library's own tests provoke (`SF_TEST_FAULT`); never set in production.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestFault {
+    /// The collector thread panics in its first round.
+    CollectorPanic,
+    /// The collector thread blocks for ever in its first round, as in a CUPTI flush on a
+    /// wedged GPU.
+    CollectorStall,
+    /// Reading the settings takes this long, to widen the window a fork can land in.
+    SlowInit { ms: u64 },
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClockChoice {
@@ -68,6 +120,14 @@ pub struct Config {
     pub disabled: bool,
     pub force: bool,
     pub log_root: PathBuf,
+    /// Whether SF_LOG_DIR / SF_LOG_RECORDS were set: if not, the library may pick a place
+    /// and a size that fit (core::log::place).
+    pub log_root_chosen: bool,
+    pub log_records_chosen: bool,
+    pub log_mode: LogMode,
+    pub keep_attempts: u32,
+    pub quiet: bool,
+    pub test_fault: Option<TestFault>,
     pub job_id: Option<String>,
     pub ring_events: usize,
     pub log_records: u32,
@@ -107,6 +167,12 @@ impl Config {
             disabled: false,
             force: false,
             log_root: PathBuf::from(format!("/dev/shm/stagefrontier-{uid}")),
+            log_root_chosen: false,
+            log_records_chosen: false,
+            log_mode: LogMode::Private,
+            keep_attempts: 5,
+            quiet: false,
+            test_fault: None,
             job_id: None,
             ring_events: 16_384,
             log_records: 65_536,
@@ -138,20 +204,54 @@ impl Config {
         let mut s = Settings::new(&var);
         s.flag("SF_DISABLE", &mut cfg.disabled);
         s.flag("SF_FORCE", &mut cfg.force);
+        s.flag("SF_QUIET", &mut cfg.quiet);
         if let Some(root) = s.path("SF_LOG_DIR") {
-            cfg.log_root = root;
+            // Each rank would log into its own working directory, wherever that is.
+            if root.is_absolute() {
+                cfg.log_root = root;
+                cfg.log_root_chosen = true;
+            } else {
+                let v = root.to_string_lossy();
+                s.warn("SF_LOG_DIR", &v, "an absolute path", cfg.log_root.display());
+            }
+        }
+        if let Some(v) = s.text("SF_LOG_MODE") {
+            match v.as_str() {
+                "private" => cfg.log_mode = LogMode::Private,
+                "group" => cfg.log_mode = LogMode::Group,
+                _ => s.warn("SF_LOG_MODE", &v, "private or group", "private"),
+            }
+        }
+        s.bounded("SF_KEEP_ATTEMPTS", "a number of attempts", 1..=1000, &mut cfg.keep_attempts);
+        if let Some(v) = s.text("SF_TEST_FAULT") {
+            let slow = v.strip_prefix("slow-init=").and_then(|ms| ms.parse().ok()).filter(|ms| *ms <= 10_000);
+            match (v.as_str(), slow) {
+                ("collector-panic", _) => cfg.test_fault = Some(TestFault::CollectorPanic),
+                ("collector-stall", _) => cfg.test_fault = Some(TestFault::CollectorStall),
+                (_, Some(ms)) => cfg.test_fault = Some(TestFault::SlowInit { ms }),
+                _ => s.warn(
+                    "SF_TEST_FAULT",
+                    &v,
+                    "collector-panic, collector-stall or slow-init=<ms up to 10000>",
+                    "none",
+                ),
+            }
         }
         if let Some(v) = s.text("SF_JOB_ID") {
             match sanitize_job_id(&v) {
                 Some(id) => cfg.job_id = Some(id),
-                None => {
-                    s.warnings.push(format!("SF_JOB_ID={v:?} has no usable character; using the launcher's job id"))
-                }
+                None => s.warnings.push(format!(
+                    "SF_JOB_ID={} has no usable character; using the launcher's job id",
+                    echo(v.as_bytes())
+                )),
             }
         }
         let ring_ok = |n: &usize| n.is_power_of_two() && (16..=1 << 22).contains(n);
         s.checked("SF_RING_EVENTS", "a power of two from 16 to 4194304", ring_ok, &mut cfg.ring_events);
-        s.bounded("SF_LOG_RECORDS", "a record count", 1024..=1 << 26, &mut cfg.log_records);
+        let records = 1024..=1 << 26;
+        cfg.log_records_chosen =
+            s.text("SF_LOG_RECORDS").and_then(|v| v.parse().ok()).is_some_and(|n: u32| records.contains(&n));
+        s.bounded("SF_LOG_RECORDS", "a record count", records, &mut cfg.log_records);
         s.bounded("SF_HEARTBEAT_MS", "a period in ms", 1..=100, &mut cfg.heartbeat_ms);
         if let Some(v) = s.text("SF_CLOCK") {
             match v.as_str() {
@@ -167,13 +267,19 @@ impl Config {
         if let Some(v) = s.text("SF_NVTX_STEP") {
             match nvtx_stages::check_step_name(&v) {
                 Ok(()) => cfg.nvtx_step = v,
-                Err(why) => s.warnings.push(format!("SF_NVTX_STEP={v:?} {why}; using {}", cfg.nvtx_step)),
+                Err(why) => {
+                    s.warnings.push(format!("SF_NVTX_STEP={} {why}; using {}", echo(v.as_bytes()), cfg.nvtx_step))
+                }
             }
         }
         if let Some(v) = s.text("SF_NVTX_STAGES") {
             match nvtx_stages::parse_stage_list(&v, &cfg.nvtx_step) {
                 Ok(stages) => cfg.nvtx_stages = stages,
-                Err(why) => s.warnings.push(format!("SF_NVTX_STAGES={v:?}: {why}; using the default stages only")),
+                Err(why) => s.warnings.push(format!(
+                    "SF_NVTX_STAGES={}: {}; using the default stages only",
+                    echo(v.as_bytes()),
+                    clip(why.as_bytes()).0
+                )),
             }
         }
         cfg.chain_profiler = s.path("SF_CHAIN_PROFILER");
@@ -185,11 +291,27 @@ impl Config {
         (cfg, s.warnings)
     }
 
+    /// From the process environment. A value that is not UTF-8 is reported and ignored
+    /// like any other bad value.
     pub fn from_env() -> (Config, Vec<String>) {
-        // SAFETY: getuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::getuid() };
-        Config::parse(uid, |name| std::env::var(name).ok())
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let (config, mut warnings) = Config::parse(uid, |name| std::env::var(name).ok());
+        warnings.extend(not_utf8_warnings(std::env::vars_os()));
+        if let Some(TestFault::SlowInit { ms }) = config.test_fault {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        (config, warnings)
     }
+}
+
+/// One warning per library variable whose value is not UTF-8 (`parse` saw it as unset).
+fn not_utf8_warnings(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<String> {
+    vars.filter(|(name, value)| value.to_str().is_none() && VARIABLES.iter().any(|(known, _, _)| name == known))
+        .map(|(name, value)| {
+            format!("{}={} is not valid UTF-8; using the default", name.to_string_lossy(), echo(value.as_bytes()))
+        })
+        .collect()
 }
 
 /// A boolean setting's value; also read by doors that decide before the config is parsed.
@@ -312,6 +434,73 @@ mod tests {
 
         let (_, warnings) = parse(&[("SF_NVTX_STEP", "iter"), ("SF_NVTX_STAGES", "iter")]);
         assert_eq!(warnings.len(), 1, "a stage may not take the configured step's name: {warnings:?}");
+    }
+
+    #[test]
+    fn log_place_settings() {
+        let (cfg, warnings) = parse(&[
+            ("SF_LOG_DIR", "/srv/sf"),
+            ("SF_LOG_RECORDS", "2048"),
+            ("SF_LOG_MODE", "group"),
+            ("SF_KEEP_ATTEMPTS", "3"),
+            ("SF_QUIET", "1"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(cfg.log_root_chosen && cfg.log_records_chosen && cfg.quiet);
+        assert_eq!((cfg.log_mode, cfg.keep_attempts), (LogMode::Group, 3));
+        assert_eq!((LogMode::Group.dir_mode(), LogMode::Group.file_mode()), (0o750, 0o640));
+        let defaults = parse(&[]).0;
+        assert!(!defaults.log_root_chosen && !defaults.log_records_chosen && !defaults.quiet);
+        assert_eq!((defaults.log_mode, defaults.keep_attempts), (LogMode::Private, 5));
+        assert_eq!((LogMode::Private.dir_mode(), LogMode::Private.file_mode()), (0o700, 0o600));
+    }
+
+    #[test]
+    fn a_relative_log_dir_is_refused_with_one_line() {
+        for relative in ["logs", "./logs", "../x"] {
+            let (cfg, warnings) = parse(&[("SF_LOG_DIR", relative)]);
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(
+                warnings[0].starts_with(&format!("SF_LOG_DIR=\"{relative}\" is not an absolute path")),
+                "{warnings:?}"
+            );
+            assert_eq!((cfg.log_root, cfg.log_root_chosen), (PathBuf::from("/dev/shm/stagefrontier-1000"), false));
+        }
+    }
+
+    #[test]
+    fn bad_values_are_echoed_short_and_escaped() {
+        let long = format!("\x1b]0;pwned\x07{}", "7".repeat(300));
+        let stages = format!("a,\x1b[2J{}=x", "b".repeat(300));
+        let (_, warnings) = parse(&[("SF_RING_EVENTS", &long), ("SF_JOB_ID", "\n\n"), ("SF_NVTX_STAGES", &stages)]);
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        for w in &warnings {
+            assert!(!w.chars().any(char::is_control), "{w:?}");
+            // The value, at most 120 characters, and the item at fault in it, as many more.
+            assert!(w.len() < 2 * 120 + 150, "{w}");
+        }
+        assert!(warnings[1].contains("... ("), "{warnings:?}");
+    }
+
+    #[test]
+    fn values_that_are_not_utf8_are_reported() {
+        use std::os::unix::ffi::OsStringExt;
+        let vars = [
+            (OsString::from("SF_LOG_DIR"), OsString::from_vec(b"/tmp/\xff\xfe".to_vec())),
+            (OsString::from("SF_CLOCK"), OsString::from("tsc")),
+            (OsString::from("OTHER"), OsString::from_vec(vec![0xff])),
+        ];
+        let warnings = not_utf8_warnings(vars.into_iter());
+        assert_eq!(warnings, ["SF_LOG_DIR=\"/tmp/\\xff\\xfe\" is not valid UTF-8; using the default"]);
+    }
+
+    #[test]
+    fn test_faults() {
+        assert_eq!(parse(&[("SF_TEST_FAULT", "collector-panic")]).0.test_fault, Some(TestFault::CollectorPanic));
+        assert_eq!(parse(&[("SF_TEST_FAULT", "collector-stall")]).0.test_fault, Some(TestFault::CollectorStall));
+        assert_eq!(parse(&[("SF_TEST_FAULT", "slow-init=300")]).0.test_fault, Some(TestFault::SlowInit { ms: 300 }));
+        let (cfg, warnings) = parse(&[("SF_TEST_FAULT", "slow-init=99999")]);
+        assert_eq!((cfg.test_fault, warnings.len()), (None, 1));
     }
 
     #[test]

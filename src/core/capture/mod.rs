@@ -11,6 +11,7 @@ pub mod event;
 pub mod host;
 pub mod identity;
 pub mod notice;
+pub mod once;
 pub mod process_stamp;
 pub mod ring;
 pub mod runtime;

@@ -1,6 +1,6 @@
 //! The library's life: an atomic state machine that starts on the first intercepted call,
-//! never blocks a caller while it starts, turns itself off in forked children, and
-//! flushes at exit.
+//! never blocks a caller while it starts, turns itself off in forked (and raw-cloned)
+//! children, and flushes at exit within a bound (`ExitHandshake`).
 //!
 //! ```text
 //! UNINIT ──first call──► INITIALIZING ──► ACTIVE ──exit──► (flushed, still ACTIVE)
@@ -9,13 +9,14 @@
 //! ```
 
 use std::ffi::c_int;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::core::capture::clock::{self, Calibration};
 use crate::core::capture::collector::{self, Collector};
 use crate::core::capture::config::{ClockChoice, Config};
+use crate::core::capture::doors::{doors_open, our_library_path};
 use crate::core::capture::event::Event;
 use crate::core::capture::host;
 use crate::core::capture::identity::{self, Identity};
@@ -25,8 +26,8 @@ use crate::core::comms::comm_table::CommTable;
 use crate::core::comms::inject::Injector;
 use crate::core::log::format::{live, WriterState};
 use crate::core::log::mapping::SharedMap;
-use crate::core::log::reader::RankLog;
-use crate::core::log::writer::{HeaderInfo, LogWriter};
+use crate::core::log::place;
+use crate::core::log::writer::HeaderInfo;
 use crate::core::steps::stage_names::StageNames;
 
 const UNINIT: u8 = 0;
@@ -57,8 +58,28 @@ pub struct Runtime {
     pub world_comm: AtomicU64,
     /// `ncclCommInitAll` calls so far, to tell their communicators apart.
     pub init_all_calls: AtomicU64,
-    pub collector: Mutex<Collector>,
+    /// The exit handler's request to the collector thread, and its answer.
+    pub exit: ExitHandshake,
+    /// The collector thread, for the exit handler to wake (a leaked `Thread`, set once).
+    collector_thread: AtomicPtr<std::thread::Thread>,
     map: &'static SharedMap,
+}
+
+/// How the exit handler gets the collector's last round without ever waiting unbounded:
+/// it raises `requested`; the collector, at its next wake-up (one heartbeat at most),
+/// flushes and raises `done`. The handler waits `exit_wait` and then lets the process
+/// exit whatever the collector is doing (blocked reading a file, or in a CUPTI flush on a
+/// wedged GPU).
+#[derive(Default)]
+pub struct ExitHandshake {
+    pub requested: AtomicBool,
+    /// The collector will not write again: it flushed, stopped, or panicked.
+    pub done: AtomicBool,
+}
+
+/// How long the exit handler waits for the collector: two heartbeats, at most 1 s.
+pub fn exit_wait(heartbeat_ms: u64) -> Duration {
+    Duration::from_millis((2 * heartbeat_ms).min(1000))
 }
 
 impl Runtime {
@@ -76,6 +97,12 @@ impl Runtime {
 
     pub fn count_comm_overflow(&self) {
         self.map.atomic_u64(live::COMM_TABLE_OVERFLOW).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether this is the process that created the runtime. A child made by a raw
+    /// `clone()` (no fork handlers ran) shares the log's mapping and must never write it.
+    pub fn in_owner_process(&self) -> bool {
+        std::process::id() == self.pid
     }
 
     /// Called by the collector thread, never from a hook.
@@ -115,6 +142,19 @@ pub fn active() -> Option<&'static Runtime> {
     None
 }
 
+/// The runtime for a hook's slow path (communicator creation and teardown): as `active`,
+/// but a process that is not the runtime's owner (a raw `clone()` child, which no fork
+/// handler switched off) turns recording off for itself here, before it writes anything
+/// into its parent's communicator table. One `getpid` per slow call, never per NCCL call.
+pub fn owner() -> Option<&'static Runtime> {
+    let rt = active()?;
+    if rt.in_owner_process() {
+        return Some(rt);
+    }
+    disable_in_child();
+    None
+}
+
 pub fn is_active() -> bool {
     STATE.load(Ordering::Acquire) == ACTIVE
 }
@@ -127,12 +167,17 @@ pub fn is_disabled() -> bool {
 
 /// Stops recording for good after an internal error; the job runs on.
 pub fn disable(reason: &str) {
+    stop(WriterState::Disabled, reason);
+}
+
+/// Stops recording for good, leaving `state` in the log header for readers.
+pub fn stop(state: WriterState, reason: &str) {
     if STATE.swap(DISABLED, Ordering::AcqRel) == ACTIVE {
         let rt = RUNTIME.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !rt.is_null() {
             // SAFETY: as in `active`.
             let rt = unsafe { &*rt };
-            rt.map.atomic_u64(live::WRITER_STATE).store(WriterState::Disabled as u64, Ordering::Release);
+            rt.map.atomic_u64(live::WRITER_STATE).store(state as u64, Ordering::Release);
         }
         say(&format!("recording stopped: {reason}; the job continues unaffected"));
     }
@@ -144,17 +189,29 @@ fn start() -> Option<&'static Runtime> {
         return None;
     }
     match std::panic::catch_unwind(build) {
-        Ok(Some(rt)) => {
+        Ok(Some((rt, collector))) => {
             let rt: &'static Runtime = Box::leak(Box::new(rt));
             RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
-            let spawned = std::thread::Builder::new().name("sf-collector".into()).spawn(move || collector::run(rt));
-            if let Err(e) = spawned {
-                disable(&format!("cannot start the collector thread: {e}"));
-                return None;
+            let spawned = std::thread::Builder::new()
+                .name(collector::THREAD_NAME.into())
+                .spawn(move || collector::run(rt, collector));
+            match spawned {
+                Ok(handle) => {
+                    let thread = Box::into_raw(Box::new(handle.thread().clone()));
+                    rt.collector_thread.store(thread, Ordering::Release);
+                    // Registered now, not at load: exit handlers run in reverse order, so
+                    // this one runs before those of CUDA and NCCL, registered earlier, and
+                    // the last CUPTI flush happens while the driver is still there.
+                    // SAFETY: registering a plain extern "C" fn with no arguments.
+                    unsafe { libc::atexit(flush_at_exit) };
+                }
+                Err(e) => {
+                    rt.exit.done.store(true, Ordering::Release);
+                    disable(&format!("cannot start the collector thread: {e}"));
+                    return None;
+                }
             }
-            // SAFETY: registering a plain extern "C" fn with no arguments.
-            unsafe { libc::atexit(flush_at_exit) };
             Some(rt)
         }
         Ok(None) => {
@@ -169,7 +226,7 @@ fn start() -> Option<&'static Runtime> {
     }
 }
 
-fn build() -> Option<Runtime> {
+fn build() -> Option<(Runtime, Collector)> {
     let (config, warnings) = Config::from_env();
     if config.disabled {
         return None;
@@ -193,17 +250,33 @@ fn build() -> Option<Runtime> {
         slot_count: config.log_records,
         ring_capacity: ring.capacity() as u32,
     };
-    let dir = config.log_root.join(&identity.job_id);
-    let path = dir.join(identity.file_name(pid));
-    let writer = match create_log(&dir, &path, &info) {
-        Ok(writer) => writer,
+    let request = place::Request {
+        config: &config,
+        info,
+        job_id: &identity.job_id,
+        file_name: identity.file_name(pid),
+        local_ranks: place::local_ranks(|name| std::env::var(name).ok(), identity.world_size),
+        speaks_for_node: speaks_for_node(&identity),
+        runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+    };
+    let placed = match place::create(&request) {
+        Ok(placed) => placed,
         Err(message) => {
             say(&format!("{message}; not recording, the job continues unaffected"));
             return None;
         }
     };
+    for note in &placed.notes {
+        say(note);
+    }
+    if request.speaks_for_node && !config.quiet {
+        let doors = doors_open(|name| std::env::var(name).ok(), &our_library_path());
+        let doors = if doors.is_empty() { "none named".to_string() } else { doors.join(", ") };
+        say(&format!("recording rank logs in {} (doors: {doors})", placed.dir.display()));
+    }
+    let writer = placed.writer;
     let map = writer.map();
-    Some(Runtime {
+    let runtime = Runtime {
         ring,
         comms: CommTable::in_map(map),
         stage_names: StageNames::in_map(map),
@@ -216,51 +289,34 @@ fn build() -> Option<Runtime> {
         injector,
         world_comm: AtomicU64::new(0),
         init_all_calls: AtomicU64::new(0),
-        collector: Mutex::new(Collector::new(writer)),
+        exit: ExitHandshake::default(),
+        collector_thread: AtomicPtr::new(std::ptr::null_mut()),
         map,
-    })
+    };
+    Some((runtime, Collector::new(writer)))
 }
 
-/// Creates the rank's log. An existing one from a process that is gone (an earlier
-/// attempt of the same job) is kept as `<name>.prev`; one whose writer still runs belongs
-/// to another live process with the same identity (an exec'd helper), which must not be
-/// disturbed.
-fn create_log(dir: &Path, path: &Path, info: &HeaderInfo) -> Result<LogWriter, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create log directory {}: {e}", dir.display()))?;
-    for _attempt in 0..2 {
-        match LogWriter::create(path, info) {
-            Ok(writer) => return Ok(writer),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if let Some(owner) = live_owner(path, info.host) {
-                    return Err(format!("{} is being written by live process {owner}", path.display()));
-                }
-                let mut previous = PathBuf::from(path);
-                previous.as_mut_os_string().push(".prev");
-                std::fs::rename(path, &previous).map_err(|e| format!("cannot move aside {}: {e}", path.display()))?;
-            }
-            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
-        }
-    }
-    Err(format!("cannot create {}: it keeps reappearing", path.display()))
+/// Local rank 0 speaks for its node (a process with no local rank, for itself).
+fn speaks_for_node(identity: &Identity) -> bool {
+    identity.local_rank == 0 || (identity.local_rank < 0 && identity.global_rank <= 0)
 }
 
-fn live_owner(path: &Path, host: &str) -> Option<u32> {
-    let log = RankLog::open(path).ok()?;
-    let pid = log.header.pid;
-    let running = log.live().writer_state == Some(WriterState::Running);
-    let exists = host::process_exists(pid);
-    (log.header.host == host && running && exists && pid != std::process::id()).then_some(pid)
-}
-
+/// At exit: asks the collector for its last round and waits for it, within `exit_wait`.
 extern "C" fn flush_at_exit() {
     if !is_active() {
         return;
     }
     let _ = std::panic::catch_unwind(|| {
-        if let Some(rt) = active() {
-            if let Ok(mut collector) = rt.collector.lock() {
-                collector.finish(rt, WriterState::Exited as u64);
-            }
+        let Some(rt) = active().filter(|rt| rt.in_owner_process()) else { return };
+        rt.exit.requested.store(true, Ordering::Release);
+        let thread = rt.collector_thread.load(Ordering::Acquire);
+        if !thread.is_null() {
+            // SAFETY: a leaked Box<Thread>, stored once and never freed.
+            unsafe { &*thread }.unpark();
+        }
+        let deadline = Instant::now() + exit_wait(rt.config.heartbeat_ms);
+        while !rt.exit.done.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
         }
     });
 }

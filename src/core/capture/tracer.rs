@@ -244,7 +244,7 @@ pub struct PendingComm {
 
 /// Called before forwarding a creation call: derives the job-wide id.
 pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
-    let rt = runtime::active()?;
+    let rt = runtime::owner()?;
     let (id, parent_id, origin, color, key) = match kind {
         NewComm::FromUniqueId(origin, uid) => (comm_identity::from_unique_id(&uid), 0, origin, -1, -1),
         NewComm::InitAll { call } => {
@@ -262,12 +262,12 @@ pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
 
 /// Numbers `ncclCommInitAll` calls within this process.
 pub fn next_init_all_call() -> u64 {
-    runtime::active().map_or(0, |rt| rt.init_all_calls.fetch_add(1, Ordering::Relaxed))
+    runtime::owner().map_or(0, |rt| rt.init_all_calls.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Called after the real creation call returned a communicator.
 pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) {
-    let Some(rt) = runtime::active() else { return };
+    let Some(rt) = runtime::owner() else { return };
     let created = CommCreated {
         t_ns: now_ticks(),
         comm_id: pending.id,
@@ -288,7 +288,7 @@ pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) 
 
 /// Called after `ncclCommDestroy`/`ncclCommAbort` returned: the handle may be reused.
 pub fn comm_ended(handle: u64) {
-    if let Some(rt) = runtime::active() {
+    if let Some(rt) = runtime::owner() {
         rt.comms.unregister(handle);
     }
 }

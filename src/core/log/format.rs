@@ -161,6 +161,8 @@ pub enum WriterState {
     Exited = 2,
     /// The library hit an internal error and stopped recording; the job ran on.
     Disabled = 3,
+    /// The collector thread panicked; recording stopped there, the job ran on.
+    CollectorPanicked = 4,
 }
 
 impl WriterState {
@@ -169,6 +171,7 @@ impl WriterState {
             1 => Some(WriterState::Running),
             2 => Some(WriterState::Exited),
             3 => Some(WriterState::Disabled),
+            4 => Some(WriterState::CollectorPanicked),
             _ => None,
         }
     }

@@ -2,6 +2,8 @@
 
 pub mod format;
 pub mod mapping;
+pub mod place;
+pub mod private_dir;
 pub mod reader;
 pub mod records;
 pub mod records_cupti;

@@ -1,14 +1,17 @@
 //! The collector's side of a rank log: the header at creation, then records into the ring
 //! of slots, each committed last with a release store.
 
-use std::fs::{File, OpenOptions};
+use std::ffi::CString;
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
 use super::format::{self, bytes, header, live, WriterState};
 use super::mapping::SharedMap;
+use super::private_dir::PrivateDir;
 use super::records::RecordBody;
 use crate::core::capture::clock::Calibration;
 use crate::core::capture::identity::Identity;
@@ -31,21 +34,49 @@ pub struct LogWriter {
 }
 
 impl LogWriter {
-    /// Creates the log at `path`, which must not exist (the caller decides what to do with
-    /// an old one), and writes its header.
+    /// Creates the log at `path` in a directory of ours (see `create_in`), file mode 0600.
+    pub fn create(path: &Path, info: &HeaderInfo) -> io::Result<LogWriter> {
+        let parent = path.parent().unwrap_or(Path::new("."));
+        let dir = PrivateDir::open_root(parent, 0o700).map_err(|e| io::Error::other(e.message().to_string()))?;
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or(io::ErrorKind::InvalidInput)?;
+        LogWriter::create_in(&dir, name, info, 0o600)
+    }
+
+    /// Creates the log `name` in `dir`, which must not exist (the caller decides what to do
+    /// with an old one), reserves every byte of it, and writes its header.
     ///
     /// The file is built under a temporary name and linked into place whole, so a reader
     /// never finds a log without its header, and two processes claiming the same name
-    /// cannot both win (`link` fails if the name exists).
-    pub fn create(path: &Path, info: &HeaderInfo) -> io::Result<LogWriter> {
-        let mut staging = path.as_os_str().to_owned();
-        staging.push(format!(".{}.tmp", info.pid));
-        let staging = std::path::PathBuf::from(staging);
-        let file: File = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(&staging)?;
-        let placed = write_header(&file, info).and_then(|()| std::fs::hard_link(&staging, path));
-        let _ = std::fs::remove_file(&staging);
+    /// cannot both win (`link` fails if the name exists). The temporary name is removed
+    /// whatever happens.
+    ///
+    /// Every block is allocated here (`posix_fallocate`), so no later store into the
+    /// mapping can fault for want of space, even when the filesystem fills up afterwards
+    /// (on a sparse file a full tmpfs answers a store with SIGBUS). An error with
+    /// `ENOSPC`, `EDQUOT` or `EFBIG` means the room is not there.
+    pub fn create_in(dir: &PrivateDir, name: &str, info: &HeaderInfo, mode: u32) -> io::Result<LogWriter> {
+        let staging = format!("{name}.{}.tmp", info.pid);
+        let c_staging = CString::new(staging.as_str())?;
+        let c_name = CString::new(name)?;
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: openat on an open directory with a NUL-terminated name; checked below.
+        let fd = unsafe { libc::openat(dir.fd(), c_staging.as_ptr(), flags, mode as libc::c_uint) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: openat returned a fresh descriptor that nothing else owns.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let len = format::file_len(info.slot_count);
+        let placed = reserve(&file, mode, len).and_then(|()| write_header(&file, info)).and_then(|()| {
+            // SAFETY: linkat between names in one open directory, both NUL-terminated.
+            match unsafe { libc::linkat(dir.fd(), c_staging.as_ptr(), dir.fd(), c_name.as_ptr(), 0) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        });
+        dir.remove(&staging);
         placed?;
-        let map = SharedMap::create(&file, format::file_len(info.slot_count), format::records_offset())?;
+        let map = SharedMap::create(&file, len, format::records_offset())?;
         Ok(LogWriter { map, slot_count: info.slot_count as u64, committed: 0 })
     }
 
@@ -89,9 +120,22 @@ impl LogWriter {
     }
 }
 
-/// Sizes the file and writes the header with plain writes, before anything is mapped.
+/// Gives the new file exactly `mode` (the umask may have taken bits `SF_LOG_MODE` asked
+/// for) and allocates all `len` bytes of it.
+fn reserve(file: &File, mode: u32, len: usize) -> io::Result<()> {
+    // SAFETY: fchmod on a descriptor we own.
+    if unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: posix_fallocate on a descriptor we own; it returns the error number itself.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) } {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Writes the header with plain writes, before anything is mapped.
 fn write_header(file: &File, info: &HeaderInfo) -> io::Result<()> {
-    file.set_len(format::file_len(info.slot_count) as u64)?;
     let mut head = [0u8; live::TICKS_PER_SEC + 8];
     encode_static_header(&mut head, info);
     let crc = crc32fast::hash(&head[..format::STATIC_HEADER_LEN]);

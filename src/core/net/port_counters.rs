@@ -149,9 +149,15 @@ fn sorted_entries(dir: &Path) -> Vec<String> {
     names
 }
 
-/// One counter file's value: a decimal number, as the kernel prints it.
+/// One counter file's value: a decimal number, as the kernel prints it. Opened without
+/// blocking and read only if it is a regular file: a FIFO planted in the tree (or any
+/// file that blocks) must not stall the collector, and with it the process's exit.
 fn read_counter(path: &Path, buf: &mut [u8; 64]) -> io::Result<u64> {
-    let mut file = std::fs::File::open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a regular file"));
+    }
     let mut len = 0;
     while len < buf.len() {
         match file.read(&mut buf[len..])? {
@@ -259,10 +265,15 @@ mod tests {
         let tree = Tree::new("unreadable");
         tree.set("d/ports/1/counters/c/inside", "5\n"); // `c` is a directory: read fails, even as root
         tree.set("d/ports/1/counters/e", "");
+        let fifo =
+            std::ffi::CString::new(tree.0.join("d/ports/1/counters/f").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let mut sampler = PortSampler::default();
         sampler.discover(&tree.0);
         let got = names(&sample(&mut sampler, 1));
-        assert_eq!(got, [("c".into(), CounterState::Unreadable), ("e".into(), CounterState::Unreadable)]);
+        let unreadable = |n: &str| (n.to_string(), CounterState::Unreadable);
+        assert_eq!(got, [unreadable("c"), unreadable("e"), unreadable("f")], "a FIFO is never waited on");
     }
 
     #[test]

@@ -8,13 +8,14 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 use crate::core::capture::config::Config;
+use crate::core::capture::once::LeakedOnce;
 use crate::core::steps::markers;
 use crate::core::steps::nvtx_stages::{RangeClass, StageNaming};
 
-static NAMING: OnceLock<StageNaming> = OnceLock::new();
+/// Set without a lock (see `core::capture::once`).
+static NAMING: LeakedOnce<StageNaming> = LeakedOnce::new();
 
 /// Reads the naming convention once per process; later NVTX modules attaching reuse it.
 pub fn install(config: &Config) {
@@ -282,8 +283,7 @@ mod tests {
 
     #[test]
     fn range_ids_and_string_handles_carry_the_class() {
-        let naming = StageNaming::new("step", &[]);
-        let _ = NAMING.set(naming);
+        NAMING.get_or_init(|| StageNaming::new("step", &[]));
         for (text, class) in [
             ("step", RangeClass::Step(None)),
             ("step 41", RangeClass::Step(Some(41))),

@@ -9,6 +9,7 @@
 //!
 //! Built once when NVTX attaches; classifying a message compares bytes and never allocates.
 
+use crate::core::capture::config::echo;
 use crate::core::log::format::stage_names::NAME_CAPACITY;
 use crate::core::steps::step_assembly::RESIDUAL_STAGE;
 
@@ -111,15 +112,17 @@ pub fn parse_stage_list(list: &str, step: &str) -> Result<Vec<(String, String)>,
             Some((nvtx, recorded)) => (nvtx.trim(), recorded.trim()),
             None => (item.trim(), item.trim()),
         };
+        // Until the checks below pass, the item may be long or hold control characters.
+        let shown = echo(item.as_bytes());
         if nvtx.is_empty() || recorded.is_empty() {
-            return Err(format!("item '{item}' has an empty name"));
+            return Err(format!("item {shown} has an empty name"));
         }
         if !printable(nvtx) || !printable(recorded) || recorded.contains('=') {
-            return Err(format!("item '{item}' is not `name` or `nvtxname=stage` in printable ASCII"));
+            return Err(format!("item {shown} is not `name` or `nvtxname=stage` in printable ASCII"));
         }
         if nvtx.len() > MAX_NVTX_NAME || recorded.len() > MAX_STAGE_NAME {
             return Err(format!(
-                "item '{item}' is too long (range names up to {MAX_NVTX_NAME} bytes, stage names up to {MAX_STAGE_NAME})"
+                "item {shown} is too long (range names up to {MAX_NVTX_NAME} bytes, stage names up to {MAX_STAGE_NAME})"
             ));
         }
         if recorded == RESIDUAL_STAGE {

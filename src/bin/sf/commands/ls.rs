@@ -25,6 +25,8 @@ pub struct LsReport {
     pub ranks: Vec<RankRow>,
     pub missing_ranks: Vec<i32>,
     pub errors: Vec<FileError>,
+    /// Earlier attempts of the job kept in `attempt-N/` (the rows above are the latest).
+    pub attempts: Vec<discover::Attempt>,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -111,7 +113,8 @@ pub fn build(path: &Path) -> Result<LsReport, Failure> {
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
     let summary = summarize(&ranks);
     let missing_ranks = summary.world_size.map_or_else(Vec::new, |world| missing_ranks(world, &ranks));
-    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, summary })
+    let attempts = discover::attempts_in(path);
+    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, attempts, summary })
 }
 
 /// A directory's logs, or the one file given. A directory without logs is an error that

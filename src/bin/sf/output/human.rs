@@ -164,6 +164,18 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
         n => format!("{} dropped in total", plural(n, "event")),
     });
     let mut lines = vec![parts.join("; ")];
+    if !report.attempts.is_empty() {
+        let kept: Vec<String> = report
+            .attempts
+            .iter()
+            .map(|a| format!("attempt-{} ({})", a.attempt, plural(a.logs as u64, "log")))
+            .collect();
+        lines.push(format!(
+            "earlier attempts kept: {}; the rows above are the latest; pass {}/attempt-N to read an earlier one",
+            kept.join(", "),
+            report.dir.trim_end_matches('/')
+        ));
+    }
     if !s.gaps.is_empty() {
         let mut named: Vec<String> = s.gaps.iter().take(LIST_AT_MOST).map(gap).collect();
         if s.gaps.len() > LIST_AT_MOST {
@@ -550,6 +562,7 @@ mod tests {
             ranks: Vec::new(),
             missing_ranks: vec![1, 2, 3, 7],
             errors: Vec::new(),
+            attempts: Vec::new(),
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

@@ -8,6 +8,7 @@
 //! Keys: rank (N or N|N|...), op, comm (an id as `sf dump` prints it, or `world`),
 //! seq (N or N-M), step (N or N-M), stage, ms, jitter_ms, result, prob, seed.
 
+use crate::core::capture::config::{clip, echo};
 use crate::core::comms::nccl_op::{result_name, NcclOp};
 use crate::core::log::records::InjectAction;
 
@@ -54,7 +55,9 @@ pub fn parse(text: &str) -> Result<Vec<Rule>, String> {
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .enumerate()
-        .map(|(i, r)| parse_rule(r).map_err(|e| format!("rule {} `{r}`: {e}", i + 1)))
+        .map(|(i, r)| {
+            parse_rule(r).map_err(|e| format!("rule {} {}: {}", i + 1, echo(r.as_bytes()), clip(e.as_bytes()).0))
+        })
         .collect()
 }
 
@@ -106,6 +109,9 @@ fn parse_rule(text: &str) -> Result<Rule, String> {
     }
     match action {
         InjectAction::Delay if !has_ms => Err("delay needs ms=".into()),
+        _ if rule.delay_ms + rule.jitter_ms > MAX_DELAY_MS => {
+            Err(format!("ms + jitter_ms is over the cap of {MAX_DELAY_MS} ms (1 h); use hang for longer"))
+        }
         InjectAction::Fail if rule.result == 0 => Err("fail needs an error result, not ncclSuccess".into()),
         _ => Ok(rule),
     }
@@ -115,8 +121,20 @@ fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
     value.trim().parse().map_err(|_| format!("{key}={value} is not a number"))
 }
 
+/// The longest delay (`ms` + `jitter_ms`) a rule may ask for: an hour. A longer wait is a
+/// hang, which `hang` says honestly, and an absurd one would overflow the nanoseconds.
+pub const MAX_DELAY_MS: f64 = 3_600_000.0;
+
 fn millis(key: &str, value: &str) -> Result<f64, String> {
-    value.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or(format!("{key}={value} is not a duration"))
+    let ms = value
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or(format!("{key}={value} is not a duration"))?;
+    if ms > MAX_DELAY_MS {
+        return Err(format!("{key}={value} is over the cap of {MAX_DELAY_MS} ms (1 h); use hang for longer"));
+    }
+    Ok(ms)
 }
 
 fn span(key: &str, value: &str) -> Result<Span, String> {
@@ -203,10 +221,19 @@ mod tests {
             ("hang:prob=2", "prob"),
             ("hang:rank", "key=value"),
             ("hang:rank=1;delay:ms=oops", "rule 2"),
+            ("delay:ms=inf", "ms=inf is not a duration"),
+            ("delay:ms=NaN", "ms=NaN is not a duration"),
+            ("delay:ms=1e300", "over the cap"),
+            ("delay:ms=3600001", "over the cap"),
+            ("delay:ms=3000000,jitter_ms=700000", "over the cap"),
         ] {
             let error = parse(text).unwrap_err();
             assert!(error.contains(needle), "{text}: {error}");
         }
         assert_eq!(parse(" ; ").unwrap(), vec![]);
+        assert!(parse("delay:ms=3600000").is_ok(), "exactly one hour is allowed");
+        let long = format!("delay:ms=\x1b[2J{}", "9".repeat(1000));
+        let error = parse(&long).unwrap_err();
+        assert!(error.len() < 400 && !error.contains('\x1b'), "{error}");
     }
 }

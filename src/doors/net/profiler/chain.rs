@@ -6,11 +6,11 @@
 
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 use super::abi::ForeignPlugin;
 use crate::core::capture::config::Config;
 use crate::core::capture::notice::say;
+use crate::core::capture::once::LeakedOnce;
 
 /// Settings the door reads once, whether or not the runtime records.
 pub struct Settings {
@@ -18,8 +18,9 @@ pub struct Settings {
     pub kernel_ch: bool,
 }
 
+/// Read on the first profiler `init`, without a lock (see `core::capture::once`).
 pub fn settings() -> &'static Settings {
-    static SETTINGS: OnceLock<Settings> = OnceLock::new();
+    static SETTINGS: LeakedOnce<Settings> = LeakedOnce::new();
     SETTINGS.get_or_init(|| {
         let (config, _warnings) = Config::from_env(); // the runtime reports the warnings
         Settings { chain: config.chain_profiler, kernel_ch: config.profiler_kernel_ch }
@@ -27,21 +28,34 @@ pub fn settings() -> &'static Settings {
 }
 
 const ABSENT: usize = 1;
-static LIBRARY: OnceLock<usize> = OnceLock::new();
+/// The chained plugin's dlopen handle (never closed), or ABSENT; 0 before the first try.
+static LIBRARY: AtomicUsize = AtomicUsize::new(0);
 /// Per version (index 1..=7): 0 not looked up, ABSENT, or the table's address.
 static TABLES: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
+/// Loaded without a lock: threads racing here each dlopen, which only counts one more
+/// reference to the same never-closed library.
 fn library() -> usize {
-    *LIBRARY.get_or_init(|| {
-        let Some(path) = settings().chain.as_ref() else { return 0 };
-        let Ok(c_path) = CString::new(path.as_os_str().as_encoded_bytes()) else { return 0 };
-        // SAFETY: dlopen with a NUL-terminated path; the handle is never closed.
-        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            say(&format!("SF_CHAIN_PROFILER={}: cannot load it; not chaining", path.display()));
+    let known = LIBRARY.load(Ordering::Acquire);
+    if known != 0 {
+        return if known == ABSENT { 0 } else { known };
+    }
+    let handle = match settings().chain.as_ref() {
+        None => 0,
+        Some(path) => {
+            let c_path = CString::new(path.as_os_str().as_encoded_bytes()).ok();
+            // SAFETY: dlopen with a NUL-terminated path; the handle is never closed.
+            let handle = c_path.map_or(std::ptr::null_mut(), |c| unsafe {
+                libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL)
+            });
+            if handle.is_null() && LIBRARY.load(Ordering::Acquire) == 0 {
+                say(&format!("SF_CHAIN_PROFILER={}: cannot load it; not chaining", path.display()));
+            }
+            handle as usize
         }
-        handle as usize
-    })
+    };
+    LIBRARY.store(if handle == 0 { ABSENT } else { handle }, Ordering::Release);
+    handle
 }
 
 /// The chained plugin's table for `abi`, looked up on first use (from `init`).
