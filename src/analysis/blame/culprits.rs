@@ -1,0 +1,176 @@
+//! The window's blame table and the ranks in it that are findings.
+
+use std::collections::BTreeMap;
+
+use super::attribute::Attribution;
+
+/// Seconds of other ranks' waiting one (rank, stage) caused.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlameCell {
+    pub rank: u32,
+    pub stage: usize,
+    pub caused_s: f64,
+}
+
+/// Blame over a range of steps, largest cell first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlameTable {
+    pub cells: Vec<BlameCell>,
+    /// All waiting inside collectives in these steps, over every rank.
+    pub wait_s: f64,
+}
+
+impl BlameTable {
+    /// Seconds of waiting each rank caused, over all its stages.
+    pub fn by_rank(&self) -> BTreeMap<u32, f64> {
+        let mut ranks = BTreeMap::new();
+        for c in &self.cells {
+            *ranks.entry(c.rank).or_default() += c.caused_s;
+        }
+        ranks
+    }
+}
+
+/// The blame table of steps `first..=last`.
+pub fn blame_table(a: &Attribution, first: u64, last: u64) -> BlameTable {
+    let mut cells: BTreeMap<(u32, usize), f64> = BTreeMap::new();
+    for (&(rank, step, stage), &caused) in &a.caused {
+        if (first..=last).contains(&step) {
+            *cells.entry((rank, stage)).or_default() += caused;
+        }
+    }
+    let mut cells: Vec<BlameCell> =
+        cells.into_iter().map(|((rank, stage), caused_s)| BlameCell { rank, stage, caused_s }).collect();
+    cells.sort_by(|a, b| b.caused_s.total_cmp(&a.caused_s).then(a.rank.cmp(&b.rank)).then(a.stage.cmp(&b.stage)));
+    let wait_s = a.waits.iter().filter(|((_, step, _), _)| (first..=last).contains(step)).map(|(_, w)| w).sum();
+    BlameTable { cells, wait_s }
+}
+
+/// When caused wait is a finding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CulpritParams {
+    /// The delay a culprit imposes on each peer, per step, must reach this many seconds...
+    pub min_delay_s: f64,
+    /// ...and this fraction of the median step time.
+    pub min_step_share: f64,
+    /// ...and its caused wait this multiple of the median rank's: in a healthy job every
+    /// rank is last now and then, and blame spreads evenly.
+    pub dominance: f64,
+}
+
+impl Default for CulpritParams {
+    fn default() -> CulpritParams {
+        CulpritParams { min_delay_s: 1e-3, min_step_share: 0.02, dominance: 3.0 }
+    }
+}
+
+/// A rank that made the others wait, and the stage it did it in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Culprit {
+    pub rank: u32,
+    /// Its stage with the most caused wait.
+    pub stage: usize,
+    /// Seconds of other ranks' waiting it caused, over all its stages, and in `stage`.
+    pub caused_s: f64,
+    pub stage_caused_s: f64,
+    /// Its caused wait per step and per peer: how much later each peer finished a step.
+    pub delay_per_step_s: f64,
+    /// Its part of all the waiting in the window.
+    pub wait_share: f64,
+}
+
+/// The culprits of a table over `steps` steps of `ranks` ranks, largest first.
+pub fn culprits(
+    table: &BlameTable,
+    ranks: usize,
+    steps: usize,
+    median_step_s: f64,
+    params: &CulpritParams,
+) -> Vec<Culprit> {
+    if ranks < 2 || steps == 0 {
+        return Vec::new();
+    }
+    let by_rank = table.by_rank();
+    // Ranks that caused nothing count in the median too.
+    let mut all: Vec<f64> = by_rank.values().copied().collect();
+    all.resize(ranks.max(all.len()), 0.0);
+    all.sort_by(f64::total_cmp);
+    let typical = all[all.len() / 2];
+    let floor = params.min_delay_s.max(params.min_step_share * median_step_s);
+    let mut found: Vec<Culprit> = by_rank
+        .iter()
+        .filter_map(|(&rank, &caused_s)| {
+            let delay_per_step_s = caused_s / steps as f64 / (ranks - 1) as f64;
+            if delay_per_step_s < floor || caused_s < params.dominance * typical {
+                return None;
+            }
+            let top = table.cells.iter().find(|c| c.rank == rank)?;
+            Some(Culprit {
+                rank,
+                stage: top.stage,
+                caused_s,
+                stage_caused_s: top.caused_s,
+                delay_per_step_s,
+                wait_share: if table.wait_s > 0.0 { caused_s / table.wait_s } else { 0.0 },
+            })
+        })
+        .collect();
+    found.sort_by(|a, b| b.caused_s.total_cmp(&a.caused_s).then(a.rank.cmp(&b.rank)));
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attribution(caused: &[((u32, u64, usize), f64)]) -> Attribution {
+        let mut a = Attribution::default();
+        for &(key, s) in caused {
+            a.caused.insert(key, s);
+            *a.waits.entry((0, key.1, 0)).or_default() += s;
+        }
+        a
+    }
+
+    #[test]
+    fn the_table_sums_a_window_by_rank_and_stage() {
+        let a = attribution(&[((3, 1, 0), 0.01), ((3, 2, 0), 0.02), ((3, 2, 1), 0.001), ((3, 9, 0), 5.0)]);
+        let t = blame_table(&a, 0, 5);
+        assert_eq!(t.cells.len(), 2);
+        assert_eq!((t.cells[0].rank, t.cells[0].stage), (3, 0));
+        assert!((t.cells[0].caused_s - 0.03).abs() < 1e-12);
+        assert!((t.wait_s - 0.031).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_rank_that_holds_everyone_up_is_a_culprit_and_even_blame_is_not() {
+        // 8 ranks, 10 steps of 0.1 s: rank 5 makes each of 7 peers wait 5 ms a step in
+        // stage 0; everyone else is last now and then for 0.2 ms.
+        let mut caused = vec![((5, 0, 0), 10.0 * 7.0 * 0.005)];
+        caused.extend((0..8).filter(|&r| r != 5).map(|r| ((r, 0, 2), 0.0002 * 7.0)));
+        let t = blame_table(&attribution(&caused), 0, 9);
+        let found = culprits(&t, 8, 10, 0.1, &CulpritParams::default());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].rank, found[0].stage), (5, 0));
+        assert!((found[0].delay_per_step_s - 0.005).abs() < 1e-12);
+
+        let even: Vec<_> = (0..8).map(|r| ((r, 0, 2), 7.0 * 0.003)).collect();
+        let t = blame_table(&attribution(&even), 0, 9);
+        assert!(culprits(&t, 8, 10, 0.1, &CulpritParams::default()).is_empty(), "even blame is noise");
+    }
+
+    #[test]
+    fn a_small_delay_is_not_a_finding() {
+        // 0.5 ms a step of a 0.1 s step: under the 2% floor.
+        let t = blame_table(&attribution(&[((5, 0, 0), 10.0 * 7.0 * 0.0005)]), 0, 9);
+        assert!(culprits(&t, 8, 10, 0.1, &CulpritParams::default()).is_empty());
+    }
+
+    #[test]
+    fn two_culprits_are_both_named() {
+        let t = blame_table(&attribution(&[((2, 0, 0), 0.5), ((6, 0, 1), 0.4)]), 0, 9);
+        let found = culprits(&t, 8, 10, 0.1, &CulpritParams::default());
+        let named: Vec<(u32, usize)> = found.iter().map(|c| (c.rank, c.stage)).collect();
+        assert_eq!(named, [(2, 0), (6, 1)]);
+    }
+}
