@@ -8,6 +8,7 @@ pub mod ls;
 pub mod net;
 pub mod slow;
 mod step_vectors;
+mod waits;
 
 use std::io;
 

@@ -107,7 +107,7 @@ type DeviceByStep = BTreeMap<u64, Vec<(u16, u64, u64)>>;
 
 /// Steps whose parts are all held, parts in order; and the device time of the steps the
 /// CUDA door sampled (a lost `stage_device` part loses only its stages).
-fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep) {
+pub(super) fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep) {
     let mut steps: BTreeMap<u64, Vec<StepVector>> = BTreeMap::new();
     let mut device: DeviceByStep = BTreeMap::new();
     for record in log.records().0 {
