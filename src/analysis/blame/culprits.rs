@@ -18,6 +18,8 @@ pub struct BlameTable {
     pub cells: Vec<BlameCell>,
     /// All waiting inside collectives in these steps, over every rank.
     pub wait_s: f64,
+    /// Seconds of waiting caused per (rank, step), over all the rank's stages.
+    pub by_step: BTreeMap<(u32, u64), f64>,
 }
 
 impl BlameTable {
@@ -34,16 +36,18 @@ impl BlameTable {
 /// The blame table of steps `first..=last`.
 pub fn blame_table(a: &Attribution, first: u64, last: u64) -> BlameTable {
     let mut cells: BTreeMap<(u32, usize), f64> = BTreeMap::new();
+    let mut by_step: BTreeMap<(u32, u64), f64> = BTreeMap::new();
     for (&(rank, step, stage), &caused) in &a.caused {
         if (first..=last).contains(&step) {
             *cells.entry((rank, stage)).or_default() += caused;
+            *by_step.entry((rank, step)).or_default() += caused;
         }
     }
     let mut cells: Vec<BlameCell> =
         cells.into_iter().map(|((rank, stage), caused_s)| BlameCell { rank, stage, caused_s }).collect();
     cells.sort_by(|a, b| b.caused_s.total_cmp(&a.caused_s).then(a.rank.cmp(&b.rank)).then(a.stage.cmp(&b.stage)));
     let wait_s = a.waits.iter().filter(|((_, step, _), _)| (first..=last).contains(step)).map(|(_, w)| w).sum();
-    BlameTable { cells, wait_s }
+    BlameTable { cells, wait_s, by_step }
 }
 
 /// When caused wait is a finding.
@@ -54,13 +58,20 @@ pub struct CulpritParams {
     /// ...and this fraction of the median step time.
     pub min_step_share: f64,
     /// ...and its caused wait this multiple of the median rank's: in a healthy job every
-    /// rank is last now and then, and blame spreads evenly.
+    /// rank is last now and then, and blame spreads evenly...
     pub dominance: f64,
+    /// ...and it must hold its peers up by the floor in at least this fraction of the
+    /// steps (and in 3 or more): one descheduled step on a busy host is jitter, not a
+    /// culprit (the L1 detectors report spikes).
+    pub min_step_fraction: f64,
 }
+
+/// Fewest steps in which a culprit must hold its peers up.
+const MIN_CULPRIT_STEPS: usize = 3;
 
 impl Default for CulpritParams {
     fn default() -> CulpritParams {
-        CulpritParams { min_delay_s: 1e-3, min_step_share: 0.02, dominance: 3.0 }
+        CulpritParams { min_delay_s: 1e-3, min_step_share: 0.02, dominance: 3.0, min_step_fraction: 0.2 }
     }
 }
 
@@ -97,11 +108,16 @@ pub fn culprits(
     all.sort_by(f64::total_cmp);
     let typical = all[all.len() / 2];
     let floor = params.min_delay_s.max(params.min_step_share * median_step_s);
+    let peers = (ranks - 1) as f64;
+    let min_steps = MIN_CULPRIT_STEPS.max((params.min_step_fraction * steps as f64).ceil() as usize);
+    let held_up = |rank: u32| {
+        table.by_step.range((rank, 0)..=(rank, u64::MAX)).filter(|(_, &caused)| caused / peers >= floor).count()
+    };
     let mut found: Vec<Culprit> = by_rank
         .iter()
         .filter_map(|(&rank, &caused_s)| {
-            let delay_per_step_s = caused_s / steps as f64 / (ranks - 1) as f64;
-            if delay_per_step_s < floor || caused_s < params.dominance * typical {
+            let delay_per_step_s = caused_s / steps as f64 / peers;
+            if delay_per_step_s < floor || caused_s < params.dominance * typical || held_up(rank) < min_steps {
                 return None;
             }
             let top = table.cells.iter().find(|c| c.rank == rank)?;
@@ -118,6 +134,23 @@ pub fn culprits(
     found.sort_by(|a, b| b.caused_s.total_cmp(&a.caused_s).then(a.rank.cmp(&b.rank)));
     found
 }
+
+/// The stages a workload exposes through synchronization waits, measured: those where the
+/// ranks' in-collective waiting is at least `min_share` of their time in the stage
+/// (`stage_time_s[s]`, waits included, over the same ranks and steps). This is the model-fit
+/// indicator W_s of StageFrontier's Appendix C, read from the logs instead of asserted.
+pub fn sync_wait_stages(a: &Attribution, stage_time_s: &[f64], min_share: f64) -> Vec<usize> {
+    let mut waited = vec![0.0; stage_time_s.len()];
+    for (&(_, _, stage), &w) in &a.waits {
+        if let Some(slot) = waited.get_mut(stage) {
+            *slot += w;
+        }
+    }
+    (0..stage_time_s.len()).filter(|&s| stage_time_s[s] > 0.0 && waited[s] >= min_share * stage_time_s[s]).collect()
+}
+
+/// Default `min_share` of [`sync_wait_stages`]: a quarter of the stage's time spent waiting.
+pub const SYNC_WAIT_SHARE: f64 = 0.25;
 
 #[cfg(test)]
 mod tests {
@@ -146,7 +179,7 @@ mod tests {
     fn a_rank_that_holds_everyone_up_is_a_culprit_and_even_blame_is_not() {
         // 8 ranks, 10 steps of 0.1 s: rank 5 makes each of 7 peers wait 5 ms a step in
         // stage 0; everyone else is last now and then for 0.2 ms.
-        let mut caused = vec![((5, 0, 0), 10.0 * 7.0 * 0.005)];
+        let mut caused: Vec<_> = (0..10).map(|step| ((5, step, 0), 7.0 * 0.005)).collect();
         caused.extend((0..8).filter(|&r| r != 5).map(|r| ((r, 0, 2), 0.0002 * 7.0)));
         let t = blame_table(&attribution(&caused), 0, 9);
         let found = culprits(&t, 8, 10, 0.1, &CulpritParams::default());
@@ -167,8 +200,26 @@ mod tests {
     }
 
     #[test]
+    fn a_stage_is_sync_wait_when_its_ranks_spend_a_quarter_of_it_waiting() {
+        let mut a = Attribution::default();
+        a.waits.insert((0, 1, 1), 0.3);
+        a.waits.insert((1, 1, 1), 0.1);
+        a.waits.insert((1, 1, 0), 0.01);
+        assert_eq!(sync_wait_stages(&a, &[1.0, 1.5, 0.0], SYNC_WAIT_SHARE), [1]);
+        assert!(sync_wait_stages(&a, &[1.0, 1.7, 0.0], SYNC_WAIT_SHARE).is_empty());
+    }
+
+    #[test]
+    fn one_long_stall_is_jitter_not_a_culprit() {
+        // Rank 5 stalls 50 ms once in 10 steps: 5 ms a step on average, in one step.
+        let t = blame_table(&attribution(&[((5, 4, 0), 7.0 * 0.050)]), 0, 9);
+        assert!(culprits(&t, 8, 10, 0.1, &CulpritParams::default()).is_empty());
+    }
+
+    #[test]
     fn two_culprits_are_both_named() {
-        let t = blame_table(&attribution(&[((2, 0, 0), 0.5), ((6, 0, 1), 0.4)]), 0, 9);
+        let caused: Vec<_> = (0..10).flat_map(|step| [((2, step, 0), 0.05), ((6, step, 1), 0.04)]).collect();
+        let t = blame_table(&attribution(&caused), 0, 9);
         let found = culprits(&t, 8, 10, 0.1, &CulpritParams::default());
         let named: Vec<(u32, usize)> = found.iter().map(|c| (c.rank, c.stage)).collect();
         assert_eq!(named, [(2, 0), (6, 1)]);

@@ -73,15 +73,14 @@ pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), 
     Ok((ranks, world as usize))
 }
 
-/// Every complete step of every rank log in `dir`, as a frontier table. The world is the
+/// The complete steps of `ranks` (read from `dir`), as a frontier table. The world is the
 /// largest world size the headers record.
-pub fn table(dir: &Path) -> Result<StageTable, Failure> {
+pub fn table_of(dir: &Path, ranks: &[RankSteps], world: usize) -> Result<StageTable, Failure> {
     let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
-    let (ranks, world) = read_ranks(dir, "frontier")?;
     let mut durations = Vec::new();
     let mut overlaps = Vec::new();
     let mut devices = Vec::new();
-    for r in &ranks {
+    for r in ranks {
         for s in &r.steps {
             overlaps.push((s.step, r.rank, s.overlap_ns as f64 / 1e9));
             devices.extend(s.device.iter().map(|(name, device_ns, spill_ns)| {
