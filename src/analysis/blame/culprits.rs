@@ -18,8 +18,8 @@ pub struct BlameTable {
     pub cells: Vec<BlameCell>,
     /// All waiting inside collectives in these steps, over every rank.
     pub wait_s: f64,
-    /// Seconds of waiting caused per (rank, step), over all the rank's stages.
-    pub by_step: BTreeMap<(u32, u64), f64>,
+    /// Seconds of waiting caused per (rank, stage, step).
+    pub by_step: BTreeMap<(u32, usize, u64), f64>,
 }
 
 impl BlameTable {
@@ -36,11 +36,11 @@ impl BlameTable {
 /// The blame table of steps `first..=last`.
 pub fn blame_table(a: &Attribution, first: u64, last: u64) -> BlameTable {
     let mut cells: BTreeMap<(u32, usize), f64> = BTreeMap::new();
-    let mut by_step: BTreeMap<(u32, u64), f64> = BTreeMap::new();
+    let mut by_step: BTreeMap<(u32, usize, u64), f64> = BTreeMap::new();
     for (&(rank, step, stage), &caused) in &a.caused {
         if (first..=last).contains(&step) {
             *cells.entry((rank, stage)).or_default() += caused;
-            *by_step.entry((rank, step)).or_default() += caused;
+            *by_step.entry((rank, stage, step)).or_default() += caused;
         }
     }
     let mut cells: Vec<BlameCell> =
@@ -57,8 +57,8 @@ pub struct CulpritParams {
     pub min_delay_s: f64,
     /// ...and this fraction of the median step time.
     pub min_step_share: f64,
-    /// ...and its caused wait this multiple of the median rank's: in a healthy job every
-    /// rank is last now and then, and blame spreads evenly...
+    /// ...and its caused wait in the stage this multiple of the median rank's in the same
+    /// stage: in a healthy job every rank is last now and then, and blame spreads evenly...
     pub dominance: f64,
     /// ...and it must hold its peers up by the floor in at least this fraction of the
     /// steps (and in 3 or more): one descheduled step on a busy host is jitter, not a
@@ -84,13 +84,15 @@ pub struct Culprit {
     /// Seconds of other ranks' waiting it caused, over all its stages, and in `stage`.
     pub caused_s: f64,
     pub stage_caused_s: f64,
-    /// Its caused wait per step and per peer: how much later each peer finished a step.
+    /// Its caused wait in `stage` per step and per peer: how much later each peer
+    /// finished a step.
     pub delay_per_step_s: f64,
     /// Its part of all the waiting in the window.
     pub wait_share: f64,
 }
 
-/// The culprits of a table over `steps` steps of `ranks` ranks, largest first.
+/// The culprits of a table over `steps` steps of `ranks` ranks, largest first: the
+/// (rank, stage) cells that pass every gate of `params`, the largest one per rank.
 pub fn culprits(
     table: &BlameTable,
     ranks: usize,
@@ -102,36 +104,43 @@ pub fn culprits(
         return Vec::new();
     }
     let by_rank = table.by_rank();
-    // Ranks that caused nothing count in the median too.
-    let mut all: Vec<f64> = by_rank.values().copied().collect();
-    all.resize(ranks.max(all.len()), 0.0);
-    all.sort_by(f64::total_cmp);
-    let typical = all[all.len() / 2];
     let floor = params.min_delay_s.max(params.min_step_share * median_step_s);
     let peers = (ranks - 1) as f64;
     let min_steps = MIN_CULPRIT_STEPS.max((params.min_step_fraction * steps as f64).ceil() as usize);
-    let held_up = |rank: u32| {
-        table.by_step.range((rank, 0)..=(rank, u64::MAX)).filter(|(_, &caused)| caused / peers >= floor).count()
+    let held_up = |rank: u32, stage: usize| {
+        let cell = (rank, stage, 0)..=(rank, stage, u64::MAX);
+        table.by_step.range(cell).filter(|(_, &caused)| caused / peers >= floor).count()
     };
-    let mut found: Vec<Culprit> = by_rank
-        .iter()
-        .filter_map(|(&rank, &caused_s)| {
-            let delay_per_step_s = caused_s / steps as f64 / peers;
-            if delay_per_step_s < floor || caused_s < params.dominance * typical || held_up(rank) < min_steps {
-                return None;
-            }
-            let top = table.cells.iter().find(|c| c.rank == rank)?;
-            Some(Culprit {
-                rank,
-                stage: top.stage,
-                caused_s,
-                stage_caused_s: top.caused_s,
-                delay_per_step_s,
-                wait_share: if table.wait_s > 0.0 { caused_s / table.wait_s } else { 0.0 },
-            })
-        })
-        .collect();
-    found.sort_by(|a, b| b.caused_s.total_cmp(&a.caused_s).then(a.rank.cmp(&b.rank)));
+    // The median rank's caused wait in a stage, ranks that caused none included.
+    let typical = |stage: usize| {
+        let mut all: Vec<f64> = table.cells.iter().filter(|c| c.stage == stage).map(|c| c.caused_s).collect();
+        all.resize(ranks.max(all.len()), 0.0);
+        all.sort_by(f64::total_cmp);
+        all[all.len() / 2]
+    };
+    let mut found: Vec<Culprit> = Vec::new();
+    // Cells are largest first, so a rank's first passing cell is its largest.
+    for c in &table.cells {
+        if found.iter().any(|f| f.rank == c.rank) {
+            continue;
+        }
+        let delay_per_step_s = c.caused_s / steps as f64 / peers;
+        if delay_per_step_s < floor
+            || c.caused_s < params.dominance * typical(c.stage)
+            || held_up(c.rank, c.stage) < min_steps
+        {
+            continue;
+        }
+        let caused_s = by_rank[&c.rank];
+        found.push(Culprit {
+            rank: c.rank,
+            stage: c.stage,
+            caused_s,
+            stage_caused_s: c.caused_s,
+            delay_per_step_s,
+            wait_share: if table.wait_s > 0.0 { caused_s / table.wait_s } else { 0.0 },
+        });
+    }
     found
 }
 
@@ -207,6 +216,17 @@ mod tests {
         a.waits.insert((1, 1, 0), 0.01);
         assert_eq!(sync_wait_stages(&a, &[1.0, 1.5, 0.0], SYNC_WAIT_SHARE), [1]);
         assert!(sync_wait_stages(&a, &[1.0, 1.7, 0.0], SYNC_WAIT_SHARE).is_empty());
+    }
+
+    #[test]
+    fn a_culprit_stands_out_in_its_stage_over_noise_that_every_rank_causes_elsewhere() {
+        // Every rank is last in backward now and then (0.07 s each over the window); rank 4's
+        // data stage holds the others up 3 ms a step.
+        let mut caused: Vec<_> = (0..10).map(|step| ((4, step, 0), 7.0 * 0.003)).collect();
+        caused.extend((0..8).flat_map(|r| (0..10).map(move |step| ((r, step, 2), 0.007))));
+        let t = blame_table(&attribution(&caused), 0, 9);
+        let found = culprits(&t, 8, 10, 0.1, &CulpritParams::default());
+        assert_eq!(found.iter().map(|c| (c.rank, c.stage)).collect::<Vec<_>>(), [(4, 0)], "{found:?}");
     }
 
     #[test]
