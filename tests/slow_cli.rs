@@ -121,9 +121,11 @@ fn a_rank_late_into_its_allreduces_is_named_and_no_waiter_is() {
     assert_eq!(code, Some(4), "{report}");
     let top = &report["slow_ranks"][0];
     assert_eq!((&top["rank"], &top["stage"]), (&6.into(), &"model.backward_cpu_wall".into()), "{report}");
-    // 4 allreduces x 20 ms x 7 waiters over 10 of 11 judged steps: most of all waiting.
+    // 4 allreduces x 20 ms x 7 waiters over 10 of 11 judged steps (5.6 s): the largest
+    // part of all waiting, though a loaded host adds its own.
     let culprit = &top["culprit"];
-    assert!(culprit["wait_share"].as_f64().unwrap() > 0.8, "{top}");
+    assert!(culprit["caused_s"].as_f64().unwrap() > 4.0, "{top}");
+    assert!(culprit["wait_share"].as_f64().unwrap() > 0.3, "{top}");
     assert!((culprit["delay_per_step_s"].as_f64().unwrap() - 0.073).abs() < 0.02, "{top}");
     let named: Vec<&Value> = report["slow_ranks"].as_array().unwrap().iter().map(|s| &s["rank"]).collect();
     assert!(named.iter().all(|r| **r == 6), "a waiter is named: {named:?}");

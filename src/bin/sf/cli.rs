@@ -236,6 +236,8 @@ STATE of each rank:
   missing   never entered the call others are stuck in, and silent since: the culprit
   waiting   blocked in a call (or, outside NCCL, ahead of others) that waits for other ranks
   wedged    stuck in a call though every rank it needs is there, or in a call of its own
+  stuck_qp  wedged, and its RDMA queue pair holds a work request past SF_WR_TIMEOUT_MS
+            (qp_stuck evidence): the culprit; the other ranks of the call wait for it
   dead      heartbeat stale, process gone (killed, crashed)
   stalled   heartbeat stale, process still there (stopped, or frozen as a whole)
   slow      others are stuck waiting for it, but it still makes NCCL calls: behind, not hung
@@ -243,7 +245,8 @@ STATE of each rank:
   disabled  recording stopped after an internal error; its log says nothing since
   ok        not part of anything stuck
 ROLE says what a rank that stopped was doing when it stopped: a job killed while hung
-still shows who held it up. STUCK: how long it has waited in its call (waiting, wedged)
+still shows who held it up, and once every rank is gone the first line, HUNG
+(post-mortem ...), names the ranks that held the stuck call up. STUCK: how long it has waited in its call (waiting, wedged)
 or gone without a call (missing, dead, stalled). STEP and STAGE come from the job's
 step and stage markers, when it records them.
 
