@@ -65,7 +65,7 @@ pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
 }
 
 /// Charges each late participant's caused wait to the stages where its own time since its
-/// previous call ran over its peers' (their median), in proportion to the overrun; with
+/// previous call ran over the participants' median, in proportion to the overrun; with
 /// no overrun (it was late because it left its previous call late), to the stage it
 /// entered the call from.
 fn charge(ranks: &[RankTimeline], c: &Collective, a: &mut Attribution) {
@@ -80,23 +80,25 @@ fn charge(ranks: &[RankTimeline], c: &Collective, a: &mut Attribution) {
             own_time(&r.spans, start, enter)
         })
         .collect();
+    // The participants' median own time per stage (a stage is compared by its index
+    // alone: the segment rarely spans two steps' copies of one stage). Once per
+    // collective, so a large job stays linear in its ranks.
+    let mut per_stage: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for (i, seg) in segments.iter().enumerate() {
+        for &((_, stage), t) in seg {
+            let column = per_stage.entry(stage).or_insert_with(|| vec![0.0; segments.len()]);
+            column[i] += t;
+        }
+    }
+    let medians: BTreeMap<usize, f64> =
+        per_stage.into_iter().map(|(stage, mut column)| (stage, median(&mut column))).collect();
     for (i, p) in c.participants.iter().enumerate() {
         if p.caused_s <= 0.0 {
             continue;
         }
-        // A stage is compared by its index alone: the peers' same stage may belong to a step
-        // numbered alike, and the segment rarely spans two steps' copies of one stage.
         let overruns: Vec<((u64, usize), f64)> = segments[i]
             .iter()
-            .map(|&(key, own)| {
-                let mut peers: Vec<f64> = segments
-                    .iter()
-                    .enumerate()
-                    .filter(|&(j, _)| j != i)
-                    .map(|(_, seg)| seg.iter().filter(|(k, _)| k.1 == key.1).map(|(_, t)| t).sum())
-                    .collect();
-                (key, (own - median(&mut peers)).max(0.0))
-            })
+            .map(|&(key, own)| (key, (own - medians[&key.1]).max(0.0)))
             .filter(|&(_, over)| over > 0.0)
             .collect();
         let total: f64 = overruns.iter().map(|(_, o)| o).sum();
