@@ -177,7 +177,10 @@ add up to 13.2 s because they count that wait twice.
 
 DIR is a job directory: its rank logs' step vectors (from sf_step/sf_stage markers, NVTX
 ranges or the Python helper), aligned by step index; a step a rank did not complete
-counts that rank missing. --csv FILE instead has the header step,rank,stage,seconds and
+counts that rank missing. From logs, each stage is read as own time: the time a rank
+waited inside collectives (matched across ranks by communicator and sequence number) is
+taken out and charged to the rank whose late arrival caused it, in the stage that made
+it late; a rank that made the others wait heads its window as CULPRIT rank R in STAGE. --csv FILE instead has the header step,rank,stage,seconds and
 one row per step, rank and stage.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
@@ -363,7 +366,8 @@ struct FrontierArgs {
     #[arg(long, value_name = "STAGE")]
     residual: Option<String>,
     /// Stages the workload is known to expose through synchronization waits (the paper's
-    /// model-fit indicator); enables sync_wait_dependent and likely_sync_wait for them
+    /// model-fit indicator); enables sync_wait_dependent and likely_sync_wait for them. On
+    /// logs it is also measured: stages whose ranks spend 25% of them waiting in collectives
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
     sync_wait: Vec<String>,
     /// Microsteps per optimizer step when the job accumulates gradients

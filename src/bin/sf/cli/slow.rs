@@ -58,9 +58,9 @@ L1, per rank, over its step wall times (ARGUS Sec. 6.1, App. B):
               above 1.2 x the median of the steps outside it: the spike's own width
   regression  the split with the largest ratio of mean step time after/before, at least
               --min-regression, both sides stable (CV at most --max-cv, 10 steps or more)
-  Each event names the stage of the rank's own vector that grew the most. In a
-  synchronous job every rank slows down when one is late, and the others grow in the
-  stage where they wait (the backward allreduce): L1 says when, L2 and expected time who.
+  Each event names the stage of the rank's own vector that grew the most. L1 reads each
+  rank's own step time (wall time less its waiting in collectives): in a synchronous job
+  the late rank shows the change, and the peers that only waited for it do not.
 L2, per stage within each group of same-role ranks (--group-by): CV of the ranks' mean
   stage durations (balanced < 0.02 <= mild < 0.05 <= severe) and z-scores; a rank above
   --z (lower in groups too small to reach it) in a group that is not balanced is a
@@ -76,10 +76,19 @@ A finding must exceed its baseline by --min-effect of the median step time, and 
 time needs --min-slow-steps slow steps of one (stage, rank). The first --skip-steps steps
 of each rank (start-up) are left out.
 
-SLOW lists each (rank, stage) named by L2 or expected time with every detector that
-agrees: 1 of 3 is a lead, 2 or 3 a finding.
+WAIT ATTRIBUTION, from the NCCL calls in the logs: each collective is matched across
+  ranks by communicator and sequence number; a rank's time inside it beyond the shortest
+  is waiting, charged to the ranks that arrived late, in the stage that made them late.
+  The detectors read each rank's own time (its stages less that waiting), so a rank whose
+  stage grew only by waiting for a late peer is never named. A (rank, stage) whose caused
+  waiting costs each peer at least max(1 ms, 2% of the step) per step, in 3 or more steps
+  and 20% of them, and 3x the median rank's in that stage, is a CULPRIT: a finding alone.
 
-Exit status: 0 nothing found; 4 a slow rank, a jitter spike or a regression found;
+SLOW lists culprits first (with the waiting they caused), then each (rank, stage) named
+by L2 or expected time, by the waiting it caused and with every detector that agrees:
+1 of 3 is a lead, 2 or 3 a finding.
+
+Exit status: 0 nothing found; 4 a culprit, a slow rank, a jitter spike or a regression found;
 1 an error (no logs, an unreadable log, no step vectors).";
 
 pub const EXAMPLES: &str = "\
