@@ -95,16 +95,18 @@ pub const EXAMPLES: &str = "\
 Example: 4 ranks of sf-trainer-sim, rank 3's data wait 80 ms longer from step 20 on
 (SF_INJECT=delay:rank=3,stage=data.next_wait,ms=80,step=20-39):
   $ sf slow /dev/shm/stagefrontier-$(id -u)/job-7
-  /dev/shm/stagefrontier-1000/job-7: 4 ranks, 39 steps each (1 skipped), 6 stages, median step 0.239 s
-  SLOW rank 3 in data.next_wait: 3 of 3 detectors: L2 z 1.50 (CV 0.573, severe); expected time 19 of 39 steps \
-(worst 3.7 x T_expect 0.030 s); L1 regression grew there
+  /dev/shm/stagefrontier-1000/job-7: 4 ranks of a world of 4, up to 39 steps each (first 1 skipped), 6 stages, \
+median step 0.282 s, compared by job
+  SLOW rank 3 in data.next_wait: made the other ranks wait 4.901 s (40.9 ms per step each, 94% of all waiting); \
+3 of 3 detectors: L2 z 1.50 (CV 0.497, severe); expected time 20 of 39 steps (worst 3.5 x T_expect 0.0318 s); \
+L1 regression grew there
   ...
   $ echo $?
   4
 
 Examples:
   sf slow JOBDIR; echo $?                               4 when something is slow, 0 when not
-  sf slow JOBDIR --json | jq '.slow_ranks[] | select(.detectors >= 2) | {rank, stage}'
+  sf slow JOBDIR --json | jq '.slow_ranks[] | select(.culprit or .detectors >= 2) | {rank, stage}'
   sf slow JOBDIR --group-by local-rank                  compare each GPU index across nodes
   sf slow JOBDIR --alpha 0.1 --beta 0.3                 VenusTrace thresholds";
 

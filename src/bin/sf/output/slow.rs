@@ -42,7 +42,7 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
 
     writeln!(
         out,
-        "\nL1: each rank's step wall time (jitter window {}, max/min > {})",
+        "\nL1: each rank's own step time, wall less its waiting in collectives (jitter window {}, max/min > {})",
         r.params.jitter_window, r.params.jitter_ratio
     )?;
     let rows: Vec<Vec<String>> = r.l1.iter().flat_map(l1_rows).collect();
