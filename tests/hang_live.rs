@@ -223,3 +223,83 @@ fn a_count_mismatch_on_one_rank_is_flagged() {
     let values = count["values"].to_string();
     assert!(values.contains('1') && values.contains('2'), "counts 1 (rank 2) and 2 (the others): {values}");
 }
+
+/// `sf hang DIR --json ARGS` until it says hung (or 30 s pass).
+fn until_hung(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new(artifact("sf")).arg("hang").arg(dir).arg("--json").args(args).output().unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        if report["hung"] == true {
+            return report;
+        }
+        assert!(Instant::now() < deadline, "never hung: {report}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// torchrun tears a job down once a rank times out: afterwards every rank is dead, and
+/// `sf hang` must still say what the logs saw, the rank that never entered, as a
+/// post-mortem, not only "ranks 0-3 are dead".
+#[test]
+fn a_job_torn_down_while_hung_is_reported_post_mortem_with_the_rank_that_never_entered() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-post-mortem");
+    let job = start(&root, 4, "data=4,fwd=4,bwd=8,callbacks=1,optim=2", Some("hang:rank=3,op=allreduce,seq=40"));
+    let live = until_hung(&root.join("job"), &[]);
+    assert_eq!(ranks_in(&live, "missing_ranks"), [3], "{live}");
+    assert!(live["post_mortem"].is_null(), "the job still runs: {live}");
+    drop(job); // the launcher dies, and its ranks with it
+    std::thread::sleep(Duration::from_millis(1500)); // past the heartbeat's staleness
+    let (code, report) = sf_hang(&root.join("job"));
+    assert_eq!(code, Some(3), "{report}");
+    assert!((0..4).all(|r| state_of(&report, r) == "dead"), "{report}");
+    let pm = &report["post_mortem"];
+    assert_eq!((&pm["culprit_ranks"], &pm["waiting_ranks"]), (&serde_json::json!([3]), &serde_json::json!([0, 1, 2])));
+    assert_eq!((&pm["op"], &pm["comm_seq"]), (&"allreduce".into(), &40.into()), "{pm}");
+    let human = Command::new(artifact("sf")).arg("hang").arg(root.join("job")).output().unwrap();
+    let first = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with(
+            "HUNG (post-mortem: all 4 ranks are gone; from their last live tables): rank 3 held up allreduce #40"
+        ),
+        "{first}"
+    );
+}
+
+/// A QP whose work request never completes leaves every rank inside a collective that all
+/// of them entered: without the QP evidence each is "wedged"; with it, the rank and QP
+/// holding it up are named and the other rank waits for it.
+#[test]
+fn a_stuck_qp_is_named_with_its_rank_instead_of_every_rank_wedged() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-stuck-qp");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
+        .env("NCCL_PROFILER_PLUGIN", library())
+        .env("FAKENCCL_PROFILER_VERSION", "7")
+        .env("SF_WR_TIMEOUT_MS", "200")
+        .env("FAKENCCL_QP_STALL_AFTER", "10")
+        .env("FAKENCCL_QP_STALL_MS", "600000")
+        .env("FAKENCCL_QP_RANK", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Job(cmd.spawn().unwrap());
+    // The stall comes before the job has steps enough to time one: a short fallback.
+    let report = until_hung(&root.join("job"), &["--fallback-stuck-s", "1"]);
+    assert_eq!(state_of(&report, 1), "stuck_qp", "{report}");
+    assert_eq!(state_of(&report, 0), "waiting", "{report}");
+    assert!(ranks_in(&report, "wedged_ranks").is_empty(), "{report}");
+    let comm =
+        report["communicators"].as_array().unwrap().iter().find(|c| !c["stuck_qps"].as_array().unwrap().is_empty());
+    let qp = &comm.expect("a communicator held up by a QP")["stuck_qps"][0];
+    assert_eq!((&qp["rank"], &qp["qp_num"], &qp["source"]), (&1.into(), &0x101.into(), &"profiler".into()), "{qp}");
+    assert_eq!(report["ranks"][0]["waiting_for"], serde_json::json!([1]));
+    let human =
+        Command::new(artifact("sf")).args(["hang", "--fallback-stuck-s", "1"]).arg(root.join("job")).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.lines().next().unwrap_or_default().starts_with("HUNG: rank 1 QP 0x101 (profiler door, device 0)"),
+        "{text}"
+    );
+}

@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod blame;
 pub mod comms;
 pub mod frontier;
 pub mod hang;

@@ -475,6 +475,7 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
                 members: members(&graph, comm),
                 mismatches: Vec::new(),
                 mismatches_total: 0,
+                stuck_qps: Vec::new(),
             };
             if let Some(first) = stuck[ci].iter().filter(|b| b.coll).min_by_key(|b| b.seq) {
                 v.stuck_seq = Some(first.seq);
@@ -489,7 +490,8 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
                     State::Slow => &mut v.slow_ranks,
                     State::Waiting => &mut v.waiting_ranks,
                     State::Missing => &mut v.missing_ranks,
-                    State::Wedged => &mut v.wedged_ranks,
+                    // Named by `qp` after classification, never here.
+                    State::Wedged | State::StuckQp => &mut v.wedged_ranks,
                     State::Dead => &mut v.dead_ranks,
                     State::Stalled => &mut v.stalled_ranks,
                     State::Exited => &mut v.exited_ranks,

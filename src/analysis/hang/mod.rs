@@ -24,6 +24,8 @@ mod classify;
 mod classify_tests;
 mod facts;
 mod mismatch;
+mod post_mortem;
+mod qp;
 #[cfg(test)]
 mod testkit;
 
@@ -31,6 +33,8 @@ use serde::Serialize;
 
 pub use cadence::{Cadence, Threshold};
 pub use mismatch::{FieldValue, Mismatch, MismatchField};
+pub use post_mortem::PostMortem;
+pub use qp::StuckQp;
 
 use crate::analysis::log::liveness::Liveness;
 use crate::core::comms::nccl_op::NcclOp;
@@ -97,6 +101,9 @@ pub struct RankInput {
     /// The stage the rank is in. The hook for stage markers: the library does not record
     /// them yet, so the adapter passes `None`.
     pub stage: Option<String>,
+    /// Its queue pairs with a work request in flight past the timeout and no completion
+    /// since (`qp_stuck` evidence).
+    pub stuck_qps: Vec<StuckQp>,
 }
 
 /// A rank's part in a hang, and its state in the report.
@@ -119,6 +126,9 @@ pub enum State {
     Stalled,
     /// Exited through `exit()`.
     Exited,
+    /// Inside a collective every rank entered, with an RDMA queue pair whose work request
+    /// never completed: the culprit of a collective that cannot complete.
+    StuckQp,
     /// Recording stopped after an internal error: its log says nothing after that.
     Disabled,
 }
@@ -213,6 +223,9 @@ pub struct CommVerdict {
     pub mismatches: Vec<Mismatch>,
     /// Mismatches found; `mismatches` holds the first `mismatch::LIST_AT_MOST`.
     pub mismatches_total: usize,
+    /// Stuck queue pairs of members otherwise wedged in the stuck collective: the reason it
+    /// cannot complete.
+    pub stuck_qps: Vec<StuckQp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -228,6 +241,8 @@ pub struct Diagnosis {
     /// job is stuck outside NCCL or in a long phase without collectives, which one the
     /// logs cannot tell. `None` otherwise.
     pub quiet_ns: Option<u64>,
+    /// Every rank is gone (the job was torn down) and the logs' last word was a hang.
+    pub post_mortem: Option<PostMortem>,
 }
 
 pub fn diagnose(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
@@ -239,11 +254,16 @@ pub fn diagnose(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
     for comm in &mut verdict.communicators {
         (comm.mismatches, comm.mismatches_total) = mismatches.remove(&comm.comm_id).unwrap_or_default();
     }
-    Diagnosis {
+    let mut d = Diagnosis {
         hung: verdict.hung,
         threshold,
         quiet_ns: facts::quiet_ns(ranks, &facts, threshold.threshold_ns),
         communicators: verdict.communicators,
         ranks: verdict.ranks,
-    }
+        post_mortem: None,
+    };
+    let stuck: Vec<StuckQp> = ranks.iter().flat_map(|r| r.stuck_qps.iter().copied()).collect();
+    qp::blame_stuck_qps(&mut d, &stuck);
+    d.post_mortem = post_mortem::of(&d);
+    d
 }

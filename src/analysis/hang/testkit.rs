@@ -56,6 +56,7 @@ pub fn rank(rank: i32, world: i32) -> RankInput {
         records_stale: false,
         newest_drop_ns: None,
         stage: None,
+        stuck_qps: Vec::new(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! expected-time tracking of critical-path nodes (Alg. 2). L3 lives in `kernels`.
 
 pub mod attribution;
+pub mod blamed;
 pub mod change_point;
 pub mod expected_time;
 pub mod jitter;

@@ -177,10 +177,13 @@ add up to 13.2 s because they count that wait twice.
 
 DIR is a job directory: its rank logs' step vectors (from sf_step/sf_stage markers, NVTX
 ranges or the Python helper), aligned by step index; a step a rank did not complete
-counts that rank missing. --csv FILE instead has the header step,rank,stage,seconds and
-one row per step, rank and stage (RFC 4180: a quoted stage name may hold commas; optional
-columns overlap_seconds, device_seconds, spill_seconds); sf steps DIR --csv writes it from
-a job's logs.
+counts that rank missing. From logs, each stage is read as own time: the time a rank
+waited inside collectives (matched across ranks by communicator and sequence number) is
+taken out and charged to the rank whose late arrival caused it, in the stage that made
+it late; a rank that made the others wait heads its window as CULPRIT rank R in STAGE.
+--csv FILE instead has the header step,rank,stage,seconds and one row per step, rank and
+stage (RFC 4180: a quoted stage name may hold commas; optional columns overlap_seconds,
+device_seconds, spill_seconds); sf steps DIR --csv writes it from a job's logs.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
 telemetry_limited.
@@ -238,6 +241,8 @@ STATE of each rank:
   missing   never entered the call others are stuck in, and silent since: the culprit
   waiting   blocked in a call (or, outside NCCL, ahead of others) that waits for other ranks
   wedged    stuck in a call though every rank it needs is there, or in a call of its own
+  stuck_qp  wedged, and its RDMA queue pair holds a work request past SF_WR_TIMEOUT_MS
+            (qp_stuck evidence): the culprit; the other ranks of the call wait for it
   dead      heartbeat stale, process gone (killed, crashed)
   stalled   heartbeat stale, process still there (stopped, or frozen as a whole)
   slow      others are stuck waiting for it, but it still makes NCCL calls: behind, not hung
@@ -245,7 +250,8 @@ STATE of each rank:
   disabled  recording stopped after an internal error; its log says nothing since
   ok        not part of anything stuck
 ROLE says what a rank that stopped was doing when it stopped: a job killed while hung
-still shows who held it up. STUCK: how long it has waited in its call (waiting, wedged)
+still shows who held it up, and once every rank is gone the first line, HUNG
+(post-mortem ...), names the ranks that held the stuck call up. STUCK: how long it has waited in its call (waiting, wedged)
 or gone without a call (missing, dead, stalled). STEP and STAGE come from the job's
 step and stage markers, when it records them.
 
@@ -356,7 +362,8 @@ struct FrontierArgs {
     #[arg(long, value_name = "STAGE")]
     residual: Option<String>,
     /// Stages the workload is known to expose through synchronization waits (the paper's
-    /// model-fit indicator); enables sync_wait_dependent and likely_sync_wait for them
+    /// model-fit indicator); enables sync_wait_dependent and likely_sync_wait for them. On
+    /// logs it is also measured: stages whose ranks spend 25% of them waiting in collectives
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
     sync_wait: Vec<String>,
     /// Microsteps per optimizer step when the job accumulates gradients

@@ -69,9 +69,9 @@ L1, per rank, over its step wall times (ARGUS Sec. 6.1, App. B):
               above 1.2 x the median of the steps outside it: the spike's own width
   regression  the split with the largest ratio of mean step time after/before, at least
               --min-regression, both sides stable (CV at most --max-cv, 10 steps or more)
-  Each event names the stage of the rank's own vector that grew the most. In a
-  synchronous job every rank slows down when one is late, and the others grow in the
-  stage where they wait (the backward allreduce): L1 says when, L2 and expected time who.
+  Each event names the stage of the rank's own vector that grew the most. L1 reads each
+  rank's own step time (wall time less its waiting in collectives): in a synchronous job
+  the late rank shows the change, and the peers that only waited for it do not.
 L2, per stage within each group of same-role ranks (--group-by): CV of the ranks' mean
   stage durations (balanced < 0.02 <= mild < 0.05 <= severe) and z-scores; a rank above
   --z (lower in groups too small to reach it) in a group that is not balanced is a
@@ -87,26 +87,37 @@ A finding must exceed its baseline by --min-effect of the median step time, and 
 time needs --min-slow-steps slow steps of one (stage, rank). The first --skip-steps steps
 of each rank (start-up) are left out.
 
-SLOW lists each (rank, stage) named by L2 or expected time with every detector that
-agrees: 1 of 3 is a lead, 2 or 3 a finding.
+WAIT ATTRIBUTION, from the NCCL calls in the logs: each collective is matched across
+  ranks by communicator and sequence number; a rank's time inside it beyond the shortest
+  is waiting, charged to the ranks that arrived late, in the stage that made them late.
+  The detectors read each rank's own time (its stages less that waiting), so a rank whose
+  stage grew only by waiting for a late peer is never named. A (rank, stage) whose caused
+  waiting costs each peer at least max(1 ms, 2% of the step) per step, in 3 or more steps
+  and 20% of them, and 3x the median rank's in that stage, is a CULPRIT: a finding alone.
 
-Exit status: 0 nothing found; 4 a slow rank, a jitter spike or a regression found;
+SLOW lists culprits first (with the waiting they caused), then each (rank, stage) named
+by L2 or expected time, by the waiting it caused and with every detector that agrees:
+1 of 3 is a lead, 2 or 3 a finding.
+
+Exit status: 0 nothing found; 4 a culprit, a slow rank, a jitter spike or a regression found;
 1 an error (no logs, an unreadable log, no step vectors).";
 
 pub const EXAMPLES: &str = "\
 Example: 4 ranks of sf-trainer-sim, rank 3's data wait 80 ms longer from step 20 on
 (SF_INJECT=delay:rank=3,stage=data.next_wait,ms=80,step=20-39):
   $ sf slow /dev/shm/stagefrontier-$(id -u)/job-7
-  /dev/shm/stagefrontier-1000/job-7: 4 ranks, 39 steps each (1 skipped), 6 stages, median step 0.239 s
-  SLOW rank 3 in data.next_wait: 3 of 3 detectors: L2 z 1.50 (CV 0.573, severe); expected time 19 of 39 steps \
-(worst 3.7 x T_expect 0.030 s); L1 regression grew there
+  /dev/shm/stagefrontier-1000/job-7: 4 ranks of a world of 4, up to 39 steps each (first 1 skipped), 6 stages, \
+median step 0.282 s, compared by job
+  SLOW rank 3 in data.next_wait: made the other ranks wait 4.901 s (40.9 ms per step each, 94% of all waiting); \
+3 of 3 detectors: L2 z 1.50 (CV 0.497, severe); expected time 20 of 39 steps (worst 3.5 x T_expect 0.0318 s); \
+L1 regression grew there
   ...
   $ echo $?
   4
 
 Examples:
   sf slow JOBDIR; echo $?                               4 when something is slow, 0 when not
-  sf slow JOBDIR --json | jq '.slow_ranks[] | select(.detectors >= 2) | {rank, stage}'
+  sf slow JOBDIR --json | jq '.slow_ranks[] | select(.culprit or .detectors >= 2) | {rank, stage}'
   sf slow JOBDIR --group-by local-rank                  compare each GPU index across nodes
   sf slow JOBDIR --alpha 0.1 --beta 0.3                 VenusTrace thresholds";
 

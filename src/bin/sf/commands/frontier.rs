@@ -10,7 +10,7 @@ use serde::Serialize as DeriveSerialize;
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::{ranked, Analyzer, Context, Window, DEFAULT_FORWARD_STAGE};
 
-use super::step_vectors;
+use super::frontier_waits::{self, BlameEntry, CulpritEntry, SyncWaitReport};
 use super::Failure;
 use crate::cli::{FrontierOptions, FrontierSource};
 
@@ -21,6 +21,10 @@ pub struct FrontierReport {
     pub stages: Vec<String>,
     /// Every rank the file names.
     pub world: usize,
+    /// True when the stage times analyzed are the ranks' own time: the logs' stage
+    /// durations less the time each rank waited inside collectives (a CSV cannot tell).
+    pub own_time: bool,
+    pub sync_wait: SyncWaitReport,
     pub windows: Vec<WindowReport>,
 }
 
@@ -58,6 +62,14 @@ pub struct WindowReport {
     /// Device time of the forward stage over all ranks, when the logs carry `stage_device`
     /// records (the CUDA door) or the CSV device columns; null otherwise.
     pub forward_device: Option<ForwardDevice>,
+    /// Seconds all ranks waited inside collectives entered in each stage (logs only).
+    pub wait_s: StageMap<f64>,
+    /// Ranks whose lateness made the others wait, most caused wait first: the answer when
+    /// waits dominate (logs only).
+    pub culprits: Vec<CulpritEntry>,
+    /// The window's blame table, (rank, stage) -> seconds of other ranks' waiting caused,
+    /// largest first, at most `frontier_waits::BLAME_CELLS` cells.
+    pub blame: Vec<BlameEntry>,
 }
 
 #[derive(Debug, DeriveSerialize)]
@@ -129,9 +141,12 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (path, table) = match &options.source {
-        FrontierSource::Csv(path) => (path, read_csv(path, options)?),
-        FrontierSource::Logs(dir) => (dir, step_vectors::table(dir)?),
+    let (path, table, waits) = match &options.source {
+        FrontierSource::Csv(path) => (path, read_csv(path, options)?, None),
+        FrontierSource::Logs(dir) => {
+            let (table, waits) = frontier_waits::own_time_table(dir)?;
+            (dir, table, Some(waits))
+        }
     };
     let file = path.display().to_string();
     let fail = |message: String| Failure::Message(format!("{file}: {message}"));
@@ -143,21 +158,34 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
             known.join(",")
         )));
     }
-    let windows = analyze(&table, options).map_err(|e| fail(e.to_string()))?;
+    let sync_wait = frontier_waits::sync_wait(waits.as_ref(), &options.sync_wait);
+    let windows = analyze(&table, options, &sync_wait.stages).map_err(|e| fail(e.to_string()))?;
     Ok(FrontierReport {
         file,
         stages: known.to_vec(),
         world: table.world().len(),
-        windows: windows.iter().map(|w| window_report(w, Some(DEFAULT_FORWARD_STAGE))).collect(),
+        own_time: waits.is_some(),
+        sync_wait,
+        windows: windows
+            .iter()
+            .map(|w| {
+                let mut report = window_report(w, Some(DEFAULT_FORWARD_STAGE));
+                if let Some(waits) = &waits {
+                    frontier_waits::blame_window(&mut report, w, waits);
+                }
+                report
+            })
+            .collect(),
     })
 }
 
 fn analyze(
     table: &StageTable,
     options: &FrontierOptions,
+    sync_wait: &[String],
 ) -> Result<Vec<Window>, stagefrontier::analysis::frontier::StepError> {
     let mut context =
-        Context { model_fit: options.sync_wait.clone(), accumulation: options.accumulation, ..Context::default() };
+        Context { model_fit: sync_wait.to_vec(), accumulation: options.accumulation, ..Context::default() };
     if options.residual.is_some() {
         context.residual_stage = options.residual.clone();
     }
@@ -239,5 +267,8 @@ fn window_report(w: &Window, forward: Option<&str>) -> WindowReport {
         residual_share: w.residual_share,
         overlap_share: w.overlap_share,
         forward_device: forward_device(w, forward),
+        wait_s: StageMap(Vec::new()),
+        culprits: Vec::new(),
+        blame: Vec::new(),
     }
 }

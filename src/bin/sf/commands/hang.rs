@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Serialize, Serializer};
 use stagefrontier::analysis::hang::{
-    self, CommVerdict, Diagnosis, Member, Mismatch, RankInput, RankVerdict, Settings, State,
+    self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
 use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
@@ -20,7 +20,9 @@ use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
 use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::{RankLog, ReadError};
-use stagefrontier::core::log::records::{hex_u64, CommCreated, HangEvidence, Injection, NcclCall, RecordBody};
+use stagefrontier::core::log::records::{
+    hex_u64, CommCreated, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody,
+};
 
 use super::ls::FileError;
 use super::Failure;
@@ -50,6 +52,30 @@ pub struct HangReport {
     pub communicators: Vec<CommReport>,
     pub ranks: Vec<RankReport>,
     pub errors: Vec<FileError>,
+    /// Every rank is gone and the logs' last word was a hang: who held it up.
+    pub post_mortem: Option<PostMortemReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PostMortemReport {
+    pub gone_ranks: Vec<i32>,
+    pub culprit_ranks: Vec<i32>,
+    #[serde(serialize_with = "opt_hex")]
+    pub comm_id: Option<u64>,
+    pub comm_seq: Option<u64>,
+    pub op: Option<NcclOp>,
+    pub waiting_ranks: Vec<i32>,
+}
+
+/// A queue pair whose work request never completed, in a collective that cannot.
+#[derive(Debug, Serialize)]
+pub struct StuckQpReport {
+    pub rank: i32,
+    pub source: &'static str,
+    pub device: i32,
+    pub qp_num: u32,
+    pub in_flight: u32,
+    pub stuck_s: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -92,6 +118,8 @@ pub struct CommReport {
     pub no_log_comm_ranks: Vec<i32>,
     pub mismatches: Vec<Mismatch>,
     pub mismatches_total: usize,
+    /// Members whose RDMA queue pair holds the collective up (`stuck_qp` ranks).
+    pub stuck_qps: Vec<StuckQpReport>,
     pub members: Vec<MemberReport>,
 }
 
@@ -231,6 +259,8 @@ struct History {
     created: Vec<CommCreated>,
     injections: Vec<Injection>,
     hang_evidence: Vec<HangEvidence>,
+    /// `qp_stuck` records no later `qp_window` of the same QP shows completions after.
+    stuck_qps: Vec<QpStuck>,
     complete: bool,
     newest_drop_ns: Option<u64>,
     /// The newest record the scan saw: more committed later means the rank moved on.
@@ -247,12 +277,16 @@ impl History {
             created: Vec::new(),
             injections: Vec::new(),
             hang_evidence: Vec::new(),
+            stuck_qps: Vec::new(),
             complete: stats.missing == 0,
             newest_drop_ns: None,
             newest_seq: stats.last_seq,
         };
+        let mut windows: Vec<QpWindow> = Vec::new();
         for record in records {
             match record.body {
+                RecordBody::QpStuck(q) => history.stuck_qps.push(q),
+                RecordBody::QpWindow(w) if w.completed > 0 => windows.push(w),
                 RecordBody::NcclCall(c) => history.calls.push(c),
                 RecordBody::CommCreated(c) => history.created.push(c),
                 RecordBody::Injection(i) => history.injections.push(i),
@@ -264,6 +298,10 @@ impl History {
         }
         let excess = history.calls.len().saturating_sub(CALLS_KEPT);
         history.calls.drain(..excess);
+        let same = |q: &QpStuck, w: &QpWindow| (q.source, q.device, q.qp_num) == (w.source, w.device, w.qp_num);
+        history
+            .stuck_qps
+            .retain(|q| !windows.iter().any(|w| same(q, w) && w.t_ns > q.t_ns && w.completed > q.completed));
         history
     }
 }
@@ -287,11 +325,12 @@ fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderCloc
     // up must not pass for a stopped one.
     let since_created = || heartbeat_age_ns(here, h.base_mono_ns, h.base_wall_ns, now);
     let liveness = classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process);
+    // On this host the clock read before the table; elsewhere what the wall clock says.
+    let rank_now = if here { Some(now.mono_ns) } else { age_ns.map(|age| live.heartbeat_mono_ns.saturating_add(age)) };
     let input = RankInput {
         rank: h.global_rank,
         liveness,
-        // On this host the clock read before the table; elsewhere what the wall clock says.
-        now_ns: if here { Some(now.mono_ns) } else { age_ns.map(|age| live.heartbeat_mono_ns.saturating_add(age)) },
+        now_ns: rank_now,
         heartbeat_age_ns: age_ns,
         heartbeat_mono_ns: live.heartbeat_mono_ns,
         drained_ns: history.drained_ns,
@@ -303,6 +342,23 @@ fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderCloc
         records_stale: live.committed > history.newest_seq,
         newest_drop_ns: history.newest_drop_ns,
         stage,
+        stuck_qps: {
+            // A rank that is gone stopped its clock at its last heartbeat.
+            let now_ns = rank_now.filter(|_| liveness == Liveness::Live).unwrap_or(live.heartbeat_mono_ns);
+            history
+                .stuck_qps
+                .iter()
+                .map(|q| StuckQp {
+                    rank: h.global_rank,
+                    source: q.source.name(),
+                    device: q.device,
+                    qp_num: q.qp_num,
+                    since_ns: q.since_ns,
+                    in_flight: q.in_flight,
+                    stuck_ns: now_ns.saturating_sub(q.since_ns),
+                })
+                .collect()
+        },
     };
     let extra = Extra {
         host: h.host.clone(),
@@ -347,6 +403,29 @@ fn report(dir: &Path, now_mono_ns: u64, d: Diagnosis, extras: Vec<Extra>, errors
         communicators: d.communicators.into_iter().map(comm_report).collect(),
         ranks: d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect(),
         errors,
+        post_mortem: d.post_mortem.map(post_mortem_report),
+    }
+}
+
+fn post_mortem_report(p: PostMortem) -> PostMortemReport {
+    PostMortemReport {
+        gone_ranks: p.gone_ranks,
+        culprit_ranks: p.culprit_ranks,
+        comm_id: p.at.map(|at| at.comm_id),
+        comm_seq: p.at.and_then(|at| at.comm_seq),
+        op: p.at.and_then(|at| at.op),
+        waiting_ranks: p.waiting_ranks,
+    }
+}
+
+fn stuck_qp_report(q: StuckQp) -> StuckQpReport {
+    StuckQpReport {
+        rank: q.rank,
+        source: q.source,
+        device: q.device,
+        qp_num: q.qp_num,
+        in_flight: q.in_flight,
+        stuck_s: seconds(q.stuck_ns),
     }
 }
 
@@ -369,6 +448,7 @@ fn comm_report(c: CommVerdict) -> CommReport {
         no_log_comm_ranks: c.no_log_comm_ranks,
         mismatches: c.mismatches,
         mismatches_total: c.mismatches_total,
+        stuck_qps: c.stuck_qps.into_iter().map(stuck_qp_report).collect(),
         members: c.members.into_iter().map(member_report).collect(),
     }
 }

@@ -2,13 +2,16 @@
 
 pub mod dump;
 pub mod frontier;
+mod frontier_waits;
 pub mod hang;
 pub mod kernels;
 pub mod ls;
 pub mod net;
 pub mod slow;
+mod slow_waits;
 mod step_vectors;
 pub mod steps;
+mod waits;
 
 use std::io;
 

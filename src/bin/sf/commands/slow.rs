@@ -11,6 +11,7 @@ use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowP
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
+use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
 use super::step_vectors::{self, RankSteps};
 use super::Failure;
 use crate::cli::SlowOptions;
@@ -29,7 +30,10 @@ pub struct SlowReport {
     pub median_step_s: f64,
     pub params: Params,
     pub found: bool,
+    /// Culprits of the others' waiting first, then the detectors' findings by the
+    /// waiting they caused; a waiter is never listed for the wait it suffered.
     pub slow_ranks: Vec<SlowRankReport>,
+    pub wait_attribution: WaitAttribution,
     pub l1: Vec<L1Report>,
     pub l2: Vec<L2Report>,
     pub expected_time: Vec<ExpectedReport>,
@@ -57,6 +61,10 @@ pub struct SlowRankReport {
     pub rank: u32,
     pub stage: String,
     pub group: String,
+    /// Seconds of other ranks' waiting this (rank, stage) caused.
+    pub caused_wait_s: f64,
+    /// Set when wait attribution names the rank as a culprit on its own.
+    pub culprit: Option<CulpritReport>,
     /// How many of L1, L2 and expected time name this (rank, stage).
     pub detectors: usize,
     pub l2: Option<L2Evidence>,
@@ -139,7 +147,7 @@ pub struct ExpectedReport {
 
 pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
     let (logs, world) = step_vectors::read_ranks(dir, "slow")?;
-    let (stages, series, ranks_without_steps) = series_of(&logs, options);
+    let (stages, mut series, ranks_without_steps) = series_of(&logs, options);
     if series.is_empty() {
         let why = if logs.iter().any(|r| !r.steps.is_empty()) {
             format!(
@@ -152,8 +160,10 @@ pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
         return Err(Failure::Message(format!("{}: {why}", dir.display())));
     }
     let params = params_of(options);
+    let waits = slow_waits::take_out_waits(dir, &stages, &mut series)?;
     let job = analyze_job(&series, stages.len(), &params);
-    Ok(report(dir, world, stages, &series, ranks_without_steps, options, &params, &job))
+    let blamed = slow_waits::blamed(waits, &series, &stages, &job);
+    Ok(report(dir, world, stages, &series, ranks_without_steps, options, &params, &job, blamed))
 }
 
 fn params_of(o: &SlowOptions) -> SlowParams {
@@ -219,6 +229,7 @@ fn report(
     options: &SlowOptions,
     params: &SlowParams,
     job: &JobSlow,
+    blamed: Blamed,
 ) -> SlowReport {
     let name = |s: usize| stages[s].clone();
     let shift = |s: &Option<stagefrontier::analysis::slow::attribution::StageShift>| {
@@ -296,22 +307,6 @@ fn report(
             expected_s: e.expected_s,
         })
         .collect();
-    let slow_ranks = job
-        .slow_ranks
-        .iter()
-        .map(|s| SlowRankReport {
-            rank: s.rank,
-            stage: name(s.stage),
-            group: s.group.clone(),
-            detectors: s.detectors(),
-            l2: s.l2.map(|(z, cv)| L2Evidence { z, cv }),
-            expected_time: s
-                .expected
-                .map(|(slow_steps, observed_steps)| ExpectedEvidence { slow_steps, observed_steps }),
-            l1_regression: s.l1_regression,
-            l1_jitter: s.l1_jitter,
-        })
-        .collect();
     SlowReport {
         dir: dir.display().to_string(),
         world,
@@ -319,7 +314,7 @@ fn report(
         ranks_without_steps,
         skip_steps: options.skip_steps,
         group_by: options.group_by.name(),
-        median_step_s: job.median_step_s,
+        median_step_s: blamed.median_step_s,
         params: Params {
             jitter_window: params.jitter.window,
             jitter_ratio: params.jitter.ratio_threshold,
@@ -335,8 +330,9 @@ fn report(
             min_effect: params.min_effect,
             min_slow_steps: params.min_slow_steps,
         },
-        found: job.found(),
-        slow_ranks,
+        found: job.found() || blamed.culprits,
+        slow_ranks: blamed.slow_ranks,
+        wait_attribution: blamed.waits,
         l1,
         l2,
         expected_time,

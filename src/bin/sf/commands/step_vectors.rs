@@ -89,15 +89,14 @@ pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), 
     Ok((ranks, world as usize))
 }
 
-/// Every complete step of every rank log in `dir`, as a frontier table. The world is the
+/// The complete steps of `ranks` (read from `dir`), as a frontier table. The world is the
 /// largest world size the headers record.
-pub fn table(dir: &Path) -> Result<StageTable, Failure> {
+pub fn table_of(dir: &Path, ranks: &[RankSteps], world: usize) -> Result<StageTable, Failure> {
     let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
-    let (ranks, world) = read_ranks(dir, "frontier")?;
     let mut durations = Vec::new();
     let mut overlaps = Vec::new();
     let mut devices = Vec::new();
-    for r in &ranks {
+    for r in ranks {
         for s in &r.steps {
             overlaps.push((s.step, r.rank, seconds(s.overlap_ns)));
             devices.extend(s.device.iter().map(|(name, device_ns, spill_ns)| {
@@ -108,7 +107,7 @@ pub fn table(dir: &Path) -> Result<StageTable, Failure> {
         }
     }
     if durations.is_empty() {
-        return Err(fail(no_step_vectors(&ranks)));
+        return Err(fail(no_step_vectors(ranks)));
     }
     durations.sort_by_key(|d| (d.0, d.1));
     csv::from_durations((0..world as u32).collect(), durations, overlaps, devices).map_err(|e| fail(e.to_string()))
@@ -131,7 +130,7 @@ type DeviceByStep = BTreeMap<u64, Vec<(u16, u64, u64)>>;
 
 /// Steps whose parts are all held, parts in order; and the device time of the steps the
 /// CUDA door sampled (a lost `stage_device` part loses only its stages).
-fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep) {
+pub(super) fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep) {
     let mut steps: BTreeMap<u64, Vec<StepVector>> = BTreeMap::new();
     let mut device: DeviceByStep = BTreeMap::new();
     for record in log.records().0 {

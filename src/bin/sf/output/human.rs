@@ -8,7 +8,7 @@ use super::human_frontier::{frontier_columns, window_head, window_rows, window_t
 use super::table::{self, Align};
 use super::Output;
 use crate::commands::frontier::FrontierReport;
-use crate::commands::hang::{CommReport, HangReport, InjectionReport, RankReport};
+use crate::commands::hang::{CommReport, HangReport, InjectionReport, PostMortemReport, RankReport};
 use crate::commands::ls::{Gap, LsReport, RankRow};
 
 /// Enough names to act on; the JSON output has them all.
@@ -269,6 +269,16 @@ fn rank_noun(ranks: &[i32]) -> String {
 fn comm_verdict(c: &CommReport) -> String {
     let call = stuck_call(c);
     let mut causes = Vec::new();
+    for q in &c.stuck_qps {
+        causes.push(format!(
+            "rank {} QP {:#x} ({} door, device {}) has had a work request in flight for {}, so {call} cannot complete",
+            q.rank,
+            q.qp_num,
+            q.source,
+            q.device,
+            age(q.stuck_s)
+        ));
+    }
     if !c.missing_ranks.is_empty() {
         causes.push(format!("{} never entered {call}", rank_noun(&c.missing_ranks)));
     }
@@ -302,6 +312,29 @@ fn comm_verdict(c: &CommReport) -> String {
     line
 }
 
+/// The hang a torn-down job's logs saw last, ahead of "ranks 0-7 are dead".
+fn post_mortem_line(p: &PostMortemReport) -> String {
+    let call = match (p.op, p.comm_seq, p.comm_id) {
+        (Some(op), Some(seq), Some(comm)) => format!("{} #{seq} on {comm:#018x}", op.name()),
+        (None, Some(seq), Some(comm)) => format!("collective #{seq} on {comm:#018x}"),
+        _ => "the stuck call".to_string(),
+    };
+    let held = if p.culprit_ranks.is_empty() {
+        "no rank the logs can name held it up".to_string()
+    } else {
+        format!("{} held up {call}", rank_noun(&p.culprit_ranks))
+    };
+    let waited = if p.waiting_ranks.is_empty() {
+        String::new()
+    } else {
+        format!(", {} waiting in it", rank_noun(&p.waiting_ranks))
+    };
+    format!(
+        "HUNG (post-mortem: all {} ranks are gone; from their last live tables): {held}{waited}",
+        p.gone_ranks.len()
+    )
+}
+
 fn hang_head(report: &HangReport) -> Vec<String> {
     let mut lines: Vec<String> = stuck_comms(report)
         .map(|c| {
@@ -312,6 +345,9 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     let t = &report.threshold;
     if lines.is_empty() {
         lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
+    }
+    if let Some(p) = &report.post_mortem {
+        lines.insert(0, post_mortem_line(p));
     }
     // The same nanoseconds on both sides when the floor decides.
     let floor = t.threshold_s <= t.min_stuck_s;

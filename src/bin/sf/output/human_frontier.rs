@@ -25,6 +25,18 @@ pub(super) fn window_head(w: &WindowReport) -> Vec<String> {
     if !w.missing_ranks.is_empty() {
         lines.push(format!("missing ranks {}", ranges(&as_i32(&w.missing_ranks))));
     }
+    // When some rank's lateness is what the others spent their time waiting for, that is
+    // the answer: the frontier's stages below are read on own time.
+    for c in &w.culprits {
+        lines.push(format!(
+            "CULPRIT rank {} in {}: made the other ranks wait {:.3} s ({:.1} ms per step each, {:.0}% of all waiting)",
+            c.rank,
+            c.stage,
+            c.caused_s,
+            c.delay_per_step_s * 1e3,
+            c.wait_share * 100.0
+        ));
+    }
     lines.push(match &w.top1 {
         Some(top1) => format!("routing set {} (top-1 {top1}; top-2 {})", w.routing_set.join(", "), w.top2.join(", ")),
         None => "no shares: the window's exposed time is under the floor".to_string(),

@@ -42,7 +42,7 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
 
     writeln!(
         out,
-        "\nL1: each rank's step wall time (jitter window {}, max/min > {})",
+        "\nL1: each rank's own step time, wall less its waiting in collectives (jitter window {}, max/min > {})",
         r.params.jitter_window, r.params.jitter_ratio
     )?;
     let rows: Vec<Vec<String>> = r.l1.iter().flat_map(l1_rows).collect();
@@ -138,8 +138,17 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     Ok(())
 }
 
-/// `SLOW rank 3 in data.next_wait: 3 of 3 detectors: ...`: the answer, with its evidence.
+/// `SLOW rank 3 in data.next_wait: made the other ranks wait ...; 3 of 3 detectors: ...`:
+/// the answer, with its evidence.
 fn slow_line(s: &SlowRankReport, r: &SlowReport) -> String {
+    let caused = s.culprit.as_ref().map(|c| {
+        format!(
+            "made the other ranks wait {:.3} s ({:.1} ms per step each, {:.0}% of all waiting)",
+            c.caused_s,
+            c.delay_per_step_s * 1e3,
+            c.wait_share * 100.0
+        )
+    });
     let mut evidence = Vec::new();
     if let Some(l2) = &s.l2 {
         let grade = if l2.cv >= r.params.severe_cv { "severe" } else { "mild" };
@@ -157,8 +166,13 @@ fn slow_line(s: &SlowRankReport, r: &SlowReport) -> String {
         (false, true) => evidence.push("L1 jitter grew there".into()),
         (false, false) => {}
     }
-    let sure = if s.detectors >= 2 { "" } else { " (a lead: one detector)" };
-    format!("SLOW rank {} in {}: {} of 3 detectors{sure}: {}", s.rank, s.stage, s.detectors, evidence.join("; "))
+    let detectors = match (s.detectors, &caused) {
+        (0, _) => String::new(),
+        (n, None) if n < 2 => format!("{n} of 3 detectors (a lead: one detector): {}", evidence.join("; ")),
+        (n, _) => format!("{n} of 3 detectors: {}", evidence.join("; ")),
+    };
+    let answer: Vec<String> = caused.into_iter().chain((!detectors.is_empty()).then_some(detectors)).collect();
+    format!("SLOW rank {} in {}: {}", s.rank, s.stage, answer.join("; "))
 }
 
 fn l1_rows(l: &L1Report) -> Vec<Vec<String>> {

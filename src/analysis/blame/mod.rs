@@ -1,0 +1,33 @@
+//! Wait attribution: who made the others wait, and in which stage.
+//!
+//! In a synchronous job a late rank is the first to leave a collective: its peers sat in
+//! the call waiting for it, and their stages grew by that wait. Stage durations alone
+//! therefore point at the waiters. The preload door's `nccl_call` records say more: every
+//! collective, matched across ranks by communicator and sequence number, shows each rank's
+//! time inside the call. All ranks leave a collective together (within the algorithm's own
+//! skew), so a rank's time inside the call minus the shortest one is how long it waited,
+//! and the rank with the shortest is the last to arrive. Only rank-local differences are
+//! read, so no clock agreement between ranks (or hosts) is needed.
+//!
+//! - [`collective`]: matching calls into collectives, each rank's wait, and how much of the
+//!   others' waiting each late rank caused (shared among the ranks still to arrive).
+//! - [`attribute`]: each rank's wait placed in the stage it entered the call from, and each
+//!   late rank's caused wait charged to the stage that made it late: the stage where its
+//!   own time since its previous call exceeded its peers' the most (the stage it was in
+//!   before it arrived when nothing stands out).
+//! - [`culprits`]: per window, the blame table (rank, stage) → seconds of other ranks'
+//!   waiting caused, and the ranks that caused enough of it to be a finding.
+//!
+//! The door records host-side calls. With fakenccl (and NCCL's blocking collectives) the
+//! wait is inside the call; with NCCL's asynchronous launches it moves to the host's
+//! stream synchronization, which this module does not read.
+
+mod attribute;
+mod collective;
+mod culprits;
+
+pub use attribute::{attribute, Attribution, RankTimeline, StageSpan};
+pub use collective::{caused_shares, match_collectives, CallTiming, Collective, Participant};
+pub use culprits::{
+    blame_table, culprits, sync_wait_stages, BlameCell, BlameTable, Culprit, CulpritParams, SYNC_WAIT_SHARE,
+};

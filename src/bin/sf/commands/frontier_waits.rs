@@ -1,0 +1,140 @@
+//! `sf frontier` on logs: stage times split into own time and in-collective wait
+//! (`analysis::blame`), the measured model-fit indicator W_s, and each window's blame table
+//! and culprits.
+
+use std::path::Path;
+
+use serde::Serialize as DeriveSerialize;
+use stagefrontier::analysis::blame::{
+    blame_table, culprits, sync_wait_stages, Attribution, CulpritParams, SYNC_WAIT_SHARE,
+};
+use stagefrontier::analysis::frontier::csv::StageTable;
+use stagefrontier::analysis::frontier::Window;
+
+use super::frontier::{StageMap, WindowReport};
+use super::{step_vectors, waits, Failure};
+
+/// The frontier table of the job in `dir` on own time (each rank's stage durations less
+/// its in-collective waits), and the waits taken out.
+pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits), Failure> {
+    let (mut ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
+    let stages = waits::stage_list(&ranks);
+    let attribution = waits::attribution(dir, "frontier", &stages)?;
+    let mut stage_time_s = vec![0.0; stages.len()];
+    for (name, ns) in ranks.iter().flat_map(|r| r.steps.iter().flat_map(|s| s.stages.iter())) {
+        if let Some(i) = stages.iter().position(|s| s == name) {
+            stage_time_s[i] += *ns as f64 / 1e9;
+        }
+    }
+    waits::take_out_waits(&mut ranks, &stages, &attribution);
+    let table = step_vectors::table_of(dir, &ranks, world)?;
+    Ok((table, Waits { stages, attribution, stage_time_s }))
+}
+
+/// The model-fit indicator W_s: stages exposed through synchronization waits.
+#[derive(Debug, DeriveSerialize)]
+pub struct SyncWaitReport {
+    /// Stages with W_s = 1: `measured` and `asked` together.
+    pub stages: Vec<String>,
+    /// Measured from the logs: ranks spent at least `min_share` of the stage waiting.
+    pub measured: Vec<String>,
+    /// Given with --sync-wait.
+    pub asked: Vec<String>,
+    pub min_share: f64,
+    /// Share of each stage's time (waits included) spent waiting in collectives; empty
+    /// for a CSV.
+    pub wait_share: StageMap<f64>,
+}
+
+/// A rank that made the others wait (wait attribution over the window's collectives).
+#[derive(Debug, DeriveSerialize)]
+pub struct CulpritEntry {
+    pub rank: u32,
+    /// Its stage with the most caused wait.
+    pub stage: String,
+    /// Seconds of other ranks' waiting it caused over all its stages, and in `stage`.
+    pub caused_s: f64,
+    pub stage_caused_s: f64,
+    /// How much later each peer finished each step because of it.
+    pub delay_per_step_s: f64,
+    /// Its part of all the window's waiting.
+    pub wait_share: f64,
+}
+
+#[derive(Debug, DeriveSerialize)]
+pub struct BlameEntry {
+    pub rank: u32,
+    pub stage: String,
+    pub caused_s: f64,
+}
+
+/// Cells of a window's blame table in the report.
+pub const BLAME_CELLS: usize = 8;
+
+/// The logs' waits, by the stage list `attribution` indexes.
+pub struct Waits {
+    stages: Vec<String>,
+    attribution: Attribution,
+    /// Every rank's time in each stage over the job, waits included.
+    stage_time_s: Vec<f64>,
+}
+
+/// W_s: the stages measured from the logs, and those `asked` for with --sync-wait.
+pub fn sync_wait(waits: Option<&Waits>, asked: &[String]) -> SyncWaitReport {
+    let (measured, wait_share) = match waits {
+        Some(w) => {
+            let measured: Vec<String> = sync_wait_stages(&w.attribution, &w.stage_time_s, SYNC_WAIT_SHARE)
+                .into_iter()
+                .map(|s| w.stages[s].clone())
+                .collect();
+            let mut waited = vec![0.0; w.stages.len()];
+            for (&(_, _, stage), &s) in &w.attribution.waits {
+                waited[stage] += s;
+            }
+            let share = w
+                .stages
+                .iter()
+                .zip(waited.iter().zip(&w.stage_time_s))
+                .map(|(name, (waited, time))| (name.clone(), if *time > 0.0 { waited / time } else { 0.0 }))
+                .collect();
+            (measured, StageMap(share))
+        }
+        None => (Vec::new(), StageMap(Vec::new())),
+    };
+    let mut stages = measured.clone();
+    stages.extend(asked.iter().filter(|s| !measured.contains(s)).cloned());
+    SyncWaitReport { stages, measured, asked: asked.to_vec(), min_share: SYNC_WAIT_SHARE, wait_share }
+}
+
+/// Fills a window's waits, blame table and culprits from the logs' attribution.
+pub fn blame_window(report: &mut WindowReport, w: &Window, waits: &Waits) {
+    let a = &waits.attribution;
+    let names = w.schema.stages();
+    let mut wait_s = vec![0.0; names.len()];
+    for (&(_, step, stage), &s) in &a.waits {
+        let at = names.iter().position(|n| *n == waits.stages[stage]);
+        if let (Some(at), true) = (at, (w.first_step..=w.last_step).contains(&step)) {
+            wait_s[at] += s;
+        }
+    }
+    report.wait_s = StageMap(names.iter().cloned().zip(wait_s).collect());
+    let table = blame_table(a, w.first_step, w.last_step);
+    let step_s = if w.steps > 0 { w.exposed_s / w.steps as f64 } else { 0.0 };
+    report.culprits = culprits(&table, w.ranks, w.steps, step_s, &CulpritParams::default())
+        .into_iter()
+        .map(|c| CulpritEntry {
+            rank: c.rank,
+            stage: waits.stages[c.stage].clone(),
+            caused_s: c.caused_s,
+            stage_caused_s: c.stage_caused_s,
+            delay_per_step_s: c.delay_per_step_s,
+            wait_share: c.wait_share,
+        })
+        .collect();
+    report.blame = table
+        .cells
+        .iter()
+        .take(BLAME_CELLS)
+        .map(|c| BlameEntry { rank: c.rank, stage: waits.stages[c.stage].clone(), caused_s: c.caused_s })
+        .collect();
+}

@@ -1,0 +1,87 @@
+//! The rank logs' NCCL calls and stage spans, for wait attribution (`analysis::blame`):
+//! which rank made the others wait, and how much of each stage was waiting.
+
+use std::path::Path;
+
+use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::RecordBody;
+
+use super::step_vectors::{complete_steps, RankSteps};
+use super::Failure;
+use crate::discover;
+
+/// Attributes the waits of the job in `dir`, stages indexed as in `stages` (a stage not
+/// in it has no span). `command` names the sf command in a hint, as `read_ranks` does.
+pub fn attribution(dir: &Path, command: &str, stages: &[String]) -> Result<Attribution, Failure> {
+    let logs = discover::job_logs(dir, command).map_err(Failure::Message)?;
+    let mut ranks: Vec<RankTimeline> = Vec::new();
+    for path in &logs {
+        let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
+        let rank = log.header.global_rank;
+        if rank < 0 || ranks.iter().any(|r| r.rank == rank as u32) {
+            continue;
+        }
+        ranks.push(timeline(&log, rank as u32, stages));
+    }
+    Ok(attribute(&ranks))
+}
+
+fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
+    let mut calls = Vec::new();
+    for record in log.records().0 {
+        if let RecordBody::NcclCall(c) = record.body {
+            if c.t_exit_ns < c.t_enter_ns {
+                continue;
+            }
+            let key = (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq));
+            calls.push(CallTiming { key, enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
+        }
+    }
+    calls.sort_by_key(|c| c.enter_ns);
+    let names = log.stage_names();
+    let index = |id: u16| {
+        let name = names.get(id as usize).cloned().flatten()?;
+        stages.iter().position(|s| *s == name)
+    };
+    // A step's stages run in vector order from its begin; the residual (last) fills the
+    // rest of the step's wall time.
+    let mut spans = Vec::new();
+    for (step, parts) in complete_steps(log).0 {
+        let mut t = parts[0].t_begin_ns;
+        for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
+            if let Some(stage) = index(id) {
+                spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t + ns });
+            }
+            t += ns;
+        }
+    }
+    spans.sort_by_key(|s| s.begin_ns);
+    RankTimeline { rank, calls, spans }
+}
+
+/// The stages of `ranks`' steps, in order of first appearance.
+pub fn stage_list(ranks: &[RankSteps]) -> Vec<String> {
+    let mut stages: Vec<String> = Vec::new();
+    for (name, _) in ranks.iter().flat_map(|r| r.steps.iter().flat_map(|s| s.stages.iter())) {
+        if !stages.contains(name) {
+            stages.push(name.clone());
+        }
+    }
+    stages
+}
+
+/// Takes each rank's in-collective waits out of its stage durations (`stages` indexes the
+/// attribution): what is left is the rank's own time.
+pub fn take_out_waits(ranks: &mut [RankSteps], stages: &[String], a: &Attribution) {
+    for r in ranks {
+        for step in &mut r.steps {
+            for (name, ns) in &mut step.stages {
+                if let Some(stage) = stages.iter().position(|s| s == name) {
+                    let wait_ns = (a.wait(r.rank, step.step, stage) * 1e9) as u64;
+                    *ns -= wait_ns.min(*ns);
+                }
+            }
+        }
+    }
+}
