@@ -199,7 +199,8 @@ fn sf_net_explains_a_job_without_work_requests_and_a_missing_directory() {
     // v2 has no network-plugin events: no work requests to count.
     run_ok(job(&root, 2).env("FAKENCCL_PROFILER_VERSION", "2"));
     let out = sf_net(&root, false);
-    assert_eq!(out.status.code(), Some(0));
+    // Nothing to judge is not "nothing found": 1, as for every command without its evidence.
+    assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("no RDMA work requests recorded") && text.contains("profiler ABI v3+"), "{text}");
     let missing = Command::new(artifact("sf")).args(["net", "/nonexistent/job"]).output().unwrap();

@@ -30,7 +30,7 @@ mod testkit;
 use serde::Serialize;
 
 pub use cadence::{Cadence, Threshold};
-pub use mismatch::{FieldValue, Mismatch, MismatchField};
+pub use mismatch::{find_in as find_mismatches, FieldValue, Mismatch, MismatchField, Said};
 
 use crate::analysis::log::liveness::Liveness;
 use crate::core::comms::nccl_op::NcclOp;

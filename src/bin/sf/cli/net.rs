@@ -23,8 +23,8 @@ STUCK counts qp_stuck records: a work request in flight longer than SF_WR_TIMEOU
 SF_WR_DEGRADED (20%) below the baseline. The first line names those QPs.
 
 Exit status: 0 nothing stuck or degraded; 3 stuck evidence (as sf hang's 3: a hang);
-4 degraded evidence and nothing stuck (as sf slow's 4); 1 an error (no logs; or an
-unreadable log, when the others show nothing).";
+4 a degraded QP and nothing stuck (as sf slow's 4); 1 an error (no logs; no work request
+at all, which the output explains; or an unreadable log, when the others show nothing).";
 
 pub const EXAMPLES: &str = "\
 Example: rank 1 stops completing its work requests (a broken link), timeout 200 ms:

@@ -5,12 +5,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use stagefrontier::analysis::comms::nccl_version::nccl_version_string;
+use stagefrontier::analysis::hang::{find_mismatches, Mismatch, Said};
 use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
 use stagefrontier::core::capture::config::Config;
 use stagefrontier::core::log::reader::{RankLog, ReadError};
+use stagefrontier::core::log::records::{hex_u64, NcclCall, RecordBody};
 
+use super::hang::CALLS_KEPT;
 use super::Failure;
 use crate::discover;
 use crate::progress::Progress;
@@ -23,8 +26,25 @@ pub struct LsReport {
     pub ranks: Vec<RankRow>,
     pub missing_ranks: Vec<i32>,
     pub errors: Vec<FileError>,
+    /// Collectives whose ranks disagree on op, count, type, root or reduction, per
+    /// communicator, from the records (`sf hang` reads the same; `sf ls` exits 5).
+    pub mismatches: Vec<CommMismatches>,
     #[serde(skip)]
     pub summary: Summary,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CommMismatches {
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    pub mismatches: Vec<Mismatch>,
+    pub mismatches_total: usize,
+}
+
+impl LsReport {
+    pub fn mismatched(&self) -> bool {
+        !self.mismatches.is_empty()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -89,11 +109,16 @@ pub fn build(path: &Path) -> Result<LsReport, Failure> {
     let files = files_to_read(path)?;
     let host = local_host::hostname();
     let mut ranks = Vec::with_capacity(files.len());
+    let mut calls = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
     let mut progress = Progress::new(files.len());
     for (i, file) in files.iter().enumerate() {
         match RankLog::open(file) {
-            Ok(log) => ranks.push(row(&log, &host)),
+            Ok(log) => {
+                let (row, said) = row(&log, &host);
+                ranks.push(row);
+                calls.push(said);
+            }
             Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
         }
         progress.done(i + 1);
@@ -102,7 +127,13 @@ pub fn build(path: &Path) -> Result<LsReport, Failure> {
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
     let summary = summarize(&ranks);
     let missing_ranks = summary.world_size.map_or_else(Vec::new, |world| missing_ranks(world, &ranks));
-    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, summary })
+    let said: Vec<Said> =
+        calls.iter().map(|(rank, calls)| Said { rank: *rank, calls, in_flight: Vec::new() }).collect();
+    let mismatches = find_mismatches(&said)
+        .into_iter()
+        .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
+        .collect();
+    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, mismatches, summary })
 }
 
 /// A directory's logs, or the one file given. A directory without logs is an error that
@@ -140,15 +171,24 @@ fn no_logs_in(dir: &Path) -> String {
     )
 }
 
-fn row(log: &RankLog, reader_host: &str) -> RankRow {
+/// A log's row, and its rank with its newest collective records for the mismatch check.
+fn row(log: &RankLog, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
     let h = &log.header;
     let live = log.live();
     let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
     let here = same_host(&h.host, reader_host);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
     let process_exists = here.then(|| local_host::process_exists(h.pid));
-    let (_, stats) = log.records();
-    RankRow {
+    let (records, stats) = log.records();
+    let mut calls: Vec<NcclCall> = records
+        .iter()
+        .filter_map(|r| match r.body {
+            RecordBody::NcclCall(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    calls.drain(..calls.len().saturating_sub(CALLS_KEPT));
+    let row = RankRow {
         file: log.path().display().to_string(),
         rank: h.global_rank,
         world_size: h.world_size,
@@ -169,7 +209,8 @@ fn row(log: &RankLog, reader_host: &str) -> RankRow {
         format_version: h.format_version,
         nccl_version: nccl_version_string(live.nccl_version),
         clock_source: h.clock_source,
-    }
+    };
+    (row, (h.global_rank, calls))
 }
 
 fn summarize(ranks: &[RankRow]) -> Summary {
