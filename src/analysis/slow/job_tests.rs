@@ -103,7 +103,7 @@ fn one_slow_step_and_small_effects_are_not_slow_ranks() {
     assert!((once.floor_s - 0.0045).abs() < 0.0003, "{}", once.floor_s);
     let strict = SlowParams { min_effect: 0.0, min_effect_s: 0.0, ..SlowParams::default() };
     let spike = analyze_job(&job(4, 60, |step, rank| (rank == 1 && step == 20).then_some((0, 0.1))), 3, &strict);
-    assert!(spike.found(), "without the floor the spike is an L1 finding");
+    assert!(spike.l1.iter().any(|r| r.jitter.iter().any(|j| j.effective.is_some())), "without the floor L1 keeps it");
     // A 3 ms persistent excess on a 90 ms step is below the floor too.
     let small = analyze_job(&job(4, 60, |_, rank| (rank == 1).then_some((0, 0.003))), 3, &SlowParams::default());
     assert!(small.slow_ranks.is_empty() && !small.found(), "{:#?}", small.slow_ranks);
@@ -177,4 +177,30 @@ fn one_rank_groups_are_compared_together() {
         r.group = format!("local_rank {}", r.rank);
     }
     assert!(!analyze_job(&healthy, 3, &SlowParams::default()).found());
+}
+
+#[test]
+fn a_regression_under_a_millisecond_is_no_finding() {
+    // 10 ms steps that grow by 0.8 ms (x1.08) from step 30 on every rank: L1 sees the
+    // step, but 0.8 ms is under the 1 ms floor.
+    let mut rng = SplitMix64::new(5);
+    let ranks: Vec<RankSeries> = (0..4)
+        .map(|rank| {
+            let wall: Vec<f64> = (0..60u64)
+                .map(|s| (0.010 + if s >= 30 { 0.0008 } else { 0.0 }) * (1.0 + 0.002 * rng.normal()))
+                .collect();
+            RankSeries {
+                rank,
+                group: "job".into(),
+                steps: (0..60).collect(),
+                durations: wall.iter().map(|&w| vec![w]).collect(),
+                wall_s: wall,
+            }
+        })
+        .collect();
+    let report = analyze_job(&ranks, 1, &SlowParams::default());
+    assert!(!report.found() && report.l1.iter().all(|r| r.regression.is_none()), "{report:#?}");
+    let strict = SlowParams { min_effect: 0.0, min_effect_s: 0.0, ..SlowParams::default() };
+    let seen = analyze_job(&ranks, 1, &strict);
+    assert!(seen.job_regression.is_some(), "without the floor: {:#?}", seen.l1);
 }

@@ -88,8 +88,9 @@ The first --skip-steps steps of each rank (start-up) are left out.
 SLOW lists each (rank, stage) named by L2 or expected time with every detector that
 agrees: 1 of 3 is a lead, 2 or 3 a finding.
 
-Exit status: 0 nothing found; 4 a slow rank, a jitter spike or a regression found (each
-above the effect floor);
+Exit status: 0 nothing found; 4 a slow rank or a regression found, above the effect
+floor (a jitter spike counts with the slow rank it grew on; one no detector pins on a
+rank paused the whole job, as a loaded host does, and is shown but no finding);
 1 an error (no logs, an unreadable log, no step vectors).";
 
 pub const EXAMPLES: &str = "\

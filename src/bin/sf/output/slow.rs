@@ -60,7 +60,14 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
             r.floor_s, r.params.min_effect, r.params.min_effect_ms
         )?;
     } else if r.slow_ranks.is_empty() && r.job_regression.is_none() {
-        writeln!(out, "no rank stands out in a stage; the L1 events below slowed the job as a whole")?;
+        writeln!(out, "no rank stands out in a stage; the L1 regressions below slowed the job as a whole")?;
+    }
+    if r.slow_ranks.is_empty() && r.l1.iter().any(|l| l.jitter.iter().any(|j| j.effective_first_step.is_some())) {
+        writeln!(
+            out,
+            "note: L1 saw jitter spikes that no detector pins on a rank: the whole job paused (a loaded host, a \
+             shared stall); shown below, not a finding"
+        )?;
     }
 
     writeln!(
