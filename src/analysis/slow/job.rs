@@ -194,7 +194,9 @@ impl JobSlow {
     /// spike no detector pins on a rank stalled the whole job for a moment, as a loaded
     /// host does: shown, but no finding.
     pub fn found(&self) -> bool {
-        !self.slow_ranks.is_empty() || self.job_regression.is_some() || self.l1.iter().any(|r| r.regression.is_some())
+        !self.slow_ranks.is_empty()
+            || self.job_regression.as_ref().is_some_and(|g| g.finding)
+            || self.l1.iter().any(|r| r.regression.as_ref().is_some_and(|g| !g.job_wide))
     }
 }
 
@@ -204,7 +206,7 @@ pub fn analyze_job(ranks: &[RankSeries], stages: usize, params: &SlowParams) -> 
     let median_step_s = if walls.is_empty() { 0.0 } else { select_quantile(&mut walls, 0.5) };
     let min_excess = floor_s(params.min_effect, params.min_effect_s, median_step_s);
     let mut l1: Vec<RankL1> = ranks.iter().map(|r| rank_l1(r, params, min_excess)).collect();
-    let job_regression = shared_regression(ranks, &l1, stages);
+    let job_regression = shared_regression(ranks, &l1, stages, min_excess);
     if let Some(shared) = &job_regression {
         for r in l1.iter_mut().filter(|r| shared.ranks.contains(&r.rank)) {
             r.regression.iter_mut().for_each(|g| g.job_wide = true);

@@ -2,7 +2,9 @@
 //! rank's steps from the same step on, so L1 finds the same regression on each: it is one
 //! event of the job, reported once. Which rank caused it is the frontier's to say: the
 //! stage whose frontier advance (StageFrontier eq. 1) grew the most from that step on, and
-//! the rank that led that stage's frontier in most steps since.
+//! the rank that led that stage's frontier in most steps since. Every rank slowing alike
+//! with no rank behind it is what a host's load or a shared input does: a finding only
+//! when it costs at least twice the effect floor.
 
 use super::job::{RankL1, RankSeries};
 use crate::analysis::frontier::{advances_of, prefixes_into};
@@ -20,6 +22,8 @@ pub struct JobRegression {
     pub mean_after_s: f64,
     pub ratio: f64,
     pub cause: Option<Cause>,
+    /// A cause named, or a cost of at least twice the effect floor per step.
+    pub finding: bool,
 }
 
 /// The frontier's answer: the stage whose advance grew, and the rank that led it.
@@ -36,8 +40,9 @@ pub struct Cause {
 }
 
 /// The regression more than half of the ranks (two or more) share, within `SAME_STEP`
-/// steps of their median change point; `None` when no such event.
-pub fn shared_regression(ranks: &[RankSeries], l1: &[RankL1], stages: usize) -> Option<JobRegression> {
+/// steps of their median change point; `None` when no such event. `floor_s` is the effect
+/// floor the ranks' regressions passed.
+pub fn shared_regression(ranks: &[RankSeries], l1: &[RankL1], stages: usize, floor_s: f64) -> Option<JobRegression> {
     let mut at: Vec<u64> = l1.iter().filter_map(|r| r.regression.as_ref().map(|g| g.step)).collect();
     if at.len() < 2 || 2 * at.len() <= l1.len() {
         return None;
@@ -56,13 +61,15 @@ pub fn shared_regression(ranks: &[RankSeries], l1: &[RankL1], stages: usize) -> 
     };
     let before = median(&|r| r.regression.as_ref().map_or(0.0, |g| g.mean_before_s));
     let after = median(&|r| r.regression.as_ref().map_or(0.0, |g| g.mean_after_s));
+    let cause = frontier_cause(ranks, stages, step);
     Some(JobRegression {
         step,
         ranks: sharing.iter().map(|r| r.rank).collect(),
         mean_before_s: before,
         mean_after_s: after,
         ratio: if before > 0.0 { after / before } else { 0.0 },
-        cause: frontier_cause(ranks, stages, step),
+        finding: cause.is_some() || after - before >= 2.0 * floor_s,
+        cause,
     })
 }
 

@@ -82,7 +82,9 @@ of 2 or more: groups of one rank (--group-by local-rank on one node) are merged 
 group, and a one-rank job has no stragglers (a line says so). A regression most ranks
 share, as every rank of a synchronous job slows with a late one, is reported once as a
 job-wide REGRESSION, with the rank that caused it when the frontier names one (the stage
-whose frontier advance grew, and the rank furthest behind at its end in most steps since).
+whose frontier advance grew, and the rank furthest behind at its end in most steps since);
+with no rank behind it, every rank slowed alike as a host's load does, and it is a
+finding only at twice the effect floor.
 The first --skip-steps steps of each rank (start-up) are left out.
 
 SLOW lists each (rank, stage) named by L2 or expected time with every detector that

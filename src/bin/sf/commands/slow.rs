@@ -76,6 +76,9 @@ pub struct JobRegressionReport {
     pub mean_after_s: f64,
     pub ratio: f64,
     pub cause: Option<CauseReport>,
+    /// A cause named, or a cost of at least twice the effect floor: no rank behind it, a
+    /// smaller one is what a host's load does.
+    pub finding: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -398,6 +401,7 @@ fn report(
             mean_before_s: g.mean_before_s,
             mean_after_s: g.mean_after_s,
             ratio: g.ratio,
+            finding: g.finding,
             cause: g.cause.as_ref().map(|c| CauseReport {
                 rank: c.rank,
                 stage: name(c.stage),

@@ -55,8 +55,8 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     if !r.found {
         writeln!(
             out,
-            "nothing slow: no straggler, slow stage, jitter spike or regression costs {:.4} s per step or more \
-             (the effect floor: --min-effect {} of the step, at least --min-effect-ms {})",
+            "nothing slow: no straggler, slow stage or regression found above the effect floor, {:.4} s per step \
+             (--min-effect {} of the step, at least --min-effect-ms {})",
             r.floor_s, r.params.min_effect, r.params.min_effect_ms
         )?;
     } else if r.slow_ranks.is_empty() && r.job_regression.is_none() {
@@ -177,7 +177,10 @@ fn job_regression_line(g: &JobRegressionReport, ranks: usize) -> String {
              furthest behind at its end in {} of {} steps since",
             c.rank, c.stage, c.growth_s, c.rank, c.led_steps, c.steps
         ),
-        None => "the frontier names no single rank that caused it".to_string(),
+        None if g.finding => "the frontier names no single rank that caused it".to_string(),
+        None => "the frontier names no single rank that caused it: every rank slowed alike, as a host's load \
+                 does, by less than twice the effect floor; no finding"
+            .to_string(),
     };
     format!(
         "REGRESSION from step {} on {who}, one event of the job: {:.4} -> {:.4} s per step (x{:.2}); {cause}",
