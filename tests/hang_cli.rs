@@ -435,7 +435,7 @@ fn help_teaches_the_states_the_threshold_and_the_exit_status() {
         "--min-stuck-s",
         "[default: 1.5]",
         "[default: 0.25]",
-        "Exit status: 0 nothing hung, 3 a hang is diagnosed",
+        "Exit status: 0 nothing hung; 3 a hang is diagnosed; 5 a mismatch",
         "HUNG: rank 5 never entered",
     ] {
         assert!(help.contains(word), "{word:?} not in:\n{help}");
