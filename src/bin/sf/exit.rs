@@ -5,7 +5,7 @@
 /// Nothing found.
 pub const NOTHING: u8 = 0;
 /// An error: a path that is not a job, an unreadable log, logs that hold none of the
-/// evidence the command reads (no step vectors, no kernel records, no work requests).
+/// evidence the command reads (no step vectors, no kernel records, no work requests nor port counters).
 pub const ERROR: u8 = 1;
 // 2 is usage only: clap's status for a bad command line.
 /// A hang: `sf hang`'s diagnosis, `sf net`'s stuck QP.

@@ -85,13 +85,15 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             let report = net::build(&dir)?;
             output::net::write(format, stdout, &report, series)?;
             // Stuck evidence is a hang; degraded evidence alone, a slow link; no work
-            // request at all, nothing to judge (the report names the doors to open).
+            // request and no port counter at all, nothing to judge (the report names the
+            // doors to open).
             let found = if report.stuck {
                 Some(exit::HUNG)
             } else if report.degraded {
                 Some(exit::SLOW)
             } else {
-                (report.summary.qps == 0).then_some(exit::ERROR)
+                let nothing = report.summary.qps == 0 && report.ranks.iter().all(|r| r.ports.is_empty());
+                nothing.then_some(exit::ERROR)
             };
             Ok(status(found, &report.errors))
         }

@@ -29,7 +29,7 @@ and degraded QPs.
 
 Exit status: 0 nothing stuck or degraded; 3 stuck evidence (as sf hang's 3: a hang);
 4 a degraded QP and nothing stuck (as sf slow's 4); 1 an error (no logs; no work request
-at all, which the output explains; or an unreadable log, when the others show nothing).";
+nor port counter at all, which the output explains; or an unreadable log, when the others show nothing).";
 
 pub const EXAMPLES: &str = "\
 Example: rank 1 stops completing its work requests (a broken link), timeout 200 ms:
