@@ -227,7 +227,8 @@ fn ls_json_has_the_contract_fields() {
 
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<String>>();
     let expect = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<String>>();
-    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors", "attempts"]));
+    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors", "attempts", "mismatches"]));
+    assert_eq!(report["mismatches"], serde_json::json!([]));
     assert_eq!(report["dir"], dir.0.display().to_string());
     assert_eq!(report["missing_ranks"], serde_json::json!([3]));
     assert_eq!(report["errors"], serde_json::json!([]));
@@ -555,4 +556,25 @@ fn a_closed_pipe_ends_dump_quietly() {
         assert!(out.status.success(), "{format:?}: {:?} {stderr}", out.status);
         assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
     }
+}
+
+#[test]
+fn json_errors_are_one_object_on_stdout_and_one_line_on_stderr() {
+    let dir = TempDir::new("json-errors");
+    let missing = dir.join("no-such-job");
+    for command in ["ls", "dump", "hang", "slow", "kernels", "net", "frontier"] {
+        let out = sf(&[OsStr::new(command), missing.as_os_str(), OsStr::new("--json")]);
+        assert_one_error_line(&out, &missing.display().to_string());
+        assert_eq!(out.status.code(), Some(1), "{command}: an error is 1 for every command");
+        let stdout = text(&out.stdout);
+        assert_eq!(stdout.lines().count(), 1, "{command}: one JSON object: {stdout}");
+        let error: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{command}: {e}: {stdout}"));
+        assert_eq!(error["file"].as_str(), Some(missing.to_str().unwrap()), "{command}: {error}");
+        assert!(!error["error"].as_str().unwrap().is_empty() && error["hint"].is_string(), "{command}: {error}");
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.trim_end(), format!("sf: {}", error["message"].as_str().unwrap()), "{command}");
+    }
+    // Without --json, stdout stays empty.
+    let out = sf(&[OsStr::new("slow"), missing.as_os_str()]);
+    assert!(out.stdout.is_empty() && out.status.code() == Some(1));
 }

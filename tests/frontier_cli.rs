@@ -161,14 +161,14 @@ fn malformed_csvs_give_one_clear_line_and_exit_2() {
         let file = TempFile::new(name, text);
         let out = sf(args, &file.0);
         let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert_eq!(out.status.code(), Some(1), "{name}: a bad input is an error, not a usage error: {stderr}");
         assert!(out.stdout.is_empty(), "{name}");
         assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
         let file_name = file.0.display().to_string();
         assert!(stderr.starts_with(&format!("sf: {file_name}{expected}")), "{name}: {stderr}");
     }
     let missing = sf(&[], Path::new("/nonexistent/stages.csv"));
-    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(missing.status.code(), Some(1));
 }
 
 #[test]

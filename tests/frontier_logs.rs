@@ -82,7 +82,30 @@ fn logs_without_stage_vectors_are_a_clear_error() {
     let root = log_root("frontier-none");
     run_ok(preloaded(&trainer_sim(), &root, "job").args(trainer_args(2, 3)).args(["--markers", "none"]));
     let out = Command::new(artifact("sf")).arg("frontier").arg(root.join("job")).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    // The same status as sf slow's for the same condition: an error, 1.
+    assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no step vectors") && stderr.lines().count() == 1, "{stderr}");
+}
+
+#[test]
+fn a_healthy_job_gets_no_strong_label() {
+    // 8 ranks with 5 ms of jitter in every stage and no fault: accounting, never a
+    // bottleneck claim (StageFrontier Sec. 6: no strong label on 105 no-fault rows).
+    let root = log_root("frontier-healthy");
+    run_ok(
+        preloaded(&trainer_sim(), &root, "job")
+            .args(["--ranks", "8", "--steps", "30", "--stage-ms", "data=20,fwd=30,bwd=40,callbacks=2,optim=10"])
+            .args(["--jitter-ms", "5", "--seed", "11"]),
+    );
+    let report = frontier_json(&root);
+    for window in report["windows"].as_array().unwrap() {
+        for label in window["labels"].as_array().unwrap() {
+            assert_eq!(label["strong"], false, "a strong label on a healthy job: {window}");
+        }
+    }
+    // The flag is the labeler's own: the bottleneck labels are the strong ones.
+    use stagefrontier::analysis::frontier::LabelKind;
+    assert!(LabelKind::DirectExposure.is_strong() && LabelKind::LikelySyncWait.is_strong());
+    assert!(!LabelKind::CoCritical.is_strong() && !LabelKind::FrontierAccounting.is_strong());
 }

@@ -294,13 +294,27 @@ fn a_count_mismatch_at_one_sequence_number_is_reported() {
     for (rank, count) in expected {
         assert_eq!(values[rank].as_u64(), Some(count), "rank {rank}: {m}");
     }
-    // Every rank went on; a mismatch is evidence, not a hang by itself.
-    assert_eq!((json["hung"].as_bool(), status), (Some(false), 0), "{json}");
-    let (human, _) = hang_human(&dir);
-    assert!(
-        human.contains("mismatch on 0x5eed000000000001 #21: count differs: 1048576 on ranks 0-1, 3; 524288 on rank 2"),
-        "{human}"
+    // Every rank went on: not a hang, but a finding with its own status, first in the answer.
+    assert_eq!((json["hung"].as_bool(), status), (Some(false), 5), "{json}");
+    let (human, status) = hang_human(&dir);
+    assert_eq!(status, 5);
+    let line = "MISMATCH on 0x5eed000000000001 #21: count differs: 1048576 on ranks 0-1, 3; 524288 on rank 2";
+    assert!(human.starts_with(&format!("{line}\nnot hung: ")), "{human}");
+    // `sf ls` shows it too, with the same status.
+    let ls = sf(&[OsStr::new("ls"), dir.0.as_os_str()]);
+    let text = String::from_utf8(ls.stdout).unwrap();
+    assert_eq!(ls.status.code(), Some(5), "{text}");
+    assert!(text.lines().any(|l| l == line), "{text}");
+    let ls = sf(&[OsStr::new("ls"), dir.0.as_os_str(), OsStr::new("--json")]);
+    let json: Value = serde_json::from_slice(&ls.stdout).unwrap();
+    assert_eq!(ls.status.code(), Some(5));
+    let m = &json["mismatches"][0];
+    assert_eq!(
+        (m["comm_id"].as_str(), m["mismatches_total"].as_u64()),
+        (Some("0x5eed000000000001"), Some(1)),
+        "{json}"
     );
+    assert_eq!(m["mismatches"][0]["values"]["2"], COUNT / 2);
 }
 
 #[test]
@@ -326,7 +340,9 @@ fn a_rank_whose_process_is_gone_is_dead() {
     let three = &json["ranks"][3];
     assert_eq!((three["state"].as_str(), three["liveness"].as_str()), (Some("dead"), Some("dead")));
     assert!(three["heartbeat_age_s"].as_f64().unwrap() >= 30.0);
-    assert!(three["stuck_s"].as_f64().unwrap() >= 30.0, "silent since before it died");
+    // Silent from its last call (30.1 s ago) until it died (30 s ago): the time stops there.
+    let stuck = three["stuck_s"].as_f64().unwrap();
+    assert!((0.05..1.0).contains(&stuck), "stuck until its death, not until now: {stuck}");
     let (human, _) = hang_human(&dir);
     assert!(human.starts_with("HUNG: rank 3 is dead on 0x5eed000000000001; 3 ranks have waited 30."), "{human}");
 }
@@ -373,7 +389,22 @@ fn a_job_killed_while_hung_still_names_the_culprit() {
         .map(|r| (r["state"].as_str().unwrap(), r["role"].as_str().unwrap()))
         .collect();
     assert_eq!(roles, [("dead", "missing"), ("dead", "waiting"), ("dead", "waiting"), ("dead", "waiting")]);
-    assert_eq!(ranks(&world(&json)["dead_ranks"]), [0, 1, 2, 3]);
+    let w = world(&json);
+    assert_eq!((ranks(&w["missing_ranks"]), ranks(&w["dead_ranks"])), (vec![0], vec![0, 1, 2, 3]));
+    // Stuck times stop at the deaths: rank 0 was silent 6 s, the others waited 5 s.
+    let stuck: Vec<f64> = json["ranks"].as_array().unwrap().iter().map(|r| r["stuck_s"].as_f64().unwrap()).collect();
+    assert!((5.5..7.0).contains(&stuck[0]) && stuck[1..].iter().all(|s| (4.5..6.0).contains(s)), "{stuck:?}");
+    assert!((4.5..6.0).contains(&w["stuck_s"].as_f64().unwrap()), "{w}");
+    // The culprit first in the answer, then the waiters' fate.
+    let (human, status) = hang_human(&dir);
+    assert_eq!(status, 3);
+    assert!(
+        human.starts_with(
+            "HUNG: rank 0 never entered allreduce #21 and is dead since; ranks 1-3 are dead on 0x5eed000000000001; \
+             stuck for 5."
+        ),
+        "{human}"
+    );
 }
 
 #[test]
@@ -404,7 +435,7 @@ fn help_teaches_the_states_the_threshold_and_the_exit_status() {
         "--min-stuck-s",
         "[default: 1.5]",
         "[default: 0.25]",
-        "Exit status: 0 nothing hung, 3 a hang is diagnosed",
+        "Exit status: 0 nothing hung; 3 a hang is diagnosed; 5 a mismatch",
         "HUNG: rank 5 never entered",
     ] {
         assert!(help.contains(word), "{word:?} not in:\n{help}");

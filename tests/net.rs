@@ -204,14 +204,62 @@ fn a_slowed_qp_is_degraded_and_a_healthy_one_is_not() {
     assert!(ratio < 0.8, "{d:?}");
     // Each request takes 4 x as long: about a quarter of the baseline, whatever the noise.
     assert!(ratio > 0.1, "{ratio}: {d:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("qp_degraded evidence"));
+    // The library sees only the QP's own start: it says so, not "degraded".
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is slower than its own start") && stderr.contains("qp_degraded evidence"), "{stderr}");
+    assert!(!stderr.contains("degraded link)") || stderr.contains("slower than its peers too"), "{stderr}");
 
+    // sf net compares it with rank 0's QP, which kept its pace: a degraded link.
     let (code, json) = sf_net_json(&root);
-    assert_eq!(code, 4, "degraded only: sf slow's exit status");
+    assert_eq!(code, 4, "degraded only: sf slow's exit status: {json}");
+    assert_eq!(json["summary"]["degraded_qps"].as_array().unwrap().len(), 1, "{json}");
     assert_eq!(json["summary"]["degraded_qps"][0]["qp_num"], 0x101);
     assert_eq!(json["summary"]["stuck_qps"].as_array().unwrap().len(), 0);
     let qp = &json["ranks"][1]["qps"][0];
     assert!(qp["baseline_bps"].as_u64().unwrap() > 0 && !qp["series"].as_array().unwrap().is_empty(), "{qp}");
+    let check = &qp["peer_check"];
+    assert_eq!((check["verdict"].as_str(), check["peers"].as_u64()), (Some("degraded"), Some(1)), "{qp}");
+    assert!(check["own_bps"].as_u64().unwrap() * 5 < check["peers_bps"].as_u64().unwrap() * 4, "{check}");
+    assert!(check["sustained_s"].as_f64().unwrap() >= 0.5, "{check}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn every_qp_slowing_alike_is_slower_than_its_start_not_degraded() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-all-slow");
+    // Every rank's requests take 4 x as long after the first 120, as a loaded host or a
+    // heavier phase of the job would make them: each QP is slower than its own start, none
+    // slower than its peers.
+    run_ok(
+        job(&root, 40)
+            .env("SF_WR_WINDOW", "16")
+            .env("SF_WR_TIMEOUT_MS", "2000")
+            .env("FAKENCCL_QP_US", "2000")
+            .env("FAKENCCL_QP_SLOW_AFTER", "120:4"),
+    );
+    let logs = rank_logs(&root, "job");
+    assert!(logs.iter().all(|l| !net(l).degraded.is_empty()), "the library saw each slow down from its start");
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 0, "no degraded link: {json}");
+    assert_eq!(
+        (json["degraded"].as_bool(), json["summary"]["degraded_qps"].as_array().unwrap().len()),
+        (Some(false), 0)
+    );
+    assert_eq!(json["summary"]["slower_than_start_qps"].as_array().unwrap().len(), 2, "{json}");
+    for r in json["ranks"].as_array().unwrap() {
+        let check = &r["qps"][0]["peer_check"];
+        assert_eq!(check["verdict"], "slower_than_start", "{check}");
+        assert!(check["why"].as_str().unwrap().contains("as fast as its peers"), "{check}");
+    }
+    let text = String::from_utf8(sf_net(&root, false).stdout).unwrap();
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .ends_with("no stuck or degraded QP (2 QPs slower than their own start, not than their peers)"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -222,7 +270,8 @@ fn sf_net_explains_a_job_without_work_requests_and_a_missing_directory() {
     // v2 has no network-plugin events: no work requests to count.
     run_ok(job(&root, 2).env("FAKENCCL_PROFILER_VERSION", "2"));
     let out = sf_net(&root, false);
-    assert_eq!(out.status.code(), Some(0));
+    // Nothing to judge is not "nothing found": 1, as for every command without its evidence.
+    assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("no RDMA work requests recorded") && text.contains("profiler ABI v3+"), "{text}");
     let missing = Command::new(artifact("sf")).args(["net", "/nonexistent/job"]).output().unwrap();

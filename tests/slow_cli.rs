@@ -8,15 +8,21 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const STAGES: &str = "data=30,fwd=60,bwd=80,callbacks=5,optim=20";
 
 /// 4 ranks x 40 steps, `inject` as SF_INJECT (empty: none), logs in `root/job`.
 fn job(test: &str, inject: &str) -> std::path::PathBuf {
+    job_of(test, 4, "2", inject)
+}
+
+/// `ranks` ranks x 40 steps with `jitter` ms of stage jitter.
+fn job_of(test: &str, ranks: u32, jitter: &str, inject: &str) -> std::path::PathBuf {
     let root = log_root(test);
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
-    cmd.args(["--ranks", "4", "--steps", "40", "--stage-ms", STAGES, "--jitter-ms", "2", "--seed", "3"]);
+    let ranks = ranks.to_string();
+    cmd.args(["--ranks", &ranks, "--steps", "40", "--stage-ms", STAGES, "--jitter-ms", jitter, "--seed", "3"]);
     if !inject.is_empty() {
         cmd.env("SF_INJECT", inject);
     }
@@ -73,8 +79,58 @@ fn a_regression_from_step_20_names_the_rank_and_stage_by_three_detectors() {
     assert!(top["caused_wait_s"].as_f64().unwrap() > 3.0 * 0.080 * 15.0, "{top}");
     assert_eq!(report["wait_attribution"]["blame"][0]["rank"], 3);
     let e = report["expected_time"].as_array().unwrap().iter().find(|e| e["rank"] == 3).expect("rank 3 slow");
-    assert_eq!(e["stage"], "data.next_wait");
+    assert_eq!(e["stage"], "data.next_wait", "{report}");
     assert!(e["slow_steps"].as_array().unwrap().iter().all(|s| s.as_u64().unwrap() >= 20), "{e}");
+    assert!(e["excess_s"].as_f64().unwrap() > report["floor_s"].as_f64().unwrap(), "{e}");
+    // Every rank's steps slowed from step 20: one job-wide event, caused by rank 3's data
+    // wait by the frontier's account.
+    let shared = &report["job_regression"];
+    assert_eq!(shared["ranks"], serde_json::json!([0, 1, 2, 3]), "{shared}");
+    assert!(shared["step"].as_u64().unwrap().abs_diff(20) <= 1, "{shared}");
+    assert_eq!(
+        (&shared["cause"]["rank"], &shared["cause"]["stage"]),
+        (&3.into(), &"data.next_wait".into()),
+        "{shared}"
+    );
+    assert_eq!(l1_of(&report, 0)["regression"]["job_wide"], true);
+    // The human answer says it once, first, and the per-rank rows refer to it.
+    let human = String::from_utf8(sf_slow(&dir, &[]).stdout).unwrap();
+    let second = human.lines().nth(1).unwrap();
+    assert!(
+        second.starts_with("REGRESSION from step ") && second.contains("caused by rank 3 in data.next_wait"),
+        "{human}"
+    );
+    assert_eq!(human.matches("REGRESSION from step").count(), 1, "{human}");
+    // No per-rank repeats: each rank's row only refers to the event.
+    assert_eq!(human.matches("regression from step").count(), 4, "{human}");
+    assert_eq!(human.matches("in the job-wide regression from step").count(), 4, "{human}");
+}
+
+#[test]
+fn a_one_rank_job_and_one_rank_groups_have_no_stragglers() {
+    let _serial = one_at_a_time();
+    // One rank with 5 ms of jitter in every stage: nothing to compare it with.
+    let alone = job_of("slow-one-rank", 1, "5", "");
+    let (code, report) = slow_json(&alone);
+    assert_eq!(report["skipped_groups"], serde_json::json!([{"group": "job", "ranks": 1}]), "{report}");
+    assert_eq!((&report["slow_ranks"], &report["l2"], &report["expected_time"]), (&json!([]), &json!([]), &json!([])));
+    // Its jitter is no finding; only a regression of its own steps could be (a load change
+    // of this shared test machine, mid-run), and then the report says so.
+    let regressed = report["l1"][0]["regression"].is_object();
+    assert_eq!((code, report["found"].as_bool()), (Some(if regressed { 4 } else { 0 }), Some(regressed)), "{report}");
+    let human = String::from_utf8(sf_slow(&alone, &[]).stdout).unwrap();
+    assert!(human.contains("note: group job has 1 rank, too few to compare: no stragglers there"), "{human}");
+    // Four ranks on one node by local rank: four groups of one, compared together.
+    let four = job("slow-by-local-rank", "");
+    let (code, report) = {
+        let out = sf_slow(&four, &["--group-by", "local-rank", "--json"]);
+        (out.status.code(), serde_json::from_slice::<Value>(&out.stdout).unwrap())
+    };
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["merged_groups"].as_array().unwrap().len(), 4, "{report}");
+    assert!(report["l2"].as_array().unwrap().iter().all(|g| g["group"] == "merged"), "{report}");
+    let human = String::from_utf8(sf_slow(&four, &["--group-by", "local-rank"]).stdout).unwrap();
+    assert!(human.contains("have one rank each, too few to compare: compared together as one group"), "{human}");
 }
 
 #[test]

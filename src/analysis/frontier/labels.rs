@@ -28,6 +28,12 @@ pub enum LabelKind {
 }
 
 impl LabelKind {
+    /// A strong label: it names a bottleneck stage (the paper's stage labels behind the
+    /// share-dominance gate). No healthy run may get one (Sec. 6: 0 of 105 no-fault rows).
+    pub fn is_strong(self) -> bool {
+        matches!(self, LabelKind::DirectExposure | LabelKind::SyncWaitDependent | LabelKind::LikelySyncWait)
+    }
+
     /// The paper's label name.
     pub fn name(self) -> &'static str {
         match self {

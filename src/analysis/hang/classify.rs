@@ -151,9 +151,13 @@ impl Graph<'_> {
         Some(now.saturating_sub(self.facts[seen_by].known_ago_ns))
     }
 
+    /// How long `rank` has made no NCCL progress: until now while its process is there
+    /// (live, or stopped and still holding the job up), until its last word once it died
+    /// or exited, when its silence ended with it.
     fn inactive_now(&self, rank: usize) -> Option<u64> {
         let f = &self.facts[rank];
-        f.silent_ns.map(|s| s.saturating_add(f.known_ago_ns))
+        let ended = matches!(self.liveness(rank), Liveness::Dead | Liveness::Exited);
+        f.silent_ns.map(|s| if ended { s } else { s.saturating_add(f.known_ago_ns) })
     }
 
     fn waits_on(&self, rank: usize, comm_id: u64) -> impl Iterator<Item = &Wait> {
@@ -498,6 +502,11 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
                     State::Disabled => &mut v.disabled_ranks,
                 };
                 list.push(ranks[rank].rank);
+                // A rank that never entered is the culprit whatever became of it since:
+                // listed as missing too, so the answer names it first.
+                if part.role == Role::Missing && state != State::Missing {
+                    v.missing_ranks.push(ranks[rank].rank);
+                }
             }
             for list in [
                 &mut v.missing_ranks,

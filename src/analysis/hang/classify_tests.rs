@@ -180,7 +180,8 @@ fn a_dead_rank_holds_up_the_living_at_once() {
     assert_eq!((w.dead_ranks.as_slice(), w.missing_ranks.len()), (&[3][..], 0));
     assert_eq!(w.waiting_ranks, [0, 1, 2, 4, 5, 6, 7]);
     assert_eq!(d.ranks[3].state, State::Dead);
-    assert_eq!(d.ranks[3].stuck_ns, Some(3 * SEC - CALL_NS), "silent since before it died");
+    // Silent from its last call until its death; the time stops there.
+    assert_eq!(d.ranks[3].stuck_ns, Some(SEC - CALL_NS), "silent for the second it lived on");
 }
 
 #[test]

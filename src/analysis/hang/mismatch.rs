@@ -90,9 +90,17 @@ fn differences(entries: &BTreeMap<i32, Entry>) -> Vec<(MismatchField, BTreeMap<i
         .collect()
 }
 
+/// What one rank says about its collectives: its records, and the op of each collective
+/// still in flight as (communicator, sequence number, op).
+pub struct Said<'a> {
+    pub rank: i32,
+    pub calls: &'a [NcclCall],
+    pub in_flight: Vec<(u64, u64, NcclOp)>,
+}
+
 /// Per communicator: its mismatches, the first `LIST_AT_MOST` by sequence number, and how
 /// many there are in all. One pass over the records, however many communicators.
-pub(super) fn find(ranks: &[RankInput], facts: &[Facts]) -> BTreeMap<u64, (Vec<Mismatch>, usize)> {
+pub fn find_in(ranks: &[Said]) -> BTreeMap<u64, (Vec<Mismatch>, usize)> {
     let collective = |c: &&NcclCall| c.comm_id != 0 && c.seq != 0 && c.op.is_collective();
     let mut newest: BTreeMap<u64, u64> = BTreeMap::new();
     for c in ranks.iter().flat_map(|r| r.calls.iter().filter(collective)) {
@@ -101,15 +109,13 @@ pub(super) fn find(ranks: &[RankInput], facts: &[Facts]) -> BTreeMap<u64, (Vec<M
     }
     let in_window = |comm_id: u64, seq: u64| seq + WINDOW > newest.get(&comm_id).copied().unwrap_or(0);
     let mut by_seq: BTreeMap<(u64, u64), BTreeMap<i32, Entry>> = BTreeMap::new();
-    for (r, f) in ranks.iter().zip(facts) {
+    for r in ranks {
         for c in r.calls.iter().filter(collective).filter(|c| in_window(c.comm_id, c.seq)) {
             by_seq.entry((c.comm_id, c.seq)).or_default().entry(r.rank).or_insert(Entry { op: c.op, call: Some(*c) });
         }
-        // A grouped collective has a record already; one in flight has only its op so far.
-        for w in f.waits.iter().filter(|w| w.kind == WaitKind::Coll && !w.grouped) {
-            if let Some(op) = w.op {
-                by_seq.entry((w.comm_id, w.seq)).or_default().entry(r.rank).or_insert(Entry { op, call: None });
-            }
+        // A call with a record already says more than its op.
+        for &(comm_id, seq, op) in &r.in_flight {
+            by_seq.entry((comm_id, seq)).or_default().entry(r.rank).or_insert(Entry { op, call: None });
         }
     }
     let mut found: BTreeMap<u64, (Vec<Mismatch>, usize)> = BTreeMap::new();
@@ -123,6 +129,26 @@ pub(super) fn find(ranks: &[RankInput], facts: &[Facts]) -> BTreeMap<u64, (Vec<M
         }
     }
     found
+}
+
+/// `find_in` over the hang analysis' input: a grouped collective has a record already;
+/// one in flight has only its op so far.
+pub(super) fn find(ranks: &[RankInput], facts: &[Facts]) -> BTreeMap<u64, (Vec<Mismatch>, usize)> {
+    let said: Vec<Said> = ranks
+        .iter()
+        .zip(facts)
+        .map(|(r, f)| Said {
+            rank: r.rank,
+            calls: &r.calls,
+            in_flight: f
+                .waits
+                .iter()
+                .filter(|w| w.kind == WaitKind::Coll && !w.grouped)
+                .filter_map(|w| Some((w.comm_id, w.seq, w.op?)))
+                .collect(),
+        })
+        .collect();
+    find_in(&said)
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
-//! Network evidence judged across ranks: port-counter deltas.
+//! Network evidence judged across ranks: port-counter deltas, QPs against their peers.
 
+pub mod peers;
 pub mod ports;

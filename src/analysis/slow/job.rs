@@ -12,10 +12,14 @@
 //!   late peer to the stage where the others wait. The rank named is r_max over the ranks'
 //!   cumulative times at the stage's end: the rank the group was waiting for.
 //!
-//! Two gates of ours keep small effects from being findings: an L2 straggler must exceed its
-//! group's mean, and a slow node its expectation, by at least `min_effect` of the job's
-//! median step time; and a (stage, rank) needs `min_slow_steps` slow steps, so one
-//! descheduled step on a crowded host is not a slow rank.
+//! Gates of ours keep small effects from being findings (`effect`): every finding must add
+//! at least the effect floor (`min_effect` of the job's median step time, and at least
+//! `min_effect_s`) per step: an L2 straggler over its group's mean, a slow node over its
+//! expectation (and its slow steps together, over the run), an L1 regression over the
+//! steps before it, a jitter spike over the run; a (stage, rank) needs `min_slow_steps`
+//! slow steps, so one descheduled step on a crowded host is not a slow rank; and ranks are
+//! compared only in groups of `effect::MIN_GROUP_RANKS` or more. A regression most ranks
+//! share is one event of the job (`job_wide`).
 
 use std::collections::BTreeMap;
 
@@ -23,8 +27,10 @@ use serde::Serialize;
 
 use super::attribution::{largest_shift, Center, StageShift};
 use super::change_point::ChangePointParams;
+use super::effect::{comparable_groups, floor_s, spike_effect_s};
 use super::expected_time::{ExpectedTimeParams, NodeTiming, SlowNodeDetector};
 use super::jitter::JitterParams;
+use super::job_wide::{shared_regression, JobRegression};
 use super::l1::{level1, L1Class};
 use super::stragglers::{assess_group, GroupAssessment, StragglerParams};
 use crate::analysis::frontier::{advances_of, prefixes_into};
@@ -49,9 +55,11 @@ pub struct SlowParams {
     pub change: ChangePointParams,
     pub stragglers: StragglerParams,
     pub expected: ExpectedTimeParams,
-    /// Smallest excess, as a fraction of the job's median step time, that L2 and expected
-    /// time report. Default 0.02.
+    /// Smallest time per step a finding adds, as a fraction of the job's median step
+    /// time. Default 0.05.
     pub min_effect: f64,
+    /// ...and in seconds, whatever the step time. Default 0.001.
+    pub min_effect_s: f64,
     /// Fewest slow steps that make a (stage, rank) an expected-time finding. Default 2.
     pub min_slow_steps: usize,
 }
@@ -63,7 +71,8 @@ impl Default for SlowParams {
             change: ChangePointParams::default(),
             stragglers: StragglerParams::default(),
             expected: ExpectedTimeParams::default(),
-            min_effect: 0.02,
+            min_effect: 0.05,
+            min_effect_s: 0.001,
             min_slow_steps: 2,
         }
     }
@@ -91,6 +100,8 @@ pub struct RegressionFinding {
     pub cv_before: f64,
     pub cv_after: f64,
     pub stage: Option<StageShift>,
+    /// Part of the job's shared regression (`JobSlow::job_regression`).
+    pub job_wide: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -134,6 +145,8 @@ pub struct SlowSteps {
     /// The largest T_v / T_expect, and T_expect then.
     pub worst_ratio: f64,
     pub expected_s: f64,
+    /// Σ (T_v − T_expect) over the slow steps, per observed step: the time it cost.
+    pub excess_s: f64,
 }
 
 /// One slow (rank, stage) and the detectors that name it.
@@ -161,6 +174,14 @@ impl SlowRank {
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobSlow {
     pub median_step_s: f64,
+    /// The effect floor every finding passed, seconds per step.
+    pub floor_s: f64,
+    /// Groups too small to compare, merged into `effect::MERGED`.
+    pub merged_groups: Vec<String>,
+    /// Groups too small to compare and left out, with their rank counts.
+    pub skipped_groups: Vec<(String, usize)>,
+    /// A regression most ranks share, reported once.
+    pub job_regression: Option<JobRegression>,
     pub l1: Vec<RankL1>,
     pub l2: Vec<GroupStage>,
     pub expected: Vec<SlowSteps>,
@@ -169,10 +190,13 @@ pub struct JobSlow {
 }
 
 impl JobSlow {
-    /// Anything to act on: a slow rank, a spike, or a regression.
+    /// Anything to act on: a slow rank (its jitter spikes with it), or a regression. A
+    /// spike no detector pins on a rank stalled the whole job for a moment, as a loaded
+    /// host does: shown, but no finding.
     pub fn found(&self) -> bool {
         !self.slow_ranks.is_empty()
-            || self.l1.iter().any(|r| r.regression.is_some() || r.jitter.iter().any(|j| j.effective.is_some()))
+            || self.job_regression.as_ref().is_some_and(|g| g.finding)
+            || self.l1.iter().any(|r| r.regression.as_ref().is_some_and(|g| !g.job_wide))
     }
 }
 
@@ -180,29 +204,45 @@ impl JobSlow {
 pub fn analyze_job(ranks: &[RankSeries], stages: usize, params: &SlowParams) -> JobSlow {
     let mut walls: Vec<f64> = ranks.iter().flat_map(|r| r.wall_s.iter().copied()).collect();
     let median_step_s = if walls.is_empty() { 0.0 } else { select_quantile(&mut walls, 0.5) };
-    let min_excess = params.min_effect * median_step_s;
-    let l1: Vec<RankL1> = ranks.iter().map(|r| rank_l1(r, params)).collect();
-    let groups = groups_of(ranks);
+    let min_excess = floor_s(params.min_effect, params.min_effect_s, median_step_s);
+    let mut l1: Vec<RankL1> = ranks.iter().map(|r| rank_l1(r, params, min_excess)).collect();
+    let job_regression = shared_regression(ranks, &l1, stages, min_excess);
+    if let Some(shared) = &job_regression {
+        for r in l1.iter_mut().filter(|r| shared.ranks.contains(&r.rank)) {
+            r.regression.iter_mut().for_each(|g| g.job_wide = true);
+        }
+    }
+    let grouping = comparable_groups(ranks);
+    let groups = &grouping.groups;
     let l2: Vec<GroupStage> = groups
         .iter()
         .flat_map(|(group, members)| (0..stages).filter_map(move |s| group_l2(group, members, s, params, min_excess)))
         .collect();
     let expected: Vec<SlowSteps> =
         groups.iter().flat_map(|(group, members)| group_expected(group, members, stages, params, min_excess)).collect();
-    let slow_ranks = combine(ranks, &l1, &l2, &expected);
-    JobSlow { median_step_s, l1, l2, expected, slow_ranks }
-}
-
-fn groups_of(ranks: &[RankSeries]) -> BTreeMap<String, Vec<&RankSeries>> {
-    let mut groups: BTreeMap<String, Vec<&RankSeries>> = BTreeMap::new();
-    for r in ranks {
-        groups.entry(r.group.clone()).or_default().push(r);
+    let slow_ranks = combine(&l1, &l2, &expected);
+    JobSlow {
+        median_step_s,
+        floor_s: min_excess,
+        merged_groups: grouping.merged,
+        skipped_groups: grouping.skipped,
+        job_regression,
+        l1,
+        l2,
+        expected,
+        slow_ranks,
     }
-    groups
 }
 
-fn rank_l1(r: &RankSeries, params: &SlowParams) -> RankL1 {
-    let report = level1(&r.wall_s, &params.jitter, &params.change);
+/// L1 over one rank, keeping the events that pass the effect floor `min_excess`: a
+/// regression must add it to every step after, a spike over the run.
+fn rank_l1(r: &RankSeries, params: &SlowParams, min_excess: f64) -> RankL1 {
+    let mut report = level1(&r.wall_s, &params.jitter, &params.change);
+    report.regression = report.regression.filter(|c| c.mean_after - c.mean_before >= min_excess);
+    report.jitter.retain(|j| {
+        let run = j.effective_start..j.effective_start + j.effective_width;
+        spike_effect_s(&r.wall_s, run, j.baseline) >= min_excess
+    });
     let mut sorted = r.wall_s.clone();
     let median_step_s = if sorted.is_empty() { 0.0 } else { select_quantile(&mut sorted, 0.5) };
     let jitter = report
@@ -229,6 +269,7 @@ fn rank_l1(r: &RankSeries, params: &SlowParams) -> RankL1 {
         cv_before: c.cv_before,
         cv_after: c.cv_after,
         stage: largest_shift(&r.durations, c.at..r.steps.len(), c.at..r.steps.len(), Center::Mean),
+        job_wide: false,
     });
     RankL1 { rank: r.rank, steps: r.steps.len(), median_step_s, class: report.class(), jitter, regression }
 }
@@ -263,6 +304,17 @@ fn group_l2(
     })
 }
 
+/// The slow steps of one (stage, rank) so far.
+#[derive(Default)]
+struct Tally {
+    steps: Vec<u64>,
+    /// The largest T_v / T_expect, and T_expect then.
+    worst_ratio: f64,
+    expected_s: f64,
+    /// Σ (T_v − T_expect).
+    excess_s: f64,
+}
+
 /// Alg. 2 over one group's steps, in step order; a step counts the members that have it.
 fn group_expected(
     group: &str,
@@ -275,8 +327,7 @@ fn group_expected(
     all_steps.sort_unstable();
     all_steps.dedup();
     let mut detector = SlowNodeDetector::new(params.expected);
-    // (stage, rank) -> (steps, worst ratio, T_expect at the worst)
-    let mut slow: BTreeMap<(usize, u32), (Vec<u64>, f64, f64)> = BTreeMap::new();
+    let mut slow: BTreeMap<(usize, u32), Tally> = BTreeMap::new();
     let (mut durations, mut prefixes, mut present) = (Vec::new(), Vec::new(), Vec::new());
     for &step in &all_steps {
         durations.clear();
@@ -303,37 +354,41 @@ fn group_expected(
             .collect();
         for node in detector.observe_iteration(&nodes) {
             let (Some(rank), true) = (node.slow_rank, node.duration - node.expected >= min_excess) else { continue };
-            let entry = slow.entry((node.node, rank)).or_insert((Vec::new(), 0.0, node.expected));
-            entry.0.push(step);
+            let entry =
+                slow.entry((node.node, rank)).or_insert(Tally { expected_s: node.expected, ..Tally::default() });
+            entry.steps.push(step);
+            entry.excess_s += node.duration - node.expected;
             let ratio = node.duration / node.expected;
-            if ratio > entry.1 {
-                (entry.1, entry.2) = (ratio, node.expected);
+            if ratio > entry.worst_ratio {
+                (entry.worst_ratio, entry.expected_s) = (ratio, node.expected);
             }
         }
     }
+    let observed = all_steps.len().max(1) as f64;
     slow.into_iter()
-        .filter(|(_, (steps, _, _))| steps.len() >= params.min_slow_steps.max(1))
-        .map(|((stage, rank), (steps, worst_ratio, expected_s))| SlowSteps {
+        .filter(|(_, t)| t.steps.len() >= params.min_slow_steps.max(1) && t.excess_s / observed >= min_excess)
+        .map(|((stage, rank), t)| SlowSteps {
             group: group.to_string(),
             stage,
             rank,
-            steps,
+            steps: t.steps,
             observed_steps: all_steps.len(),
-            worst_ratio,
-            expected_s,
+            worst_ratio: t.worst_ratio,
+            expected_s: t.expected_s,
+            excess_s: t.excess_s / observed,
         })
         .collect()
 }
 
-fn combine(ranks: &[RankSeries], l1: &[RankL1], l2: &[GroupStage], expected: &[SlowSteps]) -> Vec<SlowRank> {
+fn combine(l1: &[RankL1], l2: &[GroupStage], expected: &[SlowSteps]) -> Vec<SlowRank> {
     let mut found: BTreeMap<(u32, usize), SlowRank> = BTreeMap::new();
     for g in l2 {
         for s in &g.stragglers {
-            slot(&mut found, ranks, s.rank, g.stage).l2 = Some((s.z, g.assessment.cv));
+            slot(&mut found, &g.group, s.rank, g.stage).l2 = Some((s.z, g.assessment.cv));
         }
     }
     for e in expected {
-        slot(&mut found, ranks, e.rank, e.stage).expected = Some((e.steps.len(), e.observed_steps));
+        slot(&mut found, &e.group, e.rank, e.stage).expected = Some((e.steps.len(), e.observed_steps));
     }
     // L1 corroborates a rank already named; alone it names every rank of a synchronous job.
     for r in l1 {
@@ -351,16 +406,12 @@ fn combine(ranks: &[RankSeries], l1: &[RankL1], l2: &[GroupStage], expected: &[S
     list
 }
 
-fn slot<'a>(
-    found: &'a mut BTreeMap<(u32, usize), SlowRank>,
-    ranks: &[RankSeries],
-    rank: u32,
-    stage: usize,
-) -> &'a mut SlowRank {
+/// The finding of (rank, stage), named in `group`, the group it was compared in.
+fn slot<'a>(found: &'a mut BTreeMap<(u32, usize), SlowRank>, group: &str, rank: u32, stage: usize) -> &'a mut SlowRank {
     found.entry((rank, stage)).or_insert_with(|| SlowRank {
         rank,
         stage,
-        group: ranks.iter().find(|r| r.rank == rank).map_or_else(String::new, |r| r.group.clone()),
+        group: group.to_string(),
         l2: None,
         expected: None,
         l1_regression: false,

@@ -6,10 +6,12 @@
 pub mod attribution;
 pub mod blamed;
 pub mod change_point;
+pub mod effect;
 pub mod expected_time;
 pub mod jitter;
 pub mod job;
 #[cfg(test)]
 mod job_tests;
+pub mod job_wide;
 pub mod l1;
 pub mod stragglers;

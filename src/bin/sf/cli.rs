@@ -42,6 +42,26 @@ pub enum Command {
     Steps { dir: PathBuf, format: StepsFormat },
 }
 
+impl Command {
+    /// How the command prints: its errors follow it (JSON on stdout under `--json`).
+    pub fn format(&self) -> Format {
+        match self {
+            Command::Ls { format, .. }
+            | Command::Dump { format, .. }
+            | Command::Frontier { format, .. }
+            | Command::Hang { format, .. }
+            | Command::Slow { format, .. }
+            | Command::Kernels { format, .. }
+            | Command::Net { format, .. } => *format,
+            // CSV is data for another program: its errors stay text, like the table's.
+            Command::Steps { format, .. } => match format {
+                StepsFormat::Json => Format::Json,
+                StepsFormat::Human | StepsFormat::Csv => Format::Human,
+            },
+        }
+    }
+}
+
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
 /// `max(min_stuck_s, fallback_stuck_s)` while the logs hold too few steps.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,7 +131,12 @@ after it ended, or after it was killed.
 Each rank writes one log, rank-NNNNN.sflog (pid-<pid>.sflog for a process with no rank
 identity), into $SF_LOG_DIR/<job id>/, by default /dev/shm/stagefrontier-<uid>/<job id>/,
 <uid> being the job's user id (`id -u`). The job id is SF_JOB_ID, else the launcher's
-(TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's job id), else \"default\".";
+(TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's job id), else \"default\".
+
+Exit status, the same for every command: 0 nothing found, 3 hung, 4 slow, degraded or
+anomalous, 5 a mismatch, 1 an error (no logs, an unreadable log, none of the evidence the
+command reads), 2 a usage error. Under --json an error is also a JSON object on stdout:
+{\"error\", \"file\", \"line\", \"hint\", \"message\"}.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -150,7 +175,8 @@ CUPTI, through CUDA_INJECTION64_PATH; profiler: NCCL_PROFILER_PLUGIN; verbs: SF_
 ? for a log of a library that did not record them. When no rank recorded step markers, a
 note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NVTX call).
 
-Exit status: 0, or 1 when a log cannot be read or DIR holds none.";
+Exit status: 0; 5 when a collective's ranks disagree on it (a mismatch, listed after the
+table, as sf hang does); 1 when a log cannot be read or DIR holds none.";
 
 const LS_EXAMPLES: &str = "\
 Examples:
@@ -199,7 +225,8 @@ the CUDA door's stage_device records or the CSV columns device_seconds,spill_sec
 forward_device_supported, forward_host_overhead_suspected, forward_spillover_suspected,
 forward_event_scope_limited).
 
-Exit status: 0, or 2 when the input cannot be read, is malformed, or has no steps.";
+Exit status: 0 with an answer (its labels are the findings); 1 when the input cannot be
+read, is malformed, or has no steps (the same status as sf slow's for no step vectors).";
 
 const FRONTIER_EXAMPLES: &str = "\
 Examples:
@@ -261,8 +288,9 @@ library's watchdog wrote. A job in which every rank has been outside NCCL for lo
 than the threshold is noted: it is stuck outside NCCL, or in a long phase without
 collectives (checkpoint, evaluation), which the logs cannot tell apart.
 
-Exit status: 0 nothing hung, 3 a hang is diagnosed, 1 an error (no logs; or a log that
-cannot be read, when no hang is found in the others).";
+Exit status: 0 nothing hung; 3 a hang is diagnosed; 5 a mismatch (a collective the ranks
+issued differently; before 3, as it is the usual cause of the hang), shown first; 1 an
+error (no logs; or a log that cannot be read, when nothing is found in the others).";
 
 const HANG_EXAMPLES: &str = "\
 Example: 8 ranks of sf-trainer-sim, rank 5 stopped before its 42nd collective

@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod discover;
+mod exit;
 mod output;
 mod progress;
 mod wall;
@@ -10,26 +11,32 @@ mod wall;
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
-use cli::Command;
+use cli::{Command, Format};
 use commands::ls::FileError;
 use commands::{dump, frontier, hang, kernels, ls, net, slow, steps, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
         Ok(command) => command,
-        // Help, version and usage errors: clap prints them and picks the exit status.
+        // Help, version and usage errors: clap prints them and picks the exit status (2).
         Err(e) => e.exit(),
     };
+    let format = command.format();
     match run(command) {
         Ok(code) => code,
         Err(Failure::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(Failure::Output(e)) => {
             error_line(&format!("cannot write the output: {e}"));
-            ExitCode::FAILURE
+            ExitCode::from(exit::ERROR)
         }
         Err(Failure::Message(message)) => {
+            // A script reading `--json` gets the error as JSON where it reads the answer.
+            if format == Format::Json {
+                let mut stdout = io::stdout().lock();
+                let _ = output::json_error(&mut stdout, &message).and_then(|_| stdout.flush());
+            }
             error_line(&message);
-            ExitCode::FAILURE
+            ExitCode::from(exit::ERROR)
         }
     }
 }
@@ -40,7 +47,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Ls { path, format } => {
             let report = ls::build(&path)?;
             output::new(format, stdout).ls(&report)?;
-            Ok(status(None, &report.errors))
+            Ok(status(report.mismatched().then_some(exit::MISMATCH), &report.errors))
         }
         Command::Dump { file, options, format } => {
             let log = dump::open(&file)?;
@@ -56,38 +63,47 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             note_line(&output::scan_summary(&file.display().to_string(), &stats));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Frontier { options, format } => match frontier::build(&options) {
-            Ok(report) => {
-                output::new(format, stdout).frontier(&report)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            // A bad CSV is bad input, like a usage error: exit 2.
-            Err(Failure::Message(message)) => {
-                error_line(&message);
-                Ok(ExitCode::from(2))
-            }
-            Err(failure) => Err(failure),
-        },
+        Command::Frontier { options, format } => {
+            let report = frontier::build(&options)?;
+            output::new(format, stdout).frontier(&report)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Hang { dir, options, format } => {
             let report = hang::build(&dir, &options)?;
             output::new(format, stdout).hang(&report)?;
-            Ok(status(report.hung.then_some(EXIT_HUNG), &report.errors))
+            let found = if report.mismatched() { Some(exit::MISMATCH) } else { report.hung.then_some(exit::HUNG) };
+            Ok(status(found, &report.errors))
         }
         Command::Slow { dir, options, format } => {
             let report = slow::build(&dir, &options)?;
             output::slow::write(format, stdout, &report)?;
-            Ok(if report.found { ExitCode::from(EXIT_SLOW) } else { ExitCode::SUCCESS })
+            Ok(status(report.found.then_some(exit::SLOW), &[]))
         }
         Command::Kernels { dir, options, format } => {
             let report = kernels::build(&dir, &options)?;
             output::kernels::write(format, stdout, &report)?;
-            Ok(status((!report.anomalies.is_empty()).then_some(EXIT_SLOW), &report.errors))
+            let found = if !report.anomalies.is_empty() {
+                Some(exit::SLOW)
+            } else {
+                // The report says why (no kernel door); there was nothing to judge.
+                (!report.kernel_records).then_some(exit::ERROR)
+            };
+            Ok(status(found, &report.errors))
         }
         Command::Net { dir, series, format } => {
             let report = net::build(&dir)?;
             output::net::write(format, stdout, &report, series)?;
-            // Stuck evidence is a hang; degraded evidence alone, a slow link.
-            let found = if report.stuck { Some(EXIT_HUNG) } else { report.degraded.then_some(EXIT_SLOW) };
+            // Stuck evidence is a hang; degraded evidence alone, a slow link; no work
+            // request and no port counter at all, nothing to judge (the report names the
+            // doors to open).
+            let found = if report.stuck {
+                Some(exit::HUNG)
+            } else if report.degraded {
+                Some(exit::SLOW)
+            } else {
+                let nothing = report.summary.qps == 0 && report.ranks.iter().all(|r| r.ports.is_empty());
+                nothing.then_some(exit::ERROR)
+            };
             Ok(status(found, &report.errors))
         }
         Command::Steps { dir, format } => {
@@ -108,16 +124,10 @@ fn status(found: Option<u8>, errors: &[FileError]) -> ExitCode {
     }
     match found {
         Some(code) => ExitCode::from(code),
-        None if errors.is_empty() => ExitCode::SUCCESS,
-        None => ExitCode::FAILURE,
+        None if errors.is_empty() => ExitCode::from(exit::NOTHING),
+        None => ExitCode::from(exit::ERROR),
     }
 }
-
-/// `sf slow`'s status when it finds a slow rank, a jitter spike or a regression.
-const EXIT_SLOW: u8 = 4;
-
-/// `sf hang`'s status for a diagnosed hang, apart from 1 for errors so scripts can tell.
-const EXIT_HUNG: u8 = 3;
 
 fn error_line(message: &str) {
     note_line(&format!("sf: {message}"));

@@ -186,8 +186,11 @@ impl QpMonitor {
                             posted: c.posted,
                             completed: c.completed,
                         }));
+                        // Only its own start to compare with: a loaded host looks the
+                        // same. `sf net` compares it with its peers before calling the link
+                        // degraded, so this line does not.
                         say(&format!(
-                            "rank {}: {} moves {:.3} GB/s over its last {} work requests, {:.0}% below its baseline {:.3} GB/s; qp_degraded evidence is in the rank's log",
+                            "rank {}: {} is slower than its own start: {:.3} GB/s over its last {} work requests, {:.0}% below its first windows' {:.3} GB/s; qp_degraded evidence is in the rank's log, and sf net DIR says whether it is slower than its peers too (a degraded link)",
                             rt.identity.global_rank,
                             describe(key),
                             bps / 1e9,

@@ -29,9 +29,9 @@ Beside the findings: per rank the windows, kernel names and launches summarized,
 kernels (count, mean and longest duration), each stream's busy share of its windows,
 and LOST: activity counted late, truncated by the 4 KiB-per-window cap or untracked.
 
-Exit status: 0 nothing anomalous (also when the logs hold no kernel records, which the
-output says); 4 an anomalous kernel (as sf slow's 4); 1 an error (no logs; or an
-unreadable log, when the others show nothing).";
+Exit status: 0 nothing anomalous; 4 an anomalous kernel (as sf slow's 4); 1 an error (no
+logs; no kernel records at all, which the output explains; or an unreadable log, when the
+others show nothing).";
 
 pub const EXAMPLES: &str = "\
 Example: rank 5's GEMM runs 30% longer than on the other 7 ranks:

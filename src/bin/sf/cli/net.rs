@@ -19,12 +19,17 @@ window bandwidth over the last SF_WR_WINDOW (64) completions, bytes over busy ti
 max(post, previous completion) to each completion, so queueing and idle gaps do not count);
 the BASELINE, the median of the QP's first 5 windows; post-to-completion latency.
 STUCK counts qp_stuck records: a work request in flight longer than SF_WR_TIMEOUT_MS
-(500 ms). DEGRADED counts qp_degraded records: two windows in a row more than
-SF_WR_DEGRADED (20%) below the baseline. The first line names those QPs.
+(500 ms). A qp_degraded record says the QP is slower than its own start: two windows in a
+row more than SF_WR_DEGRADED (20%) below its baseline. A loaded host does that too, so
+DEGRADED (yes) needs more: the QP is also more than SF_WR_DEGRADED slower than its peers
+doing the same work (the job's other QPs fed by the same door, over the same time when
+they share its host) for a sustained time (its episode still open 0.5 s later);
+otherwise it is own-start only, named but not a finding. The first line names the stuck
+and degraded QPs.
 
 Exit status: 0 nothing stuck or degraded; 3 stuck evidence (as sf hang's 3: a hang);
-4 degraded evidence and nothing stuck (as sf slow's 4); 1 an error (no logs; or an
-unreadable log, when the others show nothing).";
+4 a degraded QP and nothing stuck (as sf slow's 4); 1 an error (no logs; no work request
+nor port counter at all, which the output explains; or an unreadable log, when the others show nothing).";
 
 pub const EXAMPLES: &str = "\
 Example: rank 1 stops completing its work requests (a broken link), timeout 200 ms:

@@ -52,6 +52,7 @@ pub struct SlowOptions {
     pub alpha: f64,
     pub beta: f64,
     pub min_effect: f64,
+    pub min_effect_ms: f64,
     pub min_slow_steps: usize,
 }
 
@@ -83,9 +84,19 @@ EXPECTED TIME (VenusTrace Alg. 2), per stage of each group, step by step: the fi
   cumulative time moved in it), so a wait for a late peer is charged to the stage where
   the peer fell behind; the rank named is the one furthest behind at the stage's end.
 
-A finding must exceed its baseline by --min-effect of the median step time, and expected
-time needs --min-slow-steps slow steps of one (stage, rank). The first --skip-steps steps
-of each rank (start-up) are left out.
+No false alarms: a finding must cost the job at least --min-effect of the median step
+time and at least --min-effect-ms per step (the EFFECT FLOOR): an L2 straggler over its
+group's mean, a slow stage over T_expect in each slow step and, its slow steps together,
+over the run; a regression over the steps before it; a jitter spike over the run. Expected
+time needs --min-slow-steps slow steps of one (stage, rank). Ranks are compared in groups
+of 2 or more: groups of one rank (--group-by local-rank on one node) are merged into one
+group, and a one-rank job has no stragglers (a line says so). A regression most ranks
+share, as every rank of a synchronous job slows with a late one, is reported once as a
+job-wide REGRESSION, with the rank that caused it when the frontier names one (the stage
+whose frontier advance grew, and the rank furthest behind at its end in most steps since);
+with no rank behind it, every rank slowed alike as a host's load does, and it is a
+finding only at twice the effect floor.
+The first --skip-steps steps of each rank (start-up) are left out.
 
 WAIT ATTRIBUTION, from the NCCL calls in the logs: each collective is matched across
   ranks by communicator and sequence number; a rank's time inside it beyond the shortest
@@ -99,7 +110,9 @@ SLOW lists culprits first (with the waiting they caused), then each (rank, stage
 by L2 or expected time, by the waiting it caused and with every detector that agrees:
 1 of 3 is a lead, 2 or 3 a finding.
 
-Exit status: 0 nothing found; 4 a culprit, a slow rank, a jitter spike or a regression found;
+Exit status: 0 nothing found; 4 a culprit, a slow rank or a regression found, above the
+effect floor (a jitter spike counts with the slow rank it grew on; one no detector pins on
+a rank paused the whole job, as a loaded host does, and is shown but no finding);
 1 an error (no logs, an unreadable log, no step vectors).";
 
 pub const EXAMPLES: &str = "\
@@ -153,9 +166,13 @@ pub struct SlowArgs {
     /// Expected time: a duration above T_expect x (1 + B) is slow
     #[arg(long, value_name = "B", default_value = "0.5", value_parser = non_negative)]
     beta: f64,
-    /// Smallest excess reported, as a fraction of the median step time
-    #[arg(long, value_name = "F", default_value = "0.02", value_parser = non_negative)]
+    /// Effect floor: smallest time per step a finding adds, as a fraction of the median
+    /// step time
+    #[arg(long, value_name = "F", default_value = "0.05", value_parser = non_negative)]
     min_effect: f64,
+    /// Effect floor: ...and at least this many milliseconds per step
+    #[arg(long, value_name = "MS", default_value = "1", value_parser = non_negative)]
+    min_effect_ms: f64,
     /// Expected time: fewest slow steps that make a (stage, rank) a finding
     #[arg(long, value_name = "N", default_value = "2")]
     min_slow_steps: usize,
@@ -176,6 +193,7 @@ impl SlowArgs {
             alpha: self.alpha,
             beta: self.beta,
             min_effect: self.min_effect,
+            min_effect_ms: self.min_effect_ms,
             min_slow_steps: self.min_slow_steps,
         }
     }
@@ -201,6 +219,7 @@ mod tests {
         );
         assert_eq!((options.z, options.alpha, options.beta), (2.0, 0.05, 0.5));
         assert_eq!((options.skip_steps, options.group_by, options.min_slow_steps), (1, GroupBy::Job, 2));
+        assert_eq!((options.min_effect, options.min_effect_ms), (0.05, 1.0), "the effect floor");
     }
 
     #[test]

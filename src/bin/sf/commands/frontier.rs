@@ -86,6 +86,9 @@ pub struct ForwardDevice {
 #[derive(Debug, DeriveSerialize)]
 pub struct LabelReport {
     pub label: &'static str,
+    /// A bottleneck claim (direct_exposure, sync_wait_dependent, likely_sync_wait): the
+    /// labels a healthy job must never get.
+    pub strong: bool,
     pub reason: String,
 }
 
@@ -235,7 +238,11 @@ fn window_report(w: &Window, forward: Option<&str>) -> WindowReport {
         top1: routing.map(|r| names[r.top1].clone()),
         top2: routing.map_or_else(Vec::new, |r| named(&r.top2)),
         leader_ranks: StageMap(names.iter().cloned().zip(w.leaders.iter().map(|l| l.ranks.clone())).collect()),
-        labels: w.labels.iter().map(|l| LabelReport { label: l.kind.name(), reason: l.reason.clone() }).collect(),
+        labels: w
+            .labels
+            .iter()
+            .map(|l| LabelReport { label: l.kind.name(), strong: l.kind.is_strong(), reason: l.reason.clone() })
+            .collect(),
         co_critical_stages: named(&w.co_critical_stages),
         baselines: BaselineReport {
             per_stage_max_s: map(&b.per_stage_max_s),

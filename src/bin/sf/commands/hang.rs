@@ -33,7 +33,7 @@ use crate::progress::Progress;
 /// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
 /// collectives for the cadence, 4096 per communicator for mismatches), and a bound on
 /// memory for big jobs (about 0.8 MB a rank).
-const CALLS_KEPT: usize = 8_192;
+pub const CALLS_KEPT: usize = 8_192;
 
 /// How far a converted tick time may stray from `CLOCK_MONOTONIC` as the collector refines
 /// the tick frequency.
@@ -173,6 +173,13 @@ pub struct InjectionReport {
     #[serde(flatten)]
     pub record: Injection,
     pub stage_name: Option<String>,
+}
+
+impl HangReport {
+    /// Some collective's ranks disagree on what it is (`sf hang` exits 5).
+    pub fn mismatched(&self) -> bool {
+        self.communicators.iter().any(|c| c.mismatches_total > 0)
+    }
 }
 
 fn opt_hex<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {

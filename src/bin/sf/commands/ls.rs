@@ -5,13 +5,16 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use stagefrontier::analysis::comms::nccl_version::nccl_version_string;
+use stagefrontier::analysis::hang::{find_mismatches, Mismatch, Said};
 use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
 use stagefrontier::core::capture::config::Config;
 use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::{RankLog, ReadError};
+use stagefrontier::core::log::records::{hex_u64, NcclCall, RecordBody};
 
+use super::hang::CALLS_KEPT;
 use super::Failure;
 use crate::discover;
 use crate::progress::Progress;
@@ -27,8 +30,25 @@ pub struct LsReport {
     pub errors: Vec<FileError>,
     /// Earlier attempts of the job kept in `attempt-N/` (the rows above are the latest).
     pub attempts: Vec<discover::Attempt>,
+    /// Collectives whose ranks disagree on op, count, type, root or reduction, per
+    /// communicator, from the records (`sf hang` reads the same; `sf ls` exits 5).
+    pub mismatches: Vec<CommMismatches>,
     #[serde(skip)]
     pub summary: Summary,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CommMismatches {
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    pub mismatches: Vec<Mismatch>,
+    pub mismatches_total: usize,
+}
+
+impl LsReport {
+    pub fn mismatched(&self) -> bool {
+        !self.mismatches.is_empty()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -100,11 +120,16 @@ pub fn build(path: &Path) -> Result<LsReport, Failure> {
     let files = files_to_read(path)?;
     let host = local_host::hostname();
     let mut ranks = Vec::with_capacity(files.len());
+    let mut calls = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
     let mut progress = Progress::new(files.len());
     for (i, file) in files.iter().enumerate() {
         match RankLog::open(file) {
-            Ok(log) => ranks.push(row(&log, &host)),
+            Ok(log) => {
+                let (row, said) = row(&log, &host);
+                ranks.push(row);
+                calls.push(said);
+            }
             Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
         }
         progress.done(i + 1);
@@ -113,8 +138,14 @@ pub fn build(path: &Path) -> Result<LsReport, Failure> {
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
     let summary = summarize(&ranks);
     let missing_ranks = summary.world_size.map_or_else(Vec::new, |world| missing_ranks(world, &ranks));
+    let said: Vec<Said> =
+        calls.iter().map(|(rank, calls)| Said { rank: *rank, calls, in_flight: Vec::new() }).collect();
+    let mismatches = find_mismatches(&said)
+        .into_iter()
+        .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
+        .collect();
     let attempts = discover::attempts_in(path);
-    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, attempts, summary })
+    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, attempts, mismatches, summary })
 }
 
 /// A directory's logs, or the one file given. A directory without logs is an error that
@@ -152,15 +183,26 @@ fn no_logs_in(dir: &Path) -> String {
     )
 }
 
-fn row(log: &RankLog, reader_host: &str) -> RankRow {
+/// A log's row, and its rank with its newest collective records for the mismatch check.
+fn row(log: &RankLog, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
     let h = &log.header;
     let live = log.live();
     let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
     let here = same_host(&h.host, reader_host);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
     let process = h.stamp.check(h.pid, here);
-    let (_, stats) = log.records();
-    RankRow {
+    // Only the newest collective calls are kept, as `sf hang` keeps them: constant memory.
+    let mut calls: Vec<NcclCall> = Vec::new();
+    let stats = log.scan(|r| {
+        if let RecordBody::NcclCall(c) = r.body {
+            if calls.len() == 2 * CALLS_KEPT {
+                calls.drain(..CALLS_KEPT);
+            }
+            calls.push(c);
+        }
+    });
+    calls.drain(..calls.len().saturating_sub(CALLS_KEPT));
+    let row = RankRow {
         file: log.path().display().to_string(),
         rank: h.global_rank,
         world_size: h.world_size,
@@ -183,7 +225,8 @@ fn row(log: &RankLog, reader_host: &str) -> RankRow {
         clock_source: h.clock_source,
         heartbeat_wall: (live.heartbeat_wall_ns != 0).then(|| rfc3339_ms(live.heartbeat_wall_ns)),
         doors: live.doors,
-    }
+    };
+    (row, (h.global_rank, calls))
 }
 
 fn summarize(ranks: &[RankRow]) -> Summary {

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde::Serialize;
+use stagefrontier::analysis::net::peers::{self, Judgement};
 use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
@@ -21,7 +22,8 @@ pub struct NetReport {
     pub dir: String,
     /// Any QP has a `qp_stuck` record (sf net exits 3).
     pub stuck: bool,
-    /// Any QP has a `qp_degraded` record (sf net exits 4 when nothing is stuck).
+    /// A QP is degraded: slower than its own start (a `qp_degraded` record) and slower
+    /// than its peers for a sustained time (sf net exits 4 when nothing is stuck).
     pub degraded: bool,
     /// QPs with stuck evidence first, then degraded, as "rank R qp 0xN".
     pub summary: Summary,
@@ -34,7 +36,11 @@ pub struct Summary {
     pub ranks: usize,
     pub qps: usize,
     pub stuck_qps: Vec<QpRef>,
+    /// Degraded QPs: slower than their peers too, for a sustained time.
     pub degraded_qps: Vec<QpRef>,
+    /// QPs with `qp_degraded` records that are not degraded links: only slower than their
+    /// own start (a loaded host, no peer to compare with, or not for long).
+    pub slower_than_start_qps: Vec<QpRef>,
     /// Ranks whose log holds no work-request record (no RDMA door, or NCCL never used one).
     pub ranks_without_work_requests: Vec<i32>,
 }
@@ -84,8 +90,27 @@ pub struct QpReport {
     pub last_sample_ns: u64,
     pub table_dropped: u32,
     pub stuck: Vec<StuckEvidence>,
+    /// `qp_degraded` records: slower than its own start. `peer_check` says whether that
+    /// makes it a degraded link.
     pub degraded: Vec<DegradedEvidence>,
+    pub peer_check: Option<PeerCheck>,
     pub series: Vec<Sample>,
+}
+
+/// The QP's `qp_degraded` evidence against its peers (`analysis::net::peers`).
+#[derive(Debug, Serialize)]
+pub struct PeerCheck {
+    /// `degraded` or `slower_than_start`.
+    pub verdict: &'static str,
+    /// The QP's window bandwidth over the episode, and its peers' over the same time.
+    pub own_bps: u64,
+    pub peers_bps: Option<u64>,
+    /// Peer QPs compared: the job's other QPs of the same door.
+    pub peers: usize,
+    /// How long it stayed slower than its peers (degraded only), seconds.
+    pub sustained_s: Option<f64>,
+    /// Why it is not degraded (slower_than_start only).
+    pub why: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -148,6 +173,7 @@ pub fn build(dir: &Path) -> Result<NetReport, Failure> {
     }
     drop(progress);
     report.ranks.sort_by_key(|r| (r.rank < 0, r.rank, r.file.clone()));
+    check_peers(&mut report.ranks);
     let s = &mut report.summary;
     s.ranks = report.ranks.len();
     for r in &report.ranks {
@@ -160,14 +186,71 @@ pub fn build(dir: &Path) -> Result<NetReport, Failure> {
             if !q.stuck.is_empty() {
                 s.stuck_qps.push(at());
             }
-            if !q.degraded.is_empty() {
-                s.degraded_qps.push(at());
+            match &q.peer_check {
+                Some(c) if c.verdict == "degraded" => s.degraded_qps.push(at()),
+                Some(_) => s.slower_than_start_qps.push(at()),
+                None => {}
             }
         }
     }
     report.stuck = !s.stuck_qps.is_empty();
     report.degraded = !s.degraded_qps.is_empty();
     Ok(report)
+}
+
+/// Judges every QP with `qp_degraded` evidence against its peers.
+fn check_peers(ranks: &mut [RankNet]) {
+    let samples: Vec<Vec<peers::Sample>> = ranks
+        .iter()
+        .flat_map(|r| &r.qps)
+        .map(|q| {
+            q.series
+                .iter()
+                .map(|s| peers::Sample { t_ns: s.t_ns, window_bps: s.window_bps, degraded: s.degraded })
+                .collect()
+        })
+        .collect();
+    let episodes: Vec<Vec<peers::Episode>> = ranks
+        .iter()
+        .flat_map(|r| &r.qps)
+        .map(|q| {
+            q.degraded
+                .iter()
+                .map(|d| peers::Episode { t_ns: d.t_ns, window_bps: d.window_bps, threshold: d.threshold })
+                .collect()
+        })
+        .collect();
+    let qps: Vec<peers::Qp> = ranks
+        .iter()
+        .flat_map(|r| r.qps.iter().map(move |q| (r.host.as_str(), q.source)))
+        .zip(samples.iter().zip(&episodes))
+        .map(|((host, source), (samples, episodes))| peers::Qp { host, source, samples, episodes })
+        .collect();
+    let checks: Vec<Option<PeerCheck>> = (0..qps.len())
+        .map(|i| {
+            peers::judge(&qps, i).map(|j| match j {
+                Judgement::Degraded { own_bps, peers_bps, peers, sustained_ns } => PeerCheck {
+                    verdict: "degraded",
+                    own_bps,
+                    peers_bps: Some(peers_bps),
+                    peers,
+                    sustained_s: Some(sustained_ns as f64 / 1e9),
+                    why: None,
+                },
+                Judgement::SlowerThanStart { own_bps, peers_bps, peers, why } => PeerCheck {
+                    verdict: "slower_than_start",
+                    own_bps,
+                    peers_bps,
+                    peers,
+                    sustained_s: None,
+                    why: Some(why),
+                },
+            })
+        })
+        .collect();
+    for (q, check) in ranks.iter_mut().flat_map(|r| r.qps.iter_mut()).zip(checks) {
+        q.peer_check = check;
+    }
 }
 
 fn rank_net(log: &RankLog) -> RankNet {
@@ -259,6 +342,7 @@ fn qp_report(
         table_dropped: last.map_or(0, |w| w.table_dropped),
         stuck,
         degraded,
+        peer_check: None,
         series: series
             .iter()
             .map(|w| Sample {

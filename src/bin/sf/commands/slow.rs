@@ -29,7 +29,16 @@ pub struct SlowReport {
     pub group_by: &'static str,
     pub median_step_s: f64,
     pub params: Params,
+    /// The effect floor every finding passed: seconds per step.
+    pub floor_s: f64,
+    /// Groups of one rank, compared together as the group `merged`.
+    pub merged_groups: Vec<String>,
+    /// Groups too small to compare, left out of L2 and expected time.
+    pub skipped_groups: Vec<SkippedGroup>,
     pub found: bool,
+    /// A regression most ranks share, once, with the rank that caused it when the
+    /// frontier names one.
+    pub job_regression: Option<JobRegressionReport>,
     /// Culprits of the others' waiting first, then the detectors' findings by the
     /// waiting they caused; a waiter is never listed for the wait it suffered.
     pub slow_ranks: Vec<SlowRankReport>,
@@ -53,7 +62,38 @@ pub struct Params {
     pub alpha: f64,
     pub beta: f64,
     pub min_effect: f64,
+    pub min_effect_ms: f64,
     pub min_slow_steps: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SkippedGroup {
+    pub group: String,
+    pub ranks: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JobRegressionReport {
+    pub step: u64,
+    pub ranks: Vec<u32>,
+    pub mean_before_s: f64,
+    pub mean_after_s: f64,
+    pub ratio: f64,
+    pub cause: Option<CauseReport>,
+    /// A cause named, or a cost of at least twice the effect floor: no rank behind it, a
+    /// smaller one is what a host's load does.
+    pub finding: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CauseReport {
+    pub rank: u32,
+    pub stage: String,
+    /// How much the stage's mean frontier advance grew from the step on, seconds.
+    pub growth_s: f64,
+    /// Steps since in which the rank alone was furthest behind at the stage's end.
+    pub led_steps: usize,
+    pub steps: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,6 +159,8 @@ pub struct RegressionReport {
     pub cv_after: f64,
     pub stage: Option<String>,
     pub stage_delta_s: Option<f64>,
+    /// Part of `job_regression`.
+    pub job_wide: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -143,6 +185,8 @@ pub struct ExpectedReport {
     pub observed_steps: usize,
     pub worst_ratio: f64,
     pub expected_s: f64,
+    /// Σ (T_v − T_expect) over the slow steps per observed step: what it cost the job.
+    pub excess_s: f64,
 }
 
 pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
@@ -173,6 +217,7 @@ fn params_of(o: &SlowOptions) -> SlowParams {
         stragglers: StragglerParams { z_threshold: o.z, ..StragglerParams::default() },
         expected: ExpectedTimeParams { alpha: o.alpha, beta: o.beta },
         min_effect: o.min_effect,
+        min_effect_s: o.min_effect_ms / 1e3,
         min_slow_steps: o.min_slow_steps,
     }
 }
@@ -272,6 +317,7 @@ fn report(
                     cv_after: g.cv_after,
                     stage,
                     stage_delta_s,
+                    job_wide: g.job_wide,
                 }
             }),
         })
@@ -305,6 +351,7 @@ fn report(
             observed_steps: e.observed_steps,
             worst_ratio: e.worst_ratio,
             expected_s: e.expected_s,
+            excess_s: e.excess_s,
         })
         .collect();
     SlowReport {
@@ -328,9 +375,32 @@ fn report(
             alpha: params.expected.alpha,
             beta: params.expected.beta,
             min_effect: params.min_effect,
+            min_effect_ms: params.min_effect_s * 1e3,
             min_slow_steps: params.min_slow_steps,
         },
+        floor_s: job.floor_s,
+        merged_groups: job.merged_groups.clone(),
+        skipped_groups: job
+            .skipped_groups
+            .iter()
+            .map(|(group, ranks)| SkippedGroup { group: group.clone(), ranks: *ranks })
+            .collect(),
         found: job.found() || blamed.culprits,
+        job_regression: job.job_regression.as_ref().map(|g| JobRegressionReport {
+            step: g.step,
+            ranks: g.ranks.clone(),
+            mean_before_s: g.mean_before_s,
+            mean_after_s: g.mean_after_s,
+            ratio: g.ratio,
+            finding: g.finding,
+            cause: g.cause.as_ref().map(|c| CauseReport {
+                rank: c.rank,
+                stage: name(c.stage),
+                growth_s: c.growth_s,
+                led_steps: c.led_steps,
+                steps: c.steps,
+            }),
+        }),
         slow_ranks: blamed.slow_ranks,
         wait_attribution: blamed.waits,
         l1,

@@ -3,6 +3,7 @@
 use std::io::{self, Write};
 
 use serde::Serialize;
+use stagefrontier::analysis::hang::Mismatch;
 
 use super::human_frontier::{frontier_columns, window_head, window_rows, window_tail};
 use super::table::{self, Align};
@@ -31,6 +32,10 @@ impl<W: Write> Output for Human<W> {
             table::write(&mut self.out, &LS_COLUMNS, &rows)?;
         }
         for line in summary_lines(report) {
+            writeln!(self.out, "{line}")?;
+        }
+        let comms = report.mismatches.iter().map(|c| (c.comm_id, &c.mismatches[..], c.mismatches_total));
+        for line in mismatch_lines(comms) {
             writeln!(self.out, "{line}")?;
         }
         self.out.flush()
@@ -279,18 +284,32 @@ fn comm_verdict(c: &CommReport) -> String {
             age(q.stuck_s)
         ));
     }
-    if !c.missing_ranks.is_empty() {
-        causes.push(format!("{} never entered {call}", rank_noun(&c.missing_ranks)));
-    }
-    for (ranks, what) in [
+    let gone = [
         (&c.dead_ranks, "dead"),
         (&c.stalled_ranks, "stopped (stalled)"),
         (&c.exited_ranks, "exited"),
         (&c.disabled_ranks, "not recording (disabled), so unknown"),
-    ] {
-        if !ranks.is_empty() {
-            let verb = if ranks.len() == 1 { "is" } else { "are" };
-            causes.push(format!("{} {verb} {what}", rank_noun(ranks)));
+    ];
+    // The culprit first: a rank that never entered, and what became of it since.
+    if !c.missing_ranks.is_empty() {
+        let mut line = format!("{} never entered {call}", rank_noun(&c.missing_ranks));
+        for (ranks, what) in gone {
+            let since: Vec<i32> = c.missing_ranks.iter().copied().filter(|r| ranks.contains(r)).collect();
+            if since == c.missing_ranks {
+                let verb = if since.len() == 1 { "is" } else { "are" };
+                line += &format!(" and {verb} {what} since");
+            } else if !since.is_empty() {
+                let verb = if since.len() == 1 { "is" } else { "are" };
+                line += &format!(" ({} {verb} {what} since)", rank_noun(&since));
+            }
+        }
+        causes.push(line);
+    }
+    for (ranks, what) in gone {
+        let others: Vec<i32> = ranks.iter().copied().filter(|r| !c.missing_ranks.contains(r)).collect();
+        if !others.is_empty() {
+            let verb = if others.len() == 1 { "is" } else { "are" };
+            causes.push(format!("{} {verb} {what}", rank_noun(&others)));
         }
     }
     if !c.no_log_comm_ranks.is_empty() {
@@ -308,6 +327,8 @@ fn comm_verdict(c: &CommReport) -> String {
         let n = c.waiting_ranks.len();
         let have = if n == 1 { "has" } else { "have" };
         line += &format!("; {} {have} waited {}", plural(n as u64, "rank"), age(c.stuck_s.unwrap_or(0.0)));
+    } else if let Some(stuck) = c.stuck_s {
+        line += &format!("; stuck for {}", age(stuck));
     }
     line
 }
@@ -336,14 +357,16 @@ fn post_mortem_line(p: &PostMortemReport) -> String {
 }
 
 fn hang_head(report: &HangReport) -> Vec<String> {
-    let mut lines: Vec<String> = stuck_comms(report)
-        .map(|c| {
-            let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
-            format!("{verdict}: {}", comm_verdict(c))
-        })
-        .collect();
+    // A mismatch first: it is the usual cause of the hang that follows it.
+    let mut lines =
+        mismatch_lines(report.communicators.iter().map(|c| (c.comm_id, &c.mismatches[..], c.mismatches_total)));
+    let hung = lines.len();
+    lines.extend(stuck_comms(report).map(|c| {
+        let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
+        format!("{verdict}: {}", comm_verdict(c))
+    }));
     let t = &report.threshold;
-    if lines.is_empty() {
+    if lines.len() == hung {
         lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
     }
     if let Some(p) = &report.post_mortem {
@@ -478,36 +501,6 @@ fn compact(ranks: &[i32], words: &[String]) -> String {
 
 fn hang_tail(report: &HangReport) -> Vec<String> {
     let mut lines = Vec::new();
-    let mut listed = 0;
-    for c in &report.communicators {
-        for m in c.mismatches.iter().take(LIST_AT_MOST.saturating_sub(listed)) {
-            let mut by_value: Vec<(String, Vec<i32>)> = Vec::new();
-            for (rank, value) in &m.values {
-                let value = serde_json::to_string(value).unwrap_or_default().trim_matches('"').to_string();
-                match by_value.iter_mut().find(|(v, _)| *v == value) {
-                    Some((_, ranks)) => ranks.push(*rank),
-                    None => by_value.push((value, vec![*rank])),
-                }
-            }
-            let values: Vec<String> =
-                by_value.iter().map(|(v, ranks)| format!("{v} on {}", rank_noun(ranks))).collect();
-            lines.push(format!(
-                "mismatch on {:#018x} #{}: {} differs: {}",
-                c.comm_id,
-                m.comm_seq,
-                json_name(&m.field),
-                values.join("; ")
-            ));
-            listed += 1;
-        }
-        if c.mismatches_total > c.mismatches.len() {
-            lines.push(format!(
-                "and {} more on {:#018x} (--json lists them)",
-                c.mismatches_total - c.mismatches.len(),
-                c.comm_id
-            ));
-        }
-    }
     for r in &report.ranks {
         if let Some(last) = r.injections.last() {
             let times =
@@ -544,6 +537,39 @@ fn hang_tail(report: &HangReport) -> Vec<String> {
     }
     if !lines.is_empty() {
         lines.insert(0, String::new());
+    }
+    lines
+}
+
+/// `MISMATCH on 0x.. #21: count differs: 1048576 on ranks 0-1, 3; 524288 on rank 2`, one
+/// per mismatch of each (communicator, mismatches listed, mismatches in all), up to
+/// `LIST_AT_MOST` in all.
+pub(super) fn mismatch_lines<'a>(comms: impl Iterator<Item = (u64, &'a [Mismatch], usize)>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut listed = 0;
+    for (comm_id, mismatches, total) in comms {
+        for m in mismatches.iter().take(LIST_AT_MOST.saturating_sub(listed)) {
+            let mut by_value: Vec<(String, Vec<i32>)> = Vec::new();
+            for (rank, value) in &m.values {
+                let value = serde_json::to_string(value).unwrap_or_default().trim_matches('"').to_string();
+                match by_value.iter_mut().find(|(v, _)| *v == value) {
+                    Some((_, ranks)) => ranks.push(*rank),
+                    None => by_value.push((value, vec![*rank])),
+                }
+            }
+            let values: Vec<String> =
+                by_value.iter().map(|(v, ranks)| format!("{v} on {}", rank_noun(ranks))).collect();
+            lines.push(format!(
+                "MISMATCH on {comm_id:#018x} #{}: {} differs: {}",
+                m.comm_seq,
+                json_name(&m.field),
+                values.join("; ")
+            ));
+            listed += 1;
+        }
+        if total > mismatches.len() {
+            lines.push(format!("and {} more on {comm_id:#018x} (--json lists them)", total - mismatches.len()));
+        }
     }
     lines
 }
@@ -599,6 +625,7 @@ mod tests {
             missing_ranks: vec![1, 2, 3, 7],
             errors: Vec::new(),
             attempts: Vec::new(),
+            mismatches: Vec::new(),
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

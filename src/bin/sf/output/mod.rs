@@ -1,12 +1,14 @@
 //! Output formats. Each command's report is computed once; an `Output` only formats it.
 
 pub mod dump;
+mod error;
 mod human;
 mod human_frontier;
 mod human_kernels;
 mod human_ports;
 mod human_records;
 mod json;
+pub use error::error as json_error;
 pub mod kernels;
 pub mod net;
 pub mod slow;

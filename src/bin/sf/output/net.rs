@@ -35,6 +35,12 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
     let s = &r.summary;
     let verdict = match (s.stuck_qps.is_empty(), s.degraded_qps.is_empty()) {
         (true, true) if s.qps == 0 => "no RDMA work requests recorded".to_string(),
+        (true, true) if !s.slower_than_start_qps.is_empty() => format!(
+            "no stuck or degraded QP ({} slower than {} own start, not than {} peers)",
+            plural(s.slower_than_start_qps.len() as u64, "QP"),
+            if s.slower_than_start_qps.len() == 1 { "its" } else { "their" },
+            if s.slower_than_start_qps.len() == 1 { "its" } else { "their" },
+        ),
         (true, true) => "no stuck or degraded QP".to_string(),
         _ => {
             let mut parts = Vec::new();
@@ -91,7 +97,11 @@ fn qp_table<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
                 us(q.latency_mean_ns),
                 us(q.latency_max_ns),
                 if q.stuck.is_empty() { "-".into() } else { q.stuck.len().to_string() },
-                if q.degraded.is_empty() { "-".into() } else { q.degraded.len().to_string() },
+                match &q.peer_check {
+                    Some(c) if c.verdict == "degraded" => "yes".into(),
+                    Some(_) => "own-start".into(),
+                    None => "-".into(),
+                },
             ]
         })
         .collect();
@@ -138,7 +148,7 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
         for d in &q.degraded {
             writeln!(
                 out,
-                "{name}: degraded, window {} GB/s against baseline {} GB/s ({:.0}% below, threshold {:.0}%) for {} windows at {} (t={} ns)",
+                "{name}: slower than its own start, window {} GB/s against baseline {} GB/s ({:.0}% below, threshold {:.0}%) for {} windows at {} (t={} ns)",
                 gbps(d.window_bps),
                 gbps(d.baseline_bps),
                 (1.0 - d.window_bps as f64 / d.baseline_bps.max(1) as f64) * 100.0,
@@ -147,6 +157,28 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
                 r.clock.rfc3339(d.t_ns),
                 d.t_ns
             )?;
+        }
+        match &q.peer_check {
+            Some(c) if c.verdict == "degraded" => writeln!(
+                out,
+                "{name}: DEGRADED, {} GB/s against its {} peers' {} GB/s for {:.1} s",
+                gbps(c.own_bps),
+                c.peers,
+                gbps(c.peers_bps.unwrap_or(0)),
+                c.sustained_s.unwrap_or(0.0)
+            )?,
+            Some(c) => writeln!(
+                out,
+                "{name}: not degraded: {}{}",
+                c.why.unwrap_or(""),
+                c.peers_bps.map_or(String::new(), |p| format!(
+                    " ({} GB/s against its {} peers' {} GB/s)",
+                    gbps(c.own_bps),
+                    c.peers,
+                    gbps(p)
+                ))
+            )?,
+            None => {}
         }
     }
     Ok(())

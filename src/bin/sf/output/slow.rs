@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use super::human::plural;
 use super::table::{self, Align};
 use crate::cli::Format;
-use crate::commands::slow::{L1Report, SlowRankReport, SlowReport};
+use crate::commands::slow::{JobRegressionReport, L1Report, SlowRankReport, SlowReport};
 
 /// Step runs shown before "and N more"; the JSON output has every step.
 const RUNS_AT_MOST: usize = 8;
@@ -31,13 +31,43 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     if !r.ranks_without_steps.is_empty() {
         writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
     }
+    if !r.merged_groups.is_empty() {
+        writeln!(
+            out,
+            "note: groups {} have one rank each, too few to compare: compared together as one group, merged",
+            r.merged_groups.join(", ")
+        )?;
+    }
+    for g in &r.skipped_groups {
+        writeln!(
+            out,
+            "note: group {} has {}, too few to compare: no stragglers there (L2 and expected time skipped it)",
+            g.group,
+            plural(g.ranks as u64, "rank")
+        )?;
+    }
+    if let Some(g) = &r.job_regression {
+        writeln!(out, "{}", job_regression_line(g, r.ranks))?;
+    }
     for s in &r.slow_ranks {
         writeln!(out, "{}", slow_line(s, r))?;
     }
     if !r.found {
-        writeln!(out, "nothing slow: no straggler, no slow stage, no jitter spike, no regression")?;
-    } else if r.slow_ranks.is_empty() {
-        writeln!(out, "no rank stands out in a stage; the L1 events below slowed the job as a whole")?;
+        writeln!(
+            out,
+            "nothing slow: no straggler, slow stage or regression found above the effect floor, {:.4} s per step \
+             (--min-effect {} of the step, at least --min-effect-ms {})",
+            r.floor_s, r.params.min_effect, r.params.min_effect_ms
+        )?;
+    } else if r.slow_ranks.is_empty() && r.job_regression.is_none() {
+        writeln!(out, "no rank stands out in a stage; the L1 regressions below slowed the job as a whole")?;
+    }
+    if r.slow_ranks.is_empty() && r.l1.iter().any(|l| l.jitter.iter().any(|j| j.effective_first_step.is_some())) {
+        writeln!(
+            out,
+            "note: L1 saw jitter spikes that no detector pins on a rank: the whole job paused (a loaded host, a \
+             shared stall); shown below, not a finding"
+        )?;
     }
 
     writeln!(
@@ -138,6 +168,26 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     Ok(())
 }
 
+/// `REGRESSION from step 20 on every rank: ... caused by rank 3 in data.next_wait ...`.
+fn job_regression_line(g: &JobRegressionReport, ranks: usize) -> String {
+    let who = if g.ranks.len() == ranks { "every rank".to_string() } else { format!("ranks {}", list(&g.ranks)) };
+    let cause = match &g.cause {
+        Some(c) => format!(
+            "caused by rank {} in {}: that stage's frontier advance grew {:.4} s per step, and rank {} was alone \
+             furthest behind at its end in {} of {} steps since",
+            c.rank, c.stage, c.growth_s, c.rank, c.led_steps, c.steps
+        ),
+        None if g.finding => "the frontier names no single rank that caused it".to_string(),
+        None => "the frontier names no single rank that caused it: every rank slowed alike, as a host's load \
+                 does, by less than twice the effect floor; no finding"
+            .to_string(),
+    };
+    format!(
+        "REGRESSION from step {} on {who}, one event of the job: {:.4} -> {:.4} s per step (x{:.2}); {cause}",
+        g.step, g.mean_before_s, g.mean_after_s, g.ratio
+    )
+}
+
 /// `SLOW rank 3 in data.next_wait: made the other ranks wait ...; 3 of 3 detectors: ...`:
 /// the answer, with its evidence.
 fn slow_line(s: &SlowRankReport, r: &SlowReport) -> String {
@@ -178,10 +228,14 @@ fn slow_line(s: &SlowRankReport, r: &SlowReport) -> String {
 fn l1_rows(l: &L1Report) -> Vec<Vec<String>> {
     let mut events: Vec<String> = Vec::new();
     if let Some(g) = &l.regression {
-        let mut e = format!(
-            "regression from step {}: {:.4} -> {:.4} s (x{:.2}, CV {:.3} / {:.3})",
-            g.step, g.mean_before_s, g.mean_after_s, g.ratio, g.cv_before, g.cv_after
-        );
+        let mut e = if g.job_wide {
+            format!("in the job-wide regression from step {} (x{:.2})", g.step, g.ratio)
+        } else {
+            format!(
+                "regression from step {}: {:.4} -> {:.4} s (x{:.2}, CV {:.3} / {:.3})",
+                g.step, g.mean_before_s, g.mean_after_s, g.ratio, g.cv_before, g.cv_after
+            )
+        };
         if let (Some(stage), Some(d)) = (&g.stage, g.stage_delta_s) {
             e += &format!(", grew in {stage} (+{d:.4} s)");
         }
