@@ -161,6 +161,24 @@ pub fn sync_wait_stages(a: &Attribution, stage_time_s: &[f64], min_share: f64) -
 /// Default `min_share` of [`sync_wait_stages`]: a quarter of the stage's time spent waiting.
 pub const SYNC_WAIT_SHARE: f64 = 0.25;
 
+/// W_s as `sf frontier` measures it: [`sync_wait_stages`] at [`SYNC_WAIT_SHARE`], but only
+/// in a job where wait attribution names a culprit over all its steps. Every synchronous
+/// job waits in the stage that holds its collectives; that waiting says a stage's exposure
+/// rests on other ranks waiting for it only when some rank's lateness causes it. Healthy
+/// jitter spreads the causing over every rank, names no culprit, and asserts nothing, so a
+/// healthy job gets no sync-wait label.
+pub fn measured_sync_wait(a: &Attribution, stage_time_s: &[f64]) -> Vec<usize> {
+    let keys = || a.waits.keys().chain(a.caused.keys());
+    let ranks = keys().map(|k| k.0).collect::<std::collections::BTreeSet<_>>().len();
+    let steps = keys().map(|k| k.1).collect::<std::collections::BTreeSet<_>>().len();
+    let mean_step_s = stage_time_s.iter().sum::<f64>() / (ranks * steps).max(1) as f64;
+    let table = blame_table(a, 0, u64::MAX);
+    if culprits(&table, ranks, steps, mean_step_s, &CulpritParams::default()).is_empty() {
+        return Vec::new();
+    }
+    sync_wait_stages(a, stage_time_s, SYNC_WAIT_SHARE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +234,27 @@ mod tests {
         a.waits.insert((1, 1, 0), 0.01);
         assert_eq!(sync_wait_stages(&a, &[1.0, 1.5, 0.0], SYNC_WAIT_SHARE), [1]);
         assert!(sync_wait_stages(&a, &[1.0, 1.7, 0.0], SYNC_WAIT_SHARE).is_empty());
+    }
+
+    #[test]
+    fn measured_w_s_needs_a_culprit_not_only_waiting() {
+        // 8 ranks, 10 steps of 0.1 s: every rank waits 40 ms a step in stage 1 (it holds the
+        // collective), and the waiting is caused by each rank in turn (healthy jitter).
+        let mut a = Attribution::default();
+        for step in 0..10 {
+            for rank in 0..8 {
+                a.waits.insert((rank, step, 1), 0.04);
+            }
+            a.caused.insert(((step % 8) as u32, step, 1), 7.0 * 0.04);
+        }
+        let stage_time_s = [8.0 * 10.0 * 0.04, 8.0 * 10.0 * 0.06];
+        assert!(measured_sync_wait(&a, &stage_time_s).is_empty(), "no culprit: no W_s");
+        // Rank 3's stage 0 makes every other rank wait 40 ms in every step: W_s holds.
+        a.caused.clear();
+        for step in 0..10 {
+            a.caused.insert((3, step, 0), 7.0 * 0.04);
+        }
+        assert_eq!(measured_sync_wait(&a, &stage_time_s), [1]);
     }
 
     #[test]

@@ -29,5 +29,6 @@ mod culprits;
 pub use attribute::{attribute, Attribution, RankTimeline, StageSpan};
 pub use collective::{caused_shares, match_collectives, CallTiming, Collective, Participant};
 pub use culprits::{
-    blame_table, culprits, sync_wait_stages, BlameCell, BlameTable, Culprit, CulpritParams, SYNC_WAIT_SHARE,
+    blame_table, culprits, measured_sync_wait, sync_wait_stages, BlameCell, BlameTable, Culprit, CulpritParams,
+    SYNC_WAIT_SHARE,
 };

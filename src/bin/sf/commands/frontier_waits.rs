@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize as DeriveSerialize;
 use stagefrontier::analysis::blame::{
-    blame_table, culprits, sync_wait_stages, Attribution, CulpritParams, SYNC_WAIT_SHARE,
+    blame_table, culprits, measured_sync_wait, Attribution, CulpritParams, SYNC_WAIT_SHARE,
 };
 use stagefrontier::analysis::frontier::csv::StageTable;
 use stagefrontier::analysis::frontier::Window;
@@ -83,10 +83,8 @@ pub struct Waits {
 pub fn sync_wait(waits: Option<&Waits>, asked: &[String]) -> SyncWaitReport {
     let (measured, wait_share) = match waits {
         Some(w) => {
-            let measured: Vec<String> = sync_wait_stages(&w.attribution, &w.stage_time_s, SYNC_WAIT_SHARE)
-                .into_iter()
-                .map(|s| w.stages[s].clone())
-                .collect();
+            let measured: Vec<String> =
+                measured_sync_wait(&w.attribution, &w.stage_time_s).into_iter().map(|s| w.stages[s].clone()).collect();
             let mut waited = vec![0.0; w.stages.len()];
             for (&(_, _, stage), &s) in &w.attribution.waits {
                 waited[stage] += s;
