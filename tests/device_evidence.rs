@@ -11,7 +11,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use common::*;
@@ -125,8 +124,7 @@ fn within(value: u64, expected: u64, tolerance: f64) -> bool {
 }
 
 fn frontier(job: &Path) -> Value {
-    let out = run_ok(Command::new(artifact("sf")).arg("frontier").arg(job).arg("--json"));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("sf frontier --json prints one JSON object");
+    let report = frontier_json(job);
     assert_eq!(report["windows"].as_array().map(Vec::len), Some(1), "{report}");
     report["windows"][0].clone()
 }

@@ -7,11 +7,6 @@ use std::process::Command;
 
 use common::*;
 
-fn frontier_json(root: &std::path::Path) -> serde_json::Value {
-    let out = run_ok(Command::new(artifact("sf")).arg("frontier").arg(root.join("job")).arg("--json"));
-    serde_json::from_slice(&out.stdout).expect("sf frontier --json prints one JSON object")
-}
-
 fn hidden_rank_delay(test: &str, rank: u32, stage: &str) {
     let root = log_root(test);
     let inject = format!("delay:rank={rank},stage={stage},ms=120,step=2-11");
@@ -21,7 +16,7 @@ fn hidden_rank_delay(test: &str, rank: u32, stage: &str) {
             .args(["--jitter-ms", "2", "--seed", "7"])
             .env("SF_INJECT", inject),
     );
-    let report = frontier_json(&root);
+    let report = frontier_json(&root.join("job"));
     let window = &report["windows"][0];
     assert_eq!(window["ranks"], 8);
     let top2: Vec<&str> = window["top2"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
@@ -52,7 +47,7 @@ fn a_small_data_stall_is_the_culprit_and_its_gain_is_measured_on_own_time() {
             .args(["--jitter-ms", "2", "--seed", "4"])
             .env("SF_INJECT", "delay:rank=4,stage=data.next_wait,ms=20,step=2-11"),
     );
-    let report = frontier_json(&root);
+    let report = frontier_json(&root.join("job"));
     assert_eq!(report["own_time"], true);
     let window = &report["windows"][0];
     let culprit = &window["culprits"][0];
@@ -70,7 +65,8 @@ fn a_small_data_stall_is_the_culprit_and_its_gain_is_measured_on_own_time() {
     assert!(waits["model.backward_cpu_wall"].as_f64() > waits["data.next_wait"].as_f64(), "{waits}");
     let measured = report["sync_wait"]["measured"].as_array().unwrap();
     assert!(measured.iter().any(|s| s == "step.other_cpu_wall"), "the loss allgather waits: {report}");
-    let human = run_ok(Command::new(artifact("sf")).arg("frontier").arg(root.join("job")));
+    let human = Command::new(artifact("sf")).arg("frontier").arg(root.join("job")).output().unwrap();
+    assert_eq!(human.status.code(), Some(4), "a culprit is a finding");
     let text = String::from_utf8_lossy(&human.stdout);
     let culprit_line = text.lines().position(|l| l.starts_with("CULPRIT rank 4 in data.next_wait: "));
     let routing_line = text.lines().position(|l| l.starts_with("routing set "));
@@ -98,7 +94,7 @@ fn a_healthy_job_gets_no_strong_label() {
             .args(["--ranks", "8", "--steps", "30", "--stage-ms", "data=20,fwd=30,bwd=40,callbacks=2,optim=10"])
             .args(["--jitter-ms", "5", "--seed", "11"]),
     );
-    let report = frontier_json(&root);
+    let report = frontier_json(&root.join("job"));
     for window in report["windows"].as_array().unwrap() {
         for label in window["labels"].as_array().unwrap() {
             assert_eq!(label["strong"], false, "a strong label on a healthy job: {window}");

@@ -362,3 +362,15 @@ pub fn library_lines(out: &Output) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// `sf frontier --json` on the job in `dir`; its status must say whether a window names a
+/// culprit (4) or none (0).
+pub fn frontier_json(dir: &Path) -> serde_json::Value {
+    let out = Command::new(artifact("sf")).arg("frontier").arg(dir).arg("--json").output().expect("spawn sf");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("sf frontier --json prints one JSON object");
+    let windows = report["windows"].as_array().expect("windows");
+    let culprit = windows.iter().any(|w| w["culprits"].as_array().is_some_and(|c| !c.is_empty()));
+    assert_eq!(out.status.code(), Some(if culprit { 4 } else { 0 }), "{report}");
+    report
+}

@@ -225,8 +225,9 @@ the CUDA door's stage_device records or the CSV columns device_seconds,spill_sec
 forward_device_supported, forward_host_overhead_suspected, forward_spillover_suspected,
 forward_event_scope_limited).
 
-Exit status: 0 with an answer (its labels are the findings); 1 when the input cannot be
-read, is malformed, or has no steps (the same status as sf slow's for no step vectors).";
+Exit status: 0 with an answer (its labels are the accounting); 4 when a window names a
+CULPRIT (a rank whose lateness the others wait for, from the logs' NCCL calls); 1 when the
+input cannot be read, is malformed, or has no steps (as sf slow for no step vectors).";
 
 const FRONTIER_EXAMPLES: &str = "\
 Examples:

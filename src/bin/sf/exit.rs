@@ -10,7 +10,8 @@ pub const ERROR: u8 = 1;
 // 2 is usage only: clap's status for a bad command line.
 /// A hang: `sf hang`'s diagnosis, `sf net`'s stuck QP.
 pub const HUNG: u8 = 3;
-/// Slow, degraded or anomalous: `sf slow`, `sf net`'s degraded QP, `sf kernels`.
+/// Slow, degraded or anomalous: `sf slow`, `sf frontier`'s culprit, `sf net`'s degraded
+/// QP, `sf kernels`.
 pub const SLOW: u8 = 4;
 /// A collective whose ranks disagree on count, type or operation: `sf hang`, `sf ls`. It
 /// wins over 3 because it is the usual cause of the hang that follows it.

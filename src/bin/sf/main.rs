@@ -66,7 +66,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Frontier { options, format } => {
             let report = frontier::build(&options)?;
             output::new(format, stdout).frontier(&report)?;
-            Ok(ExitCode::SUCCESS)
+            Ok(status(report.found_culprit().then_some(exit::SLOW), &[]))
         }
         Command::Hang { dir, options, format } => {
             let report = hang::build(&dir, &options)?;

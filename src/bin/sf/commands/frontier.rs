@@ -28,6 +28,13 @@ pub struct FrontierReport {
     pub windows: Vec<WindowReport>,
 }
 
+impl FrontierReport {
+    /// Whether some window names a culprit: a finding (exit 4), not only accounting.
+    pub fn found_culprit(&self) -> bool {
+        self.windows.iter().any(|w| !w.culprits.is_empty())
+    }
+}
+
 #[derive(Debug, DeriveSerialize)]
 pub struct WindowReport {
     pub first_step: u64,
