@@ -142,7 +142,11 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
     let (path, table, waits) = match &options.source {
-        FrontierSource::Csv(path) => (path, read_csv(path, options)?, None),
+        FrontierSource::Csv(path) => {
+            let mut table = read_csv(path, options)?;
+            let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
+            (path, table, waits)
+        }
         FrontierSource::Logs(dir) => {
             let (table, waits) = frontier_waits::own_time_table(dir)?;
             (dir, table, Some(waits))
