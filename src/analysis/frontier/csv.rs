@@ -610,6 +610,49 @@ mod tests {
     }
 
     #[test]
+    fn wait_columns_carry_the_attribution_and_own_time_takes_the_wait_out() {
+        let text = "step,rank,stage,seconds,wait_seconds,caused_seconds\n\
+                    0,0,a,1,0.25,\n0,0,b,2,,0.5\n0,1,a,1,0,\n0,1,b,2,3,\n";
+        let mut t = parse(text, None).unwrap();
+        let a = t.take_attribution().unwrap();
+        assert!(t.take_attribution().is_none());
+        // Blank is no entry; an explicit 0 is one.
+        assert_eq!(a.waits.into_iter().collect::<Vec<_>>(), [((0, 0, 0), 0.25), ((1, 0, 0), 0.0), ((1, 0, 1), 3.0)]);
+        assert_eq!(a.caused.into_iter().collect::<Vec<_>>(), [((0, 0, 1), 0.5)]);
+        let mut t = parse(text, None).unwrap();
+        let a = t.take_attribution().unwrap();
+        assert_eq!(t.take_out_waits(&a), [2.0, 4.0]);
+        let mut own = Vec::new();
+        t.for_each_step(|s| {
+            own.extend_from_slice(s.durations);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        // A wait longer than the stage leaves zero own time.
+        assert_eq!(own, [0.75, 2.0, 1.0, 0.0]);
+        // Either column alone is the attribution; neither is none.
+        assert!(parse("step,rank,stage,seconds,caused_seconds\n0,0,a,1,\n", None)
+            .unwrap()
+            .take_attribution()
+            .is_some());
+        assert!(parse("step,rank,stage,seconds\n0,0,a,1\n", None).unwrap().take_attribution().is_none());
+    }
+
+    #[test]
+    fn bad_wait_cells_name_their_line_and_column() {
+        for (cell, column) in [("-1,", "wait_seconds"), ("x,", "wait_seconds"), (",inf", "caused_seconds")] {
+            let text = format!("step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,,\n\n0,1,a,1,{cell}\n");
+            let e = parse(&text, None).err().unwrap();
+            assert_eq!(e.line(), Some(4), "{cell}");
+            assert!(matches!(&e, CsvError::BadWait { column: c, .. } if *c == column), "{e:?}");
+            assert!(e.to_string().starts_with(column), "{e}");
+        }
+        // A row too short for the wait column is a field count error.
+        let e = parse("step,rank,stage,seconds,wait_seconds\n0,0,a,1\n", None).err().unwrap();
+        assert_eq!(e, CsvError::FieldCount { line: 2, got: 4, want: 5 });
+    }
+
+    #[test]
     fn columns_in_any_order_and_stage_order_by_first_appearance() {
         let t = parse("\u{feff}seconds,stage,rank,step\n2,bwd,1,7\n1,data,1,7\n3,data,0,7\n4,bwd,0,7\n", None).unwrap();
         assert_eq!(t.schema().stages(), ["bwd", "data"]);
