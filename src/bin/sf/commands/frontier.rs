@@ -22,7 +22,8 @@ pub struct FrontierReport {
     /// Every rank the file names.
     pub world: usize,
     /// True when the stage times analyzed are the ranks' own time: the logs' stage
-    /// durations less the time each rank waited inside collectives (a CSV cannot tell).
+    /// durations less the time each rank waited inside collectives, or a CSV's `seconds`
+    /// less its `wait_seconds` (a CSV without that column cannot tell).
     pub own_time: bool,
     pub sync_wait: SyncWaitReport,
     pub windows: Vec<WindowReport>,
@@ -62,10 +63,11 @@ pub struct WindowReport {
     /// Device time of the forward stage over all ranks, when the logs carry `stage_device`
     /// records (the CUDA door) or the CSV device columns; null otherwise.
     pub forward_device: Option<ForwardDevice>,
-    /// Seconds all ranks waited inside collectives entered in each stage (logs only).
+    /// Seconds all ranks waited inside collectives entered in each stage (logs, or a CSV
+    /// with the wait columns).
     pub wait_s: StageMap<f64>,
     /// Ranks whose lateness made the others wait, most caused wait first: the answer when
-    /// waits dominate (logs only).
+    /// waits dominate (logs, or a CSV with the wait columns).
     pub culprits: Vec<CulpritEntry>,
     /// The window's blame table, (rank, stage) -> seconds of other ranks' waiting caused,
     /// largest first, at most `frontier_waits::BLAME_CELLS` cells.

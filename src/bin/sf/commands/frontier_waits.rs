@@ -30,13 +30,14 @@ pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits), Failure> {
 pub struct SyncWaitReport {
     /// Stages with W_s = 1: `measured` and `asked` together.
     pub stages: Vec<String>,
-    /// Measured from the logs: ranks spent at least `min_share` of the stage waiting.
+    /// Measured from the waits (logs, or a CSV's wait columns): ranks spent at least
+    /// `min_share` of the stage waiting.
     pub measured: Vec<String>,
     /// Given with --sync-wait.
     pub asked: Vec<String>,
     pub min_share: f64,
     /// Share of each stage's time (waits included) spent waiting in collectives; empty
-    /// for a CSV.
+    /// for a CSV without the wait columns.
     pub wait_share: StageMap<f64>,
 }
 
