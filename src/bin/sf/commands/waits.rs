@@ -51,9 +51,9 @@ fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
         let mut t = parts[0].t_begin_ns;
         for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
             if let Some(stage) = index(id) {
-                spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t + ns });
+                spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t.saturating_add(ns) });
             }
-            t += ns;
+            t = t.saturating_add(ns);
         }
     }
     spans.sort_by_key(|s| s.begin_ns);
