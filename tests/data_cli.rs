@@ -238,19 +238,40 @@ fn steps_csv_reads_back_to_the_same_frontier_answer() {
     let dir = job().to_str().unwrap();
     let csv = ok(sf(&["steps", dir, "--csv"]));
     let mut lines = csv.lines();
-    assert_eq!(lines.next(), Some("step,rank,stage,seconds,overlap_seconds"));
+    assert_eq!(lines.next(), Some("step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds"));
     assert_eq!(lines.count(), (RANKS * STEPS) as usize * STAGES.len());
     let file = std::env::temp_dir().join(format!("sf-data-cli-{}-steps.csv", std::process::id()));
     std::fs::write(&file, &csv).unwrap();
-    let mut from_logs: Value = serde_json::from_str(&ok(sf(&["frontier", dir, "--json"]))).unwrap();
-    let mut from_csv: Value =
-        serde_json::from_str(&ok(sf(&["frontier", "--csv", file.to_str().unwrap(), "--json"]))).unwrap();
-    let _ = std::fs::remove_file(&file);
+    let logs_text = ok(sf(&["frontier", dir, "--json"]));
+    let csv_text = ok(sf(&["frontier", "--csv", file.to_str().unwrap(), "--json"]));
+    let mut from_logs: Value = serde_json::from_str(&logs_text).unwrap();
+    let mut from_csv: Value = serde_json::from_str(&csv_text).unwrap();
     for report in [&mut from_logs, &mut from_csv] {
         report.as_object_mut().unwrap().remove("file");
     }
     assert_eq!(from_logs, from_csv, "sf steps --csv | sf frontier --csv must give sf frontier DIR's answer");
+    // Byte for byte, apart from the file named.
+    let without_file = |text: &str| {
+        let v: Value = serde_json::from_str(text).unwrap();
+        text.replacen(&serde_json::to_string(&v["file"]).unwrap(), "\"\"", 1)
+    };
+    assert_eq!(without_file(&logs_text), without_file(&csv_text));
     assert_eq!(from_logs["stages"], serde_json::json!(STAGES));
+    // The round trip carries the wait attribution: own time, measured W_s, waits.
+    assert_eq!(from_csv["own_time"], true);
+    let waited = from_csv["windows"][0]["wait_s"].as_object().unwrap();
+    assert!(waited.values().any(|w| w.as_f64().unwrap() > 0.0), "{waited:?}");
+    assert!(!from_csv["sync_wait"]["wait_share"].as_object().unwrap().is_empty());
+
+    // Without the wait columns the CSV reads as recorded wall time, as before.
+    let raw: String = csv.lines().map(|l| l.rsplitn(3, ',').nth(2).unwrap().to_string() + "\n").collect();
+    assert!(raw.starts_with("step,rank,stage,seconds,overlap_seconds\n"), "{raw}");
+    std::fs::write(&file, &raw).unwrap();
+    let plain: Value = serde_json::from_str(&ok(sf(&["frontier", "--csv", file.to_str().unwrap(), "--json"]))).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(plain["own_time"], false);
+    assert!(plain["windows"][0]["wait_s"].as_object().unwrap().is_empty());
+    assert!(plain["sync_wait"]["measured"].as_array().unwrap().is_empty());
 
     let json: Value = serde_json::from_str(&ok(sf(&["steps", dir, "--json"]))).unwrap();
     assert_eq!(json["stages"], serde_json::json!(STAGES));
@@ -262,6 +283,7 @@ fn steps_csv_reads_back_to_the_same_frontier_answer() {
         let keys: Vec<&String> = steps[0]["stages"].as_object().unwrap().keys().collect();
         assert_eq!(keys.len(), STAGES.len());
         assert!(steps[0]["start"].as_str().unwrap().ends_with('Z'));
+        assert!(steps.iter().all(|s| s["wait_s"].is_object() && s["caused_s"].is_object()));
     }
 }
 

@@ -129,7 +129,8 @@ fn own_time(spans: &[StageSpan], start: u64, end: u64) -> Vec<((u64, usize), f64
     spans[first..]
         .iter()
         .take_while(|s| s.begin_ns < end)
-        .map(|s| ((s.step, s.stage), (s.end_ns.min(end) - s.begin_ns.max(start)) as f64 / 1e9))
+        // Saturating: a damaged log may hold overlapping spans, breaking the sort this assumes.
+        .map(|s| ((s.step, s.stage), s.end_ns.min(end).saturating_sub(s.begin_ns.max(start)) as f64 / 1e9))
         .collect()
 }
 

@@ -6,6 +6,15 @@
 //! how much a rank's explicit stages exceeded its step's wall time (`sf steps --csv`
 //! writes it from the rank logs). Fields are RFC 4180: a quoted stage name may hold commas.
 //!
+//! Optional `wait_seconds` and `caused_seconds` carry the rank logs' wait attribution
+//! (`analysis::blame`, which `sf steps --csv` writes): the seconds the rank waited inside
+//! collectives it entered during that stage of that step, and the seconds of other ranks'
+//! waiting it caused, charged to that stage of that step. A blank cell means none was
+//! attributed there. A file naming either column is read as the logs are: each stage's
+//! time is its own time, `seconds` less `wait_seconds` (`seconds` stays the stage's
+//! recorded duration), and the attribution gives W_s, the blame table and the culprits
+//! ([`StageTable::take_out_waits`], [`StageTable::take_attribution`]).
+//!
 //! The file's world is every rank it names. A rank lacking one of a step's stages is
 //! missing from that step; a step whose ranks all lack a stage has a shorter schema. Both
 //! close the analyzer's window, as Sec. 3 requires.
@@ -16,12 +25,15 @@ use std::sync::Arc;
 
 use super::schema::{Schema, SchemaError};
 use super::step::{DeviceTime, Step};
+use crate::analysis::blame::Attribution;
 
 const COLUMNS: [&str; 4] = ["step", "rank", "stage", "seconds"];
 const DEVICE_COLUMNS: [&str; 2] = ["device_seconds", "spill_seconds"];
 /// Optional: by how much the rank's explicit stages exceeded its step's wall time, the
 /// same on every row of a (step, rank); the rank logs' step vectors carry it.
 const OVERLAP_COLUMN: &str = "overlap_seconds";
+/// Optional: the wait attribution of the (step, rank, stage), blank where none.
+const WAIT_COLUMNS: [&str; 2] = ["wait_seconds", "caused_seconds"];
 
 /// What is wrong, on which line (1-based), worded with the fix. `StageList`: the stage list
 /// given to [`read`] repeats or blanks a name.
@@ -37,6 +49,7 @@ pub enum CsvError {
     BadSeconds { line: usize, text: String },
     BadDevice { line: usize, text: String },
     BadOverlap { line: usize, text: String },
+    BadWait { line: usize, column: &'static str, text: String },
     Negative { line: usize, seconds: f64 },
     BlankStage { line: usize },
     UnknownStage { line: usize, stage: String, known: Vec<String> },
@@ -54,6 +67,7 @@ impl CsvError {
             | CsvError::BadSeconds { line, .. }
             | CsvError::BadDevice { line, .. }
             | CsvError::BadOverlap { line, .. }
+            | CsvError::BadWait { line, .. }
             | CsvError::Negative { line, .. }
             | CsvError::BlankStage { line }
             | CsvError::UnknownStage { line, .. }
@@ -93,6 +107,11 @@ impl fmt::Display for CsvError {
             CsvError::BadOverlap { text, .. } => {
                 write!(f, "overlap_seconds {text:?} is not a non-negative number: write seconds, or leave it blank")
             }
+            CsvError::BadWait { column, text, .. } => write!(
+                f,
+                "{column} {text:?} is not a non-negative number: write seconds, or leave it blank where the rank \
+                 had none"
+            ),
             CsvError::Negative { seconds, .. } => write!(
                 f,
                 "negative duration {seconds} s: a duration is end minus start on the rank's own clock, never negative; \
@@ -133,6 +152,9 @@ pub struct StageTable {
     overlaps: Vec<((u64, u32), f64)>,
     /// Whether any row carries device time.
     has_device: bool,
+    /// The waits and caused waits of a file with the wait columns, stages indexed as in
+    /// the schema.
+    attribution: Option<Attribution>,
 }
 
 /// Where each column is: the four required ones, and the optional ones when the header
@@ -141,6 +163,7 @@ struct Columns {
     required: [usize; 4],
     device: [Option<usize>; 2],
     overlap: Option<usize>,
+    waits: [Option<usize>; 2],
     /// Fields a row needs to reach every named column.
     want: usize,
 }
@@ -163,8 +186,10 @@ impl Columns {
         let required = found.map(|f| f.unwrap_or_default());
         let device = DEVICE_COLUMNS.map(position);
         let overlap = position(OVERLAP_COLUMN);
-        let want = required.iter().chain(device.iter().flatten()).chain(&overlap).max().map_or(0, |&c| c + 1);
-        Ok(Columns { required, device, overlap, want })
+        let waits = WAIT_COLUMNS.map(position);
+        let optional = device.iter().chain(std::iter::once(&overlap)).chain(&waits).flatten();
+        let want = required.iter().chain(optional).max().map_or(0, |&c| c + 1);
+        Ok(Columns { required, device, overlap, waits, want })
     }
 }
 
@@ -257,6 +282,7 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
     let [step_at, rank_at, stage_at, seconds_at] = columns.required;
     let mut rows = Vec::new();
     let mut overlaps = Vec::new();
+    let mut attribution = columns.waits.iter().any(Option::is_some).then(Attribution::default);
     while reader.read_byte_record(&mut record).map_err(read_error)? {
         if blank(&record) {
             continue;
@@ -297,10 +323,18 @@ pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable
                 _ => return Err(CsvError::BadOverlap { line: n, text: text(field(&record, at)).into() }),
             }
         }
+        if let Some(a) = &mut attribution {
+            let [wait, caused] = wait_cells(&record, columns.waits, n)?;
+            // Rows are unique per (step, rank, stage) (a duplicate is refused below).
+            let key = (rank, step, stage);
+            a.waits.extend(wait.map(|s| (key, s)));
+            a.caused.extend(caused.map(|s| (key, s)));
+        }
         // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
         rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32, device });
     }
     let mut table = assemble(rows, names, None)?;
+    table.attribution = attribution;
     // One overlap per (step, rank): the rows of its stages repeat it; the first counts.
     overlaps.sort_by_key(|(key, _)| *key);
     overlaps.dedup_by_key(|(key, _)| *key);
@@ -325,7 +359,7 @@ fn assemble(mut rows: Vec<Row>, names: Vec<String>, world: Option<Vec<u32>>) -> 
     // Checked above when given; first appearance never repeats or blanks a name.
     let schema = Schema::new(names).map_err(CsvError::StageList)?;
     let has_device = rows.iter().any(|r| r.device.is_some());
-    Ok(StageTable { schema: Arc::new(schema), world, rows, overlaps: Vec::new(), has_device })
+    Ok(StageTable { schema: Arc::new(schema), world, rows, overlaps: Vec::new(), has_device, attribution: None })
 }
 
 /// A table from durations that did not come from a CSV file: the rank logs' step vectors.
@@ -395,6 +429,23 @@ fn device_cells(
     Ok(Some(DeviceTime { device_s: device_s + 0.0, spill_s: spill_s + 0.0 }))
 }
 
+/// The row's wait and caused wait, each when its column is named and filled.
+fn wait_cells(
+    record: &csv::ByteRecord,
+    columns: [Option<usize>; 2],
+    line: usize,
+) -> Result<[Option<f64>; 2], CsvError> {
+    let mut cells = [None; 2];
+    for ((cell, at), column) in cells.iter_mut().zip(columns).zip(WAIT_COLUMNS) {
+        let Some(f) = at.map(|at| field(record, at)).filter(|f| !f.is_empty()) else { continue };
+        match parse::<f64>(f) {
+            Some(v) if v.is_finite() && v >= 0.0 => *cell = Some(v + 0.0),
+            _ => return Err(CsvError::BadWait { line, column, text: text(f).into() }),
+        }
+    }
+    Ok(cells)
+}
+
 /// The duplicate whose second row comes first in the file.
 fn first_duplicate(rows: &[Row], names: &[String]) -> Option<CsvError> {
     rows.windows(2)
@@ -417,6 +468,27 @@ impl StageTable {
     /// Every rank the file names, ascending.
     pub fn world(&self) -> &[u32] {
         &self.world
+    }
+
+    /// The file's wait attribution (stages indexed as in the schema), when it has the wait
+    /// columns; `None` after the first call.
+    pub fn take_attribution(&mut self) -> Option<Attribution> {
+        self.attribution.take()
+    }
+
+    /// Takes each rank's in-collective waits (`a`, stages indexed as in the schema) out
+    /// of its stage times, leaving its own time, and returns every rank's time in each
+    /// stage before, waits included. The one way both sources (rank logs, a CSV with the
+    /// wait columns) get own time, summed in row order: the same inputs give the same bits.
+    pub fn take_out_waits(&mut self, a: &Attribution) -> Vec<f64> {
+        let mut stage_time_s = vec![0.0; self.schema.len()];
+        for row in &mut self.rows {
+            let stage = row.stage as usize;
+            stage_time_s[stage] += row.seconds;
+            // A call entered in this stage may outlast it: own time stops at zero.
+            row.seconds = (row.seconds - a.wait(row.rank, row.step, stage)).max(0.0);
+        }
+        stage_time_s
     }
 
     /// Hands each step, in increasing order, to `visit`, stopping at its first error.
@@ -535,6 +607,49 @@ mod tests {
         let t = parse(text, None).unwrap();
         assert_eq!(t.overlaps, [((0, 0), 0.5)]);
         assert_eq!(parse("step,rank,stage,seconds,overlap_seconds\n0,0,a,1,x\n", None).err().unwrap().line(), Some(2));
+    }
+
+    #[test]
+    fn wait_columns_carry_the_attribution_and_own_time_takes_the_wait_out() {
+        let text = "step,rank,stage,seconds,wait_seconds,caused_seconds\n\
+                    0,0,a,1,0.25,\n0,0,b,2,,0.5\n0,1,a,1,0,\n0,1,b,2,3,\n";
+        let mut t = parse(text, None).unwrap();
+        let a = t.take_attribution().unwrap();
+        assert!(t.take_attribution().is_none());
+        // Blank is no entry; an explicit 0 is one.
+        assert_eq!(a.waits.into_iter().collect::<Vec<_>>(), [((0, 0, 0), 0.25), ((1, 0, 0), 0.0), ((1, 0, 1), 3.0)]);
+        assert_eq!(a.caused.into_iter().collect::<Vec<_>>(), [((0, 0, 1), 0.5)]);
+        let mut t = parse(text, None).unwrap();
+        let a = t.take_attribution().unwrap();
+        assert_eq!(t.take_out_waits(&a), [2.0, 4.0]);
+        let mut own = Vec::new();
+        t.for_each_step(|s| {
+            own.extend_from_slice(s.durations);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        // A wait longer than the stage leaves zero own time.
+        assert_eq!(own, [0.75, 2.0, 1.0, 0.0]);
+        // Either column alone is the attribution; neither is none.
+        assert!(parse("step,rank,stage,seconds,caused_seconds\n0,0,a,1,\n", None)
+            .unwrap()
+            .take_attribution()
+            .is_some());
+        assert!(parse("step,rank,stage,seconds\n0,0,a,1\n", None).unwrap().take_attribution().is_none());
+    }
+
+    #[test]
+    fn bad_wait_cells_name_their_line_and_column() {
+        for (cell, column) in [("-1,", "wait_seconds"), ("x,", "wait_seconds"), (",inf", "caused_seconds")] {
+            let text = format!("step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,,\n\n0,1,a,1,{cell}\n");
+            let e = parse(&text, None).err().unwrap();
+            assert_eq!(e.line(), Some(4), "{cell}");
+            assert!(matches!(&e, CsvError::BadWait { column: c, .. } if *c == column), "{e:?}");
+            assert!(e.to_string().starts_with(column), "{e}");
+        }
+        // A row too short for the wait column is a field count error.
+        let e = parse("step,rank,stage,seconds,wait_seconds\n0,0,a,1\n", None).err().unwrap();
+        assert_eq!(e, CsvError::FieldCount { line: 2, got: 4, want: 5 });
     }
 
     #[test]

@@ -209,7 +209,12 @@ taken out and charged to the rank whose late arrival caused it, in the stage tha
 it late; a rank that made the others wait heads its window as CULPRIT rank R in STAGE.
 --csv FILE instead has the header step,rank,stage,seconds and one row per step, rank and
 stage (RFC 4180: a quoted stage name may hold commas; optional columns overlap_seconds,
-device_seconds, spill_seconds); sf steps DIR --csv writes it from a job's logs.
+device_seconds, spill_seconds, wait_seconds, caused_seconds); sf steps DIR --csv writes
+it from a job's logs. With wait_seconds (the rank's wait inside collectives it entered in
+that stage) and caused_seconds (other ranks' waiting it caused, charged to that stage),
+the file reads as the logs do: own time is seconds less wait_seconds, W_s is measured,
+and culprits and blame come back, so sf steps DIR --csv | sf frontier --csv /dev/stdin
+gives sf frontier DIR's answer. Without them, seconds are analyzed as recorded.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
 telemetry_limited.
@@ -378,6 +383,7 @@ struct FrontierArgs {
     #[arg(value_name = "DIR", required_unless_present = "csv", conflicts_with = "csv")]
     dir: Option<PathBuf>,
     /// CSV with the header step,rank,stage,seconds: one row per step, rank and stage
+    /// (optional wait_seconds, caused_seconds: the logs' wait attribution, as sf steps writes)
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
     /// Stage order, comma-separated (default: order of first appearance); rows naming
@@ -392,7 +398,8 @@ struct FrontierArgs {
     residual: Option<String>,
     /// Stages the workload is known to expose through synchronization waits (the paper's
     /// model-fit indicator); enables sync_wait_dependent and likely_sync_wait for them. On
-    /// logs it is also measured: stages whose ranks spend 25% of them waiting in collectives
+    /// logs (and a CSV with wait_seconds) it is also measured: stages whose ranks spend 25%
+    /// of them waiting in collectives
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
     sync_wait: Vec<String>,
     /// Microsteps per optimizer step when the job accumulates gradients

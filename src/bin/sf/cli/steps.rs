@@ -11,17 +11,21 @@ or a spreadsheet.
 
 --csv writes the long format sf frontier --csv reads back, one row per step, rank and
 stage, steps and ranks ascending, stages in the order the rank recorded them:
-  step,rank,stage,seconds,overlap_seconds[,device_seconds,spill_seconds]
-seconds are the stage's duration on the rank's own clock, written exactly (the shortest
-decimal that reads back to the same number); overlap_seconds, by how much the rank's
-explicit stages exceeded the step's wall time, repeats on each row of the step; the
-device columns come when the CUDA door sampled steps (blank for a step not sampled).
+  step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds[,device_seconds,spill_seconds]
+seconds are the stage's duration on the rank's own clock, as recorded (waits included),
+written exactly (the shortest decimal that reads back to the same number);
+overlap_seconds, by how much the rank's explicit stages exceeded the step's wall time,
+repeats on each row of the step. wait_seconds and caused_seconds are sf frontier's wait
+attribution from the NCCL calls: the seconds the rank waited inside collectives it
+entered in that stage, and the seconds of other ranks' waiting it caused, charged to that
+stage (blank where none was attributed); the rank's own time is seconds - wait_seconds.
+The device columns come when the CUDA door sampled steps (blank for a step not sampled).
 Stage names holding a comma or a quote are quoted (RFC 4180).
   sf steps JOBDIR --csv | sf frontier --csv /dev/stdin   gives sf frontier JOBDIR's answer
 
 --json prints one object: the stages in order, and per rank its host, local rank and
 steps, each with its start (t_begin_ns and the same instant in UTC), wall and overlap time,
-and seconds per stage by name.
+seconds per stage by name, and wait_s and caused_s per stage (the CSV's wait columns).
 
 Without either, a table: one row per rank and step, its start in UTC, wall time and each
 stage's seconds.

@@ -22,7 +22,8 @@ pub struct FrontierReport {
     /// Every rank the file names.
     pub world: usize,
     /// True when the stage times analyzed are the ranks' own time: the logs' stage
-    /// durations less the time each rank waited inside collectives (a CSV cannot tell).
+    /// durations less the time each rank waited inside collectives, or a CSV's `seconds`
+    /// less its `wait_seconds` (a CSV without that column cannot tell).
     pub own_time: bool,
     pub sync_wait: SyncWaitReport,
     pub windows: Vec<WindowReport>,
@@ -69,10 +70,11 @@ pub struct WindowReport {
     /// Device time of the forward stage over all ranks, when the logs carry `stage_device`
     /// records (the CUDA door) or the CSV device columns; null otherwise.
     pub forward_device: Option<ForwardDevice>,
-    /// Seconds all ranks waited inside collectives entered in each stage (logs only).
+    /// Seconds all ranks waited inside collectives entered in each stage (logs, or a CSV
+    /// with the wait columns).
     pub wait_s: StageMap<f64>,
     /// Ranks whose lateness made the others wait, most caused wait first: the answer when
-    /// waits dominate (logs only).
+    /// waits dominate (logs, or a CSV with the wait columns).
     pub culprits: Vec<CulpritEntry>,
     /// The window's blame table, (rank, stage) -> seconds of other ranks' waiting caused,
     /// largest first, at most `frontier_waits::BLAME_CELLS` cells.
@@ -152,7 +154,11 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
     let (path, table, waits) = match &options.source {
-        FrontierSource::Csv(path) => (path, read_csv(path, options)?, None),
+        FrontierSource::Csv(path) => {
+            let mut table = read_csv(path, options)?;
+            let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
+            (path, table, waits)
+        }
         FrontierSource::Logs(dir) => {
             let (table, waits) = frontier_waits::own_time_table(dir)?;
             (dir, table, Some(waits))

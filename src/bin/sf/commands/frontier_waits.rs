@@ -1,4 +1,5 @@
-//! `sf frontier` on logs: stage times split into own time and in-collective wait
+//! `sf frontier` on logs (or on a CSV that carries their wait attribution, as
+//! `sf steps --csv` writes it): stage times split into own time and in-collective wait
 //! (`analysis::blame`), the measured model-fit indicator W_s, and each window's blame table
 //! and culprits.
 
@@ -17,18 +18,11 @@ use super::{step_vectors, waits, Failure};
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out.
 pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits), Failure> {
-    let (mut ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
-    let stages = waits::stage_list(&ranks);
-    let attribution = waits::attribution(dir, "frontier", &stages)?;
-    let mut stage_time_s = vec![0.0; stages.len()];
-    for (name, ns) in ranks.iter().flat_map(|r| r.steps.iter().flat_map(|s| s.stages.iter())) {
-        if let Some(i) = stages.iter().position(|s| s == name) {
-            stage_time_s[i] += *ns as f64 / 1e9;
-        }
-    }
-    waits::take_out_waits(&mut ranks, &stages, &attribution);
-    let table = step_vectors::table_of(dir, &ranks, world)?;
-    Ok((table, Waits { stages, attribution, stage_time_s }))
+    let (ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
+    let mut table = step_vectors::table_of(dir, &ranks, world)?;
+    let attribution = waits::attribution(dir, "frontier", table.schema().stages())?;
+    let waits = Waits::take_out(&mut table, attribution);
+    Ok((table, waits))
 }
 
 /// The model-fit indicator W_s: stages exposed through synchronization waits.
@@ -36,13 +30,14 @@ pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits), Failure> {
 pub struct SyncWaitReport {
     /// Stages with W_s = 1: `measured` and `asked` together.
     pub stages: Vec<String>,
-    /// Measured from the logs: ranks spent at least `min_share` of the stage waiting.
+    /// Measured from the waits (logs, or a CSV's wait columns): ranks spent at least
+    /// `min_share` of the stage waiting.
     pub measured: Vec<String>,
     /// Given with --sync-wait.
     pub asked: Vec<String>,
     pub min_share: f64,
     /// Share of each stage's time (waits included) spent waiting in collectives; empty
-    /// for a CSV.
+    /// for a CSV without the wait columns.
     pub wait_share: StageMap<f64>,
 }
 
@@ -71,12 +66,21 @@ pub struct BlameEntry {
 /// Cells of a window's blame table in the report.
 pub const BLAME_CELLS: usize = 8;
 
-/// The logs' waits, by the stage list `attribution` indexes.
+/// The waits of the logs (or of a CSV with the wait columns), by the table's stage list.
 pub struct Waits {
     stages: Vec<String>,
     attribution: Attribution,
     /// Every rank's time in each stage over the job, waits included.
     stage_time_s: Vec<f64>,
+}
+
+impl Waits {
+    /// Turns `table` into own time with `attribution` (stages indexed as in its schema):
+    /// the one path for rank logs and CSV, so both give the same numbers.
+    pub fn take_out(table: &mut StageTable, attribution: Attribution) -> Waits {
+        let stage_time_s = table.take_out_waits(&attribution);
+        Waits { stages: table.schema().stages().to_vec(), attribution, stage_time_s }
+    }
 }
 
 /// W_s: the stages measured from the logs, and those `asked` for with --sync-wait.
@@ -104,7 +108,7 @@ pub fn sync_wait(waits: Option<&Waits>, asked: &[String]) -> SyncWaitReport {
     SyncWaitReport { stages, measured, asked: asked.to_vec(), min_share: SYNC_WAIT_SHARE, wait_share }
 }
 
-/// Fills a window's waits, blame table and culprits from the logs' attribution.
+/// Fills a window's waits, blame table and culprits from the wait attribution.
 pub fn blame_window(report: &mut WindowReport, w: &Window, waits: &Waits) {
     let a = &waits.attribution;
     let names = w.schema.stages();

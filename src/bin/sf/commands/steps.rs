@@ -1,12 +1,13 @@
 //! `sf steps`: the per-rank, per-step stage vectors of a job, for export.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::frontier::StageMap;
-use super::step_vectors;
 use super::Failure;
+use super::{step_vectors, waits};
 
 /// The `--json` object; `--csv` and the table are written from it too.
 #[derive(Debug, Serialize)]
@@ -40,6 +41,12 @@ pub struct StepReport {
     pub stages: StageMap<f64>,
     /// Device and spill seconds per stage, for steps the CUDA door sampled; else empty.
     pub device: StageMap<DeviceReport>,
+    /// Wait attribution (`sf frontier` on logs): seconds the rank waited inside collectives
+    /// it entered in each stage, for the stages it waited in.
+    pub wait_s: StageMap<f64>,
+    /// Seconds of other ranks' waiting the rank caused, charged to each stage, for the
+    /// stages charged.
+    pub caused_s: StageMap<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -73,6 +80,14 @@ pub fn build(dir: &Path) -> Result<StepsReport, Failure> {
             stages.push(name.clone());
         }
     }
+    let attribution = waits::attribution(dir, "steps", &stages)?;
+    // The attribution's entries of a rank's step, by stage name in the vector's order.
+    let entries = |map: &BTreeMap<(u32, u64, usize), f64>, rank: u32, step: &step_vectors::RankStep| {
+        let at = |name: &String| stages.iter().position(|s| s == name);
+        let found =
+            step.stages.iter().filter_map(|(name, _)| Some((name.clone(), *map.get(&(rank, step.step, at(name)?))?)));
+        StageMap(found.collect())
+    };
     let ranks = ranks
         .into_iter()
         .map(|r| RankReport {
@@ -83,6 +98,8 @@ pub fn build(dir: &Path) -> Result<StepsReport, Failure> {
                 .steps
                 .into_iter()
                 .map(|s| StepReport {
+                    wait_s: entries(&attribution.waits, r.rank, &s),
+                    caused_s: entries(&attribution.caused, r.rank, &s),
                     step: s.step,
                     t_begin_ns: s.t_begin_ns,
                     start: r.clock.wall_ns(s.t_begin_ns).map(crate::wall::rfc3339_ms),

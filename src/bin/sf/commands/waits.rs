@@ -7,7 +7,7 @@ use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTim
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
-use super::step_vectors::{complete_steps, RankSteps};
+use super::step_vectors::complete_steps;
 use super::Failure;
 use crate::discover;
 
@@ -51,37 +51,11 @@ fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
         let mut t = parts[0].t_begin_ns;
         for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
             if let Some(stage) = index(id) {
-                spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t + ns });
+                spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t.saturating_add(ns) });
             }
-            t += ns;
+            t = t.saturating_add(ns);
         }
     }
     spans.sort_by_key(|s| s.begin_ns);
     RankTimeline { rank, calls, spans }
-}
-
-/// The stages of `ranks`' steps, in order of first appearance.
-pub fn stage_list(ranks: &[RankSteps]) -> Vec<String> {
-    let mut stages: Vec<String> = Vec::new();
-    for (name, _) in ranks.iter().flat_map(|r| r.steps.iter().flat_map(|s| s.stages.iter())) {
-        if !stages.contains(name) {
-            stages.push(name.clone());
-        }
-    }
-    stages
-}
-
-/// Takes each rank's in-collective waits out of its stage durations (`stages` indexes the
-/// attribution): what is left is the rank's own time.
-pub fn take_out_waits(ranks: &mut [RankSteps], stages: &[String], a: &Attribution) {
-    for r in ranks {
-        for step in &mut r.steps {
-            for (name, ns) in &mut step.stages {
-                if let Some(stage) = stages.iter().position(|s| s == name) {
-                    let wait_ns = (a.wait(r.rank, step.step, stage) * 1e9) as u64;
-                    *ns -= wait_ns.min(*ns);
-                }
-            }
-        }
-    }
 }

@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use super::table::{self, Align};
 use crate::cli::{Format, StepsFormat};
+use crate::commands::frontier::StageMap;
 use crate::commands::steps::StepsReport;
 
 pub fn write<W: Write>(format: StepsFormat, out: W, report: &StepsReport) -> io::Result<()> {
@@ -40,22 +41,34 @@ fn human<W: Write>(out: &mut W, report: &StepsReport) -> io::Result<()> {
 
 /// Rows by step, then rank, each vector's stages in its order: first appearance gives
 /// `sf frontier --csv` the stage order it uses on the logs. Numbers are written in full
-/// (Rust's shortest round-trip form), so they read back exactly.
+/// (Rust's shortest round-trip form), so they read back exactly. `wait_seconds` and
+/// `caused_seconds` carry the wait attribution, so the frontier reads the CSV as the logs.
 fn csv<W: Write>(out: W, report: &StepsReport) -> io::Result<()> {
     let device = report.ranks.iter().flat_map(|r| &r.steps).any(|s| !s.device.0.is_empty());
     let mut rows: Vec<(u64, u32, &crate::commands::steps::StepReport)> =
         report.ranks.iter().flat_map(|r| r.steps.iter().map(move |s| (s.step, r.rank, s))).collect();
     rows.sort_by_key(|&(step, rank, _)| (step, rank));
     let mut w = ::csv::Writer::from_writer(out);
-    let mut header = vec!["step", "rank", "stage", "seconds", "overlap_seconds"];
+    let mut header = vec!["step", "rank", "stage", "seconds", "overlap_seconds", "wait_seconds", "caused_seconds"];
     if device {
         header.extend(["device_seconds", "spill_seconds"]);
     }
     w.write_record(&header)?;
     for (step, rank, s) in rows {
         for (stage, seconds) in &s.stages.0 {
-            let mut record =
-                vec![step.to_string(), rank.to_string(), stage.clone(), seconds.to_string(), s.overlap_s.to_string()];
+            // Blank where the attribution holds nothing: an explicit 0 stays an entry.
+            let cell = |map: &StageMap<f64>| {
+                map.0.iter().find(|(n, _)| n == stage).map_or_else(String::new, |(_, v)| v.to_string())
+            };
+            let mut record = vec![
+                step.to_string(),
+                rank.to_string(),
+                stage.clone(),
+                seconds.to_string(),
+                s.overlap_s.to_string(),
+                cell(&s.wait_s),
+                cell(&s.caused_s),
+            ];
             if device {
                 match s.device.0.iter().find(|(n, _)| n == stage) {
                     Some((_, d)) => record.extend([d.device_s.to_string(), d.spill_s.to_string()]),
