@@ -395,14 +395,23 @@ fn a_job_killed_while_hung_still_names_the_culprit() {
     let stuck: Vec<f64> = json["ranks"].as_array().unwrap().iter().map(|r| r["stuck_s"].as_f64().unwrap()).collect();
     assert!((5.5..7.0).contains(&stuck[0]) && stuck[1..].iter().all(|s| (4.5..6.0).contains(s)), "{stuck:?}");
     assert!((4.5..6.0).contains(&w["stuck_s"].as_f64().unwrap()), "{w}");
-    // The culprit first in the answer, then the waiters' fate.
+    // The culprit first in the answer: every rank is gone, so the post-mortem line leads,
+    // then the communicator's verdict, culprit before the waiters' fate.
     let (human, status) = hang_human(&dir);
     assert_eq!(status, 3);
+    let mut lines = human.lines();
     assert!(
-        human.starts_with(
+        lines
+            .next()
+            .is_some_and(|l| l.starts_with("HUNG (post-mortem: all 4 ranks are gone")
+                && l.contains("rank 0 held up allreduce #21")),
+        "{human}"
+    );
+    assert!(
+        lines.next().is_some_and(|l| l.starts_with(
             "HUNG: rank 0 never entered allreduce #21 and is dead since; ranks 1-3 are dead on 0x5eed000000000001; \
              stuck for 5."
-        ),
+        )),
         "{human}"
     );
 }
