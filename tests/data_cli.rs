@@ -16,14 +16,6 @@ use common::*;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-const STAGES: [&str; 6] = [
-    "data.next_wait",
-    "model.fwd_loss_cpu_wall",
-    "model.backward_cpu_wall",
-    "callbacks.cpu_wall",
-    "optim.step_cpu_wall",
-    "step.other_cpu_wall",
-];
 const RANKS: u32 = 4;
 const STEPS: u32 = 12;
 
@@ -136,7 +128,7 @@ fn dump_json_writes_each_key_once_and_names_every_id() {
                     let stages = record["stages"].as_array().expect("a step vector carries its stages");
                     let names: Vec<&str> =
                         record["stage_names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
-                    assert_eq!(names, STAGES, "{line}");
+                    assert_eq!(names, TRAINER_STAGES, "{line}");
                     assert_eq!(stages.len(), 6);
                     let total: u64 = stages.iter().map(|s| s["duration_ns"].as_u64().unwrap()).sum();
                     let wall = record["wall_ns"].as_u64().unwrap();
@@ -175,14 +167,14 @@ fn dump_header_prints_the_header_doors_and_name_table() {
     {
         assert!(human.contains(needle), "no {needle:?} in\n{human}");
     }
-    for stage in STAGES {
+    for stage in TRAINER_STAGES {
         assert!(human.lines().any(|l| l.split_whitespace().nth(1) == Some(stage)), "{stage}:\n{human}");
     }
     let json: Value = serde_json::from_str(&ok(sf(&["dump", path.to_str().unwrap(), "--header", "--json"]))).unwrap();
     assert_eq!(json["header"]["global_rank"], 2);
     let mut names: Vec<&str> = json["names"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
     names.sort();
-    let mut expected = STAGES.to_vec();
+    let mut expected = TRAINER_STAGES.to_vec();
     expected.sort();
     assert_eq!(names, expected);
     assert_eq!(json["live"]["doors"]["open"], serde_json::json!(["preload", "markers", "profiler"]));
@@ -239,7 +231,7 @@ fn steps_csv_reads_back_to_the_same_frontier_answer() {
     let csv = ok(sf(&["steps", dir, "--csv"]));
     let mut lines = csv.lines();
     assert_eq!(lines.next(), Some("step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds"));
-    assert_eq!(lines.count(), (RANKS * STEPS) as usize * STAGES.len());
+    assert_eq!(lines.count(), (RANKS * STEPS) as usize * TRAINER_STAGES.len());
     let file = std::env::temp_dir().join(format!("sf-data-cli-{}-steps.csv", std::process::id()));
     std::fs::write(&file, &csv).unwrap();
     let logs_text = ok(sf(&["frontier", dir, "--json"]));
@@ -256,7 +248,7 @@ fn steps_csv_reads_back_to_the_same_frontier_answer() {
         text.replacen(&serde_json::to_string(&v["file"]).unwrap(), "\"\"", 1)
     };
     assert_eq!(without_file(&logs_text), without_file(&csv_text));
-    assert_eq!(from_logs["stages"], serde_json::json!(STAGES));
+    assert_eq!(from_logs["stages"], serde_json::json!(TRAINER_STAGES));
     // The round trip carries the wait attribution: own time, measured W_s, waits.
     assert_eq!(from_csv["own_time"], true);
     let waited = from_csv["windows"][0]["wait_s"].as_object().unwrap();
@@ -274,14 +266,14 @@ fn steps_csv_reads_back_to_the_same_frontier_answer() {
     assert!(plain["sync_wait"]["measured"].as_array().unwrap().is_empty());
 
     let json: Value = serde_json::from_str(&ok(sf(&["steps", dir, "--json"]))).unwrap();
-    assert_eq!(json["stages"], serde_json::json!(STAGES));
+    assert_eq!(json["stages"], serde_json::json!(TRAINER_STAGES));
     let ranks = json["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), RANKS as usize);
     for r in ranks {
         let steps = r["steps"].as_array().unwrap();
         assert_eq!(steps.len(), STEPS as usize);
         let keys: Vec<&String> = steps[0]["stages"].as_object().unwrap().keys().collect();
-        assert_eq!(keys.len(), STAGES.len());
+        assert_eq!(keys.len(), TRAINER_STAGES.len());
         assert!(steps[0]["start"].as_str().unwrap().ends_with('Z'));
         assert!(steps.iter().all(|s| s["wait_s"].is_object() && s["caused_s"].is_object()));
     }

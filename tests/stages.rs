@@ -8,15 +8,6 @@ use common::*;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{InjectAction, RecordBody, StepVector};
 
-const STAGES: [&str; 6] = [
-    "data.next_wait",
-    "model.fwd_loss_cpu_wall",
-    "model.backward_cpu_wall",
-    "callbacks.cpu_wall",
-    "optim.step_cpu_wall",
-    "step.other_cpu_wall",
-];
-
 /// Per step: (stage name, ms) in order.
 fn step_vectors(log: &RankLog) -> Vec<(u64, Vec<(String, f64)>)> {
     let names = log.stage_names();
@@ -56,7 +47,7 @@ fn every_step_becomes_an_ordered_stage_vector() {
         assert_eq!(steps.iter().map(|s| s.0).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
         for (step, stages) in &steps {
             let names: Vec<&str> = stages.iter().map(|(n, _)| n.as_str()).collect();
-            assert_eq!(names, STAGES, "step {step}");
+            assert_eq!(names, TRAINER_STAGES, "step {step}");
             for ((name, ms), at_least) in stages.iter().zip([6.0, 3.0, 8.0, 1.0, 2.0, 0.0]) {
                 assert!(*ms >= at_least && *ms < at_least + 200.0, "step {step} {name}: {ms} ms");
             }

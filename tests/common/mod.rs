@@ -374,3 +374,13 @@ pub fn frontier_json(dir: &Path) -> serde_json::Value {
     assert_eq!(out.status.code(), Some(if culprit { 4 } else { 0 }), "{report}");
     report
 }
+
+/// The stages sf-trainer-sim marks each step with, in its order.
+pub const TRAINER_STAGES: [&str; 6] = [
+    "data.next_wait",
+    "model.fwd_loss_cpu_wall",
+    "model.backward_cpu_wall",
+    "callbacks.cpu_wall",
+    "optim.step_cpu_wall",
+    "step.other_cpu_wall",
+];
