@@ -40,6 +40,16 @@ if [ "${SF_MATRIX_QUICK:-0}" != 1 ]; then
   )
 fi
 
+# Steps the frontier has accounted so far in a case's logs (0 before the first window).
+frontier_steps() {
+  "$sf" frontier "$1/job" --json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    print(sum(w.get("steps", 0) for w in json.load(sys.stdin).get("windows", [])))
+except Exception:
+    print(0)'
+}
+
 run_case() {
   local name=$1 inject=$2 dir=$root/$1
   mkdir -p "$dir"
@@ -47,8 +57,16 @@ run_case() {
   [ "$inject" != - ] && env+=(SF_INJECT="$inject")
   env "${env[@]}" setsid bash -c "exec $job" >"$dir/job.out" 2>&1 &
   local pid=$!
-  # Let it run into its fault (or, healthy, through many steps), then diagnose live.
+  # Let it run into its fault (or, healthy, through many steps), then diagnose live. A slow
+  # stage needs steps past its onset: on a loaded 2-core machine 3 s may hold only the first
+  # two, so wait (up to 60 s) until the frontier has seen enough of them.
   sleep "${SF_MATRIX_WAIT_S:-3}"
+  if [[ "$3" == *@* ]]; then
+    local deadline=$((SECONDS + 60))
+    until [ "$(frontier_steps "$dir")" -ge "${SF_MATRIX_MIN_STEPS:-20}" ] || [ $SECONDS -ge $deadline ]; do
+      sleep 1
+    done
+  fi
   "$sf" hang "$dir/job" --json >"$dir/hang.json" 2>"$dir/hang.err" || true
   "$sf" frontier "$dir/job" --json >"$dir/frontier.json" 2>"$dir/frontier.err" || true
   kill -KILL -- -"$pid" 2>/dev/null || true
@@ -59,7 +77,7 @@ printf '%-15s %-62s %-26s %-26s %s\n' CASE INJECTED EXPECTED DIAGNOSED RESULT
 tp=0 fp=0 fn=0 failed=0
 for entry in "${cases[@]}"; do
   IFS='|' read -r name inject expected <<<"$entry"
-  run_case "$name" "$inject"
+  run_case "$name" "$inject" "$expected"
   diagnosed=$(python3 - "$root/$name" "$expected" <<'PY'
 import json, os, sys
 case, expected = sys.argv[1], sys.argv[2]
@@ -74,8 +92,10 @@ if hang.get("hung"):
     print(",".join(map(str, culprits)) or "hung:?")
 elif "@" in expected:
     stage, rank = expected.split("@")
+    # The window with the most steps (the last on a tie): a live job's last window may hold
+    # a single step still being written.
     windows = (load("frontier.json") or {}).get("windows", [])
-    window = windows[-1] if windows else {}
+    window = max(reversed(windows), key=lambda w: w.get("steps", 0)) if windows else {}
     top2 = window.get("top2", [])
     leaders = window.get("leader_ranks", {}).get(stage, [])
     hit = stage in top2 and int(rank) in leaders
