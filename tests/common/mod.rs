@@ -52,12 +52,31 @@ pub fn fixture_output(relative: &str) -> PathBuf {
     candidates.pop().unwrap_or_else(|| panic!("no {relative}: build the workspace first (`cargo build --workspace`)"))
 }
 
-/// A fresh, private SF_LOG_DIR for one test.
+/// A fresh, private SF_LOG_DIR for one test. Logs are reserved in full (posix_fallocate),
+/// so roots left by earlier test processes (a failed test's stays for inspection until the
+/// next run) are removed here: without that every run kept about 2 GB in the temp dir.
 pub fn log_root(test: &str) -> PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(remove_roots_of_dead_processes);
     let root = std::env::temp_dir().join(format!("sf-it-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).expect("create log root");
     root
+}
+
+/// Removes every `sf-it-<pid>-*` root whose process is gone (tests of several binaries run at
+/// once, so a live pid's roots are left alone).
+fn remove_roots_of_dead_processes() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sf-it-")).and_then(|r| r.split('-').next()) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A command with the library preloaded and logs going to `root/<job>/`. The caller's
