@@ -260,6 +260,8 @@ pub struct Context {
     /// The chained plugin's own context for this communicator.
     chain: AtomicUsize,
     own_mask: AtomicU64,
+    /// The chained plugin's mask as NCCL read it at the start of the current API call.
+    chain_mask: AtomicU64,
     p2p_seq: AtomicU64,
 }
 
@@ -272,6 +274,7 @@ impl Context {
             rank: AtomicU32::new(0),
             chain: AtomicUsize::new(0),
             own_mask: AtomicU64::new(0),
+            chain_mask: AtomicU64::new(0),
             p2p_seq: AtomicU64::new(0),
         }
     }
@@ -280,6 +283,17 @@ impl Context {
     }
     pub fn own_mask(&self) -> u64 {
         self.own_mask.load(Ordering::Acquire)
+    }
+    /// NCCL reads its mask once per API call and the call's tasks and proxy operations keep
+    /// that value (src/plugin/profiler.cc at v2.30.7-1: `ncclProfilerApiState.eActivationMask`
+    /// at the GroupApi event, `task->eActivationMask`, `sub->eActivationMask`): the door
+    /// takes the chained mask at the same points, so a mask changed mid-call applies from
+    /// the next call, as for a plugin alone.
+    pub fn chain_mask(&self) -> u64 {
+        self.chain_mask.load(Ordering::Acquire)
+    }
+    pub fn set_chain_mask(&self, mask: u64) {
+        self.chain_mask.store(mask, Ordering::Release)
     }
 }
 
@@ -299,7 +313,7 @@ pub fn context(addr: usize) -> Option<&'static Context> {
 
 /// Opens a context; returns its address (NCCL's opaque context) or None when all are used.
 /// `comm_hash` is 0 for v1–v3, whose descriptors carry it per task.
-pub fn open_context(abi: u8, comm_hash: u64, rank: i32, own_mask: u64, chain: usize) -> Option<usize> {
+pub fn open_context(abi: u8, comm_hash: u64, rank: i32, own_mask: u64, chain: usize, chain_mask: u64) -> Option<usize> {
     let i = (0..CONTEXTS)
         .find(|&i| CONTEXT_POOL[i].busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
     let c = &CONTEXT_POOL[i];
@@ -308,6 +322,7 @@ pub fn open_context(abi: u8, comm_hash: u64, rank: i32, own_mask: u64, chain: us
     c.rank.store(rank as u32, Ordering::Relaxed);
     c.chain.store(chain, Ordering::Relaxed);
     c.own_mask.store(own_mask, Ordering::Relaxed);
+    c.chain_mask.store(chain_mask, Ordering::Relaxed);
     c.p2p_seq.store(0, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::Release);
     Some(c as *const Context as usize)
@@ -341,6 +356,8 @@ pub struct Slot {
     parent: AtomicUsize,
     /// The chained plugin's handle for this event.
     chain: AtomicUsize,
+    /// The chained plugin's mask in force for this event and its descendants.
+    chain_mask: AtomicU64,
     kind: AtomicU32,
     len: AtomicU32,
     words: [AtomicU64; WORDS],
@@ -363,6 +380,7 @@ impl Slot {
             refs: AtomicU32::new(0),
             parent: AtomicUsize::new(0),
             chain: AtomicUsize::new(0),
+            chain_mask: AtomicU64::new(0),
             kind: AtomicU32::new(0),
             len: AtomicU32::new(0),
             words: [const { AtomicU64::new(0) }; WORDS],
@@ -404,6 +422,12 @@ impl Handle {
     /// chained plugin's handle, the record) is still this event's.
     fn current(&self) -> bool {
         self.slot().life.load(Ordering::Acquire) >> 1 == self.generation
+    }
+    /// The chained plugin's mask in force when this event started, while the slot was not
+    /// reused: its descendants keep it, as NCCL's proxy operations keep their task's.
+    pub fn chain_mask(&self) -> Option<u64> {
+        let mask = self.slot().chain_mask.load(Ordering::Acquire);
+        self.current().then_some(mask)
     }
     /// The chained plugin's handle for this event while the slot was not reused.
     pub fn chain(&self) -> usize {
@@ -475,7 +499,7 @@ fn release(mut index: usize) {
 
 /// startEvent. Returns the new event's handle (0: not recorded: not recording, a type this
 /// door leaves alone, or the pool is full). `chain` is the chained plugin's handle.
-pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: usize) -> usize {
+pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: usize, chain_mask: u64) -> usize {
     if matches!(what, Start::Other) || runtime::active().is_none() {
         return 0;
     }
@@ -595,6 +619,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     slot.trans_size.store(0, Ordering::Relaxed);
     slot.sized_states.store(sized_states, Ordering::Relaxed);
     slot.chain.store(chain, Ordering::Relaxed);
+    slot.chain_mask.store(chain_mask, Ordering::Relaxed);
     slot.parent.store(linked.map_or(0, |p| p + 1), Ordering::Relaxed);
     slot.refs.store(1, Ordering::Relaxed);
     let generation = (slot.life.load(Ordering::Relaxed) >> 1).wrapping_add(1) & (u32::MAX >> 1);

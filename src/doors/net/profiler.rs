@@ -329,7 +329,7 @@ unsafe fn init_any(
     }
     let own = if recording { core::own_mask(settings.is_some_and(|s| s.kernel_ch)) } else { 0 };
     let opened = shielded(|| {
-        core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize)
+        core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize, chain::chain_mask())
     })
     .flatten();
     let (ctx, own) = match opened {
@@ -360,22 +360,36 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
         Some(c) => (c.chain(), c.own_mask()),
         None => (context as usize, 0), // a chained plugin's context (see init_any)
     };
+    // The chained mask in force: the parent's if it is one of this door's events, else
+    // read afresh where NCCL reads its mask, at an API call's first event (GroupApi from v5,
+    // the Group up to v4; see Context::chain_mask).
+    let call_starts = event_ty == if D::ABI >= 5 { ty::GROUP_API } else { ty::GROUP };
+    let chain_mask = match (core::event(d.parent() as usize).and_then(|p| p.chain_mask()), ours) {
+        (Some(inherited), _) => inherited,
+        (None, Some(c)) if call_starts => {
+            c.set_chain_mask(chain::chain_mask());
+            c.chain_mask()
+        }
+        (None, Some(c)) => c.chain_mask(),
+        (None, None) => chain::chain_mask(),
+    };
     let mut chain_handle: *mut c_void = std::ptr::null_mut();
     if let Some(start) = chain::table(D::ABI).and_then(|t| t.start) {
-        chain::fold_mask();
-        if chain_ctx != 0 && core::started_types(chain::chain_mask(), D::ABI) & event_ty != 0 {
+        if chain_ctx != 0 && core::started_types(chain_mask, D::ABI) & event_ty != 0 {
             let mut copy = d;
             copy.reparent(|p| core::event(p as usize).map_or(p, |parent| parent.chain() as *mut c_void));
             // SAFETY: the chained plugin's startEvent of the same version, with its own
             // context and a descriptor of NCCL's layout that lives for the call.
             unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, (&mut copy as *mut D).cast()) };
+            chain::fold_mask();
         }
     }
     let mine = if own_mask & event_ty != 0 {
         shielded(|| {
             // SAFETY: `d` is NCCL's descriptor for this call (see Descr::start).
             let what = unsafe { d.start() };
-            core::start(context as usize, d.parent() as usize, d.rank(), D::ABI, what, chain_handle as usize)
+            let chain = chain_handle as usize;
+            core::start(context as usize, d.parent() as usize, d.rank(), D::ABI, what, chain, chain_mask)
         })
         .unwrap_or(0)
     } else {
@@ -399,6 +413,7 @@ fn stop_any(abi: u8, handle: *mut c_void) -> c_int {
     if let (Some(stop), true) = (chain::table(abi).and_then(|t| t.stop), chained != 0) {
         // SAFETY: the chained plugin's stopEvent with the handle its startEvent returned.
         unsafe { stop(chained as *mut c_void) };
+        chain::fold_mask();
     }
     SUCCESS
 }
@@ -423,6 +438,7 @@ unsafe fn record_any(abi: u8, handle: *mut c_void, state: c_int, args: *mut c_vo
     if let (Some(record), true) = (chain::table(abi).and_then(|t| t.record), chained != 0) {
         // SAFETY: the chained plugin's recordEventState with its own handle and NCCL's args.
         unsafe { record(chained as *mut c_void, state, args) };
+        chain::fold_mask();
     }
     SUCCESS
 }

@@ -11,7 +11,8 @@
 //! int (`ncclProfilerEventMask`, src/plugin/profiler.cc at v2.30.7-1) and re-reads it on
 //! every API call. NVIDIA's example plugin keeps that pointer and writes through it later.
 //! So the chained plugin gets the address of a static here that lives as long as the
-//! library, and its later writes are folded into NCCL's mask on the next startEvent.
+//! library, and its later writes are folded into NCCL's mask as soon as the chained
+//! plugin's callback returns, before NCCL reads the mask again.
 
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -175,7 +176,7 @@ pub fn set_masks(nccl: *mut c_int, own: u64) -> c_int {
     own as c_int | chained
 }
 
-/// On each startEvent: a chained plugin that changed its mask since gets the change to NCCL.
+/// After each call into the chained plugin: a mask it changed since reaches NCCL.
 pub fn fold_mask() {
     let chained = CHAIN_MASK.load(Ordering::Relaxed);
     if chained == FOLDED.load(Ordering::Relaxed) || FOLDED.swap(chained, Ordering::Relaxed) == chained {
