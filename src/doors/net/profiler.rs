@@ -23,6 +23,8 @@
 //! (`core::profiler::started_types`).
 
 mod abi;
+#[cfg(test)]
+mod abi_layout_tests;
 mod chain;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
