@@ -360,7 +360,16 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     let ours = core::context(context as usize);
     let (chain_ctx, own_mask) = match ours {
         Some(c) => (c.chain(), c.own_mask()),
-        None => (context as usize, 0), // a chained plugin's context (see init_any)
+        None => {
+            // A communicator the context pool had no room for: its events are lost to
+            // this door, and counted.
+            shielded(|| {
+                if runtime::active().is_some() && core::own_mask(false) & event_ty != 0 {
+                    core::dropped_without_context();
+                }
+            });
+            (context as usize, 0) // a chained plugin's context (see init_any)
+        }
     };
     // The chained mask in force: the parent's if it is one of this door's events, else
     // read afresh where NCCL reads its mask, at an API call's first event (GroupApi from v5,
