@@ -422,3 +422,27 @@ fn chaining_to_itself_is_refused() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// PXN: proxy operations another process runs for this one carry that process's pid,
+/// context and parent pointers. They are recorded with no communicator and no sequence
+/// number (and their steps too), never attributed to this process's communicator or task.
+#[test]
+fn pxn_proxy_operations_are_never_attributed_to_this_process() {
+    let root = log_root("pxn");
+    run_ok(profiled(&root, "job", 6, false).env("FAKENCCL_PXN", "1"));
+    for path in logs_by_rank(&root, "job") {
+        let v = view(&path);
+        let hash = v.ops[0].comm_hash;
+        let ops: Vec<&ProfProxy> = v.proxies.iter().filter(|p| p.unit == ProfProxy::OP).collect();
+        assert!(!ops.is_empty());
+        for p in &v.proxies {
+            if p.is_send {
+                assert_eq!((p.comm_hash, p.seq), (0, u64::MAX), "another process's: {p:?}");
+            } else {
+                assert_eq!(p.comm_hash, hash, "this process's own: {p:?}");
+            }
+        }
+        assert!(v.proxies.iter().any(|p| p.unit == ProfProxy::STEP && p.is_send), "steps still recorded");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -376,6 +376,8 @@ pub struct Slot {
     chain: AtomicUsize,
     /// The chained plugin's mask in force for this event and its descendants.
     chain_mask: AtomicU64,
+    /// A PXN event: another process's proxy operation, or one of its descendants.
+    foreign: AtomicBool,
     kind: AtomicU32,
     len: AtomicU32,
     words: [AtomicU64; WORDS],
@@ -398,6 +400,7 @@ impl Slot {
             parent: AtomicUsize::new(0),
             chain: AtomicUsize::new(0),
             chain_mask: AtomicU64::new(0),
+            foreign: AtomicBool::new(false),
             kind: AtomicU32::new(0),
             len: AtomicU32::new(0),
             words: [const { AtomicU64::new(0) }; WORDS],
@@ -445,6 +448,10 @@ impl Handle {
     pub fn chain_mask(&self) -> Option<u64> {
         let mask = self.slot().chain_mask.load(Ordering::Acquire);
         self.current().then_some(mask)
+    }
+    /// Whether this event is another process's (PXN), while the slot was not reused.
+    pub fn foreign(&self) -> bool {
+        self.slot().foreign.load(Ordering::Acquire) && self.current()
     }
     /// The chained plugin's handle for this event while the slot was not reused.
     pub fn chain(&self) -> usize {
@@ -521,7 +528,17 @@ fn release(mut index: usize) {
 
 /// startEvent. Returns the new event's handle (0: not recorded: not recording, a type this
 /// door leaves alone, or the pool is full). `chain` is the chained plugin's handle.
-pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: usize, chain_mask: u64) -> usize {
+#[allow(clippy::too_many_arguments)]
+pub fn start(
+    ctx: usize,
+    parent: usize,
+    rank: i32,
+    abi: u8,
+    what: Start,
+    chain: usize,
+    chain_mask: u64,
+    foreign: bool,
+) -> usize {
     if matches!(what, Start::Other) || runtime::active().is_none() {
         return 0;
     }
@@ -642,6 +659,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     slot.sized_states.store(sized_states, Ordering::Relaxed);
     slot.chain.store(chain, Ordering::Relaxed);
     slot.chain_mask.store(chain_mask, Ordering::Relaxed);
+    slot.foreign.store(foreign, Ordering::Relaxed);
     slot.parent.store(linked.map_or(0, |p| p + 1), Ordering::Relaxed);
     slot.refs.store(1, Ordering::Relaxed);
     let generation = (slot.life.load(Ordering::Relaxed) >> 1).wrapping_add(1) & (u32::MAX >> 1);

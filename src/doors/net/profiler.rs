@@ -55,7 +55,12 @@ trait Descr: Copy {
     /// # Safety
     /// `self` is a descriptor NCCL passed to startEvent, with its pointers still valid.
     unsafe fn start(&self) -> Start;
+    /// A proxy operation's `pid`: the process the operation belongs to.
+    fn proxy_pid(&self) -> Option<i32>;
 }
+
+/// This process's pid, taken at every `init` (never a syscall on the hot path).
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// # Safety
 /// `p` is null or a NUL-terminated string valid for the call.
@@ -107,6 +112,10 @@ macro_rules! head {
         }
         fn rank(&self) -> i32 {
             self.rank
+        }
+        fn proxy_pid(&self) -> Option<i32> {
+            // SAFETY: `ty` names the member NCCL filled.
+            (self.ty as u64 == ty::PROXY_OP).then(|| unsafe { self.u.proxy_op.pid })
         }
     };
 }
@@ -318,6 +327,7 @@ unsafe fn init_any(
     if context.is_null() || mask.is_null() {
         return SUCCESS;
     }
+    PID.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
     let mut chain_ctx: *mut c_void = std::ptr::null_mut();
     let settings = shielded(chain::settings);
     if let Some(plugin) = shielded(|| chain::lookup(info.abi)).flatten() {
@@ -357,9 +367,22 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     // SAFETY: NCCL passes a valid descriptor of this version for the duration of the call.
     let d = unsafe { *descr };
     let event_ty = d.ty();
-    let ours = core::context(context as usize);
+    // PXN: a proxy operation this process runs for another one carries the other process's
+    // pid, context and parent pointers (src/proxy.cc, ncclProfilerAddPidToProxyOp, at
+    // v2.30.7-1), and its steps and network events the same context. Such pointers are
+    // never looked up here (in a forked sibling they may even fall inside this pool); the
+    // events are recorded with no communicator and no sequence number, never another's,
+    // and not forwarded (the chained plugin's context for them lives in the other process).
+    let foreign = d.proxy_pid().is_some_and(|pid| pid as u32 != PID.load(std::sync::atomic::Ordering::Relaxed))
+        || core::event(d.parent() as usize).is_some_and(|p| p.foreign());
+    let ours = if foreign { None } else { core::context(context as usize) };
     let (chain_ctx, own_mask) = match ours {
         Some(c) => (c.chain(), c.own_mask()),
+        None if foreign => {
+            let kernel_ch = shielded(chain::settings).is_some_and(|s| s.kernel_ch);
+            let recording = shielded(|| runtime::active().is_some()).unwrap_or(false);
+            (0, if recording { core::own_mask(kernel_ch) } else { 0 })
+        }
         None => {
             // A communicator the context pool had no room for: its events are lost to
             // this door, and counted.
@@ -400,7 +423,12 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
             // SAFETY: `d` is NCCL's descriptor for this call (see Descr::start).
             let what = unsafe { d.start() };
             let chain = chain_handle as usize;
-            core::start(context as usize, d.parent() as usize, d.rank(), D::ABI, what, chain, chain_mask)
+            let (ctx, parent) = match (foreign, d.proxy_pid()) {
+                (true, Some(_)) => (0, 0),                // the originating process's context and task
+                (true, None) => (0, d.parent() as usize), // this process's foreign operation
+                (false, _) => (context as usize, d.parent() as usize),
+            };
+            core::start(ctx, parent, d.rank(), D::ABI, what, chain, chain_mask, foreign)
         })
         .unwrap_or(0)
     } else {
