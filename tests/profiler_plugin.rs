@@ -260,9 +260,13 @@ fn with_both_doors_each_collective_is_one_call_linked_by_function_ordinal() {
     }
 }
 
-fn compile_chain_plugin(dir: &Path) -> PathBuf {
-    let out = dir.join("libchain-profiler.so");
-    compile_c(&c_source("chain_profiler.c"), &out, &["-O2", "-shared", "-fPIC"]);
+/// The test plugin, exporting every version or (`only`) one.
+fn compile_chain_plugin(dir: &Path, only: Option<u32>) -> PathBuf {
+    let out = dir.join(format!("libchain-profiler-{}.so", only.map_or("all".into(), |v| format!("v{v}"))));
+    let define = only.map(|v| format!("-DONLY={v}"));
+    let mut args = vec!["-O2", "-shared", "-fPIC"];
+    args.extend(define.as_deref());
+    compile_c(&c_source("chain_profiler.c"), &out, &args);
     out
 }
 
@@ -292,7 +296,10 @@ fn chain_counts(base: &Path) -> Vec<BTreeMap<String, i64>> {
 
 /// How the test plugin runs: its mask, and the environment of the job.
 struct Chain<'a> {
+    /// The ABI NCCL (fakenccl) runs with the door.
     version: u32,
+    /// The one version the plugin exports (it runs alone at that version), or all.
+    only: Option<u32>,
     mask: &'a str,
     env: &'a [(&'a str, &'a str)],
 }
@@ -304,7 +311,7 @@ fn alone_and_chained(
     c: &Chain,
 ) -> ((Vec<BTreeMap<String, i64>>, Output), (Vec<View>, Vec<BTreeMap<String, i64>>, Output)) {
     let root = log_root(&format!("chain-v{}-{}", c.version, c.mask));
-    let plugin = compile_chain_plugin(&root);
+    let plugin = compile_chain_plugin(&root, c.only);
     let with_env = |cmd: &mut Command, counts: &Path| {
         cmd.env("CHAIN_MASK", c.mask).env("CHAIN_COUNT_FILE", counts);
         for (k, v) in c.env {
@@ -312,7 +319,7 @@ fn alone_and_chained(
         }
     };
     let alone_counts = root.join("alone");
-    let mut alone = profiled(&root, "alone", c.version, false);
+    let mut alone = profiled(&root, "alone", c.only.unwrap_or(c.version), false);
     alone.env("NCCL_PROFILER_PLUGIN", &plugin);
     with_env(&mut alone, &alone_counts);
     let alone_out = run_ok(&mut alone);
@@ -360,9 +367,9 @@ fn static_plugin_finds_the_preloaded_tables() {
 #[test]
 fn a_chained_plugin_receives_every_call_with_its_own_handles() {
     for version in [1u32, 4, 5, 6, 7] {
-        same_as_alone(&Chain { version, mask: "0xff", env: &[] }, false);
+        same_as_alone(&Chain { version, only: None, mask: "0xff", env: &[] }, false);
     }
-    same_as_alone(&Chain { version: 7, mask: "0xff", env: &[("FAKENCCL_NET_PROFILER", "1")] }, true);
+    same_as_alone(&Chain { version: 7, only: None, mask: "0xff", env: &[("FAKENCCL_NET_PROFILER", "1")] }, true);
 }
 
 /// NCCL starts the parents of every type in the mask: a plugin asking for collectives only
@@ -371,9 +378,9 @@ fn a_chained_plugin_receives_every_call_with_its_own_handles() {
 #[test]
 fn a_chained_plugin_sees_the_parents_nccl_implies() {
     for version in [4u32, 5, 7] {
-        same_as_alone(&Chain { version, mask: "0x2", env: &[] }, false);
+        same_as_alone(&Chain { version, only: None, mask: "0x2", env: &[] }, false);
     }
-    let ((alone, _), _) = alone_and_chained(&Chain { version: 6, mask: "0x2", env: &[] });
+    let ((alone, _), _) = alone_and_chained(&Chain { version: 6, only: None, mask: "0x2", env: &[] });
     for c in &alone {
         assert!(c["type8"] > 0 && c["type9"] > 0 && c["type0"] > 0, "GroupApi, CollApi, Group: {c:?}");
         assert_eq!((c["type3"], c["type4"], c["type10"]), (0, 0, 0), "no proxy, no P2pApi: {c:?}");
@@ -387,12 +394,18 @@ fn a_chained_plugin_sees_the_parents_nccl_implies() {
 fn a_chained_plugins_later_mask_reaches_nccl() {
     for version in [5u32, 7] {
         same_as_alone(
-            &Chain { version, mask: "0x2", env: &[("CHAIN_MASK_LATER", "0x80a"), ("CHAIN_MASK_AFTER", "12")] },
+            &Chain {
+                version,
+                only: None,
+                mask: "0x2",
+                env: &[("CHAIN_MASK_LATER", "0x80a"), ("CHAIN_MASK_AFTER", "12")],
+            },
             false,
         );
     }
     let ((alone, _), _) = alone_and_chained(&Chain {
         version: 5,
+        only: None,
         mask: "0x2",
         env: &[("CHAIN_MASK_LATER", "0x80a"), ("CHAIN_MASK_AFTER", "12")],
     });
@@ -549,5 +562,24 @@ fn nvidia_example_plugin_sees_the_same_events_chained_as_alone() {
             check_rank(&view(path), rank as i32, 4, false);
         }
     }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A plugin built for an older NCCL (only v5, as NVIDIA's NCCL Inspector; or only v4) is
+/// chained behind the door running v6 or v7, its descriptors converted: it sees what it
+/// sees alone under an NCCL of its own version. One with no conversion (v1 behind v7) is
+/// not chained, and one stderr line says so.
+#[test]
+fn a_plugin_of_an_older_abi_is_chained_through_conversion() {
+    for (version, only) in [(7, 5), (6, 5), (7, 4), (5, 4), (7, 6)] {
+        for mask in ["0xff", "0x2"] {
+            same_as_alone(&Chain { version, only: Some(only), mask, env: &[] }, false);
+        }
+    }
+    let root = log_root("chain-no-conversion");
+    let plugin = compile_chain_plugin(&root, Some(1));
+    let out = run_ok(profiled(&root, "job", 7, false).env("SF_CHAIN_PROFILER", &plugin));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exports ncclProfiler_v1 and NCCL runs v7; no conversion"), "{stderr}");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -26,6 +26,7 @@ mod abi;
 #[cfg(test)]
 mod abi_layout_tests;
 mod chain;
+mod convert;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -409,13 +410,26 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     };
     let mut chain_handle: *mut c_void = std::ptr::null_mut();
     if let Some(start) = chain::table(D::ABI).and_then(|t| t.start) {
-        if chain_ctx != 0 && core::started_types(chain_mask, D::ABI) & event_ty != 0 {
+        let version = chain::version(D::ABI);
+        if chain_ctx != 0 && core::started_types(chain_mask, version) & event_ty != 0 {
             let mut copy = d;
             copy.reparent(|p| core::event(p as usize).map_or(p, |parent| parent.chain() as *mut c_void));
-            // SAFETY: the chained plugin's startEvent of the same version, with its own
-            // context and a descriptor of NCCL's layout that lives for the call.
-            unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, (&mut copy as *mut D).cast()) };
-            chain::fold_mask();
+            // SAFETY: `copy` is a whole descriptor of version D::ABI; `lookup` chose a version
+            // it converts to.
+            let mut converted = (version != D::ABI)
+                .then(|| unsafe { convert::down((&copy as *const D).cast(), D::ABI, version, event_ty) })
+                .flatten();
+            let descr: *mut c_void = match converted.as_mut() {
+                _ if version == D::ABI => (&mut copy as *mut D).cast(),
+                Some(buf) => buf.as_mut_ptr().cast(),
+                None => std::ptr::null_mut(), // a type the chained plugin's version lacks
+            };
+            if !descr.is_null() {
+                // SAFETY: the chained plugin's startEvent of its version, with its own context
+                // and a descriptor of that version's layout that lives for the call.
+                unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, descr) };
+                chain::fold_mask();
+            }
         }
     }
     let mine = if own_mask & event_ty != 0 {
@@ -586,11 +600,17 @@ macro_rules! v5_family {
             logfn: *mut c_void,
         ) -> c_int {
             let info = Init { abi: $abi, comm_hash: comm_id, rank };
-            // SAFETY: NCCL's arguments, forwarded unchanged to the chained init.
+            // SAFETY: NCCL's arguments, forwarded to the chained init of the version the
+            // chained plugin has (v4's takes the same arguments in another order).
             unsafe {
                 init_any(context, mask, info, |p, ctx, m| {
-                    let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
-                    init(ctx, comm_id, m, comm_name, n_nodes, nranks, rank, logfn)
+                    if chain::version($abi) == 4 {
+                        let init = std::mem::transmute::<*const c_void, InitV4>(p.init);
+                        init(ctx, m, comm_name, comm_id, n_nodes, nranks, rank, logfn)
+                    } else {
+                        let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
+                        init(ctx, comm_id, m, comm_name, n_nodes, nranks, rank, logfn)
+                    }
                 })
             }
         }
