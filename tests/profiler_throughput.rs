@@ -43,15 +43,15 @@ fn proxy_step_volume_is_recorded_without_loss_and_losses_would_be_counted() {
             }
         }
         let events = colls + p2ps + ops + steps;
+        assert_eq!(drops, None, "nothing dropped, so no drops record: {drops:?}");
+        assert_eq!(colls + p2ps, calls, "every NCCL call has its task record");
+        assert_eq!(ops, CHANNELS * (2 * colls + p2ps), "every proxy operation");
+        assert_eq!(steps, PROXY_STEPS * ops, "every proxy step");
         println!(
             "{}: {events} profiler events in {wall:.2} s: {:.0} events/s sustained without loss",
             path.file_name().unwrap().to_string_lossy(),
             events as f64 / wall
         );
-        assert_eq!(drops, None, "nothing dropped, so no drops record: {drops:?}");
-        assert_eq!(colls + p2ps, calls, "every NCCL call has its task record");
-        assert_eq!(ops, CHANNELS * (2 * colls + p2ps), "every proxy operation");
-        assert_eq!(steps, PROXY_STEPS * ops, "every proxy step");
         assert!(events > 10_000, "{events}");
     }
     let _ = std::fs::remove_dir_all(&root);
