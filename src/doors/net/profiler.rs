@@ -18,10 +18,15 @@
 //! With `SF_CHAIN_PROFILER=path` every call is also forwarded to that plugin's table of the
 //! same version, with the chained plugin's own context and event handles: a descriptor
 //! whose parent is one of this door's events is copied with the parent replaced by the
-//! chained plugin's handle for it. The chained plugin only sees event types it asked for.
+//! chained plugin's handle for it. The chained plugin sees the event types NCCL would start
+//! for its mask alone: those it asked for and their implied parents
+//! (`core::profiler::started_types`).
 
 mod abi;
+#[cfg(test)]
+mod abi_layout_tests;
 mod chain;
+mod convert;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -36,7 +41,8 @@ use crate::core::net::profiler::{self as core, ty, Qp, Start};
 use crate::doors::traced::shielded;
 
 const SUCCESS: c_int = 0;
-const NAME: CName = CName(c"stagefrontier".as_ptr());
+const NAME_STR: &std::ffi::CStr = c"stagefrontier";
+const NAME: CName = CName(NAME_STR.as_ptr());
 
 /// What each version's descriptor tells the door; implemented once per layout.
 trait Descr: Copy {
@@ -50,7 +56,12 @@ trait Descr: Copy {
     /// # Safety
     /// `self` is a descriptor NCCL passed to startEvent, with its pointers still valid.
     unsafe fn start(&self) -> Start;
+    /// A proxy operation's `pid`: the process the operation belongs to.
+    fn proxy_pid(&self) -> Option<i32>;
 }
+
+/// This process's pid, taken at every `init` (never a syscall on the hot path).
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// # Safety
 /// `p` is null or a NUL-terminated string valid for the call.
@@ -102,6 +113,10 @@ macro_rules! head {
         }
         fn rank(&self) -> i32 {
             self.rank
+        }
+        fn proxy_pid(&self) -> Option<i32> {
+            // SAFETY: `ty` names the member NCCL filled.
+            (self.ty as u64 == ty::PROXY_OP).then(|| unsafe { self.u.proxy_op.pid })
         }
     };
 }
@@ -313,11 +328,12 @@ unsafe fn init_any(
     if context.is_null() || mask.is_null() {
         return SUCCESS;
     }
-    let (mut chain_ctx, mut chain_mask): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
+    PID.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
+    let mut chain_ctx: *mut c_void = std::ptr::null_mut();
     let settings = shielded(chain::settings);
     if let Some(plugin) = shielded(|| chain::lookup(info.abi)).flatten() {
-        if !plugin.init.is_null() && chain_init(plugin, &mut chain_ctx, &mut chain_mask) != SUCCESS {
-            (chain_ctx, chain_mask) = (std::ptr::null_mut(), 0);
+        if !plugin.init.is_null() && chain_init(plugin, &mut chain_ctx, chain::chain_mask_slot()) != SUCCESS {
+            chain_ctx = std::ptr::null_mut();
         }
     }
     let recording = shielded(|| runtime::active().is_some()).unwrap_or(false);
@@ -326,7 +342,7 @@ unsafe fn init_any(
     }
     let own = if recording { core::own_mask(settings.is_some_and(|s| s.kernel_ch)) } else { 0 };
     let opened = shielded(|| {
-        core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize, chain_mask as u32 as u64)
+        core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize, chain::chain_mask())
     })
     .flatten();
     let (ctx, own) = match opened {
@@ -334,10 +350,11 @@ unsafe fn init_any(
         // No context left: forward only, with the chained plugin's own context.
         None => (chain_ctx, 0),
     };
+    let chained = !chain_ctx.is_null();
     // SAFETY: NCCL's out-parameters, checked non-null above.
     unsafe {
         *context = ctx;
-        *mask = (own as c_int) | chain_mask;
+        *mask = if chained { chain::set_masks(mask, own) } else { own as c_int };
     }
     SUCCESS
 }
@@ -351,26 +368,84 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     // SAFETY: NCCL passes a valid descriptor of this version for the duration of the call.
     let d = unsafe { *descr };
     let event_ty = d.ty();
-    let ours = core::context(context as usize);
-    let (chain_ctx, chain_mask, own_mask) = match ours {
-        Some(c) => (c.chain(), c.chain_mask(), c.own_mask()),
-        None => (context as usize, u64::MAX, 0), // a chained plugin's context (see init_any)
+    // PXN: a proxy operation this process runs for another one carries the other process's
+    // pid, context and parent pointers (src/proxy.cc, ncclProfilerAddPidToProxyOp, at
+    // v2.30.7-1), and its steps and network events the same context. Such pointers are
+    // never looked up here (in a forked sibling they may even fall inside this pool); the
+    // events are recorded with no communicator and no sequence number, never another's,
+    // and not forwarded (the chained plugin's context for them lives in the other process).
+    let foreign = d.proxy_pid().is_some_and(|pid| pid as u32 != PID.load(std::sync::atomic::Ordering::Relaxed))
+        || core::event(d.parent() as usize).is_some_and(|p| p.foreign());
+    let ours = if foreign { None } else { core::context(context as usize) };
+    let (chain_ctx, own_mask) = match ours {
+        Some(c) => (c.chain(), c.own_mask()),
+        None if foreign => {
+            let kernel_ch = shielded(chain::settings).is_some_and(|s| s.kernel_ch);
+            let recording = shielded(|| runtime::active().is_some()).unwrap_or(false);
+            (0, if recording { core::own_mask(kernel_ch) } else { 0 })
+        }
+        None => {
+            // A communicator the context pool had no room for: its events are lost to
+            // this door, and counted.
+            shielded(|| {
+                if runtime::active().is_some() && core::own_mask(false) & event_ty != 0 {
+                    core::dropped_without_context();
+                }
+            });
+            (context as usize, 0) // a chained plugin's context (see init_any)
+        }
+    };
+    // The chained mask in force: the parent's if it is one of this door's events, else
+    // read afresh where NCCL reads its mask, at an API call's first event (GroupApi from v5,
+    // the Group up to v4; see Context::chain_mask).
+    // Without a chained plugin there is nothing to work out.
+    let chain_table = chain::table(D::ABI);
+    let call_starts = event_ty == if D::ABI >= 5 { ty::GROUP_API } else { ty::GROUP };
+    let chain_mask = match (core::event(d.parent() as usize).and_then(|p| p.chain_mask()), ours) {
+        _ if chain_table.is_none() => 0,
+        (Some(inherited), _) => inherited,
+        (None, Some(c)) if call_starts => {
+            c.set_chain_mask(chain::chain_mask());
+            c.chain_mask()
+        }
+        (None, Some(c)) => c.chain_mask(),
+        (None, None) => chain::chain_mask(),
     };
     let mut chain_handle: *mut c_void = std::ptr::null_mut();
-    if let Some(start) = chain::table(D::ABI).and_then(|t| t.start) {
-        if chain_ctx != 0 && chain_mask & event_ty != 0 {
+    if let Some(start) = chain_table.and_then(|t| t.start) {
+        let version = chain::version(D::ABI);
+        if chain_ctx != 0 && core::started_types(chain_mask, version) & event_ty != 0 {
             let mut copy = d;
             copy.reparent(|p| core::event(p as usize).map_or(p, |parent| parent.chain() as *mut c_void));
-            // SAFETY: the chained plugin's startEvent of the same version, with its own
-            // context and a descriptor of NCCL's layout that lives for the call.
-            unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, (&mut copy as *mut D).cast()) };
+            // SAFETY: `copy` is a whole descriptor of version D::ABI; `lookup` chose a version
+            // it converts to.
+            let mut converted = (version != D::ABI)
+                .then(|| unsafe { convert::down((&copy as *const D).cast(), D::ABI, version, event_ty) })
+                .flatten();
+            let descr: *mut c_void = match converted.as_mut() {
+                _ if version == D::ABI => (&mut copy as *mut D).cast(),
+                Some(buf) => buf.as_mut_ptr().cast(),
+                None => std::ptr::null_mut(), // a type the chained plugin's version lacks
+            };
+            if !descr.is_null() {
+                // SAFETY: the chained plugin's startEvent of its version, with its own context
+                // and a descriptor of that version's layout that lives for the call.
+                unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, descr) };
+                chain::fold_mask();
+            }
         }
     }
     let mine = if own_mask & event_ty != 0 {
         shielded(|| {
             // SAFETY: `d` is NCCL's descriptor for this call (see Descr::start).
             let what = unsafe { d.start() };
-            core::start(context as usize, d.parent() as usize, d.rank(), D::ABI, what, chain_handle as usize)
+            let chain = chain_handle as usize;
+            let (ctx, parent) = match (foreign, d.proxy_pid()) {
+                (true, Some(_)) => (0, 0),                // the originating process's context and task
+                (true, None) => (0, d.parent() as usize), // this process's foreign operation
+                (false, _) => (context as usize, d.parent() as usize),
+            };
+            core::start(ctx, parent, d.rank(), D::ABI, what, chain, chain_mask, foreign)
         })
         .unwrap_or(0)
     } else {
@@ -383,9 +458,10 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
 
 fn stop_any(abi: u8, handle: *mut c_void) -> c_int {
     let chained = match core::event(handle as usize) {
-        Some(slot) => {
-            let chained = slot.chain();
-            shielded(|| core::stop(slot));
+        Some(event) => {
+            // Read before the stop, which may free the slot for reuse.
+            let chained = event.chain();
+            shielded(|| core::stop(event));
             chained
         }
         None => handle as usize,
@@ -393,6 +469,7 @@ fn stop_any(abi: u8, handle: *mut c_void) -> c_int {
     if let (Some(stop), true) = (chain::table(abi).and_then(|t| t.stop), chained != 0) {
         // SAFETY: the chained plugin's stopEvent with the handle its startEvent returned.
         unsafe { stop(chained as *mut c_void) };
+        chain::fold_mask();
     }
     SUCCESS
 }
@@ -401,22 +478,23 @@ fn stop_any(abi: u8, handle: *mut c_void) -> c_int {
 /// NCCL's recordEventState arguments: `args` null or the version's state-argument union.
 unsafe fn record_any(abi: u8, handle: *mut c_void, state: c_int, args: *mut c_void) -> c_int {
     let chained = match core::event(handle as usize) {
-        Some(slot) => {
+        Some(event) => {
             shielded(|| {
-                let size = (!args.is_null() && core::takes_trans_size(slot))
+                let size = (!args.is_null() && core::takes_trans_size(event))
                     // SAFETY: in every version the proxyOp (v1–v3) / proxyStep (v4+)
                     // arguments start with `size_t transSize`, and the union is at least
                     // that large.
                     .then(|| unsafe { *(args as *const usize) } as u64);
-                core::state(slot, state, size)
+                core::state(event, state, size)
             });
-            slot.chain()
+            event.chain()
         }
         None => handle as usize,
     };
     if let (Some(record), true) = (chain::table(abi).and_then(|t| t.record), chained != 0) {
         // SAFETY: the chained plugin's recordEventState with its own handle and NCCL's args.
         unsafe { record(chained as *mut c_void, state, args) };
+        chain::fold_mask();
     }
     SUCCESS
 }
@@ -525,11 +603,17 @@ macro_rules! v5_family {
             logfn: *mut c_void,
         ) -> c_int {
             let info = Init { abi: $abi, comm_hash: comm_id, rank };
-            // SAFETY: NCCL's arguments, forwarded unchanged to the chained init.
+            // SAFETY: NCCL's arguments, forwarded to the chained init of the version the
+            // chained plugin has (v4's takes the same arguments in another order).
             unsafe {
                 init_any(context, mask, info, |p, ctx, m| {
-                    let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
-                    init(ctx, comm_id, m, comm_name, n_nodes, nranks, rank, logfn)
+                    if chain::version($abi) == 4 {
+                        let init = std::mem::transmute::<*const c_void, InitV4>(p.init);
+                        init(ctx, m, comm_name, comm_id, n_nodes, nranks, rank, logfn)
+                    } else {
+                        let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
+                        init(ctx, comm_id, m, comm_name, n_nodes, nranks, rank, logfn)
+                    }
                 })
             }
         }
