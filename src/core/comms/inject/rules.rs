@@ -167,7 +167,7 @@ fn comm(value: &str) -> Result<CommSelector, String> {
 }
 
 fn result_code(value: &str) -> Result<i32, String> {
-    (0..=7)
+    (0..=8)
         .find(|&code| result_name(code) == value)
         .or_else(|| value.parse().ok())
         .ok_or(format!("result={value} is not an ncclResult_t name such as ncclSystemError"))
