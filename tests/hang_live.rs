@@ -278,6 +278,7 @@ fn a_stuck_qp_is_named_with_its_rank_instead_of_every_rank_wedged() {
     cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
         .env("NCCL_PROFILER_PLUGIN", library())
         .env("FAKENCCL_PROFILER_VERSION", "7")
+        .env("FAKENCCL_NET_PROFILER", "1")
         .env("SF_WR_TIMEOUT_MS", "200")
         .env("FAKENCCL_QP_STALL_AFTER", "10")
         .env("FAKENCCL_QP_STALL_MS", "600000")

@@ -75,14 +75,24 @@ fn op_func(op: NcclOp) -> u8 {
     }
 }
 
-/// Checks one rank's profiler records against what fakenccl drove for ABI `version`.
-fn check_rank(v: &View, rank: i32, version: u8) {
+/// Channels fakenccl's proxy runs every task on (one proxy operation per channel and peer).
+const CHANNELS: usize = 2;
+
+/// Checks one rank's profiler records against what fakenccl drove for ABI `version`;
+/// `net_profiler`: fakenccl acted as an NCCL built with NET_PROFILER (QP events).
+fn check_rank(v: &View, rank: i32, version: u8, net_profiler: bool) {
     let colls: Vec<&ProfOp> = v.ops.iter().filter(|p| !p.p2p).collect();
     let p2ps: Vec<&ProfOp> = v.ops.iter().filter(|p| p.p2p).collect();
     assert!(colls.len() >= (4 * STEPS) as usize, "{} collectives", colls.len());
     assert_eq!(p2ps.len(), 2 * STEPS as usize, "one send and one recv per step");
-    let seqs: Vec<u64> = colls.iter().map(|p| p.seq).collect();
-    assert_eq!(seqs, (0..colls.len() as u64).collect::<Vec<_>>(), "NCCL seqNumbers, contiguous from 0");
+    // NCCL's seqNumber counts per communicator and per function (comm->seqNumber[func]).
+    let mut by_func: BTreeMap<u8, Vec<u64>> = BTreeMap::new();
+    for c in &colls {
+        by_func.entry(c.func).or_default().push(c.seq);
+    }
+    for (func, seqs) in &by_func {
+        assert_eq!(seqs, &(0..seqs.len() as u64).collect::<Vec<_>>(), "func {func}: contiguous from 0");
+    }
     let hash = colls[0].comm_hash;
     for p in &v.ops {
         assert_eq!((p.abi, p.rank, p.comm_hash), (version, rank, hash), "{p:?}");
@@ -93,27 +103,28 @@ fn check_rank(v: &View, rank: i32, version: u8) {
         assert_eq!((c.algo, c.proto, c.n_channels, c.n_warps), (1, 2, 2, 16), "RING/SIMPLE: {c:?}");
         assert!([0, 2, 4].contains(&c.func), "{c:?}");
     }
-    for p in &p2ps {
-        assert_eq!(p.func, if p.seq % 2 == 0 { 6 } else { 7 }, "send then recv: {p:?}");
+    for (k, p) in p2ps.iter().enumerate() {
+        assert_eq!(p.func, if k % 2 == 0 { 6 } else { 7 }, "send then recv: {p:?}");
         assert_eq!(p.peer, 1 - rank);
     }
 
-    // Two proxy operations (send, recv) per collective and one per point-to-point task,
-    // PROXY_STEPS steps each; IB QP work requests on send steps from v3 on.
+    // One proxy operation per channel and direction per collective, per channel per
+    // point-to-point task, PROXY_STEPS steps each.
     let ops: Vec<&ProfProxy> = v.proxies.iter().filter(|p| p.unit == ProfProxy::OP).collect();
     let steps: Vec<&ProfProxy> = v.proxies.iter().filter(|p| p.unit == ProfProxy::STEP).collect();
-    assert_eq!(ops.len(), 2 * colls.len() + p2ps.len());
+    assert_eq!(ops.len(), CHANNELS * (2 * colls.len() + p2ps.len()));
     assert_eq!(steps.len(), PROXY_STEPS as usize * ops.len());
-    let sends = ops.iter().filter(|p| p.is_send).count();
-    let want_nets = if version >= 3 { sends * PROXY_STEPS as usize } else { 0 };
-    assert_eq!(v.nets.len(), want_nets);
-    for (seq, n) in colls.iter().map(|c| (c.seq, 2)) {
-        let under = ops.iter().filter(|p| p.seq == seq && p.comm_hash == hash).count();
-        // p2p ordinals share numbers with collective seqs; only collectives are counted here
-        assert!(under >= n, "collective {seq} has {under} proxy operations");
+    // Stock NCCL has no QP events; with NET_PROFILER one per step, send and receive, each
+    // stopped twice by NCCL's IB transport and recorded once.
+    let want_nets = if version >= 3 && net_profiler { steps.len() } else { 0 };
+    assert_eq!(v.nets.len(), want_nets, "v{version}");
+    for c in &colls {
+        let under = ops.iter().filter(|p| p.seq == c.seq && p.comm_hash == hash).count();
+        assert!(under >= 2 * CHANNELS, "collective {} has {under} proxy operations", c.seq);
     }
     for op in &ops {
-        assert_eq!((op.n_steps, op.channel, op.step_no), (PROXY_STEPS, 0, -1), "{op:?}");
+        assert_eq!((op.n_steps, op.step_no), (PROXY_STEPS, -1), "{op:?}");
+        assert!((op.channel as usize) < CHANNELS, "{op:?}");
         assert_eq!(op.peer, 1 - rank);
         let want: u32 = match (version, op.is_send) {
             (..=3, true) => 1 << 0 | 1 << 2 | 1 << 3,
@@ -135,34 +146,42 @@ fn check_rank(v: &View, rank: i32, version: u8) {
         assert_eq!(s.transitions as u32, want.count_ones());
         assert!(s.t_states_ns[0] >= s.t_start_ns && s.t_states_ns[1] >= s.t_states_ns[0], "{s:?}");
         assert!((0..PROXY_STEPS).contains(&s.step_no));
+        assert_eq!(s.peer, 1 - rank, "a step inherits its operation's peer: {s:?}");
         if version >= 4 {
             assert!(s.trans_size > 0, "{s:?}");
         }
     }
     let mut wr_ids: Vec<u64> = v.nets.iter().map(|n| n.wr_id).collect();
     wr_ids.sort();
-    assert_eq!(wr_ids, (1..=v.nets.len() as u64).collect::<Vec<_>>());
+    wr_ids.dedup();
+    assert_eq!(wr_ids.len(), v.nets.len(), "one record per work request, though stopped twice");
     for n in &v.nets {
         assert!(n.qp, "{n:?}");
-        assert_eq!((n.plugin_id, n.device, n.qp_num, n.opcode), (1 << 16 | 1, 0, 0x100 + rank, 1), "{n:?}");
-        assert!(n.length > 0);
+        assert_eq!((n.plugin_id, n.device), (1 << 16 | 1, 0), "{n:?}");
+        let send = n.qp_num == 0x100 + rank;
+        assert!(send || n.qp_num == 0x200 + rank, "{n:?}");
+        assert!(send && n.opcode == 1 && n.length > 0 || !send && n.opcode == 0 && n.length == 0, "{n:?}");
         assert_eq!(n.updates, if version >= 4 { 1 } else { 0 });
         assert_eq!(n.comm_hash, hash);
     }
-    // The per-QP aggregates count the same work requests: v1 and v2 have no network-plugin
-    // events, so no QP either.
-    match v.qp_windows.last() {
-        None => assert_eq!((version < 3, v.nets.len()), (true, 0), "v{version} drove work requests"),
-        Some(w) => {
-            assert!(version >= 3);
-            let bytes: u64 = v.nets.iter().map(|n| n.length).sum();
-            let n = v.nets.len() as u64;
-            assert_eq!((w.qp_num, w.device), (0x100 + rank as u32, 0), "{w:?}");
+    // The per-QP aggregates count the same work requests, each completed once: none stays
+    // in flight though NCCL stops every QP event twice.
+    for qp_num in [0x100 + rank as u32, 0x200 + rank as u32] {
+        let Some(w) = v.qp_windows.iter().rev().find(|w| w.qp_num == qp_num) else {
+            assert_eq!(v.nets.len(), 0, "v{version} drove work requests");
+            continue;
+        };
+        {
+            assert!(version >= 3 && net_profiler);
+            let nets: Vec<&ProfNet> = v.nets.iter().filter(|n| n.qp_num as u32 == qp_num).collect();
+            let bytes: u64 = nets.iter().map(|n| n.length).sum();
+            let n = nets.len() as u64;
+            assert_eq!(w.device, 0, "{w:?}");
             assert_eq!(
                 (w.posted, w.completed, w.in_flight, w.bytes_posted, w.bytes_completed),
                 (n, n, 0, bytes, bytes)
             );
-            let timed: u64 = v.qp_windows.iter().map(|w| w.latency_n as u64).sum();
+            let timed: u64 = v.qp_windows.iter().filter(|w| w.qp_num == qp_num).map(|w| w.latency_n as u64).sum();
             assert_eq!(timed, n, "every completion timed from its event's start");
         }
     }
@@ -184,30 +203,54 @@ fn every_version_records_what_nccl_drove_and_results_are_unchanged() {
         for (rank, path) in logs_by_rank(&root, "job").iter().enumerate() {
             let v = view(path);
             assert!(v.calls.is_empty(), "profiler door only: no LD_PRELOAD records");
-            check_rank(&v, rank as i32, version as u8);
+            check_rank(&v, rank as i32, version as u8, false);
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
+
+/// An NCCL built with NET_PROFILER stops every QP event twice (once per polled completion,
+/// once at request completion): each work request is still one completion, none is left
+/// in flight, and a second stop never re-emits a record.
+#[test]
+fn qp_events_stopped_twice_count_once() {
+    for version in [3u32, 4, 7] {
+        let root = log_root(&format!("netprof-v{version}"));
+        run_ok(profiled(&root, "job", version, false).env("FAKENCCL_NET_PROFILER", "1"));
+        for (rank, path) in logs_by_rank(&root, "job").iter().enumerate() {
+            check_rank(&view(path), rank as i32, version as u8, true);
         }
         let _ = std::fs::remove_dir_all(&root);
     }
 }
 
 #[test]
-fn with_both_doors_each_collective_is_one_call_linked_by_sequence_number() {
+fn with_both_doors_each_collective_is_one_call_linked_by_function_ordinal() {
     let root = log_root("both");
     let out = run_ok(&mut profiled(&root, "job", 5, true));
     assert_eq!(checksum(&out), plain_checksum());
     for (rank, path) in logs_by_rank(&root, "job").iter().enumerate() {
         let v = view(path);
-        check_rank(&v, rank as i32, 5);
+        check_rank(&v, rank as i32, 5, false);
         // The LD_PRELOAD door keeps recording each call once; the profiler's task record is
-        // its second view, linked by comm and sequence: NCCL's seqNumber + 1 == comm_seq.
+        // its second view, linked by (communicator, function, per-function ordinal): NCCL's
+        // seqNumber counts per function, the preload door's comm_seq across functions.
         let calls: Vec<&NcclCall> = v.calls.iter().filter(|c| c.op.is_collective()).collect();
         let colls: Vec<&ProfOp> = v.ops.iter().filter(|p| !p.p2p).collect();
         assert_eq!(calls.len(), colls.len());
+        let mut ordinal: BTreeMap<u8, u64> = BTreeMap::new();
         for (call, prof) in calls.iter().zip(&colls) {
-            assert_eq!(prof.seq + 1, call.seq, "{call:?} {prof:?}");
-            assert_eq!((prof.func, prof.count, prof.dtype as i32), (op_func(call.op), call.count, call.dtype));
+            let func = op_func(call.op);
+            let k = ordinal.entry(func).or_default();
+            assert_eq!((prof.func, prof.seq), (func, *k), "{call:?} {prof:?}");
+            *k += 1;
+            assert_eq!((prof.count, prof.dtype as i32), (call.count, call.dtype));
             assert!(call.t_enter_ns <= prof.t_start_ns && prof.t_stop_ns <= call.t_exit_ns, "nested in the call");
         }
+        assert!(
+            calls.iter().zip(&colls).any(|(call, prof)| prof.seq + 1 != call.seq),
+            "several functions: the per-communicator comm_seq is not NCCL's seqNumber + 1"
+        );
         let p2p_calls: Vec<&NcclCall> = v.calls.iter().filter(|c| c.op.is_p2p()).collect();
         let p2ps: Vec<&ProfOp> = v.ops.iter().filter(|p| p.p2p).collect();
         assert_eq!(p2p_calls.len(), p2ps.len());
@@ -247,18 +290,58 @@ fn chain_counts(base: &Path) -> Vec<BTreeMap<String, i64>> {
         .collect()
 }
 
-fn run_chained(version: u32, chain_mask: &str) -> (Vec<View>, Vec<BTreeMap<String, i64>>, Output) {
-    let root = log_root(&format!("chain-v{version}-{chain_mask}"));
+/// How the test plugin runs: its mask, and the environment of the job.
+struct Chain<'a> {
+    version: u32,
+    mask: &'a str,
+    env: &'a [(&'a str, &'a str)],
+}
+
+/// The test plugin's counts per rank, (a) as NCCL's only plugin and (b) chained behind the
+/// door (whose records come back too), with the job's output of each run.
+#[allow(clippy::type_complexity)]
+fn alone_and_chained(
+    c: &Chain,
+) -> ((Vec<BTreeMap<String, i64>>, Output), (Vec<View>, Vec<BTreeMap<String, i64>>, Output)) {
+    let root = log_root(&format!("chain-v{}-{}", c.version, c.mask));
     let plugin = compile_chain_plugin(&root);
-    let counts = root.join("counts");
-    let out = run_ok(
-        profiled(&root, "job", version, false)
-            .env("SF_CHAIN_PROFILER", &plugin)
-            .env("CHAIN_MASK", chain_mask)
-            .env("CHAIN_COUNT_FILE", &counts),
-    );
+    let with_env = |cmd: &mut Command, counts: &Path| {
+        cmd.env("CHAIN_MASK", c.mask).env("CHAIN_COUNT_FILE", counts);
+        for (k, v) in c.env {
+            cmd.env(k, v);
+        }
+    };
+    let alone_counts = root.join("alone");
+    let mut alone = profiled(&root, "alone", c.version, false);
+    alone.env("NCCL_PROFILER_PLUGIN", &plugin);
+    with_env(&mut alone, &alone_counts);
+    let alone_out = run_ok(&mut alone);
+    let chained_counts = root.join("chained");
+    let mut chained = profiled(&root, "job", c.version, false);
+    chained.env("SF_CHAIN_PROFILER", &plugin);
+    with_env(&mut chained, &chained_counts);
+    let chained_out = run_ok(&mut chained);
     let views = logs_by_rank(&root, "job").iter().map(|p| view(p)).collect();
-    (views, chain_counts(&counts), out)
+    ((chain_counts(&alone_counts), alone_out), (views, chain_counts(&chained_counts), chained_out))
+}
+
+/// A chained plugin sees exactly what it sees as NCCL's only plugin: every call, the same
+/// event types (those it asked for and the parents NCCL implies), its own handles and
+/// contexts; the job's results do not change; the door records as without a chain.
+fn same_as_alone(c: &Chain, net_profiler: bool) {
+    let plain = plain_checksum();
+    let ((alone, alone_out), (views, chained, chained_out)) = alone_and_chained(c);
+    let what = format!("v{} mask {} {:?}", c.version, c.mask, c.env);
+    assert_eq!(checksum(&alone_out), plain, "{what}");
+    assert_eq!(checksum(&chained_out), plain, "{what}");
+    assert_eq!(alone.len(), RANKS as usize, "one count file per rank process: {alone:?}");
+    assert_eq!(chained, alone, "{what}: chained vs alone");
+    for (rank, (v, counts)) in views.iter().zip(&chained).enumerate() {
+        check_rank(v, rank as i32, c.version as u8, net_profiler);
+        assert_eq!((counts["init"], counts["finalize"]), (1, 1), "{counts:?}");
+        assert!(counts["start"] > 0 && counts["stop"] >= counts["start"], "{what}: {counts:?}");
+        assert_eq!((counts["bad_parent"], counts["bad_handle"], counts["bad_ctx"]), (0, 0, 0), "{counts:?}");
+    }
 }
 
 /// NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: NCCL looks for the tables among the process's own
@@ -269,47 +352,73 @@ fn static_plugin_finds_the_preloaded_tables() {
     let out = run_ok(profiled(&root, "job", 7, true).env("NCCL_PROFILER_PLUGIN", "STATIC_PLUGIN"));
     assert_eq!(checksum(&out), plain_checksum());
     for (rank, path) in logs_by_rank(&root, "job").iter().enumerate() {
-        check_rank(&view(path), rank as i32, 7);
+        check_rank(&view(path), rank as i32, 7, false);
     }
     let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
 fn a_chained_plugin_receives_every_call_with_its_own_handles() {
-    let plain = plain_checksum();
-    for version in [1u32, 4, 5] {
-        let (views, counts, out) = run_chained(version, "0xff");
-        assert_eq!(checksum(&out), plain, "v{version}: chaining changed the job's results");
-        assert_eq!(counts.len(), RANKS as usize, "one count file per rank process: {counts:?}");
-        for (rank, (v, c)) in views.iter().zip(&counts).enumerate() {
-            check_rank(v, rank as i32, version as u8);
-            // Every event this door recorded, plus one group per task, which only the
-            // chained plugin asked for.
-            let events = v.ops.len() + v.proxies.len() + v.nets.len();
-            let groups = v.ops.len() as i64;
-            let states: i64 = v.proxies.iter().map(|p| p.transitions as i64).sum::<i64>()
-                + v.nets.iter().map(|n| n.updates as i64).sum::<i64>();
-            assert_eq!(c["init"], 1, "v{version} rank {rank}: {c:?}");
-            assert_eq!(c["finalize"], 1, "{c:?}");
-            assert_eq!(c["start"], events as i64 + groups, "{c:?}");
-            assert_eq!(c["stop"], c["start"], "{c:?}");
-            assert_eq!(c["record"], states, "{c:?}");
-            assert_eq!(c["type0"], groups, "{c:?}");
-            assert_eq!(c["type1"], v.ops.iter().filter(|p| !p.p2p).count() as i64);
-            assert_eq!(c["type7"], v.nets.len() as i64);
-            assert_eq!((c["bad_parent"], c["bad_handle"], c["bad_ctx"]), (0, 0, 0), "{c:?}");
-        }
+    for version in [1u32, 4, 5, 6, 7] {
+        same_as_alone(&Chain { version, mask: "0xff", env: &[] }, false);
+    }
+    same_as_alone(&Chain { version: 7, mask: "0xff", env: &[("FAKENCCL_NET_PROFILER", "1")] }, true);
+}
+
+/// NCCL starts the parents of every type in the mask: a plugin asking for collectives only
+/// also gets GroupApi, CollApi and Group events (v5+), or Group events (v4), and must get
+/// them chained too.
+#[test]
+fn a_chained_plugin_sees_the_parents_nccl_implies() {
+    for version in [4u32, 5, 7] {
+        same_as_alone(&Chain { version, mask: "0x2", env: &[] }, false);
+    }
+    let ((alone, _), _) = alone_and_chained(&Chain { version: 6, mask: "0x2", env: &[] });
+    for c in &alone {
+        assert!(c["type8"] > 0 && c["type9"] > 0 && c["type0"] > 0, "GroupApi, CollApi, Group: {c:?}");
+        assert_eq!((c["type3"], c["type4"], c["type10"]), (0, 0, 0), "no proxy, no P2pApi: {c:?}");
     }
 }
 
+/// NVIDIA's example keeps the mask pointer init gives it and writes through it later. The
+/// chained plugin's pointer must stay valid, and its later mask must reach NCCL: here it
+/// adds KernelLaunch (which this door never asks for) and proxy operations.
 #[test]
-fn a_chained_plugin_sees_only_the_types_it_asked_for() {
-    // Collectives only: this door still records everything it asked for.
-    let (views, counts, _) = run_chained(5, "0x2");
-    for (v, c) in views.iter().zip(&counts) {
-        let colls = v.ops.iter().filter(|p| !p.p2p).count() as i64;
-        assert_eq!((c["start"], c["stop"], c["record"]), (colls, colls, 0), "{c:?}");
-        assert_eq!(c["bad_parent"], 0);
-        assert!(!v.proxies.is_empty() && !v.nets.is_empty());
+fn a_chained_plugins_later_mask_reaches_nccl() {
+    for version in [5u32, 7] {
+        same_as_alone(
+            &Chain { version, mask: "0x2", env: &[("CHAIN_MASK_LATER", "0x80a"), ("CHAIN_MASK_AFTER", "12")] },
+            false,
+        );
     }
+    let ((alone, _), _) = alone_and_chained(&Chain {
+        version: 5,
+        mask: "0x2",
+        env: &[("CHAIN_MASK_LATER", "0x80a"), ("CHAIN_MASK_AFTER", "12")],
+    });
+    for c in &alone {
+        assert!(c["type11"] > 0 && c["type3"] > 0, "the later mask took effect: {c:?}");
+    }
+}
+
+/// SF_CHAIN_PROFILER naming this library itself would recurse until the stack overflows:
+/// it is refused with one line, and the door records as usual.
+#[test]
+fn chaining_to_itself_is_refused() {
+    let root = log_root("self-chain");
+    let link = root.join("libsame.so");
+    std::os::unix::fs::symlink(library(), &link).unwrap();
+    for chain in [library(), link] {
+        let out = run_ok(profiled(&root, "job", 7, false).env("SF_CHAIN_PROFILER", &chain));
+        assert_eq!(checksum(&out), plain_checksum());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines = stderr.lines().filter(|l| l.contains("SF_CHAIN_PROFILER")).count();
+        assert!(lines >= 1 && lines <= RANKS as usize, "one line per process: {stderr}");
+        assert!(stderr.contains("libstagefrontier itself"), "{stderr}");
+        for (rank, path) in logs_by_rank(&root, "job").iter().enumerate() {
+            check_rank(&view(path), rank as i32, 7, false);
+        }
+        let _ = std::fs::remove_dir_all(root.join("job"));
+    }
+    let _ = std::fs::remove_dir_all(&root);
 }

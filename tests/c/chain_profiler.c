@@ -2,8 +2,15 @@
  * A minimal NCCL profiler plugin for tests/profiler_plugin.rs, loaded through
  * SF_CHAIN_PROFILER behind libstagefrontier's profiler door. It counts every call, checks
  * that every handle and parent it is given is one of its own, and at exit writes the counts
- * to $CHAIN_COUNT_FILE.<pid>. Exports ncclProfiler_v1, _v4 and _v5 (the three init shapes);
- * the event mask it asks for is $CHAIN_MASK (default 0xff).
+ * to $CHAIN_COUNT_FILE.<pid>. Exports ncclProfiler_v1, _v4, _v5, _v6 and _v7 (the three
+ * init shapes); the event mask it asks for is $CHAIN_MASK (default 0xff).
+ *
+ * As NVIDIA's example plugin does (ext-profiler/example/plugin.c at v2.27.7-1), it calls
+ * the logger NCCL passes to a v4+ init unconditionally, and keeps the activation-mask
+ * pointer from init: with $CHAIN_MASK_LATER=M it writes M through that pointer after its
+ * $CHAIN_MASK_AFTER-th (default 10th) startEvent, as a plugin changing its mask at run time.
+ * The same plugin runs as NCCL's only plugin or chained behind libstagefrontier: the counts
+ * must be the same.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -16,6 +23,8 @@ static atomic_long by_type[16];
 static char arena[1 << 20];
 static atomic_uint next_handle;
 static int context_token;
+static int *volatile mask_ptr;
+typedef void (*logger_t)(int level, unsigned long flags, const char *file, int line, const char *fmt, ...);
 
 static int owns(void *p) { return (char *)p >= arena && (char *)p < arena + sizeof arena; }
 
@@ -28,21 +37,29 @@ static int init_common(void **ctx, int *m) {
     atomic_fetch_add(&n_init, 1);
     *ctx = &context_token;
     *m = mask();
+    mask_ptr = m;
     return 0;
 }
 
+/* NCCL_INFO level 3, NCCL_INIT flag 1, as the example logs its init. */
+static void say_init(void *logfn) { ((logger_t)logfn)(3, 1, __FILE__, __LINE__, "chain-test: init"); }
+
 static int init_v1(void **ctx, int *m) { return init_common(ctx, m); }
 static int init_v4(void **ctx, int *m, const char *name, uint64_t hash, int nnodes, int nranks, int rank, void *logfn) {
-    (void)name, (void)hash, (void)nnodes, (void)nranks, (void)rank, (void)logfn;
+    (void)name, (void)hash, (void)nnodes, (void)nranks, (void)rank;
+    say_init(logfn);
     return init_common(ctx, m);
 }
 static int init_v5(void **ctx, uint64_t id, int *m, const char *name, int nnodes, int nranks, int rank, void *logfn) {
-    (void)id, (void)name, (void)nnodes, (void)nranks, (void)rank, (void)logfn;
+    (void)id, (void)name, (void)nnodes, (void)nranks, (void)rank;
+    say_init(logfn);
     return init_common(ctx, m);
 }
 
 static int start_common(void *ctx, void **handle, uint64_t type, void *parent) {
-    atomic_fetch_add(&n_start, 1);
+    long n = atomic_fetch_add(&n_start, 1) + 1;
+    const char *later = getenv("CHAIN_MASK_LATER"), *after = getenv("CHAIN_MASK_AFTER");
+    if (later && *later && n == (after && *after ? atol(after) : 10)) *mask_ptr = (int)strtol(later, NULL, 0);
     if (ctx != &context_token) atomic_fetch_add(&bad_ctx, 1);
     if (parent && !owns(parent)) atomic_fetch_add(&bad_parent, 1);
     for (int b = 0; b < 16; b++)
@@ -79,6 +96,8 @@ struct table { const char *name; void *init; void *start, *stop, *record, *final
 __attribute__((visibility("default"))) struct table ncclProfiler_v1 = {"chain-test", (void *)init_v1, (void *)start_u8, (void *)stop, (void *)record, (void *)finalize};
 __attribute__((visibility("default"))) struct table ncclProfiler_v4 = {"chain-test", (void *)init_v4, (void *)start_u8, (void *)stop, (void *)record, (void *)finalize};
 __attribute__((visibility("default"))) struct table ncclProfiler_v5 = {"chain-test", (void *)init_v5, (void *)start_u64, (void *)stop, (void *)record, (void *)finalize};
+__attribute__((visibility("default"))) struct table ncclProfiler_v6 = {"chain-test", (void *)init_v5, (void *)start_u64, (void *)stop, (void *)record, (void *)finalize};
+__attribute__((visibility("default"))) struct table ncclProfiler_v7 = {"chain-test", (void *)init_v5, (void *)start_u64, (void *)stop, (void *)record, (void *)finalize};
 
 __attribute__((destructor)) static void report(void) {
     const char *base = getenv("CHAIN_COUNT_FILE");

@@ -44,6 +44,10 @@ pub mod ty {
     pub const COLL_API: u64 = 1 << 9;
     pub const P2P_API: u64 = 1 << 10;
     pub const KERNEL_LAUNCH: u64 = 1 << 11;
+    /// v6+: copy-engine collectives.
+    pub const CE_COLL: u64 = 1 << 12;
+    pub const CE_SYNC: u64 = 1 << 13;
+    pub const CE_BATCH: u64 = 1 << 14;
 }
 
 /// `ncclProfilerEventState_t` values (nccl_profiler.h; v1–v3 use the first 19, numbered
@@ -208,6 +212,36 @@ pub struct Qp {
     pub length: u64,
 }
 
+/// The event types NCCL starts for an activation mask: a type is started when the mask
+/// holds it or any type NCCL makes its descendant (src/plugin/profiler.cc at v2.30.7-1:
+/// `groupApiMask`, `collApiMask`, `p2pApiMask`, and the `enable` masks of the group, task,
+/// proxy-op and proxy-step events). Up to v4 (NCCL 2.26.2) a point-to-point task is not
+/// started for NetPlugin alone.
+pub fn started_types(mask: u64, abi: u8) -> u64 {
+    use ty::*;
+    let below_task = PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN;
+    let p2p_below = if abi <= 4 { PROXY_OP | PROXY_STEP | KERNEL_CH } else { below_task };
+    let ce = CE_COLL | CE_SYNC | CE_BATCH;
+    let enablers: [(u64, u64); 15] = [
+        (GROUP_API, GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH | GROUP | COLL | P2P | below_task | ce),
+        (COLL_API, COLL_API | COLL | below_task | ce),
+        (P2P_API, P2P_API | P2P | below_task),
+        (KERNEL_LAUNCH, KERNEL_LAUNCH),
+        (GROUP, GROUP | COLL | P2P | below_task),
+        (COLL, COLL | below_task),
+        (P2P, P2P | p2p_below),
+        (PROXY_OP, PROXY_OP | PROXY_STEP | NET_PLUGIN),
+        (PROXY_STEP, PROXY_STEP | NET_PLUGIN),
+        (PROXY_CTRL, PROXY_CTRL),
+        (KERNEL_CH, KERNEL_CH),
+        (NET_PLUGIN, NET_PLUGIN),
+        (CE_COLL, ce),
+        (CE_SYNC, CE_SYNC),
+        (CE_BATCH, CE_BATCH),
+    ];
+    enablers.iter().filter(|(_, by)| mask & by != 0).fold(0, |acc, (t, _)| acc | t)
+}
+
 /// The event types this door asks NCCL for.
 pub fn own_mask(kernel_ch: bool) -> u64 {
     ty::COLL | ty::P2P | ty::PROXY_OP | ty::PROXY_STEP | ty::NET_PLUGIN | if kernel_ch { ty::KERNEL_CH } else { 0 }
@@ -225,9 +259,9 @@ pub struct Context {
     rank: AtomicU32,
     /// The chained plugin's own context for this communicator.
     chain: AtomicUsize,
-    /// Event types the chained plugin asked for.
-    chain_mask: AtomicU64,
     own_mask: AtomicU64,
+    /// The chained plugin's mask as NCCL read it at the start of the current API call.
+    chain_mask: AtomicU64,
     p2p_seq: AtomicU64,
 }
 
@@ -239,19 +273,27 @@ impl Context {
             comm_hash: AtomicU64::new(0),
             rank: AtomicU32::new(0),
             chain: AtomicUsize::new(0),
-            chain_mask: AtomicU64::new(0),
             own_mask: AtomicU64::new(0),
+            chain_mask: AtomicU64::new(0),
             p2p_seq: AtomicU64::new(0),
         }
     }
     pub fn chain(&self) -> usize {
         self.chain.load(Ordering::Acquire)
     }
+    pub fn own_mask(&self) -> u64 {
+        self.own_mask.load(Ordering::Acquire)
+    }
+    /// NCCL reads its mask once per API call and the call's tasks and proxy operations keep
+    /// that value (src/plugin/profiler.cc at v2.30.7-1: `ncclProfilerApiState.eActivationMask`
+    /// at the GroupApi event, `task->eActivationMask`, `sub->eActivationMask`): the door
+    /// takes the chained mask at the same points, so a mask changed mid-call applies from
+    /// the next call, as for a plugin alone.
     pub fn chain_mask(&self) -> u64 {
         self.chain_mask.load(Ordering::Acquire)
     }
-    pub fn own_mask(&self) -> u64 {
-        self.own_mask.load(Ordering::Acquire)
+    pub fn set_chain_mask(&self, mask: u64) {
+        self.chain_mask.store(mask, Ordering::Release)
     }
 }
 
@@ -279,8 +321,8 @@ pub fn open_context(abi: u8, comm_hash: u64, rank: i32, own_mask: u64, chain: us
     c.comm_hash.store(comm_hash, Ordering::Relaxed);
     c.rank.store(rank as u32, Ordering::Relaxed);
     c.chain.store(chain, Ordering::Relaxed);
-    c.chain_mask.store(chain_mask, Ordering::Relaxed);
     c.own_mask.store(own_mask, Ordering::Relaxed);
+    c.chain_mask.store(chain_mask, Ordering::Relaxed);
     c.p2p_seq.store(0, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::Release);
     Some(c as *const Context as usize)
@@ -302,6 +344,10 @@ const WORDS: usize = PAYLOAD_CAPACITY / 8;
 /// One in-flight event: its record-to-be (encoded payload words) and its mutable state.
 pub struct Slot {
     busy: AtomicBool,
+    /// `generation << 1 | live`: the generation counts the slot's events, `live` is set from
+    /// start to the first stop. A handle names its slot and the generation's low bits, so a
+    /// second stop, or a stop or state of a stale handle, finds it and does nothing.
+    life: AtomicU32,
     /// When the slot was last freed (ticks); reused only after `GRACE_TICKS`.
     freed_at: AtomicU64,
     /// The event itself plus one per live child.
@@ -310,6 +356,8 @@ pub struct Slot {
     parent: AtomicUsize,
     /// The chained plugin's handle for this event.
     chain: AtomicUsize,
+    /// The chained plugin's mask in force for this event and its descendants.
+    chain_mask: AtomicU64,
     kind: AtomicU32,
     len: AtomicU32,
     words: [AtomicU64; WORDS],
@@ -327,10 +375,12 @@ impl Slot {
     const fn new() -> Slot {
         Slot {
             busy: AtomicBool::new(false),
+            life: AtomicU32::new(0),
             freed_at: AtomicU64::new(0),
             refs: AtomicU32::new(0),
             parent: AtomicUsize::new(0),
             chain: AtomicUsize::new(0),
+            chain_mask: AtomicU64::new(0),
             kind: AtomicU32::new(0),
             len: AtomicU32::new(0),
             words: [const { AtomicU64::new(0) }; WORDS],
@@ -343,18 +393,76 @@ impl Slot {
             sized_states: AtomicBool::new(false),
         }
     }
-
-    pub fn chain(&self) -> usize {
-        self.chain.load(Ordering::Acquire)
-    }
 }
 
 static SLOT_POOL: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 static CURSOR: AtomicUsize = AtomicUsize::new(0);
 
+/// Generations a handle tells apart: its address is the slot's plus `generation % GENS`,
+/// an address inside this library's own pool, so never a chained plugin's pointer.
+const GENS: usize = 64;
+const _: () = assert!(std::mem::size_of::<Slot>() >= GENS);
+
+/// An opaque event handle NCCL holds: a slot and the generation it was started in.
+#[derive(Clone, Copy)]
+pub struct Handle {
+    index: usize,
+    generation: u32,
+}
+
+impl Handle {
+    pub fn slot(&self) -> &'static Slot {
+        &SLOT_POOL[self.index]
+    }
+    /// Whether the slot still holds this handle's event (started, not yet stopped).
+    pub fn live(&self) -> bool {
+        self.slot().life.load(Ordering::Acquire) == live_word(self.generation)
+    }
+    /// Whether the slot was not reused since this handle's event started: its data (the
+    /// chained plugin's handle, the record) is still this event's.
+    fn current(&self) -> bool {
+        self.slot().life.load(Ordering::Acquire) >> 1 == self.generation
+    }
+    /// The chained plugin's mask in force when this event started, while the slot was not
+    /// reused: its descendants keep it, as NCCL's proxy operations keep their task's.
+    pub fn chain_mask(&self) -> Option<u64> {
+        let mask = self.slot().chain_mask.load(Ordering::Acquire);
+        self.current().then_some(mask)
+    }
+    /// The chained plugin's handle for this event while the slot was not reused.
+    pub fn chain(&self) -> usize {
+        let chain = self.slot().chain.load(Ordering::Acquire);
+        if self.current() {
+            chain
+        } else {
+            0
+        }
+    }
+}
+
+fn live_word(generation: u32) -> u32 {
+    generation << 1 | 1
+}
+
 /// The event behind an opaque handle, if it is one of ours (else it is a chained plugin's).
-pub fn event(addr: usize) -> Option<&'static Slot> {
-    index_in(&SLOT_POOL, addr).map(|i| &SLOT_POOL[i])
+/// A handle of ours whose slot was reused since (a stale handle) is still ours: its
+/// generation no longer matches, so nothing acts on it.
+pub fn event(addr: usize) -> Option<Handle> {
+    let base = SLOT_POOL.as_ptr() as usize;
+    let size = std::mem::size_of::<Slot>();
+    let offset = addr.checked_sub(base)?;
+    let (index, low) = (offset / size, offset % size);
+    if index >= SLOTS || low >= GENS {
+        return None;
+    }
+    let now = SLOT_POOL[index].life.load(Ordering::Acquire) >> 1;
+    // The newest generation whose low bits are `low`, not newer than the slot's.
+    let generation = now.wrapping_sub((now as usize).wrapping_sub(low) as u32 % GENS as u32);
+    Some(Handle { index, generation })
+}
+
+fn handle_address(index: usize, generation: u32) -> usize {
+    &SLOT_POOL[index] as *const Slot as usize + generation as usize % GENS
 }
 
 /// Ticks a freed slot stays untouched (about 0.7 to 2 s, TSC or nanoseconds): NCCL stops a
@@ -391,7 +499,7 @@ fn release(mut index: usize) {
 
 /// startEvent. Returns the new event's handle (0: not recorded: not recording, a type this
 /// door leaves alone, or the pool is full). `chain` is the chained plugin's handle.
-pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: usize) -> usize {
+pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: usize, chain_mask: u64) -> usize {
     if matches!(what, Start::Other) || runtime::active().is_none() {
         return 0;
     }
@@ -399,7 +507,8 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     let t_start = now_ticks();
     let slot = &SLOT_POOL[index];
     let context = context(ctx);
-    let parent = index_in(&SLOT_POOL, parent);
+    // A stale parent handle (its slot reused) lends nothing: its data is another event's.
+    let parent = event(parent).filter(Handle::current).map(|h| h.index);
     let (mut comm_hash, mut seq) = (context.map_or(0, |c| c.comm_hash.load(Ordering::Relaxed)), u64::MAX);
     let mut linked = None;
     if let Some(p) = parent {
@@ -510,9 +619,12 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     slot.trans_size.store(0, Ordering::Relaxed);
     slot.sized_states.store(sized_states, Ordering::Relaxed);
     slot.chain.store(chain, Ordering::Relaxed);
+    slot.chain_mask.store(chain_mask, Ordering::Relaxed);
     slot.parent.store(linked.map_or(0, |p| p + 1), Ordering::Relaxed);
-    slot.refs.store(1, Ordering::Release);
-    slot as *const Slot as usize
+    slot.refs.store(1, Ordering::Relaxed);
+    let generation = (slot.life.load(Ordering::Relaxed) >> 1).wrapping_add(1) & (u32::MAX >> 1);
+    slot.life.store(live_word(generation), Ordering::Release);
+    handle_address(index, generation)
 }
 
 fn pending(slot: &Slot) -> Option<RecordBody> {
@@ -525,7 +637,11 @@ fn pending(slot: &Slot) -> Option<RecordBody> {
 }
 
 /// recordEventState. `trans_size` is the `transSize` argument where the event has one.
-pub fn state(slot: &Slot, state: i32, trans_size: Option<u64>) {
+pub fn state(handle: Handle, state: i32, trans_size: Option<u64>) {
+    if !handle.live() {
+        return;
+    }
+    let slot = handle.slot();
     if (0..32).contains(&state) {
         slot.states.fetch_or(1 << state, Ordering::Relaxed);
     }
@@ -539,13 +655,22 @@ pub fn state(slot: &Slot, state: i32, trans_size: Option<u64>) {
 }
 
 /// Whether a recordEventState on this event carries `transSize` in its arguments.
-pub fn takes_trans_size(slot: &Slot) -> bool {
-    slot.sized_states.load(Ordering::Relaxed)
+pub fn takes_trans_size(handle: Handle) -> bool {
+    handle.slot().sized_states.load(Ordering::Relaxed)
 }
 
 /// stopEvent: the record goes to the ring; the slot is reused once its children stopped.
-pub fn stop(slot: &'static Slot) {
+/// Only the first stop of a live handle counts: NCCL's IB transport stops a QP event once
+/// per polled completion and again when the request completes (src/transport/net_ib/p2p.cc
+/// at v2.30.7-1, net_ib.cc at v2.26.2-1), and NCCL may stop handles it never started.
+/// Returns whether this stop ended the event.
+pub fn stop(handle: Handle) -> bool {
     let t_stop = now_ticks();
+    let slot = handle.slot();
+    let live = live_word(handle.generation);
+    if slot.life.compare_exchange(live, live & !1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return false;
+    }
     if let (Some(body), Some(rt)) = (pending(slot), runtime::active()) {
         let states = slot.states.load(Ordering::Relaxed);
         let transitions = slot.transitions.load(Ordering::Relaxed);
@@ -587,9 +712,8 @@ pub fn stop(slot: &'static Slot) {
             }
         }
     }
-    if let Some(i) = index_in(&SLOT_POOL, slot as *const Slot as usize) {
-        release(i);
-    }
+    release(handle.index);
+    true
 }
 
 /// The work-request table's key of a profiler QP event.
@@ -663,8 +787,8 @@ mod tests {
         let x = 5u64;
         assert!(event(&x as *const u64 as usize).is_none());
         assert!(context(0).is_none());
-        let inside = SLOT_POOL.as_ptr() as usize + 1;
-        assert!(event(inside).is_none(), "misaligned");
+        let inside = SLOT_POOL.as_ptr() as usize + GENS;
+        assert!(event(inside).is_none(), "not a handle's address");
     }
 
     #[test]
@@ -681,6 +805,74 @@ mod tests {
         release(child);
         assert!(!SLOT_POOL[parent].busy.load(Ordering::Acquire));
         assert!(!SLOT_POOL[child].busy.load(Ordering::Acquire));
+    }
+
+    /// A slot holding a live event of a new generation, as `start` leaves it.
+    fn started() -> (usize, usize) {
+        let index = claim().unwrap();
+        let slot = &SLOT_POOL[index];
+        slot.refs.store(1, Ordering::Release);
+        let generation = (slot.life.load(Ordering::Relaxed) >> 1) + 1;
+        slot.life.store(live_word(generation), Ordering::Release);
+        (index, handle_address(index, generation))
+    }
+
+    #[test]
+    fn a_second_stop_of_one_handle_does_nothing() {
+        let (index, handle) = started();
+        let event = event(handle).unwrap();
+        assert!(event.live());
+        assert!(stop(event), "the first stop ends the event");
+        assert!(!SLOT_POOL[index].busy.load(Ordering::Acquire));
+        assert!(!stop(event), "NCCL's IB transport stops a QP event twice");
+        assert!(!stop(super::event(handle).unwrap()), "looked up again, still stopped");
+        assert_eq!(SLOT_POOL[index].refs.load(Ordering::Acquire), 0, "released once, not wrapped");
+    }
+
+    #[test]
+    fn a_stale_handle_does_not_touch_the_event_now_in_its_slot() {
+        let (index, old) = started();
+        assert!(stop(event(old).unwrap()));
+        // The slot is reused for a new event (after the grace, here at once).
+        SLOT_POOL[index].busy.store(true, Ordering::Release);
+        SLOT_POOL[index].refs.store(1, Ordering::Release);
+        let generation = (SLOT_POOL[index].life.load(Ordering::Relaxed) >> 1) + 1;
+        SLOT_POOL[index].life.store(live_word(generation), Ordering::Release);
+        let new = handle_address(index, generation);
+        assert_ne!(old, new);
+        let stale = event(old).unwrap();
+        assert!(!stale.live() && stale.chain() == 0);
+        state(stale, 3, Some(7));
+        assert_eq!(SLOT_POOL[index].transitions.load(Ordering::Relaxed), 0, "stale state ignored");
+        assert!(!stop(stale));
+        assert!(event(new).unwrap().live(), "the new event is untouched");
+        assert!(stop(event(new).unwrap()));
+    }
+
+    #[test]
+    fn a_handle_never_started_is_not_stopped() {
+        let index = claim().unwrap();
+        let never = handle_address(index, (SLOT_POOL[index].life.load(Ordering::Relaxed) >> 1) + 5);
+        assert!(!stop(event(never).unwrap()));
+        assert!(SLOT_POOL[index].busy.load(Ordering::Acquire), "the claimed slot is untouched");
+        SLOT_POOL[index].busy.store(false, Ordering::Release);
+    }
+
+    #[test]
+    fn nccl_starts_the_parents_of_every_type_asked_for() {
+        use ty::*;
+        // NVIDIA's example asking for Coll only gets GroupApi, CollApi, Group and Coll.
+        assert_eq!(started_types(COLL, 6), GROUP_API | COLL_API | GROUP | COLL);
+        assert_eq!(started_types(COLL, 4) & (GROUP | COLL), GROUP | COLL);
+        assert_eq!(
+            started_types(PROXY_STEP, 6),
+            GROUP_API | COLL_API | P2P_API | GROUP | COLL | P2P | PROXY_OP | PROXY_STEP
+        );
+        assert_eq!(started_types(NET_PLUGIN, 4) & P2P, 0, "v2.26.2: no p2p task for NetPlugin alone");
+        assert_eq!(started_types(NET_PLUGIN, 5) & P2P, P2P);
+        assert_eq!(started_types(KERNEL_LAUNCH, 5), GROUP_API | KERNEL_LAUNCH);
+        assert_eq!(started_types(PROXY_CTRL, 5), PROXY_CTRL);
+        assert_eq!(started_types(CE_SYNC, 6), GROUP_API | COLL_API | CE_COLL | CE_SYNC);
     }
 
     #[test]

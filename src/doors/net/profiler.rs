@@ -18,7 +18,9 @@
 //! With `SF_CHAIN_PROFILER=path` every call is also forwarded to that plugin's table of the
 //! same version, with the chained plugin's own context and event handles: a descriptor
 //! whose parent is one of this door's events is copied with the parent replaced by the
-//! chained plugin's handle for it. The chained plugin only sees event types it asked for.
+//! chained plugin's handle for it. The chained plugin sees the event types NCCL would start
+//! for its mask alone: those it asked for and their implied parents
+//! (`core::profiler::started_types`).
 
 mod abi;
 mod chain;
@@ -36,7 +38,8 @@ use crate::core::net::profiler::{self as core, ty, Qp, Start};
 use crate::doors::traced::shielded;
 
 const SUCCESS: c_int = 0;
-const NAME: CName = CName(c"stagefrontier".as_ptr());
+const NAME_STR: &std::ffi::CStr = c"stagefrontier";
+const NAME: CName = CName(NAME_STR.as_ptr());
 
 /// What each version's descriptor tells the door; implemented once per layout.
 trait Descr: Copy {
@@ -313,11 +316,11 @@ unsafe fn init_any(
     if context.is_null() || mask.is_null() {
         return SUCCESS;
     }
-    let (mut chain_ctx, mut chain_mask): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
+    let mut chain_ctx: *mut c_void = std::ptr::null_mut();
     let settings = shielded(chain::settings);
     if let Some(plugin) = shielded(|| chain::lookup(info.abi)).flatten() {
-        if !plugin.init.is_null() && chain_init(plugin, &mut chain_ctx, &mut chain_mask) != SUCCESS {
-            (chain_ctx, chain_mask) = (std::ptr::null_mut(), 0);
+        if !plugin.init.is_null() && chain_init(plugin, &mut chain_ctx, chain::chain_mask_slot()) != SUCCESS {
+            chain_ctx = std::ptr::null_mut();
         }
     }
     let recording = shielded(|| runtime::active().is_some()).unwrap_or(false);
@@ -326,7 +329,7 @@ unsafe fn init_any(
     }
     let own = if recording { core::own_mask(settings.is_some_and(|s| s.kernel_ch)) } else { 0 };
     let opened = shielded(|| {
-        core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize, chain_mask as u32 as u64)
+        core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize, chain::chain_mask())
     })
     .flatten();
     let (ctx, own) = match opened {
@@ -334,10 +337,11 @@ unsafe fn init_any(
         // No context left: forward only, with the chained plugin's own context.
         None => (chain_ctx, 0),
     };
+    let chained = !chain_ctx.is_null();
     // SAFETY: NCCL's out-parameters, checked non-null above.
     unsafe {
         *context = ctx;
-        *mask = (own as c_int) | chain_mask;
+        *mask = if chained { chain::set_masks(mask, own) } else { own as c_int };
     }
     SUCCESS
 }
@@ -352,25 +356,40 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     let d = unsafe { *descr };
     let event_ty = d.ty();
     let ours = core::context(context as usize);
-    let (chain_ctx, chain_mask, own_mask) = match ours {
-        Some(c) => (c.chain(), c.chain_mask(), c.own_mask()),
-        None => (context as usize, u64::MAX, 0), // a chained plugin's context (see init_any)
+    let (chain_ctx, own_mask) = match ours {
+        Some(c) => (c.chain(), c.own_mask()),
+        None => (context as usize, 0), // a chained plugin's context (see init_any)
+    };
+    // The chained mask in force: the parent's if it is one of this door's events, else
+    // read afresh where NCCL reads its mask, at an API call's first event (GroupApi from v5,
+    // the Group up to v4; see Context::chain_mask).
+    let call_starts = event_ty == if D::ABI >= 5 { ty::GROUP_API } else { ty::GROUP };
+    let chain_mask = match (core::event(d.parent() as usize).and_then(|p| p.chain_mask()), ours) {
+        (Some(inherited), _) => inherited,
+        (None, Some(c)) if call_starts => {
+            c.set_chain_mask(chain::chain_mask());
+            c.chain_mask()
+        }
+        (None, Some(c)) => c.chain_mask(),
+        (None, None) => chain::chain_mask(),
     };
     let mut chain_handle: *mut c_void = std::ptr::null_mut();
     if let Some(start) = chain::table(D::ABI).and_then(|t| t.start) {
-        if chain_ctx != 0 && chain_mask & event_ty != 0 {
+        if chain_ctx != 0 && core::started_types(chain_mask, D::ABI) & event_ty != 0 {
             let mut copy = d;
             copy.reparent(|p| core::event(p as usize).map_or(p, |parent| parent.chain() as *mut c_void));
             // SAFETY: the chained plugin's startEvent of the same version, with its own
             // context and a descriptor of NCCL's layout that lives for the call.
             unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, (&mut copy as *mut D).cast()) };
+            chain::fold_mask();
         }
     }
     let mine = if own_mask & event_ty != 0 {
         shielded(|| {
             // SAFETY: `d` is NCCL's descriptor for this call (see Descr::start).
             let what = unsafe { d.start() };
-            core::start(context as usize, d.parent() as usize, d.rank(), D::ABI, what, chain_handle as usize)
+            let chain = chain_handle as usize;
+            core::start(context as usize, d.parent() as usize, d.rank(), D::ABI, what, chain, chain_mask)
         })
         .unwrap_or(0)
     } else {
@@ -383,9 +402,10 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
 
 fn stop_any(abi: u8, handle: *mut c_void) -> c_int {
     let chained = match core::event(handle as usize) {
-        Some(slot) => {
-            let chained = slot.chain();
-            shielded(|| core::stop(slot));
+        Some(event) => {
+            // Read before the stop, which may free the slot for reuse.
+            let chained = event.chain();
+            shielded(|| core::stop(event));
             chained
         }
         None => handle as usize,
@@ -393,6 +413,7 @@ fn stop_any(abi: u8, handle: *mut c_void) -> c_int {
     if let (Some(stop), true) = (chain::table(abi).and_then(|t| t.stop), chained != 0) {
         // SAFETY: the chained plugin's stopEvent with the handle its startEvent returned.
         unsafe { stop(chained as *mut c_void) };
+        chain::fold_mask();
     }
     SUCCESS
 }
@@ -401,22 +422,23 @@ fn stop_any(abi: u8, handle: *mut c_void) -> c_int {
 /// NCCL's recordEventState arguments: `args` null or the version's state-argument union.
 unsafe fn record_any(abi: u8, handle: *mut c_void, state: c_int, args: *mut c_void) -> c_int {
     let chained = match core::event(handle as usize) {
-        Some(slot) => {
+        Some(event) => {
             shielded(|| {
-                let size = (!args.is_null() && core::takes_trans_size(slot))
+                let size = (!args.is_null() && core::takes_trans_size(event))
                     // SAFETY: in every version the proxyOp (v1–v3) / proxyStep (v4+)
                     // arguments start with `size_t transSize`, and the union is at least
                     // that large.
                     .then(|| unsafe { *(args as *const usize) } as u64);
-                core::state(slot, state, size)
+                core::state(event, state, size)
             });
-            slot.chain()
+            event.chain()
         }
         None => handle as usize,
     };
     if let (Some(record), true) = (chain::table(abi).and_then(|t| t.record), chained != 0) {
         // SAFETY: the chained plugin's recordEventState with its own handle and NCCL's args.
         unsafe { record(chained as *mut c_void, state, args) };
+        chain::fold_mask();
     }
     SUCCESS
 }

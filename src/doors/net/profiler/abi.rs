@@ -336,19 +336,7 @@ pub union UnionV5 {
     pub net: NetPlugin,
 }
 
-// ----- v6: v5 plus kernel steps and copy-engine collectives --------------------------------
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct KernelStepV6 {
-    pub channel: u8,
-    pub is_send: u8,
-    pub peer: u8,
-    pub step: u32,
-    pub size: u32,
-    pub start_ts: u64,
-    pub ready_ts: u64,
-}
+// ----- v6: v5 plus copy-engine collectives (NCCL 2.29; no kernel-step member exists) -------
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -395,7 +383,6 @@ pub union UnionV6 {
     pub proxy_op: ProxyOp,
     pub proxy_step: ProxyStep,
     pub kernel_ch: KernelChV4,
-    pub kernel_step: KernelStepV6,
     pub net: NetPlugin,
     pub ce_coll: CeCollV6,
     pub ce_sync: CeSync,

@@ -3,9 +3,19 @@
 //! The library is opened once (the first `init`), never closed; for each ABI version the
 //! chained plugin's `ncclProfiler_vN` table is looked up once. A version the chained
 //! plugin lacks is not chained (converting descriptors between versions is not attempted).
+//! A path naming this library itself (same device and inode, or a table that is this
+//! door's own) is refused with one line: chaining to itself would recurse until the stack
+//! overflows.
+//!
+//! The activation mask: NCCL passes every communicator's `init` the address of one global
+//! int (`ncclProfilerEventMask`, src/plugin/profiler.cc at v2.30.7-1) and re-reads it on
+//! every API call. NVIDIA's example plugin keeps that pointer and writes through it later.
+//! So the chained plugin gets the address of a static here that lives as long as the
+//! library, and its later writes are folded into NCCL's mask as soon as the chained
+//! plugin's callback returns, before NCCL reads the mask again.
 
-use std::ffi::{c_void, CString};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::{c_int, c_void, CString};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use super::abi::ForeignPlugin;
 use crate::core::capture::config::Config;
@@ -43,6 +53,16 @@ fn library() -> usize {
     let handle = match settings().chain.as_ref() {
         None => 0,
         Some(path) => {
+            if is_this_library(path) {
+                if LIBRARY.load(Ordering::Acquire) == 0 {
+                    say(&format!(
+                        "SF_CHAIN_PROFILER={} is libstagefrontier itself; not chaining (unset it)",
+                        path.display()
+                    ));
+                }
+                LIBRARY.store(ABSENT, Ordering::Release);
+                return 0;
+            }
             let c_path = CString::new(path.as_os_str().as_encoded_bytes()).ok();
             // SAFETY: dlopen with a NUL-terminated path; the handle is never closed.
             let handle = c_path.map_or(std::ptr::null_mut(), |c| unsafe {
@@ -70,6 +90,11 @@ pub fn lookup(abi: u8) -> Option<&'static ForeignPlugin> {
             // SAFETY: `handle` came from dlopen and stays open; the name is NUL-terminated.
             h => match unsafe { libc::dlsym(h as *mut c_void, symbol.as_ptr()) } as usize {
                 0 => ABSENT,
+                // Another copy of this library (a copied file): its tables are its own door.
+                found if is_own_table(found) => {
+                    say("SF_CHAIN_PROFILER names a copy of libstagefrontier; not chaining");
+                    ABSENT
+                }
                 found => found,
             },
         };
@@ -86,5 +111,82 @@ pub fn table(abi: u8) -> Option<&'static ForeignPlugin> {
         // SAFETY: a non-sentinel value is the address dlsym gave for `ncclProfiler_vN`, a
         // static table in a library that is never unloaded.
         address => Some(unsafe { &*(address as *const ForeignPlugin) }),
+    }
+}
+
+/// Whether `path` is the file this library was loaded from (same device and inode).
+fn is_this_library(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(own) = own_path() else { return false };
+    match (std::fs::metadata(path), std::fs::metadata(own)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// The path the dynamic loader opened this library from.
+fn own_path() -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: Dl_info is plain data; dladdr fills it for an address inside a loaded object.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let here = own_path as fn() -> Option<std::path::PathBuf> as *const c_void;
+    // SAFETY: `here` is this function's address; `info` is valid for writes.
+    if unsafe { libc::dladdr(here, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+}
+
+/// Whether the table at `address` names itself as this door does: this library under
+/// another path, or a copy of it, whose door would chain to itself in turn.
+fn is_own_table(address: usize) -> bool {
+    // SAFETY: `address` is a dlsym result for `ncclProfiler_vN`: a table whose first word is
+    // its name, a NUL-terminated static string (or null).
+    let table = unsafe { &*(address as *const ForeignPlugin) };
+    // SAFETY: as above.
+    !table.name.is_null() && unsafe { std::ffi::CStr::from_ptr(table.name) } == super::NAME_STR
+}
+
+/// The chained plugin's activation mask: its `init` gets this address, for good.
+static CHAIN_MASK: AtomicI32 = AtomicI32::new(0);
+/// NCCL's activation mask (a global in NCCL), from the latest `init`.
+static NCCL_MASK: AtomicPtr<c_int> = AtomicPtr::new(std::ptr::null_mut());
+/// The mask this door asks for itself, and the chained mask last folded into NCCL's.
+static OWN_MASK: AtomicU64 = AtomicU64::new(0);
+static FOLDED: AtomicI32 = AtomicI32::new(0);
+
+/// Where the chained plugin's `init` writes its mask, and may write it again later.
+pub fn chain_mask_slot() -> *mut c_int {
+    CHAIN_MASK.as_ptr()
+}
+
+/// The chained plugin's current mask.
+pub fn chain_mask() -> u64 {
+    CHAIN_MASK.load(Ordering::Relaxed) as u32 as u64
+}
+
+/// After an `init`: the mask NCCL should see is this door's own and the chained one.
+pub fn set_masks(nccl: *mut c_int, own: u64) -> c_int {
+    let chained = CHAIN_MASK.load(Ordering::Relaxed);
+    NCCL_MASK.store(nccl, Ordering::Release);
+    OWN_MASK.store(own, Ordering::Relaxed);
+    FOLDED.store(chained, Ordering::Relaxed);
+    own as c_int | chained
+}
+
+/// After each call into the chained plugin: a mask it changed since reaches NCCL.
+pub fn fold_mask() {
+    let chained = CHAIN_MASK.load(Ordering::Relaxed);
+    if chained == FOLDED.load(Ordering::Relaxed) || FOLDED.swap(chained, Ordering::Relaxed) == chained {
+        return;
+    }
+    let nccl = NCCL_MASK.load(Ordering::Acquire);
+    if !nccl.is_null() {
+        let mask = OWN_MASK.load(Ordering::Relaxed) as c_int | chained;
+        // SAFETY: NCCL's activation mask is a global int of libnccl that outlives every
+        // communicator (see the module comment); NCCL reads it with relaxed atomic loads.
+        unsafe { AtomicI32::from_ptr(nccl) }.store(mask, Ordering::Relaxed);
     }
 }
