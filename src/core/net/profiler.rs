@@ -27,6 +27,7 @@ use crate::core::capture::event::Event;
 use crate::core::capture::runtime;
 use crate::core::log::format::PAYLOAD_CAPACITY;
 use crate::core::log::records::{kind, ProfNet, ProfOp, ProfProxy, RecordBody};
+use crate::core::net::proxy_progress;
 use crate::core::net::work_requests::{self, QpKey, WrSource};
 
 /// `ncclProfile*` event type bits (nccl_profiler.h). The descriptor's `type` is one bit.
@@ -337,7 +338,7 @@ pub fn close_context(addr: usize) {
 // ---------------------------------------------------------------------------------------
 // Events.
 
-const SLOTS: usize = 8192;
+pub(crate) const SLOTS: usize = 8192;
 const SCAN: usize = 256;
 const WORDS: usize = PAYLOAD_CAPACITY / 8;
 
@@ -565,6 +566,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
                     _ => None,
                 })
                 .unwrap_or((false, -1, 0));
+            proxy_progress::step_started(index, comm_hash, channel, is_send, peer);
             RecordBody::ProfProxy(ProfProxy {
                 is_send,
                 peer,
@@ -580,6 +582,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
             if qp.is_some() {
                 // The event's start is the post; its stop, the completion (see `stop`).
                 work_requests::posted(wr_qp(q.device, q.qp_num), q.length, t_start);
+                proxy_progress::qp_events_seen();
             }
             RecordBody::ProfNet(ProfNet {
                 t_start_ns: t_start,
@@ -652,6 +655,7 @@ pub fn state(handle: Handle, state: i32, trans_size: Option<u64>) {
     if let Some(size) = trans_size {
         slot.trans_size.store(size, Ordering::Relaxed);
     }
+    proxy_progress::step_state(handle.index, state, trans_size);
 }
 
 /// Whether a recordEventState on this event carries `transSize` in its arguments.
@@ -712,6 +716,7 @@ pub fn stop(handle: Handle) -> bool {
             }
         }
     }
+    proxy_progress::step_stopped(handle.index);
     release(handle.index);
     true
 }
