@@ -389,3 +389,31 @@ fn receive_qp_events_without_a_length_have_an_unknown_bandwidth_not_zero() {
     assert!(row.contains("unknown") && !row.contains(" 0.000 "), "{row}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn on_stock_nccl_a_slowed_send_link_is_degraded_against_its_peers() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-stock-slow");
+    run_ok(
+        stock_job(&root, 40)
+            .env("SF_WR_WINDOW", "16")
+            .env("SF_WR_TIMEOUT_MS", "2000")
+            .env("FAKENCCL_QP_US", "2000")
+            .env("FAKENCCL_QP_SLOW_AFTER", "120:4")
+            .env("FAKENCCL_QP_RANK", "1"),
+    );
+    let logs = rank_logs(&root, "job");
+    let slowed = net(&logs[1]);
+    let d = slowed.degraded.iter().find(|d| ProxyLink::of(d.source, d.device, d.qp_num).is_some_and(|l| l.is_send));
+    let d = d.unwrap_or_else(|| panic!("rank 1's send link slowed down from its start: {:?}", slowed.degraded));
+    assert!(d.completed > 16 && (d.window_bps as f64) < 0.8 * d.baseline_bps as f64, "{d:?}");
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 4, "degraded, nothing stuck: {json}");
+    let degraded = json["summary"]["degraded_qps"].as_array().unwrap();
+    assert!(!degraded.is_empty(), "{json}");
+    for q in degraded {
+        assert_eq!((q["rank"].as_i64(), q["source"].as_str()), (Some(1), Some("proxy")), "{json}");
+        assert_eq!(q["link"]["direction"], "send", "compared with the other send links: {json}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -253,9 +253,16 @@ fn check_peers(ranks: &mut [RankNet]) {
                 .collect()
         })
         .collect();
+    // Peers do the same work: QPs of the same door, and proxy links of the same direction
+    // (a receive completes when data arrives, a send when the network is done with it).
+    let group = |q: &QpReport| match q.link {
+        Some(l) if l.direction == "send" => "proxy send",
+        Some(_) => "proxy recv",
+        None => q.source,
+    };
     let qps: Vec<peers::Qp> = ranks
         .iter()
-        .flat_map(|r| r.qps.iter().map(move |q| (r.host.as_str(), q.source)))
+        .flat_map(|r| r.qps.iter().map(move |q| (r.host.as_str(), group(q))))
         .zip(samples.iter().zip(&episodes))
         .map(|((host, source), (samples, episodes))| peers::Qp { host, source, samples, episodes })
         .collect();
