@@ -384,7 +384,7 @@ fn receive_qp_events_without_a_length_have_an_unknown_bandwidth_not_zero() {
     let send = qps.iter().find(|q| q["qp_num"] == 0x100).unwrap();
     assert_eq!((recv["bandwidth_known"].as_bool(), send["bandwidth_known"].as_bool()), (Some(false), Some(true)));
     let text = String::from_utf8(sf_net(&root, false).stdout).unwrap();
-    assert!(text.contains("receive bandwidth unknown on 2 QPs"), "{text}");
+    assert!(text.contains("bandwidth unknown on 2 QPs: no completion carried a size"), "{text}");
     let row = text.lines().find(|l| l.contains("0x200")).unwrap();
     assert!(row.contains("unknown") && !row.contains(" 0.000 "), "{row}");
     let _ = std::fs::remove_dir_all(&root);
@@ -414,6 +414,31 @@ fn on_stock_nccl_a_slowed_send_link_is_degraded_against_its_peers() {
     for q in degraded {
         assert_eq!((q["rank"].as_i64(), q["source"].as_str()), (Some(1), Some("proxy")), "{json}");
         assert_eq!(q["link"]["direction"], "send", "compared with the other send links: {json}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn before_profiler_abi_v4_proxy_steps_still_show_a_stall_with_an_unknown_bandwidth() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-stock-v3");
+    // v1-v3 proxy steps carry no transSize: counts and stuck, no bytes.
+    run_ok(
+        stock_job(&root, 6)
+            .env("FAKENCCL_PROFILER_VERSION", "3")
+            .env("SF_WR_TIMEOUT_MS", "200")
+            .env("FAKENCCL_QP_STALL_AFTER", "10")
+            .env("FAKENCCL_QP_STALL_MS", "700")
+            .env("FAKENCCL_QP_RANK", "1"),
+    );
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 3, "{json}");
+    assert_eq!(json["summary"]["stuck_qps"][0]["link"]["direction"], "send", "{json}");
+    for r in json["ranks"].as_array().unwrap() {
+        for q in r["qps"].as_array().unwrap() {
+            assert_eq!((q["source"].as_str(), q["bandwidth_known"].as_bool()), (Some("proxy"), Some(false)), "{q}");
+            assert_eq!(q["window_bps"], 0, "{q}");
+        }
     }
     let _ = std::fs::remove_dir_all(&root);
 }

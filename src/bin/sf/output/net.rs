@@ -87,7 +87,7 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
         if unknown > 0 {
             writeln!(
                 out,
-                "receive bandwidth unknown on {}: NCCL's receive-side QP events carry no length (proxy steps, source proxy, do)",
+                "bandwidth unknown on {}: no completion carried a size (NCCL's receive-side QP events have no length, proxy steps have none before profiler ABI v4)",
                 plural(unknown as u64, "QP")
             )?;
         }
