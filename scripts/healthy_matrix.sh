@@ -49,7 +49,7 @@ start_hogs() {
 run_case() {
   local load=$1 jitter=$2 seed=$3 dir=$root/$1-j$2-s$3
   mkdir -p "$dir"
-  LD_PRELOAD="$lib" NCCL_PROFILER_PLUGIN="$lib" FAKENCCL_PROFILER_VERSION=7 \
+  LD_PRELOAD="$lib" NCCL_PROFILER_PLUGIN="$lib" FAKENCCL_PROFILER_VERSION=7 FAKENCCL_NET_PROFILER=1 \
     SF_LOG_DIR="$dir" SF_JOB_ID=job \
     target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms "$jitter" \
     --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >"$dir/job.out" 2>"$dir/job.err" ||

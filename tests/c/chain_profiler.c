@@ -44,13 +44,13 @@ static int init_common(void **ctx, int *m) {
 /* NCCL_INFO level 3, NCCL_INIT flag 1, as the example logs its init. */
 static void say_init(void *logfn) { ((logger_t)logfn)(3, 1, __FILE__, __LINE__, "chain-test: init"); }
 
-static int init_v1(void **ctx, int *m) { return init_common(ctx, m); }
-static int init_v4(void **ctx, int *m, const char *name, uint64_t hash, int nnodes, int nranks, int rank, void *logfn) {
+__attribute__((unused)) static int init_v1(void **ctx, int *m) { return init_common(ctx, m); }
+__attribute__((unused)) static int init_v4(void **ctx, int *m, const char *name, uint64_t hash, int nnodes, int nranks, int rank, void *logfn) {
     (void)name, (void)hash, (void)nnodes, (void)nranks, (void)rank;
     say_init(logfn);
     return init_common(ctx, m);
 }
-static int init_v5(void **ctx, uint64_t id, int *m, const char *name, int nnodes, int nranks, int rank, void *logfn) {
+__attribute__((unused)) static int init_v5(void **ctx, uint64_t id, int *m, const char *name, int nnodes, int nranks, int rank, void *logfn) {
     (void)id, (void)name, (void)nnodes, (void)nranks, (void)rank;
     say_init(logfn);
     return init_common(ctx, m);
@@ -69,10 +69,10 @@ static int start_common(void *ctx, void **handle, uint64_t type, void *parent) {
 }
 
 /* Every descriptor: type (uint8_t up to v4, uint64_t from v5), then void* parentObj at 8. */
-static int start_u8(void *ctx, void **handle, void *descr) {
+__attribute__((unused)) static int start_u8(void *ctx, void **handle, void *descr) {
     return start_common(ctx, handle, *(uint8_t *)descr, *(void **)((char *)descr + 8));
 }
-static int start_u64(void *ctx, void **handle, void *descr) {
+__attribute__((unused)) static int start_u64(void *ctx, void **handle, void *descr) {
     return start_common(ctx, handle, *(uint64_t *)descr, *(void **)((char *)descr + 8));
 }
 static int stop(void *handle) {
@@ -93,11 +93,26 @@ static int finalize(void *ctx) {
 }
 
 struct table { const char *name; void *init; void *start, *stop, *record, *finalize; };
-__attribute__((visibility("default"))) struct table ncclProfiler_v1 = {"chain-test", (void *)init_v1, (void *)start_u8, (void *)stop, (void *)record, (void *)finalize};
-__attribute__((visibility("default"))) struct table ncclProfiler_v4 = {"chain-test", (void *)init_v4, (void *)start_u8, (void *)stop, (void *)record, (void *)finalize};
-__attribute__((visibility("default"))) struct table ncclProfiler_v5 = {"chain-test", (void *)init_v5, (void *)start_u64, (void *)stop, (void *)record, (void *)finalize};
-__attribute__((visibility("default"))) struct table ncclProfiler_v6 = {"chain-test", (void *)init_v5, (void *)start_u64, (void *)stop, (void *)record, (void *)finalize};
-__attribute__((visibility("default"))) struct table ncclProfiler_v7 = {"chain-test", (void *)init_v5, (void *)start_u64, (void *)stop, (void *)record, (void *)finalize};
+/* -DONLY=N exports ncclProfiler_vN alone, as plugins built for one NCCL do (NVIDIA's NCCL
+ * Inspector exports v5 only). */
+#define EXPORT(N, INIT, START)                                                                                      \
+    __attribute__((visibility("default"))) struct table ncclProfiler_v##N = {"chain-test", (void *)INIT, (void *)START, \
+                                                                            (void *)stop, (void *)record, (void *)finalize};
+#if !defined(ONLY) || ONLY == 1
+EXPORT(1, init_v1, start_u8)
+#endif
+#if !defined(ONLY) || ONLY == 4
+EXPORT(4, init_v4, start_u8)
+#endif
+#if !defined(ONLY) || ONLY == 5
+EXPORT(5, init_v5, start_u64)
+#endif
+#if !defined(ONLY) || ONLY == 6
+EXPORT(6, init_v5, start_u64)
+#endif
+#if !defined(ONLY) || ONLY == 7
+EXPORT(7, init_v5, start_u64)
+#endif
 
 __attribute__((destructor)) static void report(void) {
     const char *base = getenv("CHAIN_COUNT_FILE");

@@ -78,13 +78,15 @@ impl Collector {
             }
             written += 1;
         }
-        let dropped = rt.ring.dropped();
+        let profiler_dropped = crate::core::net::profiler::dropped();
+        let dropped = rt.ring.dropped() + profiler_dropped;
         if dropped != self.drops_written {
             self.writer.set(live::DROPPED_EVENTS, dropped);
             let drops = RecordBody::Drops(Drops {
                 t_ns: now_ticks(),
                 dropped_total: dropped,
                 ring_capacity: rt.ring.capacity() as u64,
+                profiler_dropped,
             });
             self.writer.append(&drops.to_nanoseconds(&rt.calibration));
             self.drops_written = dropped;

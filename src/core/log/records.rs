@@ -180,12 +180,16 @@ pub struct CommCreated {
     pub origin: CommOrigin,
 }
 
-/// Cumulative count of events the hot path dropped because its ring was full.
+/// Cumulative count of events the hot path dropped, every cause together: its ring was
+/// full, or (`profiler_dropped`, a part of the total) the profiler door could not keep an
+/// event because its event pool had no free slot or the communicator had no context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Drops {
     pub t_ns: u64,
     pub dropped_total: u64,
     pub ring_capacity: u64,
+    /// Logs written before this field existed read as 0.
+    pub profiler_dropped: u64,
 }
 
 /// What an `SF_INJECT` rule does.
@@ -450,7 +454,7 @@ impl RecordBody {
                 w.u16(c.origin as u16);
             }
             RecordBody::Drops(d) => {
-                for v in [d.t_ns, d.dropped_total, d.ring_capacity] {
+                for v in [d.t_ns, d.dropped_total, d.ring_capacity, d.profiler_dropped] {
                     w.u64(v);
                 }
             }
@@ -542,9 +546,12 @@ impl RecordBody {
                 key: r.i32()?,
                 origin: CommOrigin::from_u8(r.u16()? as u8)?,
             }),
-            kind::DROPS => {
-                RecordBody::Drops(Drops { t_ns: r.u64()?, dropped_total: r.u64()?, ring_capacity: r.u64()? })
-            }
+            kind::DROPS => RecordBody::Drops(Drops {
+                t_ns: r.u64()?,
+                dropped_total: r.u64()?,
+                ring_capacity: r.u64()?,
+                profiler_dropped: r.u64().unwrap_or(0),
+            }),
             kind::INJECTION => RecordBody::Injection(Injection {
                 action: InjectAction::from_u8(r.u16()? as u8)?,
                 rule: r.u16()?,

@@ -38,7 +38,7 @@ fn every_kind_round_trips() {
             key: -4,
             origin: CommOrigin::Split,
         }),
-        RecordBody::Drops(Drops { t_ns: 9, dropped_total: 100, ring_capacity: 64 }),
+        RecordBody::Drops(Drops { t_ns: 9, dropped_total: 100, ring_capacity: 64, profiler_dropped: 7 }),
         RecordBody::Injection(Injection {
             t_ns: 4,
             action: InjectAction::Hang,

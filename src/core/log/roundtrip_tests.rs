@@ -37,7 +37,7 @@ fn write_log(path: &Path, slot_count: u32, records: u64) -> Calibration {
 }
 
 fn drops(i: u64) -> RecordBody {
-    RecordBody::Drops(Drops { t_ns: i, dropped_total: i * 3, ring_capacity: 64 })
+    RecordBody::Drops(Drops { t_ns: i, dropped_total: i * 3, ring_capacity: 64, profiler_dropped: i })
 }
 
 #[test]

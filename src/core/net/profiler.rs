@@ -5,14 +5,15 @@
 //! Nothing here allocates or blocks once the pools exist (they are statics): a start claims
 //! a free slot with one CAS (bounded scan), a state update is a few atomic stores, a stop
 //! builds one fixed-size record and pushes it into the runtime's ring. A full pool or ring
-//! loses that event (the ring counts drops), never the job's progress.
+//! loses that event, never the job's progress; both are counted (the ring's drops, and
+//! `dropped()` here) and reach the log's dropped count.
 //!
 //! Event lifetimes follow NCCL's hierarchy: a proxy operation's parent is the collective or
 //! point-to-point task, a proxy step's parent is the proxy operation, a network-plugin
 //! event's parent is the proxy step. A child takes a reference on a live parent, so a slot
-//! is freed only after the event *and* its children were stopped, and a freed slot is not
-//! reused for a grace period, because NCCL stops a task when it is enqueued and may start
-//! its proxy operations afterwards. Children inherit the task's communicator hash and
+//! is freed only after the event *and* its children were stopped, and a freed slot is
+//! reused as late as the pool allows (round robin), because NCCL stops a task when it is
+//! enqueued and may start its proxy operations afterwards. Children inherit the task's communicator hash and
 //! sequence number through the parent.
 //!
 //! Facts about the ABI come from NVIDIA/nccl: `src/include/plugin/nccl_profiler.h` (event
@@ -338,8 +339,27 @@ pub fn close_context(addr: usize) {
 // ---------------------------------------------------------------------------------------
 // Events.
 
-pub(crate) const SLOTS: usize = 8192;
+/// In-flight events the pool holds, sized from NCCL's own limits (src/include/device.h at
+/// v2.30.7-1): MAXCHANNELS (64) channels × NCCL_STEPS (8) proxy steps in flight × 2
+/// directions × 2 (a step and its QP event) is 2048 for one peer per channel; 16384 leaves
+/// room for 8 peers per channel at full depth, plus tasks and proxy operations.
+pub(crate) const SLOTS: usize = 16384;
+/// Slots a start looks at for a free one before it counts the event dropped.
 const SCAN: usize = 256;
+
+/// Events the door could not keep (no free slot, or no context for the communicator): the
+/// collector adds them to the log's dropped count and `drops` record.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Events this door lost so far, every cause together.
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// An event of a type this door records started on a communicator it has no context for.
+pub fn dropped_without_context() {
+    DROPPED.fetch_add(1, Ordering::Relaxed);
+}
 const WORDS: usize = PAYLOAD_CAPACITY / 8;
 
 /// One in-flight event: its record-to-be (encoded payload words) and its mutable state.
@@ -349,8 +369,6 @@ pub struct Slot {
     /// start to the first stop. A handle names its slot and the generation's low bits, so a
     /// second stop, or a stop or state of a stale handle, finds it and does nothing.
     life: AtomicU32,
-    /// When the slot was last freed (ticks); reused only after `GRACE_TICKS`.
-    freed_at: AtomicU64,
     /// The event itself plus one per live child.
     refs: AtomicU32,
     /// Parent slot index + 1, 0 for none.
@@ -359,6 +377,8 @@ pub struct Slot {
     chain: AtomicUsize,
     /// The chained plugin's mask in force for this event and its descendants.
     chain_mask: AtomicU64,
+    /// A PXN event: another process's proxy operation, or one of its descendants.
+    foreign: AtomicBool,
     kind: AtomicU32,
     len: AtomicU32,
     words: [AtomicU64; WORDS],
@@ -377,11 +397,11 @@ impl Slot {
         Slot {
             busy: AtomicBool::new(false),
             life: AtomicU32::new(0),
-            freed_at: AtomicU64::new(0),
             refs: AtomicU32::new(0),
             parent: AtomicUsize::new(0),
             chain: AtomicUsize::new(0),
             chain_mask: AtomicU64::new(0),
+            foreign: AtomicBool::new(false),
             kind: AtomicU32::new(0),
             len: AtomicU32::new(0),
             words: [const { AtomicU64::new(0) }; WORDS],
@@ -430,6 +450,10 @@ impl Handle {
         let mask = self.slot().chain_mask.load(Ordering::Acquire);
         self.current().then_some(mask)
     }
+    /// Whether this event is another process's (PXN), while the slot was not reused.
+    pub fn foreign(&self) -> bool {
+        self.slot().foreign.load(Ordering::Acquire) && self.current()
+    }
     /// The chained plugin's handle for this event while the slot was not reused.
     pub fn chain(&self) -> usize {
         let chain = self.slot().chain.load(Ordering::Acquire);
@@ -466,20 +490,26 @@ fn handle_address(index: usize, generation: u32) -> usize {
     &SLOT_POOL[index] as *const Slot as usize + generation as usize % GENS
 }
 
-/// Ticks a freed slot stays untouched (about 0.7 to 2 s, TSC or nanoseconds): NCCL stops a
-/// task when it is enqueued and may start the task's proxy operations after that, naming
-/// the stopped task as their parent; within the grace the parent's data is still there.
-const GRACE_TICKS: u64 = 1 << 31;
-
+/// A free slot, searched round robin from a cursor every start advances: a freed slot is
+/// reused only after the cursor came round (up to SLOTS starts later), so a task NCCL
+/// stopped when it enqueued it still lends its data to the proxy operations NCCL starts
+/// after; when it did get reused, the handle's generation says so (`Handle::current`).
 fn claim() -> Option<usize> {
     let from = CURSOR.fetch_add(1, Ordering::Relaxed);
-    let now = now_ticks();
     (0..SCAN).map(|k| (from + k) % SLOTS).find(|&i| {
         let slot = &SLOT_POOL[i];
         !slot.busy.load(Ordering::Relaxed)
-            && now.wrapping_sub(slot.freed_at.load(Ordering::Relaxed)) >= GRACE_TICKS
             && slot.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     })
+}
+
+/// A free slot, or the event is counted dropped.
+fn claim_or_count() -> Option<usize> {
+    let claimed = claim();
+    if claimed.is_none() {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    claimed
 }
 
 fn release(mut index: usize) {
@@ -489,7 +519,6 @@ fn release(mut index: usize) {
             return;
         }
         let parent = slot.parent.swap(0, Ordering::AcqRel);
-        slot.freed_at.store(now_ticks(), Ordering::Relaxed);
         slot.busy.store(false, Ordering::Release);
         match parent {
             0 => return,
@@ -500,11 +529,21 @@ fn release(mut index: usize) {
 
 /// startEvent. Returns the new event's handle (0: not recorded: not recording, a type this
 /// door leaves alone, or the pool is full). `chain` is the chained plugin's handle.
-pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: usize, chain_mask: u64) -> usize {
+#[allow(clippy::too_many_arguments)]
+pub fn start(
+    ctx: usize,
+    parent: usize,
+    rank: i32,
+    abi: u8,
+    what: Start,
+    chain: usize,
+    chain_mask: u64,
+    foreign: bool,
+) -> usize {
     if matches!(what, Start::Other) || runtime::active().is_none() {
         return 0;
     }
-    let Some(index) = claim() else { return 0 };
+    let Some(index) = claim_or_count() else { return 0 };
     let t_start = now_ticks();
     let slot = &SLOT_POOL[index];
     let context = context(ctx);
@@ -515,7 +554,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     if let Some(p) = parent {
         let p_slot = &SLOT_POOL[p];
         // A live parent is kept alive by this child; a parent already stopped and freed
-        // (within the grace) only lends its data.
+        // (its slot not reused since) only lends its data.
         let alive = p_slot.refs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| (r > 0).then_some(r + 1));
         linked = alive.is_ok().then_some(p);
         comm_hash = p_slot.comm_hash.load(Ordering::Relaxed);
@@ -566,7 +605,8 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
                     _ => None,
                 })
                 .unwrap_or((false, -1, 0));
-            proxy_progress::step_started(index, comm_hash, channel, is_send, peer);
+            // Another process's step (PXN) names a peer of its communicator: not followed.
+            proxy_progress::step_started(index, comm_hash, channel, is_send, if foreign { -1 } else { peer });
             RecordBody::ProfProxy(ProfProxy {
                 is_send,
                 peer,
@@ -623,6 +663,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, abi: u8, what: Start, chain: 
     slot.sized_states.store(sized_states, Ordering::Relaxed);
     slot.chain.store(chain, Ordering::Relaxed);
     slot.chain_mask.store(chain_mask, Ordering::Relaxed);
+    slot.foreign.store(foreign, Ordering::Relaxed);
     slot.parent.store(linked.map_or(0, |p| p + 1), Ordering::Relaxed);
     slot.refs.store(1, Ordering::Relaxed);
     let generation = (slot.life.load(Ordering::Relaxed) >> 1).wrapping_add(1) & (u32::MAX >> 1);
@@ -773,6 +814,9 @@ fn proxy_started(t_start_ns: u64, comm_hash: u64, seq: u64, unit: u8, channel: u
 mod tests {
     use super::*;
 
+    /// Tests that claim slots take it shared; the one that fills the pool, alone.
+    static POOL: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
     #[test]
     fn names_map_to_nccl_numbering() {
         assert_eq!(func_code(b"AllReduce"), 4);
@@ -798,6 +842,7 @@ mod tests {
 
     #[test]
     fn children_keep_their_parent_alive() {
+        let _pool = POOL.read().unwrap_or_else(|e| e.into_inner());
         // Without a runtime nothing is recorded, so exercise the pool directly.
         let parent = claim().unwrap();
         SLOT_POOL[parent].refs.store(1, Ordering::Release);
@@ -824,6 +869,7 @@ mod tests {
 
     #[test]
     fn a_second_stop_of_one_handle_does_nothing() {
+        let _pool = POOL.read().unwrap_or_else(|e| e.into_inner());
         let (index, handle) = started();
         let event = event(handle).unwrap();
         assert!(event.live());
@@ -836,9 +882,10 @@ mod tests {
 
     #[test]
     fn a_stale_handle_does_not_touch_the_event_now_in_its_slot() {
+        let _pool = POOL.read().unwrap_or_else(|e| e.into_inner());
         let (index, old) = started();
         assert!(stop(event(old).unwrap()));
-        // The slot is reused for a new event (after the grace, here at once).
+        // The slot is reused for a new event (after the cursor came round, here at once).
         SLOT_POOL[index].busy.store(true, Ordering::Release);
         SLOT_POOL[index].refs.store(1, Ordering::Release);
         let generation = (SLOT_POOL[index].life.load(Ordering::Relaxed) >> 1) + 1;
@@ -856,6 +903,7 @@ mod tests {
 
     #[test]
     fn a_handle_never_started_is_not_stopped() {
+        let _pool = POOL.read().unwrap_or_else(|e| e.into_inner());
         let index = claim().unwrap();
         let never = handle_address(index, (SLOT_POOL[index].life.load(Ordering::Relaxed) >> 1) + 5);
         assert!(!stop(event(never).unwrap()));
@@ -881,14 +929,32 @@ mod tests {
     }
 
     #[test]
-    fn a_freed_slot_waits_out_the_grace_before_reuse() {
+    fn a_freed_slot_is_reused_only_after_the_cursor_came_round() {
+        let _pool = POOL.read().unwrap_or_else(|e| e.into_inner());
         let freed = claim().unwrap();
         SLOT_POOL[freed].refs.store(1, Ordering::Release);
         release(freed);
-        CURSOR.store(freed, Ordering::Relaxed);
         let next = claim().unwrap();
         assert_ne!(next, freed, "a late child may still read the freed task");
         SLOT_POOL[next].refs.store(1, Ordering::Release);
         release(next);
+    }
+
+    #[test]
+    fn a_full_pool_counts_every_event_it_cannot_keep() {
+        let _alone = POOL.write().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<usize> = (0..SLOTS).filter_map(|_| claim()).collect();
+        assert_eq!(held.len(), SLOTS, "every slot taken");
+        let before = dropped();
+        assert!(claim_or_count().is_none() && claim_or_count().is_none());
+        assert_eq!(dropped() - before, 2, "each lost event counted");
+        for i in held {
+            SLOT_POOL[i].busy.store(false, Ordering::Release);
+        }
+        assert!(claim_or_count().is_some_and(|i| {
+            SLOT_POOL[i].busy.store(false, Ordering::Release);
+            true
+        }));
+        assert_eq!(dropped() - before, 2);
     }
 }

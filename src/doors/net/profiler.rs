@@ -23,7 +23,10 @@
 //! (`core::profiler::started_types`).
 
 mod abi;
+#[cfg(test)]
+mod abi_layout_tests;
 mod chain;
+mod convert;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -53,7 +56,12 @@ trait Descr: Copy {
     /// # Safety
     /// `self` is a descriptor NCCL passed to startEvent, with its pointers still valid.
     unsafe fn start(&self) -> Start;
+    /// A proxy operation's `pid`: the process the operation belongs to.
+    fn proxy_pid(&self) -> Option<i32>;
 }
+
+/// This process's pid, taken at every `init` (never a syscall on the hot path).
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// # Safety
 /// `p` is null or a NUL-terminated string valid for the call.
@@ -105,6 +113,10 @@ macro_rules! head {
         }
         fn rank(&self) -> i32 {
             self.rank
+        }
+        fn proxy_pid(&self) -> Option<i32> {
+            // SAFETY: `ty` names the member NCCL filled.
+            (self.ty as u64 == ty::PROXY_OP).then(|| unsafe { self.u.proxy_op.pid })
         }
     };
 }
@@ -316,6 +328,7 @@ unsafe fn init_any(
     if context.is_null() || mask.is_null() {
         return SUCCESS;
     }
+    PID.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
     let mut chain_ctx: *mut c_void = std::ptr::null_mut();
     let settings = shielded(chain::settings);
     if let Some(plugin) = shielded(|| chain::lookup(info.abi)).flatten() {
@@ -355,10 +368,32 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     // SAFETY: NCCL passes a valid descriptor of this version for the duration of the call.
     let d = unsafe { *descr };
     let event_ty = d.ty();
-    let ours = core::context(context as usize);
+    // PXN: a proxy operation this process runs for another one carries the other process's
+    // pid, context and parent pointers (src/proxy.cc, ncclProfilerAddPidToProxyOp, at
+    // v2.30.7-1), and its steps and network events the same context. Such pointers are
+    // never looked up here (in a forked sibling they may even fall inside this pool); the
+    // events are recorded with no communicator and no sequence number, never another's,
+    // and not forwarded (the chained plugin's context for them lives in the other process).
+    let foreign = d.proxy_pid().is_some_and(|pid| pid as u32 != PID.load(std::sync::atomic::Ordering::Relaxed))
+        || core::event(d.parent() as usize).is_some_and(|p| p.foreign());
+    let ours = if foreign { None } else { core::context(context as usize) };
     let (chain_ctx, own_mask) = match ours {
         Some(c) => (c.chain(), c.own_mask()),
-        None => (context as usize, 0), // a chained plugin's context (see init_any)
+        None if foreign => {
+            let kernel_ch = shielded(chain::settings).is_some_and(|s| s.kernel_ch);
+            let recording = shielded(|| runtime::active().is_some()).unwrap_or(false);
+            (0, if recording { core::own_mask(kernel_ch) } else { 0 })
+        }
+        None => {
+            // A communicator the context pool had no room for: its events are lost to
+            // this door, and counted.
+            shielded(|| {
+                if runtime::active().is_some() && core::own_mask(false) & event_ty != 0 {
+                    core::dropped_without_context();
+                }
+            });
+            (context as usize, 0) // a chained plugin's context (see init_any)
+        }
     };
     // The chained mask in force: the parent's if it is one of this door's events, else
     // read afresh where NCCL reads its mask, at an API call's first event (GroupApi from v5,
@@ -375,13 +410,26 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     };
     let mut chain_handle: *mut c_void = std::ptr::null_mut();
     if let Some(start) = chain::table(D::ABI).and_then(|t| t.start) {
-        if chain_ctx != 0 && core::started_types(chain_mask, D::ABI) & event_ty != 0 {
+        let version = chain::version(D::ABI);
+        if chain_ctx != 0 && core::started_types(chain_mask, version) & event_ty != 0 {
             let mut copy = d;
             copy.reparent(|p| core::event(p as usize).map_or(p, |parent| parent.chain() as *mut c_void));
-            // SAFETY: the chained plugin's startEvent of the same version, with its own
-            // context and a descriptor of NCCL's layout that lives for the call.
-            unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, (&mut copy as *mut D).cast()) };
-            chain::fold_mask();
+            // SAFETY: `copy` is a whole descriptor of version D::ABI; `lookup` chose a version
+            // it converts to.
+            let mut converted = (version != D::ABI)
+                .then(|| unsafe { convert::down((&copy as *const D).cast(), D::ABI, version, event_ty) })
+                .flatten();
+            let descr: *mut c_void = match converted.as_mut() {
+                _ if version == D::ABI => (&mut copy as *mut D).cast(),
+                Some(buf) => buf.as_mut_ptr().cast(),
+                None => std::ptr::null_mut(), // a type the chained plugin's version lacks
+            };
+            if !descr.is_null() {
+                // SAFETY: the chained plugin's startEvent of its version, with its own context
+                // and a descriptor of that version's layout that lives for the call.
+                unsafe { start(chain_ctx as *mut c_void, &mut chain_handle, descr) };
+                chain::fold_mask();
+            }
         }
     }
     let mine = if own_mask & event_ty != 0 {
@@ -389,7 +437,12 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
             // SAFETY: `d` is NCCL's descriptor for this call (see Descr::start).
             let what = unsafe { d.start() };
             let chain = chain_handle as usize;
-            core::start(context as usize, d.parent() as usize, d.rank(), D::ABI, what, chain, chain_mask)
+            let (ctx, parent) = match (foreign, d.proxy_pid()) {
+                (true, Some(_)) => (0, 0),                // the originating process's context and task
+                (true, None) => (0, d.parent() as usize), // this process's foreign operation
+                (false, _) => (context as usize, d.parent() as usize),
+            };
+            core::start(ctx, parent, d.rank(), D::ABI, what, chain, chain_mask, foreign)
         })
         .unwrap_or(0)
     } else {
@@ -547,11 +600,17 @@ macro_rules! v5_family {
             logfn: *mut c_void,
         ) -> c_int {
             let info = Init { abi: $abi, comm_hash: comm_id, rank };
-            // SAFETY: NCCL's arguments, forwarded unchanged to the chained init.
+            // SAFETY: NCCL's arguments, forwarded to the chained init of the version the
+            // chained plugin has (v4's takes the same arguments in another order).
             unsafe {
                 init_any(context, mask, info, |p, ctx, m| {
-                    let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
-                    init(ctx, comm_id, m, comm_name, n_nodes, nranks, rank, logfn)
+                    if chain::version($abi) == 4 {
+                        let init = std::mem::transmute::<*const c_void, InitV4>(p.init);
+                        init(ctx, m, comm_name, comm_id, n_nodes, nranks, rank, logfn)
+                    } else {
+                        let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
+                        init(ctx, comm_id, m, comm_name, n_nodes, nranks, rank, logfn)
+                    }
                 })
             }
         }

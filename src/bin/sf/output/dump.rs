@@ -232,9 +232,15 @@ mod tests {
     #[test]
     fn names_only_where_a_kind_has_ids() {
         let names = LogNames::new(vec![Some("data".into()), None, Some("loss".into())]);
-        let drops = Record { seq: 9, body: RecordBody::Drops(Drops { t_ns: 1, dropped_total: 2, ring_capacity: 16 }) };
+        let drops = Record {
+            seq: 9,
+            body: RecordBody::Drops(Drops { t_ns: 1, dropped_total: 2, ring_capacity: 16, profiler_dropped: 1 }),
+        };
         let json = serde_json::to_string(&DumpLine::new(&drops, &names)).unwrap();
-        assert_eq!(json, r#"{"seq":9,"kind":"drops","t_ns":1,"dropped_total":2,"ring_capacity":16}"#);
+        assert_eq!(
+            json,
+            r#"{"seq":9,"kind":"drops","t_ns":1,"dropped_total":2,"ring_capacity":16,"profiler_dropped":1}"#
+        );
         let value = Record { seq: 3, body: RecordBody::SideValue(SideValue { step: 4, name_id: 2, value: 0.5 }) };
         let json = serde_json::to_string(&DumpLine::new(&value, &names)).unwrap();
         assert_eq!(json, r#"{"seq":3,"kind":"side_value","step":4,"name_id":2,"value":0.5,"name":"loss"}"#);

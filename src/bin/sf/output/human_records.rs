@@ -30,11 +30,12 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) 
             json_name(&c.origin)
         ),
         RecordBody::Drops(d) => format!(
-            "{seq:>8}  {:>12}  {:<12}  dropped_total={} ring_capacity={}",
+            "{seq:>8}  {:>12}  {:<12}  dropped_total={} ring_capacity={} profiler_dropped={}",
             since_start(d.t_ns),
             "drops",
             d.dropped_total,
-            d.ring_capacity
+            d.ring_capacity,
+            d.profiler_dropped
         ),
         RecordBody::Injection(i) => format!(
             "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  {:>8}  action={} rule={} delay_ms={:.3} result={}",

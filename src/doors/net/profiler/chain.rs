@@ -1,8 +1,9 @@
 //! `SF_CHAIN_PROFILER`: another NCCL profiler plugin this door loads and forwards to.
 //!
 //! The library is opened once (the first `init`), never closed; for each ABI version the
-//! chained plugin's `ncclProfiler_vN` table is looked up once. A version the chained
-//! plugin lacks is not chained (converting descriptors between versions is not attempted).
+//! chained plugin's `ncclProfiler_vN` table is looked up once. A plugin that lacks the
+//! version NCCL runs is chained through its newest older version from v4 on, with
+//! descriptors converted (`convert`); with none to convert to, one stderr line says so.
 //! A path naming this library itself (same device and inode, or a table that is this
 //! door's own) is refused with one line: chaining to itself would recurse until the stack
 //! overflows.
@@ -15,7 +16,7 @@
 //! plugin's callback returns, before NCCL reads the mask again.
 
 use std::ffi::{c_int, c_void, CString};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::abi::ForeignPlugin;
 use crate::core::capture::config::Config;
@@ -40,8 +41,32 @@ pub fn settings() -> &'static Settings {
 const ABSENT: usize = 1;
 /// The chained plugin's dlopen handle (never closed), or ABSENT; 0 before the first try.
 static LIBRARY: AtomicUsize = AtomicUsize::new(0);
-/// Per version (index 1..=7): 0 not looked up, ABSENT, or the table's address.
+/// Per version NCCL runs (index 1..=7): 0 not looked up, ABSENT, or the address of the
+/// chained plugin's table used for it.
 static TABLES: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+/// Per version NCCL runs: the version of the chained plugin's table used for it.
+static VERSIONS: [AtomicU8; 8] = [const { AtomicU8::new(0) }; 8];
+
+/// The ABI version of the chained plugin's table for NCCL's `abi` (set by `lookup`).
+#[inline]
+pub fn version(abi: u8) -> u8 {
+    VERSIONS[abi as usize].load(Ordering::Acquire)
+}
+
+/// The chained plugin's `ncclProfiler_v{version}`, if it exports one (not a copy of this door).
+fn symbol(handle: usize, version: u8) -> Option<usize> {
+    let name = CString::new(format!("ncclProfiler_v{version}")).expect("no NUL");
+    // SAFETY: `handle` came from dlopen and stays open; the name is NUL-terminated.
+    match unsafe { libc::dlsym(handle as *mut c_void, name.as_ptr()) } as usize {
+        0 => None,
+        // Another copy of this library (a copied file): its tables are its own door.
+        found if is_own_table(found) => {
+            say("SF_CHAIN_PROFILER names a copy of libstagefrontier; not chaining");
+            None
+        }
+        found => Some(found),
+    }
+}
 
 /// Loaded without a lock: threads racing here each dlopen, which only counts one more
 /// reference to the same never-closed library.
@@ -78,26 +103,33 @@ fn library() -> usize {
     handle
 }
 
-/// The chained plugin's table for `abi`, looked up on first use (from `init`).
+/// The chained plugin's table for `abi`, looked up on first use (from `init`): its own
+/// `ncclProfiler_v{abi}`, else its newest older one that descriptors convert to.
 pub fn lookup(abi: u8) -> Option<&'static ForeignPlugin> {
     let slot = &TABLES[abi as usize];
-    let mut address = slot.load(Ordering::Acquire);
-    if address == 0 {
-        let handle = library();
-        let symbol = CString::new(format!("ncclProfiler_v{abi}")).expect("no NUL");
-        address = match handle {
-            0 => ABSENT,
-            // SAFETY: `handle` came from dlopen and stays open; the name is NUL-terminated.
-            h => match unsafe { libc::dlsym(h as *mut c_void, symbol.as_ptr()) } as usize {
-                0 => ABSENT,
-                // Another copy of this library (a copied file): its tables are its own door.
-                found if is_own_table(found) => {
-                    say("SF_CHAIN_PROFILER names a copy of libstagefrontier; not chaining");
-                    ABSENT
+    if slot.load(Ordering::Acquire) == 0 {
+        let (address, version) = match library() {
+            0 => (ABSENT, 0),
+            handle => {
+                let older = (1..abi).rev().filter(|&v| super::convert::convertible(abi, v));
+                match std::iter::once(abi).chain(older).find_map(|v| symbol(handle, v).map(|a| (a, v))) {
+                    Some(found) => found,
+                    None => {
+                        let exported: Vec<String> =
+                            (1..=7).filter(|&v| symbol(handle, v).is_some()).map(|v| format!("v{v}")).collect();
+                        if !exported.is_empty() {
+                            say(&format!(
+                                "SF_CHAIN_PROFILER: the plugin exports ncclProfiler_{} and NCCL runs v{abi}; \
+                                 no conversion to it, not chaining",
+                                exported.join("/")
+                            ));
+                        }
+                        (ABSENT, 0)
+                    }
                 }
-                found => found,
-            },
+            }
         };
+        VERSIONS[abi as usize].store(version, Ordering::Release);
         slot.store(address, Ordering::Release);
     }
     table(abi)
