@@ -1,7 +1,8 @@
 //! RDMA work requests on real multi-process jobs: sf-trainer-sim over fakenccl, whose
-//! profiler driver posts and completes IB QP work requests through NCCL_PROFILER_PLUGIN=
-//! libstagefrontier.so, healthy, stalled (FAKENCCL_QP_STALL_AFTER) or slowed
-//! (FAKENCCL_QP_SLOW_AFTER); then `sf net` over the logs.
+//! profiler driver posts and completes IB QP work requests (as an NCCL built with
+//! NET_PROFILER, FAKENCCL_NET_PROFILER=1) or only proxy steps (stock NCCL) through
+//! NCCL_PROFILER_PLUGIN=libstagefrontier.so, healthy, stalled (FAKENCCL_QP_STALL_AFTER) or
+//! slowed (FAKENCCL_QP_SLOW_AFTER); then `sf net` over the logs.
 
 mod common;
 
