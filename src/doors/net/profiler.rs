@@ -398,8 +398,11 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
     // The chained mask in force: the parent's if it is one of this door's events, else
     // read afresh where NCCL reads its mask, at an API call's first event (GroupApi from v5,
     // the Group up to v4; see Context::chain_mask).
+    // Without a chained plugin there is nothing to work out.
+    let chain_table = chain::table(D::ABI);
     let call_starts = event_ty == if D::ABI >= 5 { ty::GROUP_API } else { ty::GROUP };
     let chain_mask = match (core::event(d.parent() as usize).and_then(|p| p.chain_mask()), ours) {
+        _ if chain_table.is_none() => 0,
         (Some(inherited), _) => inherited,
         (None, Some(c)) if call_starts => {
             c.set_chain_mask(chain::chain_mask());
@@ -409,7 +412,7 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
         (None, None) => chain::chain_mask(),
     };
     let mut chain_handle: *mut c_void = std::ptr::null_mut();
-    if let Some(start) = chain::table(D::ABI).and_then(|t| t.start) {
+    if let Some(start) = chain_table.and_then(|t| t.start) {
         let version = chain::version(D::ABI);
         if chain_ctx != 0 && core::started_types(chain_mask, version) & event_ty != 0 {
             let mut copy = d;
