@@ -1,7 +1,8 @@
 //! RDMA work requests on real multi-process jobs: sf-trainer-sim over fakenccl, whose
-//! profiler driver posts and completes IB QP work requests through NCCL_PROFILER_PLUGIN=
-//! libstagefrontier.so, healthy, stalled (FAKENCCL_QP_STALL_AFTER) or slowed
-//! (FAKENCCL_QP_SLOW_AFTER); then `sf net` over the logs.
+//! profiler driver posts and completes IB QP work requests (as an NCCL built with
+//! NET_PROFILER, FAKENCCL_NET_PROFILER=1) or only proxy steps (stock NCCL) through
+//! NCCL_PROFILER_PLUGIN=libstagefrontier.so, healthy, stalled (FAKENCCL_QP_STALL_AFTER) or
+//! slowed (FAKENCCL_QP_SLOW_AFTER); then `sf net` over the logs.
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::process::{Command, Output};
 
 use common::*;
 use stagefrontier::core::log::records::{ProfProxy, QpDegraded, QpStuck, QpWindow, RecordBody};
+use stagefrontier::core::net::proxy_progress::ProxyLink;
 use stagefrontier::core::net::work_requests::WrSource;
 
 const RANKS: u32 = 2;
@@ -272,16 +274,172 @@ fn every_qp_slowing_alike_is_slower_than_its_start_not_degraded() {
 fn sf_net_explains_a_job_without_work_requests_and_a_missing_directory() {
     let _serial = one_at_a_time();
     let root = log_root("net-none");
-    // v2 has no network-plugin events: no work requests to count.
-    run_ok(job(&root, 2).env("FAKENCCL_PROFILER_VERSION", "2"));
+    // The preload door alone: NCCL calls, but no profiler plugin, no work requests.
+    run_ok(job(&root, 2).env_remove("NCCL_PROFILER_PLUGIN").env("LD_PRELOAD", library()));
     let out = sf_net(&root, false);
     // Nothing to judge is not "nothing found": 1, as for every command without its evidence.
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("no RDMA work requests recorded") && text.contains("profiler ABI v3+"), "{text}");
+    assert!(text.contains("no RDMA work requests recorded") && text.contains("NET_PROFILER"), "{text}");
     let missing = Command::new(artifact("sf")).args(["net", "/nonexistent/job"]).output().unwrap();
     assert_eq!(missing.status.code(), Some(1));
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("/nonexistent/job") && err.contains("pass the job directory"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Stock NCCL: built without NET_PROFILER, so no QP events; proxy steps only.
+fn stock_job(root: &Path, steps: u32) -> Command {
+    let mut cmd = job(root, steps);
+    cmd.env_remove("FAKENCCL_NET_PROFILER");
+    cmd
+}
+
+#[test]
+fn on_stock_nccl_a_stalled_peer_is_reported_from_proxy_steps_within_the_timeout_and_a_heartbeat() {
+    let _serial = one_at_a_time();
+    const TIMEOUT_MS: u64 = 200;
+    const HEARTBEAT_MS: u64 = 20;
+    let root = log_root("net-stock-stall");
+    let out = run_ok(
+        stock_job(&root, 6)
+            .env("SF_WR_TIMEOUT_MS", TIMEOUT_MS.to_string())
+            .env("SF_HEARTBEAT_MS", HEARTBEAT_MS.to_string())
+            .env("FAKENCCL_QP_STALL_AFTER", "10")
+            .env("FAKENCCL_QP_STALL_MS", "1200")
+            .env("FAKENCCL_QP_RANK", "1"),
+    );
+    let posted_ns = stall_posted_ns(&out);
+    let logs = rank_logs(&root, "job");
+    let (healthy, stalled) = (net(&logs[0]), net(&logs[1]));
+    for n in [&healthy, &stalled] {
+        assert!(n.windows.iter().all(|w| w.source == WrSource::Proxy), "no QP events on stock NCCL");
+        assert!(!n.windows.is_empty(), "proxy steps give every rank its links");
+    }
+    assert!(healthy.stuck.is_empty(), "rank 0 only waited: {:?}", healthy.stuck);
+    assert_eq!(stalled.stuck.len(), 1, "once per episode: {:?}", stalled.stuck);
+    let s = stalled.stuck[0];
+    let link = ProxyLink::of(s.source, s.device, s.qp_num).expect("a proxy link");
+    assert_eq!((link.is_send, link.peer, s.in_flight), (true, 0, 1), "rank 1's send to its ring peer: {s:?}");
+    let detected_after = s.t_ns - posted_ns;
+    // The collector checks every heartbeat: the stall is seen within the timeout and one
+    // heartbeat, plus what a crowded 2-core host adds to a 20 ms sleep.
+    let bound = (TIMEOUT_MS + HEARTBEAT_MS) * 1_000_000;
+    assert!(
+        (TIMEOUT_MS * 1_000_000..=bound + 60_000_000).contains(&detected_after),
+        "stuck reported {detected_after} ns after the stall; timeout {TIMEOUT_MS} ms, heartbeat {HEARTBEAT_MS} ms"
+    );
+    assert!(s.since_ns.abs_diff(posted_ns) < 5_000_000, "the stalled step's post {posted_ns}: {s:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = format!("channel {} send to peer 0 (proxy steps, comm {:#06x})", link.channel, link.comm_tag);
+    assert!(stderr.contains(&said) && stderr.contains("qp_stuck evidence"), "{stderr}");
+
+    // Bytes: a send step's from its SendWait, a receive step's from its RecvFlushWait.
+    for n in [&healthy, &stalled] {
+        let last = |send: bool| {
+            n.windows
+                .iter()
+                .rev()
+                .find(|w| {
+                    ProxyLink::of(w.source, w.device, w.qp_num).is_some_and(|l| l.is_send == send && l.channel == 0)
+                })
+                .copied()
+                .unwrap_or_else(|| panic!("no channel 0 link, send {send}: {:?}", n.windows))
+        };
+        let (send, recv) = (last(true), last(false));
+        assert_eq!((send.in_flight, recv.in_flight), (0, 0));
+        assert!(send.bytes_completed > 0 && send.completed > 0, "{send:?}");
+        assert_eq!(recv.bytes_completed, send.bytes_completed, "the ring moves as much in as out: {recv:?}");
+    }
+
+    let human = sf_net(&root, false);
+    assert_eq!(human.status.code(), Some(3), "stuck evidence is a hang's exit status");
+    let text = String::from_utf8_lossy(&human.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(first.contains(&format!("STUCK: rank 1 {said}")), "{text}");
+    assert!(!text.contains("unknown"), "proxy steps know both directions' bytes: {text}");
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 3);
+    let stuck = &json["summary"]["stuck_qps"];
+    assert_eq!(stuck.as_array().unwrap().len(), 1, "{json}");
+    assert_eq!((stuck[0]["rank"].as_i64(), stuck[0]["source"].as_str()), (Some(1), Some("proxy")));
+    assert_eq!((stuck[0]["link"]["direction"].as_str(), stuck[0]["link"]["peer"].as_u64()), (Some("send"), Some(0)));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn receive_qp_events_without_a_length_have_an_unknown_bandwidth_not_zero() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-recv-unknown");
+    // NET_PROFILER: fakenccl's receive QP (0x200 + rank) reports no lengths, as NCCL's do.
+    run_ok(&mut job(&root, 4));
+    let logs = rank_logs(&root, "job");
+    let n = net(&logs[0]);
+    assert!(n.windows.iter().all(|w| w.source == WrSource::Profiler), "QP events supersede proxy steps");
+    let recv = n.windows.iter().rev().find(|w| w.qp_num == 0x200).expect("a receive QP");
+    assert!(recv.completed > 0 && recv.bytes_completed == 0, "{recv:?}");
+    assert_eq!((recv.window_bps, recv.baseline_bps), (0, 0), "no rate from no bytes: {recv:?}");
+    let (_, json) = sf_net_json(&root);
+    let qps = json["ranks"][0]["qps"].as_array().unwrap();
+    let recv = qps.iter().find(|q| q["qp_num"] == 0x200).unwrap();
+    let send = qps.iter().find(|q| q["qp_num"] == 0x100).unwrap();
+    assert_eq!((recv["bandwidth_known"].as_bool(), send["bandwidth_known"].as_bool()), (Some(false), Some(true)));
+    let text = String::from_utf8(sf_net(&root, false).stdout).unwrap();
+    assert!(text.contains("bandwidth unknown on 2 QPs: no completion carried a size"), "{text}");
+    let row = text.lines().find(|l| l.contains("0x200")).unwrap();
+    assert!(row.contains("unknown") && !row.contains(" 0.000 "), "{row}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn on_stock_nccl_a_slowed_send_link_is_degraded_against_its_peers() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-stock-slow");
+    run_ok(
+        stock_job(&root, 40)
+            .env("SF_WR_WINDOW", "16")
+            .env("SF_WR_TIMEOUT_MS", "2000")
+            .env("FAKENCCL_QP_US", "2000")
+            .env("FAKENCCL_QP_SLOW_AFTER", "120:4")
+            .env("FAKENCCL_QP_RANK", "1"),
+    );
+    let logs = rank_logs(&root, "job");
+    let slowed = net(&logs[1]);
+    let d = slowed.degraded.iter().find(|d| ProxyLink::of(d.source, d.device, d.qp_num).is_some_and(|l| l.is_send));
+    let d = d.unwrap_or_else(|| panic!("rank 1's send link slowed down from its start: {:?}", slowed.degraded));
+    assert!(d.completed > 16 && (d.window_bps as f64) < 0.8 * d.baseline_bps as f64, "{d:?}");
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 4, "degraded, nothing stuck: {json}");
+    let degraded = json["summary"]["degraded_qps"].as_array().unwrap();
+    assert!(!degraded.is_empty(), "{json}");
+    for q in degraded {
+        assert_eq!((q["rank"].as_i64(), q["source"].as_str()), (Some(1), Some("proxy")), "{json}");
+        assert_eq!(q["link"]["direction"], "send", "compared with the other send links: {json}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn before_profiler_abi_v4_proxy_steps_still_show_a_stall_with_an_unknown_bandwidth() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-stock-v3");
+    // v1-v3 proxy steps carry no transSize: counts and stuck, no bytes.
+    run_ok(
+        stock_job(&root, 6)
+            .env("FAKENCCL_PROFILER_VERSION", "3")
+            .env("SF_WR_TIMEOUT_MS", "200")
+            .env("FAKENCCL_QP_STALL_AFTER", "10")
+            .env("FAKENCCL_QP_STALL_MS", "700")
+            .env("FAKENCCL_QP_RANK", "1"),
+    );
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 3, "{json}");
+    assert_eq!(json["summary"]["stuck_qps"][0]["link"]["direction"], "send", "{json}");
+    for r in json["ranks"].as_array().unwrap() {
+        for q in r["qps"].as_array().unwrap() {
+            assert_eq!((q["source"].as_str(), q["bandwidth_known"].as_bool()), (Some("proxy"), Some(false)), "{q}");
+            assert_eq!(q["window_bps"], 0, "{q}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -3,14 +3,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::format::WriterState;
 use stagefrontier::core::log::reader::RankLog;
-use stagefrontier::core::log::records::{CommOrigin, RecordBody};
+use stagefrontier::core::log::records::{CommOrigin, NcclCall, RecordBody};
 
 /// (seq, op, count) of each collective on the world communicator, as one rank saw them.
 fn collective_trace(bodies: &[RecordBody], world: u64) -> Vec<(u64, NcclOp, u64)> {
@@ -26,8 +26,7 @@ fn every_collective_of_every_rank_is_recorded_and_results_are_unchanged() {
     let root = log_root("four-ranks");
     let args = trainer_args(4, 20);
     let with = run_ok(preloaded(&trainer_sim(), &root, "job").args(&args).args(["--p2p"]));
-    let without =
-        run_ok(std::process::Command::new(trainer_sim()).args(&args).args(["--p2p"]).env_remove("LD_PRELOAD"));
+    let without = run_ok(Command::new(trainer_sim()).args(&args).args(["--p2p"]).env_remove("LD_PRELOAD"));
     assert_eq!(checksum(&with), checksum(&without), "the library changed the job's results");
 
     let logs = rank_logs(&root, "job");
@@ -194,4 +193,170 @@ fn a_tiny_ring_drops_and_counts_without_hurting_the_job() {
             "drops are in the data stream"
         );
     }
+}
+
+/// A NcclCall of `op`, the `n`-th (from 0) in the log.
+fn nth_call(calls: &[NcclCall], op: NcclOp, n: usize) -> NcclCall {
+    *calls.iter().filter(|c| c.op == op).nth(n).unwrap_or_else(|| panic!("no {op:?} #{n}"))
+}
+
+#[test]
+fn every_entry_point_since_the_classic_api_is_recorded_and_returns_what_nccl_returns() {
+    let driver = compile_against_fakenccl("nccl_entry_points.c", "sf-nccl-entry-points");
+    let root = log_root("entry-points");
+    let plain = run_ok(Command::new(&driver).env_remove("LD_PRELOAD"));
+    let traced = run_ok(preloaded(&driver, &root, "job").env("RANK", "0").env("WORLD_SIZE", "1"));
+    let plain = String::from_utf8(plain.stdout).unwrap();
+    assert_eq!(String::from_utf8(traced.stdout).unwrap(), plain, "the library changed a result");
+    assert!(plain.contains("rank 2 scalable 0 init 0 shrink 0 grow 0") && plain.contains("new rank grow 0"), "{plain}");
+    assert!(plain.contains("simulated nothing ran, estimate set"), "{plain}");
+
+    let logs = rank_logs(&root, "job");
+    assert_eq!(logs.len(), 1);
+    let bodies = bodies(&logs[0]);
+    let calls = nccl_calls(&bodies);
+    let shown = plain.lines().filter(|l| l.contains(" -> ")).count();
+    let main_thread = calls[0].tid;
+    let main_calls: Vec<_> = calls.iter().filter(|c| c.tid == main_thread).take(shown).collect();
+    let destroys = calls.iter().filter(|c| c.tid == main_thread).skip(shown);
+    assert!(destroys.map(|c| c.op).eq([NcclOp::CommDestroy; 11]), "one record per call the main thread made");
+    let codes: Vec<i32> = plain.lines().filter_map(|l| l.rsplit(" -> ").next()?.parse().ok()).collect();
+    assert_eq!(
+        main_calls.iter().map(|c| c.result).collect::<Vec<_>>(),
+        codes,
+        "recorded results are the returned ones"
+    );
+    let names: Vec<&str> = main_calls.iter().map(|c| c.op.name()).collect();
+    for op in [
+        "allreduce_config",
+        "broadcast_config",
+        "reduce_config",
+        "allgather_config",
+        "reducescatter_config",
+        "alltoall_config",
+        "gather_config",
+        "scatter_config",
+        "gather",
+        "scatter",
+        "group_simulate_end",
+        "comm_get_async_error",
+        "comm_register",
+        "comm_deregister",
+        "comm_window_register",
+        "comm_window_deregister",
+        "put_signal",
+        "signal",
+        "wait_signal",
+        "comm_suspend",
+        "comm_resume",
+        "comm_revoke",
+        "comm_finalize",
+    ] {
+        assert!(names.contains(&op), "{op} was not recorded: {names:?}");
+    }
+    for op in [NcclOp::CommInitRankScalable, NcclOp::CommShrink, NcclOp::CommGrow] {
+        let n = if op == NcclOp::CommInitRankScalable { 3 } else { 2 + (op == NcclOp::CommGrow) as usize };
+        assert_eq!(calls.iter().filter(|c| c.op == op).count(), n, "{op:?} from every rank thread");
+    }
+    // The *Config and Gather/Scatter collectives share the communicator's collective sequence.
+    let gather = nth_call(&calls, NcclOp::Gather, 0);
+    let scatter_config = nth_call(&calls, NcclOp::ScatterConfig, 0);
+    assert_eq!((gather.seq, scatter_config.seq + 1), (scatter_config.seq + 1, gather.seq));
+    assert_eq!((gather.peer, gather.count, gather.dtype), (0, 4, 7));
+
+    // Job-wide ids: every member of a Scalable, Shrink or Grow communicator names it alike.
+    let created = comms_created(&bodies);
+    let of = |origin| created.iter().filter(move |c| c.origin == origin).collect::<Vec<_>>();
+    let scalable = of(CommOrigin::InitRankScalable);
+    assert_eq!(scalable.len(), 3);
+    assert!(scalable.iter().all(|c| c.comm_id == scalable[0].comm_id && c.nranks == 3), "{scalable:?}");
+    let mut ranks: Vec<i32> = scalable.iter().map(|c| c.rank).collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2]);
+    let world: Vec<_> = of(CommOrigin::InitRank).into_iter().filter(|c| c.nranks == 3).collect();
+    assert_eq!(world.len(), 3);
+    assert_ne!(world[0].comm_id, scalable[0].comm_id);
+    let shrunk = of(CommOrigin::Shrink);
+    assert_eq!(shrunk.len(), 2, "ranks 0 and 1 remain");
+    assert_eq!(shrunk[0].comm_id, shrunk[1].comm_id);
+    assert_eq!((shrunk[0].parent_id, shrunk[1].parent_id), (world[0].comm_id, world[0].comm_id));
+    let grown = of(CommOrigin::Grow);
+    assert_eq!(grown.len(), 3);
+    let existing: Vec<_> = grown.iter().filter(|c| c.parent_id != 0).collect();
+    assert_eq!(existing.len(), 2);
+    assert_eq!(existing[0].comm_id, existing[1].comm_id, "existing members agree");
+    assert_eq!(existing[0].parent_id, shrunk[0].comm_id);
+    assert!(grown.iter().all(|c| c.nranks == 3));
+}
+
+#[test]
+fn a_failed_or_simulated_group_end_closes_the_group() {
+    let driver = compile_against_fakenccl("nccl_entry_points.c", "sf-nccl-group-ends");
+    let root = log_root("group-ends");
+    run_ok(preloaded(&driver, &root, "job").env("RANK", "0").env("WORLD_SIZE", "1"));
+    let calls = nccl_calls(&bodies(&rank_logs(&root, "job")[0]));
+    let failed_end = nth_call(&calls, NcclOp::GroupEnd, 0);
+    assert_eq!((failed_end.result, failed_end.group_depth), (4, 1), "the group's failed allreduce fails its end");
+    let after_failed = nth_call(&calls, NcclOp::AllReduce, 1);
+    assert_eq!((after_failed.result, after_failed.group_depth), (0, 0), "the failed ncclGroupEnd closed the group");
+    let simulated = nth_call(&calls, NcclOp::GroupSimulateEnd, 0);
+    assert_eq!((simulated.result, simulated.group_depth), (0, 1));
+    let after_simulated = nth_call(&calls, NcclOp::AllReduce, 3);
+    assert_eq!(after_simulated.group_depth, 0, "ncclGroupSimulateEnd closed the group");
+    let stray_end = nth_call(&calls, NcclOp::GroupEnd, 1);
+    assert_eq!((stray_end.result, stray_end.group_depth), (5, 0), "an end outside any group is ncclInvalidUsage");
+    assert_eq!(nth_call(&calls, NcclOp::AllReduceConfig, 0).group_depth, 0, "and leaves the depth at 0");
+}
+
+#[test]
+fn an_entry_point_missing_from_the_loaded_nccl_is_named() {
+    // An NCCL older than the application's nccl.h: only ncclGetVersion. The program asks
+    // the dynamic linker for ncclCommShrink, as a feature probe does, and finds the hook.
+    let dir = TempDir::new("old-nccl");
+    let lib = dir.join("libnccl.so.2");
+    let source = dir.join("old_nccl.c");
+    std::fs::write(&source, "int ncclGetVersion(int *v) { *v = 22304; return 0; }\n").unwrap();
+    compile_c(&source, &lib, &["-shared", "-fPIC", "-Wl,-soname,libnccl.so.2"]);
+    let program = dir.join("probe.c");
+    std::fs::write(
+        &program,
+        r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+typedef int (*shrink_t)(void *, int *, int, void **, void *, int);
+extern int ncclGetVersion(int *version); /* links the old NCCL in */
+int main(void) {
+    int v = 0;
+    int rc = ncclGetVersion(&v);
+    shrink_t shrink = (shrink_t)dlsym(RTLD_DEFAULT, "ncclCommShrink");
+    printf("version %d -> %d\n", rc, v);
+    if (!shrink) { printf("no ncclCommShrink\n"); return 0; }
+    void *out = 0;
+    printf("shrink -> %d\n", shrink(0, 0, 0, &out, 0, 0));
+    printf("shrink -> %d\n", shrink(0, 0, 0, &out, 0, 0));
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("probe");
+    let rpath = format!("-Wl,-rpath,{}", dir.join("").display());
+    compile_c(&program, &exe, &[lib.to_str().unwrap(), &rpath, "-ldl"]);
+    let root = log_root("missing-symbol");
+    let out = run_ok(preloaded(&exe, &root, "job").env("RANK", "0").env("WORLD_SIZE", "1"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("version 0 -> 22304"), "{stdout}");
+    assert_eq!(
+        stdout.matches("shrink -> 3").count(),
+        2,
+        "ncclInternalError, the code of a failure outside the caller's arguments: {stdout}"
+    );
+    let lines = library_lines(&out);
+    let named: Vec<_> = lines.iter().filter(|l| l.contains("ncclCommShrink")).collect();
+    assert_eq!(named.len(), 1, "one line, once: {lines:?}");
+    assert!(
+        named[0].contains("has no symbol ncclCommShrink") && named[0].contains("libnccl.so.2"),
+        "names the symbol and the library, not 'no NCCL library is loaded': {}",
+        named[0]
+    );
 }

@@ -60,6 +60,32 @@ fn object_base(address: *mut c_void) -> *mut c_void {
     info.dli_fbase
 }
 
+/// The path of the NCCL this process has loaded, if any: a libnccl object by name, or
+/// the object that defines `ncclGetVersion` (NCCL linked in under another name). For
+/// messages only.
+pub fn loaded_nccl_path() -> Option<CString> {
+    let by_name = loaded_objects().into_iter().find(|path| is_libnccl(path));
+    by_name.or_else(|| {
+        // SAFETY: RTLD_NEXT lookup with a NUL-terminated name.
+        let address = unsafe { libc::dlsym(libc::RTLD_NEXT, c"ncclGetVersion".as_ptr()) };
+        if address.is_null() || is_ours(address) {
+            return None;
+        }
+        // SAFETY: Dl_info is plain data that dladdr fills; a zeroed one is valid.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables and writes `info`; dli_fname is a
+        // NUL-terminated string owned by the loader.
+        let found = unsafe { libc::dladdr(address, &mut info) } != 0 && !info.dli_fname.is_null();
+        // SAFETY: see above.
+        found.then(|| unsafe { CStr::from_ptr(info.dli_fname) }.to_owned())
+    })
+}
+
+fn is_libnccl(path: &CStr) -> bool {
+    let file = path.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or_default();
+    file.starts_with(b"libnccl.so")
+}
+
 static NCCL_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// A handle on the libnccl already loaded in this process, if any.
@@ -68,10 +94,7 @@ fn loaded_nccl() -> Option<*mut c_void> {
     if !cached.is_null() {
         return Some(cached);
     }
-    let path = loaded_objects().into_iter().find(|path| {
-        let file = path.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or_default();
-        file.starts_with(b"libnccl.so")
-    })?;
+    let path = loaded_objects().into_iter().find(|path| is_libnccl(path))?;
     // SAFETY: RTLD_NOLOAD only returns a handle on an object already loaded; nothing runs.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
     if handle.is_null() {

@@ -8,9 +8,6 @@ use crate::analysis::log::liveness::Liveness;
 use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::records::NcclCall;
 
-/// `ncclInProgress`: a non-blocking `ncclGroupEnd` that returns it has closed the group.
-const NCCL_IN_PROGRESS: i32 = 7;
-
 pub(super) struct Facts {
     /// How long before the reader's now the instant the log describes is: 0 while the rank
     /// beats, the heartbeat's age once it stopped.
@@ -194,7 +191,10 @@ struct OpenGroup<'a> {
 fn depth_after(call: &NcclCall) -> u16 {
     match call.op {
         NcclOp::GroupStart if call.result == 0 => call.group_depth + 1,
-        NcclOp::GroupEnd if call.result == 0 || call.result == NCCL_IN_PROGRESS => call.group_depth.saturating_sub(1),
+        // NCCL decrements its depth before it checks the group's error (src/group.cc), so
+        // an end that failed has closed the group as well; only an end outside any group
+        // (depth 0) changes nothing.
+        op if op.ends_group() => call.group_depth.saturating_sub(1),
         _ => call.group_depth,
     }
 }
@@ -342,6 +342,11 @@ mod tests {
 
         r.calls.push(group_end(t + 30));
         assert!(Facts::of(&r).waits.is_empty(), "a closed group waits for nothing");
+        r.calls.last_mut().unwrap().result = 4;
+        assert!(Facts::of(&r).waits.is_empty(), "a failed ncclGroupEnd closed the group too (src/group.cc)");
+        r.calls.last_mut().unwrap().op = NcclOp::GroupSimulateEnd;
+        assert!(Facts::of(&r).waits.is_empty(), "ncclGroupSimulateEnd closes a group");
+        r.calls.pop();
         r.calls.truncate(1);
         let f = Facts::of(&r);
         assert!(f.waits.is_empty(), "a group holding no call yet is being built, not waited in");

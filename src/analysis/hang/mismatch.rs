@@ -61,8 +61,11 @@ fn named(name: &'static str, raw: i32) -> FieldValue {
 }
 
 fn value(field: MismatchField, call: &NcclCall) -> Option<FieldValue> {
-    let rooted = matches!(call.op, NcclOp::Broadcast | NcclOp::Bcast | NcclOp::Reduce);
-    let reduces = matches!(call.op, NcclOp::AllReduce | NcclOp::Reduce | NcclOp::ReduceScatter);
+    let rooted = matches!(
+        call.op.plain(),
+        NcclOp::Broadcast | NcclOp::Bcast | NcclOp::Reduce | NcclOp::Gather | NcclOp::Scatter
+    );
+    let reduces = matches!(call.op.plain(), NcclOp::AllReduce | NcclOp::Reduce | NcclOp::ReduceScatter);
     match field {
         MismatchField::Op => Some(FieldValue::Name(call.op.name())),
         MismatchField::Count => Some(FieldValue::Count(call.count)),

@@ -29,7 +29,8 @@ pub struct Episode {
 pub struct Qp<'a> {
     /// Samples of QPs on the same host share a clock; others compare by their whole run.
     pub host: &'a str,
-    /// The door that fed it: peers come from the same one.
+    /// The door that fed it (for proxy links, with their direction): peers come from the
+    /// same one.
     pub source: &'a str,
     pub samples: &'a [Sample],
     pub episodes: &'a [Episode],

@@ -219,7 +219,7 @@ fn register(rt: &'static Runtime, handle: u64, created: CommCreated) -> Option<&
 }
 
 /// How a new communicator relates to the job, as the init hooks know it.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub enum NewComm {
     FromUniqueId(CommOrigin, [u8; 128]),
     /// `ncclCommInitAll`: the `call`-th such call of this process.
@@ -231,6 +231,22 @@ pub enum NewComm {
         color: i32,
         key: i32,
     },
+    /// `ncclCommInitRankScalable`: the id derived from all its unique ids.
+    Scalable {
+        id: u64,
+    },
+    /// `ncclCommShrink` by a remaining member of `parent`.
+    Shrink {
+        parent: u64,
+        excluded: Vec<i32>,
+    },
+    /// `ncclCommGrow` by an existing member of `parent`.
+    GrowExisting {
+        parent: u64,
+        nranks: i32,
+    },
+    /// `ncclCommGrow` by a new rank: it has the root's unique id and no parent.
+    GrowNew([u8; 128]),
 }
 
 /// What a communicator-creating hook must remember before forwarding.
@@ -251,13 +267,29 @@ pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
             (comm_identity::for_init_all(&rt.host, rt.pid, call), 0, CommOrigin::InitAll, -1, -1)
         }
         NewComm::Split { parent, color, key } => {
-            let parent_slot = comm_slot(rt, parent)?;
-            let parent_id = parent_slot.comm_id.load(Ordering::Relaxed);
-            let ordinal = parent_slot.splits.fetch_add(1, Ordering::Relaxed);
+            let (parent_id, ordinal) = child_of(rt, parent)?;
             (comm_identity::for_split(parent_id, ordinal, color), parent_id, CommOrigin::Split, color, key)
         }
+        NewComm::Scalable { id } => (id, 0, CommOrigin::InitRankScalable, -1, -1),
+        NewComm::Shrink { parent, excluded } => {
+            let (parent_id, ordinal) = child_of(rt, parent)?;
+            (comm_identity::for_shrink(parent_id, ordinal, &excluded), parent_id, CommOrigin::Shrink, -1, -1)
+        }
+        NewComm::GrowExisting { parent, nranks } => {
+            let (parent_id, ordinal) = child_of(rt, parent)?;
+            (comm_identity::for_grow(parent_id, ordinal, nranks), parent_id, CommOrigin::Grow, -1, -1)
+        }
+        NewComm::GrowNew(uid) => (comm_identity::from_unique_id(&uid), 0, CommOrigin::Grow, -1, -1),
     };
     Some(PendingComm { id, parent_id, origin, color, key })
+}
+
+/// The parent's job-wide id and the ordinal of the child being made from it: every member
+/// makes its children (splits, shrinks, grows) in the same order, as NCCL's own
+/// `childCount` assumes.
+fn child_of(rt: &'static Runtime, parent: u64) -> Option<(u64, u64)> {
+    let parent_slot = comm_slot(rt, parent)?;
+    Some((parent_slot.comm_id.load(Ordering::Relaxed), parent_slot.splits.fetch_add(1, Ordering::Relaxed)))
 }
 
 /// Numbers `ncclCommInitAll` calls within this process.

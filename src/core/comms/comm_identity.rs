@@ -19,6 +19,29 @@ pub fn from_unique_id(unique_id: &[u8; 128]) -> u64 {
     hash(&[b"uid", unique_id])
 }
 
+/// `ncclCommInitRankScalable`: every rank passes the same `nId` unique ids in the same
+/// order (nccl.h), so all of them hash the same bytes.
+pub fn from_unique_ids(unique_ids: &[[u8; 128]]) -> u64 {
+    let mut parts: Vec<&[u8]> = vec![b"uids"];
+    parts.extend(unique_ids.iter().map(|id| id.as_slice()));
+    hash(&parts)
+}
+
+/// `ncclCommShrink`: the remaining members share the parent, its child ordinal (NCCL
+/// counts splits, shrinks and grows alike in `childCount`) and the excluded ranks, which
+/// every caller passes identically.
+pub fn for_shrink(parent_id: u64, child_ordinal: u64, excluded: &[i32]) -> u64 {
+    let excluded: Vec<u8> = excluded.iter().flat_map(|r| r.to_le_bytes()).collect();
+    hash(&[b"shrink", &parent_id.to_le_bytes(), &child_ordinal.to_le_bytes(), &excluded])
+}
+
+/// `ncclCommGrow` seen from an existing member: the parent, its child ordinal and the new
+/// size. New ranks know only the unique id the root passed them, so they name the grown
+/// communicator by `from_unique_id` instead.
+pub fn for_grow(parent_id: u64, child_ordinal: u64, nranks: i32) -> u64 {
+    hash(&[b"grow", &parent_id.to_le_bytes(), &child_ordinal.to_le_bytes(), &nranks.to_le_bytes()])
+}
+
 /// `ncclCommSplit`: the members of one new communicator share the parent and the color,
 /// and split the parent in the same order, so the parent's split ordinal tells successive
 /// splits apart. The key is not used: it differs per rank (it only orders ranks).
@@ -52,5 +75,12 @@ mod tests {
         assert_ne!(for_split(a, 0, 1), for_split(a, 1, 1));
         assert_eq!(for_split(a, 3, 7), for_split(a, 3, 7));
         assert_ne!(for_unknown("h", 1, 0x1000), for_unknown("h", 2, 0x1000));
+        let other = [7u8; 128];
+        assert_eq!(from_unique_ids(&[uid, other]), from_unique_ids(&[uid, other]));
+        assert_ne!(from_unique_ids(&[uid, other]), from_unique_ids(&[other, uid]));
+        assert_ne!(from_unique_ids(&[uid]), from_unique_id(&uid), "one id through Scalable is another origin");
+        assert_ne!(for_shrink(a, 0, &[2]), for_shrink(a, 0, &[3]));
+        assert_ne!(for_shrink(a, 0, &[2]), for_shrink(a, 1, &[2]));
+        assert_ne!(for_grow(a, 0, 4), for_grow(a, 0, 5));
     }
 }

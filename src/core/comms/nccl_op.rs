@@ -28,10 +28,37 @@ pub enum NcclOp {
     Recv = 24,
     GroupStart = 32,
     GroupEnd = 33,
+    // Entry points wrapped since NCCL 2.32 (issue 10): appended, never renumbered.
+    CommInitRankScalable = 12,
+    CommShrink = 13,
+    CommGrow = 14,
+    CommFinalize = 15,
+    Gather = 25,
+    Scatter = 26,
+    AllReduceConfig = 27,
+    BroadcastConfig = 28,
+    ReduceConfig = 29,
+    AllGatherConfig = 30,
+    ReduceScatterConfig = 31,
+    GroupSimulateEnd = 34,
+    AlltoAllConfig = 35,
+    GatherConfig = 36,
+    ScatterConfig = 37,
+    PutSignal = 38,
+    Signal = 39,
+    WaitSignal = 40,
+    CommGetAsyncError = 41,
+    CommRevoke = 42,
+    CommSuspend = 43,
+    CommResume = 44,
+    CommRegister = 45,
+    CommDeregister = 46,
+    CommWindowRegister = 47,
+    CommWindowDeregister = 48,
 }
 
 impl NcclOp {
-    pub const ALL: [NcclOp; 22] = [
+    pub const ALL: [NcclOp; 48] = [
         NcclOp::GetVersion,
         NcclOp::GetUniqueId,
         NcclOp::CommInitRank,
@@ -54,6 +81,32 @@ impl NcclOp {
         NcclOp::Recv,
         NcclOp::GroupStart,
         NcclOp::GroupEnd,
+        NcclOp::CommInitRankScalable,
+        NcclOp::CommShrink,
+        NcclOp::CommGrow,
+        NcclOp::CommFinalize,
+        NcclOp::Gather,
+        NcclOp::Scatter,
+        NcclOp::AllReduceConfig,
+        NcclOp::BroadcastConfig,
+        NcclOp::ReduceConfig,
+        NcclOp::AllGatherConfig,
+        NcclOp::ReduceScatterConfig,
+        NcclOp::GroupSimulateEnd,
+        NcclOp::AlltoAllConfig,
+        NcclOp::GatherConfig,
+        NcclOp::ScatterConfig,
+        NcclOp::PutSignal,
+        NcclOp::Signal,
+        NcclOp::WaitSignal,
+        NcclOp::CommGetAsyncError,
+        NcclOp::CommRevoke,
+        NcclOp::CommSuspend,
+        NcclOp::CommResume,
+        NcclOp::CommRegister,
+        NcclOp::CommDeregister,
+        NcclOp::CommWindowRegister,
+        NcclOp::CommWindowDeregister,
     ];
 
     pub fn from_u16(raw: u16) -> Option<NcclOp> {
@@ -72,13 +125,46 @@ impl NcclOp {
                 | NcclOp::AllGather
                 | NcclOp::ReduceScatter
                 | NcclOp::AlltoAll
+                | NcclOp::Gather
+                | NcclOp::Scatter
+                | NcclOp::AllReduceConfig
+                | NcclOp::BroadcastConfig
+                | NcclOp::ReduceConfig
+                | NcclOp::AllGatherConfig
+                | NcclOp::ReduceScatterConfig
+                | NcclOp::AlltoAllConfig
+                | NcclOp::GatherConfig
+                | NcclOp::ScatterConfig
         )
     }
 
     /// Point-to-point calls have their own per-communicator sequence, because the two sides
-    /// of a transfer issue different calls.
+    /// of a transfer issue different calls. The one-sided signal calls of 2.29 are
+    /// point-to-point too: one side puts or signals, the other waits.
     pub fn is_p2p(self) -> bool {
-        matches!(self, NcclOp::Send | NcclOp::Recv)
+        matches!(self, NcclOp::Send | NcclOp::Recv | NcclOp::PutSignal | NcclOp::Signal | NcclOp::WaitSignal)
+    }
+
+    /// Closes the calling thread's innermost group, as `ncclGroupEndInternal` does for
+    /// both entry points (NCCL's src/group.cc).
+    pub fn ends_group(self) -> bool {
+        matches!(self, NcclOp::GroupEnd | NcclOp::GroupSimulateEnd)
+    }
+
+    /// The entry point with a trailing `ncclCollConfig_t*` records as its plain
+    /// collective does; this names that collective.
+    pub fn plain(self) -> NcclOp {
+        match self {
+            NcclOp::AllReduceConfig => NcclOp::AllReduce,
+            NcclOp::BroadcastConfig => NcclOp::Broadcast,
+            NcclOp::ReduceConfig => NcclOp::Reduce,
+            NcclOp::AllGatherConfig => NcclOp::AllGather,
+            NcclOp::ReduceScatterConfig => NcclOp::ReduceScatter,
+            NcclOp::AlltoAllConfig => NcclOp::AlltoAll,
+            NcclOp::GatherConfig => NcclOp::Gather,
+            NcclOp::ScatterConfig => NcclOp::Scatter,
+            other => other,
+        }
     }
 
     /// The name operators type (`SF_INJECT`'s `op=`, report columns).
@@ -106,6 +192,32 @@ impl NcclOp {
             NcclOp::Recv => "recv",
             NcclOp::GroupStart => "group_start",
             NcclOp::GroupEnd => "group_end",
+            NcclOp::CommInitRankScalable => "comm_init_rank_scalable",
+            NcclOp::CommShrink => "comm_shrink",
+            NcclOp::CommGrow => "comm_grow",
+            NcclOp::CommFinalize => "comm_finalize",
+            NcclOp::Gather => "gather",
+            NcclOp::Scatter => "scatter",
+            NcclOp::AllReduceConfig => "allreduce_config",
+            NcclOp::BroadcastConfig => "broadcast_config",
+            NcclOp::ReduceConfig => "reduce_config",
+            NcclOp::AllGatherConfig => "allgather_config",
+            NcclOp::ReduceScatterConfig => "reducescatter_config",
+            NcclOp::GroupSimulateEnd => "group_simulate_end",
+            NcclOp::AlltoAllConfig => "alltoall_config",
+            NcclOp::GatherConfig => "gather_config",
+            NcclOp::ScatterConfig => "scatter_config",
+            NcclOp::PutSignal => "put_signal",
+            NcclOp::Signal => "signal",
+            NcclOp::WaitSignal => "wait_signal",
+            NcclOp::CommGetAsyncError => "comm_get_async_error",
+            NcclOp::CommRevoke => "comm_revoke",
+            NcclOp::CommSuspend => "comm_suspend",
+            NcclOp::CommResume => "comm_resume",
+            NcclOp::CommRegister => "comm_register",
+            NcclOp::CommDeregister => "comm_deregister",
+            NcclOp::CommWindowRegister => "comm_window_register",
+            NcclOp::CommWindowDeregister => "comm_window_deregister",
         }
     }
 }
@@ -157,7 +269,8 @@ pub fn redop_name(redop: i32) -> &'static str {
     }
 }
 
-/// `ncclResult_t` names, for reports.
+/// `ncclResult_t` names, for reports: every code nccl.h 2.32 declares (`ncclTimeout`
+/// arrived in 2.30.3).
 pub fn result_name(result: i32) -> &'static str {
     match result {
         0 => "ncclSuccess",
@@ -168,6 +281,7 @@ pub fn result_name(result: i32) -> &'static str {
         5 => "ncclInvalidUsage",
         6 => "ncclRemoteError",
         7 => "ncclInProgress",
+        8 => "ncclTimeout",
         _ => "unknown",
     }
 }
@@ -188,8 +302,25 @@ mod tests {
     fn sequences_split_collectives_from_p2p() {
         let colls = NcclOp::ALL.iter().filter(|op| op.is_collective()).count();
         let p2p = NcclOp::ALL.iter().filter(|op| op.is_p2p()).count();
-        assert_eq!((colls, p2p), (7, 2));
+        assert_eq!((colls, p2p), (17, 5));
         assert!(!NcclOp::GroupEnd.is_collective() && !NcclOp::GroupEnd.is_p2p());
+        assert!(NcclOp::GroupSimulateEnd.ends_group() && !NcclOp::GroupStart.ends_group());
+        assert_eq!(NcclOp::ScatterConfig.plain(), NcclOp::Scatter);
+    }
+
+    #[test]
+    fn discriminants_and_names_are_unique() {
+        let codes: std::collections::BTreeSet<u16> = NcclOp::ALL.iter().map(|op| *op as u16).collect();
+        let names: std::collections::BTreeSet<&str> = NcclOp::ALL.iter().map(|op| op.name()).collect();
+        assert_eq!((codes.len(), names.len()), (NcclOp::ALL.len(), NcclOp::ALL.len()));
+    }
+
+    #[test]
+    fn every_result_code_of_nccl_2_32_has_its_name() {
+        let names: Vec<&str> = (0..=8).map(result_name).collect();
+        assert_eq!(names[8], "ncclTimeout");
+        assert!(names.iter().all(|n| n.starts_with("nccl")), "{names:?}");
+        assert_eq!(result_name(9), "unknown", "ncclNumResults is a count, not a result");
     }
 
     #[test]

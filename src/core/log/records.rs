@@ -139,13 +139,28 @@ pub enum CommOrigin {
     Split = 4,
     /// First seen in a call, created by an entry point the library does not wrap.
     Unknown = 5,
+    /// `ncclCommInitRankScalable` (2.23.4): one or more unique ids.
+    InitRankScalable = 6,
+    /// `ncclCommShrink` (2.27.3): a parent less its excluded ranks.
+    Shrink = 7,
+    /// `ncclCommGrow` (2.29.2): a parent plus new ranks.
+    Grow = 8,
 }
 
 impl CommOrigin {
     fn from_u8(raw: u8) -> Option<CommOrigin> {
-        [Self::InitRank, Self::InitRankConfig, Self::InitAll, Self::Split, Self::Unknown]
-            .into_iter()
-            .find(|o| *o as u8 == raw)
+        [
+            Self::InitRank,
+            Self::InitRankConfig,
+            Self::InitAll,
+            Self::Split,
+            Self::Unknown,
+            Self::InitRankScalable,
+            Self::Shrink,
+            Self::Grow,
+        ]
+        .into_iter()
+        .find(|o| *o as u8 == raw)
     }
 }
 

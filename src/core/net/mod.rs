@@ -4,6 +4,7 @@
 
 pub mod port_counters;
 pub mod profiler;
+pub mod proxy_progress;
 pub mod qp_monitor;
 pub mod verbs;
 pub mod work_requests;

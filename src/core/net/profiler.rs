@@ -28,6 +28,7 @@ use crate::core::capture::event::Event;
 use crate::core::capture::runtime;
 use crate::core::log::format::PAYLOAD_CAPACITY;
 use crate::core::log::records::{kind, ProfNet, ProfOp, ProfProxy, RecordBody};
+use crate::core::net::proxy_progress;
 use crate::core::net::work_requests::{self, QpKey, WrSource};
 
 /// `ncclProfile*` event type bits (nccl_profiler.h). The descriptor's `type` is one bit.
@@ -342,7 +343,7 @@ pub fn close_context(addr: usize) {
 /// v2.30.7-1): MAXCHANNELS (64) channels × NCCL_STEPS (8) proxy steps in flight × 2
 /// directions × 2 (a step and its QP event) is 2048 for one peer per channel; 16384 leaves
 /// room for 8 peers per channel at full depth, plus tasks and proxy operations.
-const SLOTS: usize = 16384;
+pub(crate) const SLOTS: usize = 16384;
 /// Slots a start looks at for a free one before it counts the event dropped.
 const SCAN: usize = 256;
 
@@ -604,6 +605,8 @@ pub fn start(
                     _ => None,
                 })
                 .unwrap_or((false, -1, 0));
+            // Another process's step (PXN) names a peer of its communicator: not followed.
+            proxy_progress::step_started(index, comm_hash, channel, is_send, if foreign { -1 } else { peer });
             RecordBody::ProfProxy(ProfProxy {
                 is_send,
                 peer,
@@ -619,6 +622,7 @@ pub fn start(
             if qp.is_some() {
                 // The event's start is the post; its stop, the completion (see `stop`).
                 work_requests::posted(wr_qp(q.device, q.qp_num), q.length, t_start);
+                proxy_progress::qp_events_seen();
             }
             RecordBody::ProfNet(ProfNet {
                 t_start_ns: t_start,
@@ -692,6 +696,7 @@ pub fn state(handle: Handle, state: i32, trans_size: Option<u64>) {
     if let Some(size) = trans_size {
         slot.trans_size.store(size, Ordering::Relaxed);
     }
+    proxy_progress::step_state(handle.index, state, trans_size);
 }
 
 /// Whether a recordEventState on this event carries `transSize` in its arguments.
@@ -752,6 +757,7 @@ pub fn stop(handle: Handle) -> bool {
             }
         }
     }
+    proxy_progress::step_stopped(handle.index);
     release(handle.index);
     true
 }

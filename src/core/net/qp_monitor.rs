@@ -21,7 +21,8 @@ use crate::core::capture::notice::say;
 use crate::core::capture::runtime::Runtime;
 use crate::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
 use crate::core::log::writer::LogWriter;
-use crate::core::net::work_requests::{self, QpCounters, QpKey, QP_CAPACITY};
+use crate::core::net::proxy_progress::{self, ProxyLink};
+use crate::core::net::work_requests::{self, QpCounters, QpEntry, QpKey, WrSource, WrTable, QP_CAPACITY};
 
 /// Evaluations whose median is the baseline.
 pub const BASELINE_WINDOWS: usize = 5;
@@ -141,7 +142,7 @@ impl QpMonitor {
         let now_ns = cal.to_mono_ns(now_ticks());
         let (timeout_ns, window, fraction) =
             (rt.config.wr_timeout_ms * 1_000_000, rt.config.wr_window, rt.config.wr_degraded);
-        for (i, key, entry) in table.qps() {
+        for (i, key, entry) in reported(table) {
             let watch = &mut self.watches[i];
             let c = entry.counters();
             let oldest_ns = entry.oldest_in_flight().map(|t| cal.to_mono_ns(t));
@@ -220,7 +221,7 @@ impl QpMonitor {
         let now_ns = cal.to_mono_ns(now_ticks());
         self.next_sample_ns = now_ns + rt.config.net_sample_ms * 1_000_000;
         let dropped = clamp32(table.dropped());
-        for (i, key, entry) in table.qps() {
+        for (i, key, entry) in reported(table) {
             let watch = &mut self.watches[i];
             let c = entry.counters();
             let before = watch.sampled;
@@ -255,12 +256,22 @@ impl QpMonitor {
     }
 }
 
+/// The table's QPs the monitor judges: proxy links only while no QP event arrived, so a
+/// NET_PROFILER build's transfers are not reported twice.
+fn reported<const N: usize>(table: &WrTable<N>) -> impl Iterator<Item = (usize, QpKey, &QpEntry)> {
+    let skip_proxy = proxy_progress::superseded();
+    table.qps().filter(move |(_, key, _)| !(skip_proxy && key.source == WrSource::Proxy))
+}
+
 fn clamp32(v: u64) -> u32 {
     v.min(u32::MAX as u64) as u32
 }
 
 fn describe(key: QpKey) -> String {
-    format!("QP {:#x} ({} door, device {})", key.qp_num, key.source.name(), key.device)
+    match ProxyLink::of(key.source, key.device, key.qp_num) {
+        Some(link) => link.describe(),
+        None => format!("QP {:#x} ({} door, device {})", key.qp_num, key.source.name(), key.device),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! The RDMA work-request narrow waist (VenusTrace Sec. 3.2.2): both doors that see work
-//! requests — the NCCL profiler plugin's NetPlugin IB QP events and the SF_VERBS=1 verbs
-//! fallback — report posts and completions here, from the hot path: no allocation, no
+//! The RDMA work-request narrow waist (VenusTrace Sec. 3.2.2): the doors that see work
+//! requests — the NCCL profiler plugin's NetPlugin IB QP events, its proxy steps on an NCCL
+//! without NET_PROFILER (`proxy_progress`) and the SF_VERBS=1 verbs fallback — report
+//! posts and completions here, from the hot path: no allocation, no
 //! blocking, no syscall beyond the clock (the doors read it and pass it in).
 //!
 //! Per queue pair, a fixed-capacity lock-free table keeps: posted, completed and error
@@ -29,17 +30,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum WrSource {
     Profiler = 1,
     Verbs = 2,
+    /// The profiler plugin's proxy steps: one link per communicator, channel, peer and
+    /// direction (`proxy_progress::ProxyLink`), for NCCL builds without QP events.
+    Proxy = 3,
 }
 
 impl WrSource {
     pub fn from_u8(raw: u8) -> Option<WrSource> {
-        [WrSource::Profiler, WrSource::Verbs].into_iter().find(|s| *s as u8 == raw)
+        [WrSource::Profiler, WrSource::Verbs, WrSource::Proxy].into_iter().find(|s| *s as u8 == raw)
     }
 
     pub fn name(self) -> &'static str {
         match self {
             WrSource::Profiler => "profiler",
             WrSource::Verbs => "verbs",
+            WrSource::Proxy => "proxy",
         }
     }
 }
@@ -56,11 +61,11 @@ pub struct QpKey {
 impl QpKey {
     /// Never 0 (the source is at least 1), so 0 marks a free slot. The device keeps its
     /// low 24 bits, sign included: -8388608..8388607 round-trips.
-    fn pack(self) -> u64 {
+    pub fn pack(self) -> u64 {
         (self.source as u64) << 56 | ((self.device as u32 as u64) & 0xff_ffff) << 32 | self.qp_num as u64
     }
 
-    fn unpack(raw: u64) -> Option<QpKey> {
+    pub fn unpack(raw: u64) -> Option<QpKey> {
         let device = (((raw >> 32) as u32) << 8) as i32 >> 8;
         Some(QpKey { source: WrSource::from_u8((raw >> 56) as u8)?, device, qp_num: raw as u32 })
     }
@@ -128,9 +133,11 @@ pub struct WindowSum {
 }
 
 impl WindowSum {
-    /// Bytes per second over the window's busy time; None when nothing was busy.
+    /// Bytes per second over the window's busy time; None when nothing was busy or no
+    /// completion carried a size: a receive-side QP event has no length, and its bytes
+    /// are unknown, not zero, so it has no rate rather than a rate of 0.
     pub fn bandwidth(&self, ticks_per_sec: f64) -> Option<f64> {
-        (self.busy_ticks > 0).then(|| self.bytes as f64 * ticks_per_sec / self.busy_ticks as f64)
+        (self.busy_ticks > 0 && self.bytes > 0).then(|| self.bytes as f64 * ticks_per_sec / self.busy_ticks as f64)
     }
 }
 

@@ -62,6 +62,8 @@ fn window_bandwidth_counts_busy_time_only() {
     assert_eq!(e.window(2).n, 2, "the last two only");
     assert_eq!(e.window(64).n, 3, "no more than happened");
     assert_eq!(WindowSum::default().bandwidth(1e9), None);
+    let sizeless = WindowSum { n: 64, bytes: 0, busy_ticks: 5_000 };
+    assert_eq!(sizeless.bandwidth(1e9), None, "receive events without a length: unknown, not 0 B/s");
 }
 
 #[test]

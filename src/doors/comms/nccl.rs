@@ -3,7 +3,7 @@
 // The exported names are NCCL's C names.
 #![allow(non_snake_case)]
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::core::capture::doors;
@@ -11,18 +11,28 @@ use crate::core::capture::notice::say;
 use crate::core::capture::runtime;
 use crate::core::capture::thread_state::{self, ReentrancyGuard};
 use crate::core::capture::tracer::{self, CallArgs, NewComm};
+use crate::core::comms::comm_identity;
 use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::records::CommOrigin;
 use crate::doors::comms::nccl_abi::*;
-use crate::doors::real_symbol::RealSymbol;
+use crate::doors::real_symbol::{loaded_nccl_path, RealSymbol};
 use crate::doors::traced::{shielded, traced};
 
-/// When no NCCL is loaded behind the library the call cannot be forwarded; the
-/// application gets NCCL's own code for a failure outside its control.
-fn missing(name: &str) -> NcclResult {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if !SAID.swap(true, Ordering::Relaxed) {
-        say(&format!("{name}: no NCCL library is loaded behind the preload; returning ncclInternalError"));
+/// When the real entry point cannot be found the call cannot be forwarded; the
+/// application gets NCCL's own code for a failure outside its control, and one line per
+/// entry point says which symbol is missing and whether any NCCL is loaded at all (an
+/// application built against a newer nccl.h than the libnccl it runs with reaches here).
+#[cold]
+fn missing(name: &str, said: &AtomicBool) -> NcclResult {
+    if !said.swap(true, Ordering::Relaxed) {
+        let line = match loaded_nccl_path() {
+            Some(path) => format!(
+                "{name}: the NCCL loaded in this process ({}) has no symbol {name} (nor p{name}); returning ncclInternalError",
+                path.to_string_lossy()
+            ),
+            None => format!("{name}: no NCCL library is loaded behind the preload; returning ncclInternalError"),
+        };
+        say(&line);
     }
     NCCL_INTERNAL_ERROR
 }
@@ -57,7 +67,8 @@ macro_rules! door {
         /// is valid as the real library requires. Forwarded unchanged.
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> NcclResult {
-            let Some(real) = real!($name, fn($($ty),*)) else { return missing(stringify!($name)) };
+            static SAID: AtomicBool = AtomicBool::new(false);
+            let Some(real) = real!($name, fn($($ty),*)) else { return missing(stringify!($name), &SAID) };
             // SAFETY: forwarding the caller's arguments unchanged to the real function.
             traced($args, || unsafe { real($($arg),*) }, |_result| { $(let $res = _result; $after;)? })
         }
@@ -173,9 +184,128 @@ door! {
         after |result| { if result == NCCL_SUCCESS { thread_state::adjust_group_depth(1) } };
 }
 
+// NCCL's ncclGroupEndInternal decrements the thread's depth before it checks the group's
+// error, so every end inside a group closes one level whatever it returns; the only end
+// that leaves the depth alone is one outside any group (depth 0, where the count stays 0).
+// ncclGroupSimulateEnd runs the same function (src/group.cc, 2.18 to 2.30).
+
 door! {
     fn ncclGroupEnd() => CallArgs::bare(NcclOp::GroupEnd),
-        after |result| { if result == NCCL_SUCCESS || result == NCCL_IN_PROGRESS { thread_state::adjust_group_depth(-1) } };
+        after |_result| thread_state::adjust_group_depth(-1);
+}
+
+door! {
+    fn ncclGroupSimulateEnd(sim_info: NcclSimInfo) => CallArgs::bare(NcclOp::GroupSimulateEnd),
+        after |_result| thread_state::adjust_group_depth(-1);
+}
+
+// Entry points of NCCL 2.19 to 2.32 beyond the classic API, with nccl.h 2.32.3's
+// signatures: a job that uses only these is as visible as one that uses the classic API.
+
+door! {
+    fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream)
+        => data_call(NcclOp::Gather, comm, count, datatype, -1, root, stream);
+}
+
+door! {
+    fn ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream)
+        => data_call(NcclOp::Scatter, comm, count, datatype, -1, root, stream);
+}
+
+door! {
+    fn ncclAllReduceConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::AllReduceConfig, comm, count, datatype, op, -1, stream);
+}
+
+door! {
+    fn ncclBroadcastConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::BroadcastConfig, comm, count, datatype, -1, root, stream);
+}
+
+door! {
+    fn ncclReduceConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, root: c_int, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::ReduceConfig, comm, count, datatype, op, root, stream);
+}
+
+door! {
+    fn ncclAllGatherConfig(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::AllGatherConfig, comm, sendcount, datatype, -1, -1, stream);
+}
+
+door! {
+    fn ncclReduceScatterConfig(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::ReduceScatterConfig, comm, recvcount, datatype, op, -1, stream);
+}
+
+door! {
+    fn ncclAlltoAllConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::AlltoAllConfig, comm, count, datatype, -1, -1, stream);
+}
+
+door! {
+    fn ncclGatherConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::GatherConfig, comm, count, datatype, -1, root, stream);
+}
+
+door! {
+    fn ncclScatterConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream, config: NcclCollConfig)
+        => data_call(NcclOp::ScatterConfig, comm, count, datatype, -1, root, stream);
+}
+
+door! {
+    fn ncclPutSignal(localbuff: *const c_void, count: usize, datatype: NcclDataType, peer: c_int, peer_win: NcclWindow, peer_win_offset: usize, sig_idx: c_int, ctx: c_int, flags: c_uint, comm: NcclComm, stream: CudaStream)
+        => data_call(NcclOp::PutSignal, comm, count, datatype, -1, peer, stream);
+}
+
+door! {
+    fn ncclSignal(peer: c_int, sig_idx: c_int, ctx: c_int, flags: c_uint, comm: NcclComm, stream: CudaStream)
+        => data_call(NcclOp::Signal, comm, 0, -1, -1, peer, stream);
+}
+
+door! {
+    /// `count` records the number of descriptors waited on.
+    fn ncclWaitSignal(n_desc: c_int, signal_descs: *mut c_void, comm: NcclComm, stream: CudaStream)
+        => data_call(NcclOp::WaitSignal, comm, n_desc.max(0) as usize, -1, -1, -1, stream);
+}
+
+door! {
+    fn ncclCommFinalize(comm: NcclComm) => on_comm(NcclOp::CommFinalize, comm);
+}
+
+door! {
+    fn ncclCommGetAsyncError(comm: NcclComm, async_error: *mut NcclResult) => on_comm(NcclOp::CommGetAsyncError, comm);
+}
+
+door! {
+    fn ncclCommRevoke(comm: NcclComm, revoke_flags: c_int) => on_comm(NcclOp::CommRevoke, comm);
+}
+
+door! {
+    fn ncclCommSuspend(comm: NcclComm, flags: c_int) => on_comm(NcclOp::CommSuspend, comm);
+}
+
+door! {
+    fn ncclCommResume(comm: NcclComm) => on_comm(NcclOp::CommResume, comm);
+}
+
+door! {
+    /// `count` records the registered size in bytes.
+    fn ncclCommRegister(comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void)
+        => CallArgs { count: size as u64, ..on_comm(NcclOp::CommRegister, comm) };
+}
+
+door! {
+    fn ncclCommDeregister(comm: NcclComm, handle: *mut c_void) => on_comm(NcclOp::CommDeregister, comm);
+}
+
+door! {
+    /// `count` records the window's size in bytes.
+    fn ncclCommWindowRegister(comm: NcclComm, buff: *mut c_void, size: usize, win: *mut NcclWindow, win_flags: c_int)
+        => CallArgs { count: size as u64, ..on_comm(NcclOp::CommWindowRegister, comm) };
+}
+
+door! {
+    fn ncclCommWindowDeregister(comm: NcclComm, win: NcclWindow) => on_comm(NcclOp::CommWindowDeregister, comm);
 }
 
 /// Creation doors: derive the job-wide id before forwarding (the unique id or parent is
@@ -222,7 +352,8 @@ pub unsafe extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> NcclResult {
     let Some(real) = real!(ncclCommInitRank, fn(*mut NcclComm, c_int, NcclUniqueId, c_int)) else {
-        return missing("ncclCommInitRank");
+        static SAID: AtomicBool = AtomicBool::new(false);
+        return missing("ncclCommInitRank", &SAID);
     };
     creating(
         NcclOp::CommInitRank,
@@ -249,7 +380,8 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     config: NcclConfig,
 ) -> NcclResult {
     let Some(real) = real!(ncclCommInitRankConfig, fn(*mut NcclComm, c_int, NcclUniqueId, c_int, NcclConfig)) else {
-        return missing("ncclCommInitRankConfig");
+        static SAID: AtomicBool = AtomicBool::new(false);
+        return missing("ncclCommInitRankConfig", &SAID);
     };
     creating(
         NcclOp::CommInitRankConfig,
@@ -270,7 +402,8 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ncclCommInitAll(comms: *mut NcclComm, ndev: c_int, devlist: *const c_int) -> NcclResult {
     let Some(real) = real!(ncclCommInitAll, fn(*mut NcclComm, c_int, *const c_int)) else {
-        return missing("ncclCommInitAll");
+        static SAID: AtomicBool = AtomicBool::new(false);
+        return missing("ncclCommInitAll", &SAID);
     };
     creating(
         NcclOp::CommInitAll,
@@ -299,7 +432,8 @@ pub unsafe extern "C" fn ncclCommSplit(
     config: NcclConfig,
 ) -> NcclResult {
     let Some(real) = real!(ncclCommSplit, fn(NcclComm, c_int, c_int, *mut NcclComm, NcclConfig)) else {
-        return missing("ncclCommSplit");
+        static SAID: AtomicBool = AtomicBool::new(false);
+        return missing("ncclCommSplit", &SAID);
     };
     creating(
         NcclOp::CommSplit,
@@ -310,6 +444,130 @@ pub unsafe extern "C" fn ncclCommSplit(
             // NCCL_SPLIT_NOCOLOR leaves *newcomm NULL: no communicator to register.
             if !newcomm.is_null() && handle_at(newcomm, 0) != 0 {
                 tracer::comm_created(pending, handle_at(newcomm, 0), -1, -1)
+            }
+        },
+    )
+}
+
+/// The most unique ids a Scalable init hashes: NCCL takes up to one per rank, every rank
+/// passes the same list, and the first ones already tell communicators apart.
+const SCALABLE_IDS_HASHED: usize = 64;
+
+/// # Safety
+/// Called by C code under NCCL's contract (nccl.h 2.23.4+): `comm_ids` points at `n_id`
+/// unique ids; `newcomm` is written by the real library.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut NcclComm,
+    nranks: c_int,
+    myrank: c_int,
+    n_id: c_int,
+    comm_ids: *mut NcclUniqueId,
+    config: NcclConfig,
+) -> NcclResult {
+    let Some(real) =
+        real!(ncclCommInitRankScalable, fn(*mut NcclComm, c_int, c_int, c_int, *mut NcclUniqueId, NcclConfig))
+    else {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        return missing("ncclCommInitRankScalable", &SAID);
+    };
+    let ids = || {
+        let n = if comm_ids.is_null() { 0 } else { (n_id.max(0) as usize).min(SCALABLE_IDS_HASHED) };
+        // SAFETY: NCCL's contract: `comm_ids` holds `n_id` ids, of which we read at most
+        // the first `n`; a null pointer or a non-positive count reads nothing.
+        let ids: Vec<[u8; 128]> = (0..n).map(|i| unsafe { (*comm_ids.add(i)).bytes() }).collect();
+        NewComm::Scalable { id: comm_identity::from_unique_ids(&ids) }
+    };
+    creating(
+        NcclOp::CommInitRankScalable,
+        ids,
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { real(newcomm, nranks, myrank, n_id, comm_ids, config) },
+        |pending| {
+            if !newcomm.is_null() {
+                tracer::comm_created(pending, handle_at(newcomm, 0), myrank, nranks)
+            }
+        },
+    )
+}
+
+/// The most excluded ranks a shrink hashes (the list is the same on every caller).
+const SHRINK_EXCLUDED_HASHED: usize = 4096;
+
+/// # Safety
+/// Called by C code under NCCL's contract (nccl.h 2.27.3+): `exclude_ranks_list` holds
+/// `exclude_ranks_count` ranks; `newcomm` is written by the real library.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ncclCommShrink(
+    comm: NcclComm,
+    exclude_ranks_list: *mut c_int,
+    exclude_ranks_count: c_int,
+    newcomm: *mut NcclComm,
+    config: NcclConfig,
+    shrink_flags: c_int,
+) -> NcclResult {
+    let Some(real) = real!(ncclCommShrink, fn(NcclComm, *mut c_int, c_int, *mut NcclComm, NcclConfig, c_int)) else {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        return missing("ncclCommShrink", &SAID);
+    };
+    let kind = || {
+        let n = if exclude_ranks_list.is_null() {
+            0
+        } else {
+            (exclude_ranks_count.max(0) as usize).min(SHRINK_EXCLUDED_HASHED)
+        };
+        // SAFETY: NCCL's contract: the list holds `exclude_ranks_count` ranks; we read at
+        // most the first `n`.
+        let excluded = unsafe { std::slice::from_raw_parts(exclude_ranks_list, n) }.to_vec();
+        NewComm::Shrink { parent: comm_key(comm), excluded }
+    };
+    creating(
+        NcclOp::CommShrink,
+        kind,
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { real(comm, exclude_ranks_list, exclude_ranks_count, newcomm, config, shrink_flags) },
+        |pending| {
+            if !newcomm.is_null() && handle_at(newcomm, 0) != 0 {
+                tracer::comm_created(pending, handle_at(newcomm, 0), -1, -1)
+            }
+        },
+    )
+}
+
+/// # Safety
+/// Called by C code under NCCL's contract (nccl.h 2.29.2+): existing ranks pass their
+/// communicator and rank -1, new ranks a null communicator, the root's unique id and
+/// their rank; `newcomm` is written by the real library.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ncclCommGrow(
+    comm: NcclComm,
+    n_ranks: c_int,
+    unique_id: *const NcclUniqueId,
+    rank: c_int,
+    newcomm: *mut NcclComm,
+    config: NcclConfig,
+) -> NcclResult {
+    let Some(real) = real!(ncclCommGrow, fn(NcclComm, c_int, *const NcclUniqueId, c_int, *mut NcclComm, NcclConfig))
+    else {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        return missing("ncclCommGrow", &SAID);
+    };
+    let kind = || match (comm.is_null(), unique_id.is_null()) {
+        (false, _) => NewComm::GrowExisting { parent: comm_key(comm), nranks: n_ranks },
+        // SAFETY: a new rank's unique id is a valid 128-byte struct (NCCL's contract).
+        (true, false) => NewComm::GrowNew(unsafe { (*unique_id).bytes() }),
+        // NCCL refuses this call: the id is never registered.
+        (true, true) => NewComm::GrowNew([0; 128]),
+    };
+    creating(
+        NcclOp::CommGrow,
+        kind,
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { real(comm, n_ranks, unique_id, rank, newcomm, config) },
+        |pending| {
+            if !newcomm.is_null() && handle_at(newcomm, 0) != 0 {
+                let rank = if comm.is_null() { rank } else { -1 };
+                tracer::comm_created(pending, handle_at(newcomm, 0), rank, n_ranks)
             }
         },
     )

@@ -11,6 +11,12 @@ pub type NcclRedOp = c_int;
 pub type CudaStream = *mut c_void;
 /// `ncclConfig_t*`: passed through, never read.
 pub type NcclConfig = *mut c_void;
+/// `const ncclCollConfig_t*` (2.32): passed through, never read.
+pub type NcclCollConfig = *const c_void;
+/// `ncclWindow_t` (2.27): an opaque handle.
+pub type NcclWindow = *mut c_void;
+/// `ncclSimInfo_t*` (2.22): passed through, never read.
+pub type NcclSimInfo = *mut c_void;
 
 pub const NCCL_SUCCESS: NcclResult = 0;
 pub const NCCL_INTERNAL_ERROR: NcclResult = 3;

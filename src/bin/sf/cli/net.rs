@@ -13,8 +13,12 @@ work-request measurement (Sec. 3.2.2), from the qp_window, qp_stuck and qp_degra
 records the library writes.
 
 Work requests come from the NCCL profiler plugin (NCCL_PROFILER_PLUGIN=libstagefrontier.so,
-NCCL >= 2.23; the IB QP events exist from profiler ABI v3) or, with SF_VERBS=1, from the
-verbs door. Per QP: POSTED, COMPLETED and IN_FLIGHT work requests; MIB completed; the
+NCCL >= 2.23): its IB QP events (SOURCE profiler) where NCCL was built with NET_PROFILER,
+else its proxy steps (SOURCE proxy: one row per communicator, channel, peer and direction,
+DEV chN and QP `to P` or `from P`, each step one work request, posted when NCCL posts the
+chunk on the network and completed when the network is done with it); or, with
+SF_VERBS=1, from the verbs door. A receive QP event carries no length: its bandwidth is
+unknown (the row says so), never 0. Per QP: POSTED, COMPLETED and IN_FLIGHT work requests; MIB completed; the
 window bandwidth over the last SF_WR_WINDOW (64) completions, bytes over busy time (from
 max(post, previous completion) to each completion, so queueing and idle gaps do not count);
 the BASELINE, the median of the QP's first 5 windows; post-to-completion latency.

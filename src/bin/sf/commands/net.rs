@@ -9,6 +9,8 @@ use stagefrontier::analysis::net::peers::{self, Judgement};
 use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
+use stagefrontier::core::net::proxy_progress::ProxyLink;
+use stagefrontier::core::net::work_requests::WrSource;
 
 use super::ls::FileError;
 use super::Failure;
@@ -51,6 +53,32 @@ pub struct QpRef {
     pub source: &'static str,
     pub device: i32,
     pub qp_num: u32,
+    /// Source `proxy`: the link the key names (null for a real QP).
+    pub link: Option<LinkReport>,
+}
+
+/// A link of proxy-step traffic (source `proxy`: NCCL without NET_PROFILER), which the
+/// key's `device` and `qp_num` encode.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LinkReport {
+    pub channel: u8,
+    /// `send` or `recv`.
+    pub direction: &'static str,
+    /// The peer's rank in the communicator.
+    pub peer: u32,
+    /// 14 bits of NCCL's communicator hash, telling the rank's communicators apart.
+    pub comm_tag: u16,
+}
+
+impl LinkReport {
+    pub fn of(source: WrSource, device: i32, qp_num: u32) -> Option<LinkReport> {
+        ProxyLink::of(source, device, qp_num).map(|l| LinkReport {
+            channel: l.channel,
+            direction: if l.is_send { "send" } else { "recv" },
+            peer: l.peer,
+            comm_tag: l.comm_tag,
+        })
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -71,6 +99,11 @@ pub struct QpReport {
     pub source: &'static str,
     pub device: i32,
     pub qp_num: u32,
+    pub link: Option<LinkReport>,
+    /// False when it completed work requests and none carried a size (NCCL's receive-side
+    /// QP events have no length): its bandwidth is unknown, and `window_bps` and
+    /// `baseline_bps` are 0 for unknown, not a rate of 0.
+    pub bandwidth_known: bool,
     /// From the newest sample: cumulative counts.
     pub posted: u64,
     pub completed: u64,
@@ -151,7 +184,7 @@ pub struct Sample {
     pub degraded: bool,
 }
 
-type QpId = (&'static str, i32, u32);
+type QpId = (WrSource, i32, u32);
 
 pub fn build(dir: &Path) -> Result<NetReport, Failure> {
     let files = discover::job_logs(dir, "net").map_err(Failure::Message)?;
@@ -182,7 +215,7 @@ pub fn build(dir: &Path) -> Result<NetReport, Failure> {
         }
         for q in &r.qps {
             s.qps += 1;
-            let at = || QpRef { rank: r.rank, source: q.source, device: q.device, qp_num: q.qp_num };
+            let at = || QpRef { rank: r.rank, source: q.source, device: q.device, qp_num: q.qp_num, link: q.link };
             if !q.stuck.is_empty() {
                 s.stuck_qps.push(at());
             }
@@ -220,9 +253,16 @@ fn check_peers(ranks: &mut [RankNet]) {
                 .collect()
         })
         .collect();
+    // Peers do the same work: QPs of the same door, and proxy links of the same direction
+    // (a receive completes when data arrives, a send when the network is done with it).
+    let group = |q: &QpReport| match q.link {
+        Some(l) if l.direction == "send" => "proxy send",
+        Some(_) => "proxy recv",
+        None => q.source,
+    };
     let qps: Vec<peers::Qp> = ranks
         .iter()
-        .flat_map(|r| r.qps.iter().map(move |q| (r.host.as_str(), q.source)))
+        .flat_map(|r| r.qps.iter().map(move |q| (r.host.as_str(), group(q))))
         .zip(samples.iter().zip(&episodes))
         .map(|((host, source), (samples, episodes))| peers::Qp { host, source, samples, episodes })
         .collect();
@@ -269,18 +309,18 @@ fn rank_net(log: &RankLog) -> RankNet {
     }
     let mut ids: Vec<QpId> = windows
         .iter()
-        .map(|w| (w.source.name(), w.device, w.qp_num))
-        .chain(stucks.iter().map(|s| (s.source.name(), s.device, s.qp_num)))
-        .chain(degradeds.iter().map(|d| (d.source.name(), d.device, d.qp_num)))
+        .map(|w| (w.source, w.device, w.qp_num))
+        .chain(stucks.iter().map(|s| (s.source, s.device, s.qp_num)))
+        .chain(degradeds.iter().map(|d| (d.source, d.device, d.qp_num)))
         .collect();
-    ids.sort();
+    ids.sort_by_key(|&(source, device, qp_num)| (source as u8, device, qp_num));
     ids.dedup();
     let qps = ids
         .into_iter()
         .map(|id| {
-            let is = |source: &'static str, device: i32, qp_num: u32| (source, device, qp_num) == id;
-            let series: Vec<&QpWindow> = windows.iter().filter(|w| is(w.source.name(), w.device, w.qp_num)).collect();
-            let stuck = stucks.iter().filter(|s| is(s.source.name(), s.device, s.qp_num)).map(|s| StuckEvidence {
+            let is = |source: WrSource, device: i32, qp_num: u32| (source, device, qp_num) == id;
+            let series: Vec<&QpWindow> = windows.iter().filter(|w| is(w.source, w.device, w.qp_num)).collect();
+            let stuck = stucks.iter().filter(|s| is(s.source, s.device, s.qp_num)).map(|s| StuckEvidence {
                 t_ns: s.t_ns,
                 since_ns: s.since_ns,
                 age_s: s.t_ns.saturating_sub(s.since_ns) as f64 / 1e9,
@@ -290,15 +330,14 @@ fn rank_net(log: &RankLog) -> RankNet {
                 completed: s.completed,
                 resolved: series.iter().any(|w| w.t_ns > s.t_ns && w.completed > s.completed),
             });
-            let degraded =
-                degradeds.iter().filter(|d| is(d.source.name(), d.device, d.qp_num)).map(|d| DegradedEvidence {
-                    t_ns: d.t_ns,
-                    window_bps: d.window_bps,
-                    baseline_bps: d.baseline_bps,
-                    threshold: d.threshold,
-                    windows: d.windows,
-                    completed: d.completed,
-                });
+            let degraded = degradeds.iter().filter(|d| is(d.source, d.device, d.qp_num)).map(|d| DegradedEvidence {
+                t_ns: d.t_ns,
+                window_bps: d.window_bps,
+                baseline_bps: d.baseline_bps,
+                threshold: d.threshold,
+                windows: d.windows,
+                completed: d.completed,
+            });
             qp_report(id, &series, stuck.collect(), degraded.collect())
         })
         .collect();
@@ -323,9 +362,11 @@ fn qp_report(
     let latency_sum: u128 = series.iter().map(|w| w.latency_mean_ns as u128 * w.latency_n as u128).sum();
     let rates = || series.iter().map(|w| w.window_bps).filter(|&b| b > 0);
     QpReport {
-        source,
+        source: source.name(),
         device,
         qp_num,
+        link: LinkReport::of(source, device, qp_num),
+        bandwidth_known: last.is_none_or(|w| w.completed == 0 || w.bytes_completed > 0),
         posted: last.map_or(0, |w| w.posted),
         completed: last.map_or(0, |w| w.completed),
         in_flight: last.map_or(0, |w| w.in_flight),

@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 
 use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::net::proxy_progress::ProxyLink;
 use stagefrontier::core::net::work_requests::WrSource;
 
 use super::human::plural;
@@ -28,7 +29,23 @@ fn us(ns: u64) -> String {
 }
 
 fn qp_name(q: &QpRef) -> String {
-    format!("rank {} QP {:#x} ({}, device {})", q.rank, q.qp_num, q.source, q.device)
+    match ProxyLink::of(WrSource::Proxy, q.device, q.qp_num).filter(|_| q.link.is_some()) {
+        Some(link) => format!("rank {} {}", q.rank, link.describe()),
+        None => format!("rank {} QP {:#x} ({}, device {})", q.rank, q.qp_num, q.source, q.device),
+    }
+}
+
+fn qp_ref(r: &RankNet, q: &QpReport) -> QpRef {
+    QpRef { rank: r.rank, source: q.source, device: q.device, qp_num: q.qp_num, link: q.link }
+}
+
+/// The window and baseline columns: "unknown" where no completion carried a size.
+fn rate(q: &QpReport, bps: u64) -> String {
+    if q.bandwidth_known {
+        gbps(bps)
+    } else {
+        "unknown".into()
+    }
 }
 
 fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
@@ -57,7 +74,7 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
     if s.qps == 0 {
         writeln!(
             out,
-            "work requests come from NCCL_PROFILER_PLUGIN=libstagefrontier.so (NCCL >= 2.23, profiler ABI v3+) or SF_VERBS=1"
+            "work requests come from NCCL_PROFILER_PLUGIN=libstagefrontier.so (NCCL >= 2.23: its QP events in an NCCL built with NET_PROFILER, its proxy steps otherwise) or SF_VERBS=1"
         )?;
     } else if !s.ranks_without_work_requests.is_empty() {
         let ranks: Vec<String> = s.ranks_without_work_requests.iter().map(|r| r.to_string()).collect();
@@ -66,6 +83,14 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
     if s.qps > 0 {
         writeln!(out)?;
         qp_table(out, &r.ranks)?;
+        let unknown = qps(&r.ranks).filter(|(_, q)| !q.bandwidth_known).count();
+        if unknown > 0 {
+            writeln!(
+                out,
+                "bandwidth unknown on {}: no completion carried a size (NCCL's receive-side QP events have no length, proxy steps have none before profiler ABI v4)",
+                plural(unknown as u64, "QP")
+            )?;
+        }
         evidence(out, &r.ranks)?;
         if series {
             samples(out, &r.ranks)?;
@@ -82,18 +107,26 @@ fn qps(ranks: &[RankNet]) -> impl Iterator<Item = (&RankNet, &QpReport)> {
 fn qp_table<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
     let rows: Vec<Vec<String>> = qps(ranks)
         .map(|(r, q)| {
+            let (dev, qp) = match q.link {
+                // A proxy link: its channel, and the peer with the direction.
+                Some(l) => (
+                    format!("ch{}", l.channel),
+                    format!("{} {}", if l.direction == "send" { "to" } else { "from" }, l.peer),
+                ),
+                None => (q.device.to_string(), format!("{:#x}", q.qp_num)),
+            };
             vec![
                 r.rank.to_string(),
                 q.source.to_string(),
-                q.device.to_string(),
-                format!("{:#x}", q.qp_num),
+                dev,
+                qp,
                 q.posted.to_string(),
                 q.completed.to_string(),
                 q.in_flight.to_string(),
                 q.errors.to_string(),
                 format!("{:.1}", q.bytes_completed as f64 / (1 << 20) as f64),
-                gbps(q.window_bps),
-                gbps(q.baseline_bps),
+                rate(q, q.window_bps),
+                rate(q, q.baseline_bps),
                 us(q.latency_mean_ns),
                 us(q.latency_max_ns),
                 if q.stuck.is_empty() { "-".into() } else { q.stuck.len().to_string() },
@@ -131,7 +164,7 @@ fn qp_table<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
 
 fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
     for (r, q) in qps(ranks) {
-        let name = qp_name(&QpRef { rank: r.rank, source: q.source, device: q.device, qp_num: q.qp_num });
+        let name = qp_name(&qp_ref(r, q));
         for s in &q.stuck {
             writeln!(
                 out,
@@ -189,11 +222,8 @@ fn samples<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
         let t0 = q.series.first().map_or(0, |s| s.t_ns);
         writeln!(
             out,
-            "\nrank {} QP {:#x} ({}, device {}), one row per sample, T_S from {} (t={t0} ns):",
-            r.rank,
-            q.qp_num,
-            q.source,
-            q.device,
+            "\n{}, one row per sample, T_S from {} (t={t0} ns):",
+            qp_name(&qp_ref(r, q)),
             r.clock.rfc3339(t0)
         )?;
         let rows: Vec<Vec<String>> = q
@@ -212,7 +242,7 @@ fn samples<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
                     s.posted.to_string(),
                     s.completed.to_string(),
                     s.in_flight.to_string(),
-                    gbps(s.window_bps),
+                    rate(q, s.window_bps),
                     us(s.latency_mean_ns),
                     us(s.latency_max_ns),
                     flags.join(","),
@@ -242,7 +272,16 @@ fn samples<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
 /// rank's library started, kind, then the record's own fields.
 pub(super) fn record_line(seq: u64, body: &RecordBody, base_mono_ns: u64) -> Option<String> {
     let at = |t_ns: u64| format!("{:.6}", (t_ns as i128 - base_mono_ns as i128) as f64 / 1e9);
-    let qp = |source: WrSource, device: i32, qp_num: u32| format!("{} dev={device} qp={qp_num:#x}", source.name());
+    let qp = |source: WrSource, device: i32, qp_num: u32| match ProxyLink::of(source, device, qp_num) {
+        Some(l) => format!(
+            "proxy ch={} {}={} comm={:#06x}",
+            l.channel,
+            if l.is_send { "to" } else { "from" },
+            l.peer,
+            l.comm_tag
+        ),
+        None => format!("{} dev={device} qp={qp_num:#x}", source.name()),
+    };
     Some(match body {
         RecordBody::QpWindow(w) => format!(
             "{seq:>8}  {:>12}  {:<12}  {} posted={} completed={} in_flight={} errors={} bytes={} window_gbps={} n={} baseline_gbps={} lat_mean_us={} lat_max_us={} (n={}){}{}",

@@ -150,9 +150,14 @@ fn collective_or_p2p(value: &str) -> Result<NcclOp, String> {
     NcclOp::ALL
         .into_iter()
         .find(|op| (op.is_collective() || op.is_p2p()) && op.name() == value && *op != NcclOp::Bcast)
-        .ok_or(format!(
-            "op={value} is not one of allreduce, broadcast, reduce, allgather, reducescatter, alltoall, send, recv"
-        ))
+        .ok_or_else(|| {
+            let names: Vec<&str> = NcclOp::ALL
+                .into_iter()
+                .filter(|op| (op.is_collective() || op.is_p2p()) && *op != NcclOp::Bcast)
+                .map(NcclOp::name)
+                .collect();
+            format!("op={value} is not one of {}", names.join(", "))
+        })
 }
 
 fn comm(value: &str) -> Result<CommSelector, String> {
@@ -167,7 +172,7 @@ fn comm(value: &str) -> Result<CommSelector, String> {
 }
 
 fn result_code(value: &str) -> Result<i32, String> {
-    (0..=7)
+    (0..=8)
         .find(|&code| result_name(code) == value)
         .or_else(|| value.parse().ok())
         .ok_or(format!("result={value} is not an ncclResult_t name such as ncclSystemError"))
@@ -205,6 +210,12 @@ mod tests {
         assert_eq!((rule.prob, rule.seed, rule.jitter_ms), (0.25, 9, 1.5));
         assert_eq!(parse("hang:comm=world").unwrap()[0].comm, Some(CommSelector::World));
         assert_eq!(parse("fail:op=allgather").unwrap()[0].result, 3, "ncclInternalError by default");
+        assert_eq!(
+            parse("hang:op=gather_config").unwrap()[0].op,
+            Some(NcclOp::GatherConfig),
+            "2.32's entry points too"
+        );
+        assert_eq!(parse("fail:result=ncclTimeout").unwrap()[0].result, 8);
     }
 
     #[test]
