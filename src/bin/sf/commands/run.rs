@@ -190,19 +190,29 @@ fn die_by(signal: libc::c_int) {
     }
 }
 
-/// The first line of sf frontier, slow, hang and net over the job's logs, each run as its
-/// own `sf` so that one's failure does not stop the others.
+/// The headline of sf frontier, slow, hang and net over the job's logs, each run as its
+/// own `sf` so that one's failure does not stop the others: their first finding line, else
+/// their first line, and for sf
+/// frontier (whose first line only counts stages and ranks) the answer of its longest
+/// window, read from its --json.
 fn report(exe: &Path, plan: &Plan) {
     let dir = plan.job_dir();
     note_line(&format!("sf run: report on {}", dir.display()));
     for command in ["frontier", "slow", "hang", "net"] {
-        let output = Command::new(exe).arg(command).arg(&dir).stdin(Stdio::null()).output();
-        let line = match output {
+        let line = match Command::new(exe).arg(command).arg(&dir).stdin(Stdio::null()).output() {
             Ok(out) => {
                 let first = |bytes: &[u8]| {
-                    String::from_utf8_lossy(bytes).lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string)
+                    let text = String::from_utf8_lossy(bytes);
+                    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+                    let finding = lines.clone().find(|l| FINDINGS.iter().any(|f| l.starts_with(f)));
+                    finding.or_else(|| lines.next()).map(str::to_string)
                 };
-                let line = first(&out.stdout).or_else(|| first(&out.stderr)).unwrap_or_default();
+                let mut line = first(&out.stdout).or_else(|| first(&out.stderr)).unwrap_or_default();
+                if command == "frontier" && out.status.code().is_some_and(|c| c == 0 || c == 4) {
+                    if let Some(answer) = frontier_answer(exe, &dir) {
+                        line = format!("{line}; {answer}");
+                    }
+                }
                 let status = out.status.code().map_or("killed".to_string(), |c| c.to_string());
                 format!("{} [exit {status}]", line.strip_prefix("sf: ").unwrap_or(&line))
             }
@@ -210,6 +220,24 @@ fn report(exe: &Path, plan: &Plan) {
         };
         note_line(&format!("  sf {command:<8} {line}"));
     }
+}
+
+/// How the commands' finding lines start: the headline when there is one.
+const FINDINGS: [&str; 5] = ["SLOW", "HUNG", "STUCK", "DEGRADED", "CULPRIT"];
+
+/// `top-1 STAGE (share S) led by rank R` of sf frontier's longest window.
+fn frontier_answer(exe: &Path, dir: &Path) -> Option<String> {
+    let out = Command::new(exe).arg("frontier").arg(dir).arg("--json").stdin(Stdio::null()).output().ok()?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let windows = report.get("windows")?.as_array()?;
+    let window = windows.iter().max_by_key(|w| w.get("steps").and_then(|s| s.as_u64()).unwrap_or(0))?;
+    let top1 = window.get("top1")?.as_str()?;
+    let share = window.get("shares").and_then(|s| s.get(top1)).and_then(|s| s.as_f64()).unwrap_or(0.0);
+    let leaders = window.get("leader_ranks").and_then(|l| l.get(top1)).and_then(|l| l.as_array());
+    let leaders: Vec<String> =
+        leaders.into_iter().flatten().filter_map(|r| r.as_u64()).map(|r| r.to_string()).collect();
+    let steps = window.get("steps").and_then(|s| s.as_u64()).unwrap_or(0);
+    Some(format!("top-1 {top1} (share {share:.2} over {steps} steps), led by rank {}", leaders.join(",")))
 }
 
 /// Now in UTC as `YYYYMMDDTHHMMSSZ`, for derived job ids.
