@@ -192,9 +192,8 @@ fn die_by(signal: libc::c_int) {
 
 /// The headline of sf frontier, slow, hang and net over the job's logs, each run as its
 /// own `sf` so that one's failure does not stop the others: their first finding line, else
-/// their first line, and for sf
-/// frontier (whose first line only counts stages and ranks) the answer of its longest
-/// window, read from its --json.
+/// their first line, and for sf frontier (whose first line only counts stages and ranks)
+/// the answer of its longest window, read from its --json.
 fn report(exe: &Path, plan: &Plan) {
     let dir = plan.job_dir();
     note_line(&format!("sf run: report on {}", dir.display()));
