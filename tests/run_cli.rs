@@ -223,3 +223,29 @@ fn the_trainer_records_stage_vectors_with_no_marker_call_and_report_names_the_sl
     assert!(report[3].starts_with("  sf hang") && report[3].contains("[exit 0]"), "{}", report[3]);
     assert!(report[4].starts_with("  sf net"), "{}", report[4]);
 }
+
+const PYTHON_PROBE: &str = "import sys, sitecustomize; \
+print('chained', getattr(sitecustomize, 'SITE_HOOK', None)); \
+print('door', 'stagefrontier_torch' in sys.modules, 'torch' in sys.modules)";
+
+#[test]
+fn the_python_door_chains_an_existing_sitecustomize_and_arms_only_in_ranks() {
+    let site = TempDir::new("run-site");
+    std::fs::write(site.join("sitecustomize.py"), "import os\nSITE_HOOK = os.getpid()\nprint('site hook ran')\n")
+        .unwrap();
+    let python = |rank: Option<&str>| {
+        let mut cmd = sf_run(&sf(), &["--doors", "python", "--", "python3", "-c", PYTHON_PROBE]);
+        cmd.env("PYTHONPATH", &site.0);
+        if let Some(rank) = rank {
+            cmd.env("RANK", rank).env("WORLD_SIZE", "2");
+        }
+        let out = run_ok(&mut cmd);
+        text(&out.stdout)
+    };
+    let launcher = python(None);
+    assert!(launcher.starts_with("site hook ran\n"), "the site's own hook still runs: {launcher}");
+    assert!(launcher.contains("chained ") && !launcher.contains("chained None"), "{launcher}");
+    assert!(launcher.contains("door False False"), "no rank identity: the door is not even imported: {launcher}");
+    let rank = python(Some("1"));
+    assert!(rank.contains("site hook ran") && rank.contains("door True False"), "armed, torch untouched: {rank}");
+}
