@@ -41,7 +41,7 @@ THE LIBRARY is SF_LIBRARY when set, else libstagefrontier.so next to the sf bina
 ../lib/ from it (a release tarball's bin/ and lib/; after `cargo install`, copy the library
 next to sf or set SF_LIBRARY). The Python door is python/stagefrontier_boot found next to
 the library, in ../share/stagefrontier/python/ from the sf binary, or in the source tree
-sf was built in.
+this sf was built in.
 
 JOB ID, the directory name of the logs, in this order: --job-id; SF_JOB_ID; torchrun's
 --rdzv-id (PET_RDZV_ID); SLURM_JOB_ID; a torchrun with --master-addr or --rdzv-endpoint
