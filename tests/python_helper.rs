@@ -69,3 +69,44 @@ fn steps_and_stages_from_python_become_stage_vectors() {
 fn without_the_library_the_helper_is_a_no_op() {
     assert_eq!(python(None), "not recording");
 }
+
+/// The CUDA and NVTX injections load the library with dlopen(RTLD_LOCAL): its symbols are
+/// not in the global namespace, and it may come after the helper was imported.
+const PRIVATE: &str = r#"
+import ctypes, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import stagefrontier as sf
+before = sf.loaded()
+ctypes.CDLL(sys.argv[2], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+assert not hasattr(ctypes.CDLL(None), "sf_step_begin"), "the library must be private for this test"
+sf._looked_at -= 2  # the helper looks again at most once a second: let a second pass
+for _ in range(2):
+    with sf.step():
+        with sf.stage("data.next_wait"):
+            time.sleep(0.003)
+pid = os.fork()
+if pid == 0:
+    # The library does not record in a forked child, and the helper says so.
+    os._exit(0 if sf.loaded() and not sf.recording() else 1)
+_, status = os.waitpid(pid, 0)
+print(before, sf.loaded(), sf.recording(), os.waitstatus_to_exitcode(status))
+"#;
+
+#[test]
+fn a_library_loaded_privately_later_is_found_and_a_fork_is_rechecked() {
+    let root = log_root("python-private");
+    let helper = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let mut cmd = Command::new("python3");
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SF_") || key == "LD_PRELOAD" || key == "RANK" || key == "WORLD_SIZE" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("SF_LOG_DIR", &root).env("SF_JOB_ID", "job").env("SF_QUIET", "1").env("RANK", "0").env("WORLD_SIZE", "1");
+    let out = run_ok(cmd.arg("-c").arg(PRIVATE).arg(helper).arg(library()));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "False True True 0");
+    let logs = rank_logs(&root, "job");
+    assert_eq!(logs.len(), 1);
+    let steps = records(&logs[0]).iter().filter(|r| matches!(r.body, RecordBody::StepVector(_))).count();
+    assert_eq!(steps, 2, "markers through the private handle record");
+}

@@ -11,6 +11,7 @@ mod dump;
 mod help_examples;
 mod kernels;
 mod net;
+mod run;
 mod slow;
 mod steps;
 pub use slow::{GroupBy, SlowOptions};
@@ -40,6 +41,8 @@ pub enum Command {
     Net { dir: PathBuf, series: bool, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
     Steps { dir: PathBuf, format: StepsFormat },
+    /// Runs a job with the library's doors open and returns its exit status.
+    Run { options: crate::commands::run::RunOptions },
 }
 
 impl Command {
@@ -58,6 +61,8 @@ impl Command {
                 StepsFormat::Json => Format::Json,
                 StepsFormat::Human | StepsFormat::Csv => Format::Human,
             },
+            // The job owns stdout; sf run's own lines go to stderr.
+            Command::Run { .. } => Format::Human,
         }
     }
 }
@@ -114,6 +119,7 @@ where
         Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
         Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.dir },
+        Sub::Run(a) => Command::Run { options: a.options() },
     })
 }
 
@@ -149,7 +155,8 @@ Examples:
   sf kernels JOBDIR                                  which rank's GPU kernels stand out
   sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP
   sf steps JOBDIR --csv > steps.csv                  per-rank, per-step stage durations for pandas
-  sf frontier JOBDIR                                 which stage and rank expose step time";
+  sf frontier JOBDIR                                 which stage and rank expose step time
+  sf run -- torchrun --nproc-per-node 8 train.py     record an unmodified job, every door open";
 
 const LS_LONG_ABOUT: &str = "\
 List the rank logs of a job: one row per rank, then which ranks of the world have no log
@@ -364,6 +371,9 @@ enum Sub {
     /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
     #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
     Steps(steps::StepsArgs),
+    /// Run an unmodified job with every door open: sf run -- torchrun ... train.py
+    #[command(long_about = run::LONG_ABOUT, after_help = run::EXAMPLES)]
+    Run(run::RunArgs),
 }
 
 #[derive(Args)]

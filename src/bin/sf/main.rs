@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use cli::{Command, Format};
 use commands::ls::FileError;
-use commands::{dump, frontier, hang, kernels, ls, net, slow, steps, Failure};
+use commands::{dump, frontier, hang, kernels, ls, net, run as run_job, slow, steps, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -110,6 +110,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             let report = steps::build(&dir)?;
             output::steps::write(format, stdout, &report)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { options } => {
+            // The job writes to the same stdout: sf holds no lock on it while it runs.
+            drop(stdout);
+            run_job::run(&options)
         }
     }
 }

@@ -33,7 +33,8 @@ pub fn detect(var: impl Fn(&str) -> Option<String>, job_override: Option<&str>, 
     let job = |names: &[&str], fallback: &str| -> String {
         job_override
             .map(str::to_string)
-            .or_else(|| names.iter().find_map(|n| var(n).as_deref().and_then(sanitize_job_id)))
+            .or_else(|| names.iter().find_map(|n| var(n).filter(|v| v != "none").as_deref().and_then(sanitize_job_id)))
+            .or_else(|| names.contains(&"TORCHELASTIC_RUN_ID").then(|| torchrun_endpoint_id(&var)).flatten())
             .unwrap_or_else(|| fallback.to_string())
     };
 
@@ -73,6 +74,16 @@ pub fn detect(var: impl Fn(&str) -> Option<String>, job_override: Option<&str>, 
     })
 }
 
+/// Plain torchrun without --rdzv-id gives every job TORCHELASTIC_RUN_ID=none, which would
+/// put unrelated jobs into one directory. MASTER_ADDR and MASTER_PORT are the same in every
+/// rank of a job, on every node, and no two running jobs share them (the port is bound by
+/// the job's store), so `torchrun-<addr>-<port>` names the job; a later job on the same
+/// address and port becomes a new attempt of that directory (attempt-N).
+fn torchrun_endpoint_id(var: &impl Fn(&str) -> Option<String>) -> Option<String> {
+    let (addr, port) = (var("MASTER_ADDR")?, var("MASTER_PORT")?);
+    sanitize_job_id(&format!("torchrun-{addr}-{port}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +107,18 @@ mod tests {
             (5, 8, 1, "abc", "torchrun")
         );
         assert_eq!(id.file_name(1), "rank-00005.sflog");
+    }
+
+    #[test]
+    fn torchrun_run_id_none_is_no_id() {
+        let id = |pairs: &[(&str, &str)]| detect_in(pairs, None, false).unwrap().job_id;
+        let worker = [("RANK", "1"), ("WORLD_SIZE", "2"), ("TORCHELASTIC_RUN_ID", "none")];
+        let with_master = [&worker[..], &[("MASTER_ADDR", "node-1"), ("MASTER_PORT", "29500")]].concat();
+        assert_eq!(id(&with_master), "torchrun-node-1-29500", "every rank of the job derives the same");
+        assert_eq!(id(&worker), "default", "nothing to derive from");
+        assert_eq!(detect_in(&with_master, Some("mine"), false).unwrap().job_id, "mine");
+        let slurm = [("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_ID", "none"), ("MASTER_ADDR", "a")];
+        assert_eq!(id(&slurm), "default", "only torchrun's none is derived");
     }
 
     #[test]

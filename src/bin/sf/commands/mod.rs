@@ -7,6 +7,8 @@ pub mod hang;
 pub mod kernels;
 pub mod ls;
 pub mod net;
+pub mod run;
+mod run_env;
 pub mod slow;
 mod slow_waits;
 mod step_vectors;

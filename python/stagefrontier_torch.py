@@ -1,0 +1,291 @@
+"""stagefrontier's PyTorch door: per-step stages of an unmodified training loop.
+
+`sf run` activates it through python/stagefrontier_boot/sitecustomize.py; by hand:
+
+    PYTHONPATH=/path/to/stagefrontier/python/stagefrontier_boot python train.py
+    # or, in the program, before or after `import torch`:
+    import stagefrontier_torch; stagefrontier_torch.activate()
+
+It does nothing until the program imports torch, and nothing at all in a process without
+a rank identity (RANK and WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID and SLURM_NTASKS),
+with SF_DISABLE=1, when libstagefrontier.so is not loaded, or once the program emits its
+own markers through stagefrontier.step()/stage(). Otherwise it records, with the library's
+ordered-stage contract and default names:
+
+  data.next_wait           around each DataLoader iterator's __next__ (before the step
+                           body opens: the library charges it to the step that uses it)
+  model.fwd_loss_cpu_wall  from the call of the outermost training module until backward
+                           starts, so the loss computed after the model counts too
+  model.backward_cpu_wall  around torch.autograd.backward (Tensor.backward calls it)
+  optim.step_cpu_wall      between the optimizer step pre- and post-hooks
+
+A step opens at the first forward of the training module and ends at the next data wait
+or forward after an optimizer step, so that with several optimizers the last one ends it.
+Repeated forward/backward in one step (gradient accumulation) are expanded by the library
+(@0, @1, ...). A forward under torch.no_grad() or in eval() mode, and a DataLoader read
+under no_grad, belong to no step: evaluation passes are not training steps.
+
+Cost: a global module hook would run on every call of every module (and can disturb
+torch.compile). The door installs one only until the first backward, to learn which
+module is the outermost one called in training mode; it then hooks that one module and
+removes the global hook. Per step it runs four Python wrappers and about ten ctypes calls.
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+import stagefrontier as _sf
+
+DATA = b"data.next_wait"
+FORWARD = b"model.fwd_loss_cpu_wall"
+BACKWARD = b"model.backward_cpu_wall"
+OPTIMIZER = b"optim.step_cpu_wall"
+
+
+def has_rank_identity(env=None):
+    """The library's rule (core/capture/identity.rs): a launcher's rank and world size."""
+    env = os.environ if env is None else env
+    if env.get("SF_FORCE") == "1":
+        return True
+    for rank, size in (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                       ("SLURM_PROCID", "SLURM_NTASKS")):
+        try:
+            if 0 <= int(env[rank]) < int(env[size]):
+                return True
+        except (KeyError, ValueError):
+            continue
+    return False
+
+
+_door = None
+
+
+def activate():
+    """Arms the door: now if torch is imported, else when it is. Returns whether it may
+    record (a rank identity, and SF_DISABLE unset)."""
+    if not has_rank_identity() or os.environ.get("SF_DISABLE") == "1":
+        return False
+    if "torch" in sys.modules:
+        _install(sys.modules["torch"])
+    elif not any(isinstance(f, _TorchFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchFinder())
+    return True
+
+
+class _TorchFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when `torch` is imported, wraps the real loader so that the
+    door is installed once torch's own __init__ has run."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _InstallAfter(spec.loader)
+        return spec
+
+
+class _InstallAfter(importlib.abc.Loader):
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _install(module)
+
+    def __getattr__(self, name):
+        # Resource readers and the rest of the real loader's interface.
+        return getattr(self._loader, name)
+
+
+def _install(torch):
+    global _door
+    if _door is not None:
+        return
+    lib = _sf._library()
+    if lib is None:
+        return
+    try:
+        _door = _Door(torch, lib)
+    except Exception as error:  # a torch too old or too new must not stop the job
+        sys.stderr.write("stagefrontier: the PyTorch door stays shut: %s\n" % (error,))
+
+
+class _Door:
+    def __init__(self, torch, lib):
+        self.torch = torch
+        self.lib = lib
+        self.enabled = bool(lib.sf_recording())
+        self.step_open = False
+        self.stage = None
+        # The optimizer stepped: the step ends at the next data wait or forward.
+        self.step_done = False
+        self.in_backward = False
+        # Until the first backward: the global hooks' nesting depth and the first
+        # outermost training-mode module of the step.
+        self.depth = 0
+        self.candidate = None
+        self.model = None
+        self._hook_data_loader()
+        self._hook_backward()
+        self._hook_optimizer()
+        self._hook_modules_globally()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forked)
+        import atexit
+        atexit.register(self.finish)
+
+    def _forked(self):
+        # A DataLoader worker: the library does not record there, and neither do we.
+        self.enabled = False
+
+    def active(self):
+        return self.enabled and not _sf.explicit
+
+    # Markers, kept in the ordered-stage contract: one stage open at a time.
+    def open(self, stage):
+        if self.stage == stage:
+            return
+        if self.stage is not None:
+            self.lib.sf_stage_end(self.stage)
+        self.lib.sf_stage_begin(stage)
+        self.stage = stage
+
+    def close(self):
+        if self.stage is not None:
+            self.lib.sf_stage_end(self.stage)
+            self.stage = None
+
+    def begin_step(self):
+        if not self.step_open:
+            self.lib.sf_step_begin(-1)
+            self.step_open = True
+
+    def settle(self):
+        """Ends the step whose optimizer has stepped."""
+        if self.step_done:
+            self.close()
+            self.lib.sf_step_end()
+            self.step_open = False
+            self.step_done = False
+            self.candidate = None
+
+    def finish(self):
+        if self.enabled and self.step_open:
+            self.step_done = True
+            self.settle()
+
+    def training(self, module):
+        return module.training and self.torch.is_grad_enabled()
+
+    def forward(self, module):
+        """The outermost training module is called."""
+        self.settle()
+        if self.training(module):
+            self.begin_step()
+            self.open(FORWARD)
+
+    # The doors into torch.
+    def _hook_data_loader(self):
+        iterator = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
+        real_next = iterator.__next__
+        door = self
+
+        def __next__(it):
+            if not door.active():
+                return real_next(it)
+            door.settle()
+            model = door.model
+            if not door.torch.is_grad_enabled() or (model is not None and not model.training):
+                return real_next(it)
+            door.open(DATA)
+            try:
+                return real_next(it)
+            finally:
+                if door.stage == DATA:
+                    door.close()
+
+        __next__.__wrapped__ = real_next
+        iterator.__next__ = __next__
+
+    def _hook_backward(self):
+        autograd = self.torch.autograd
+        real_backward = autograd.backward
+        door = self
+
+        def backward(*args, **kwargs):
+            if door.in_backward or not door.active():
+                return real_backward(*args, **kwargs)
+            if door.model is None and door.candidate is not None:
+                door._choose_model(door.candidate)
+            door.begin_step()
+            door.open(BACKWARD)
+            door.in_backward = True
+            try:
+                return real_backward(*args, **kwargs)
+            finally:
+                door.in_backward = False
+                if door.stage == BACKWARD:
+                    door.close()
+
+        backward.__wrapped__ = real_backward
+        backward.__doc__ = real_backward.__doc__
+        autograd.backward = backward
+
+    def _hook_optimizer(self):
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        door = self
+
+        def pre(opt, args, kwargs):
+            if door.active():
+                door.begin_step()
+                door.open(OPTIMIZER)
+
+        def post(opt, args, kwargs):
+            if door.active() and door.stage == OPTIMIZER:
+                door.close()
+                door.step_done = True
+
+        optimizer.register_optimizer_step_pre_hook(pre)
+        optimizer.register_optimizer_step_post_hook(post)
+
+    def _hook_modules_globally(self):
+        hooks = importlib.import_module("torch.nn.modules.module")
+        door = self
+
+        def pre(module, args):
+            if door.depth == 0 and door.active():
+                if door.candidate is None and door.training(module):
+                    door.candidate = module
+                door.forward(module)
+            door.depth += 1
+
+        def post(module, args, output):
+            door.depth -= 1
+
+        self.global_hooks = [
+            hooks.register_module_forward_pre_hook(pre),
+            hooks.register_module_forward_hook(post, always_call=True),
+        ]
+
+    def _choose_model(self, module):
+        """The first outermost training module before the first backward is the model:
+        from now on only its calls are hooked."""
+        for handle in self.global_hooks:
+            handle.remove()
+        self.global_hooks = []
+        self.model = module
+        door = self
+
+        def pre(module, args):
+            if door.active():
+                door.forward(module)
+
+        module.register_forward_pre_hook(pre)
