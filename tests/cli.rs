@@ -482,14 +482,15 @@ fn ls_without_logs_says_where_they_are_written() {
     let stderr = text(&sf(&[OsStr::new("ls"), root.0.as_os_str()]).stderr);
     assert!(stderr.contains("$SF_LOG_DIR/<job id>/") && stderr.contains("/dev/shm/stagefrontier-"), "{stderr}");
 
-    // Given the log root instead of a job directory, it names the jobs.
+    // Given the log root instead of a job directory, it finds the job below it.
     std::fs::create_dir(root.join("job-7")).unwrap();
     write_log(
         &root.join("job-7").join("rank-00000.sflog"),
         &Spec::rank(0, 1, &stagefrontier::core::capture::host::hostname()),
     );
-    let out = sf(&[OsStr::new("ls"), root.0.as_os_str()]);
-    assert_one_error_line(&out, "in its job directories job-7; pass one");
+    let out = sf(&[OsStr::new("ls"), root.0.as_os_str(), OsStr::new("--json")]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ranks"][0]["file"], root.join("job-7").join("rank-00000.sflog").display().to_string());
 }
 
 #[test]

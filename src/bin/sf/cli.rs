@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use crate::discover::Dirs;
+
 mod dump;
 #[cfg(test)]
 mod help_examples;
@@ -25,21 +27,23 @@ pub enum Format {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// One row per rank log found at `path` (a job directory or one log).
-    Ls { path: PathBuf, format: Format },
+    Ls { path: Dirs, format: Format },
     /// The records one log holds (filtered), or its header.
     Dump { file: PathBuf, options: crate::commands::dump::DumpOptions, format: Format },
     /// Frontier accounting over a stage-duration CSV.
     Frontier { options: FrontierOptions, format: Format },
     /// Hang localization over a job directory's logs.
-    Hang { dir: PathBuf, options: HangOptions, format: Format },
+    Hang { dir: Dirs, options: HangOptions, format: Format },
     /// Slow ranks and stages over a job directory's step vectors.
-    Slow { dir: PathBuf, options: SlowOptions, format: Format },
+    Slow { dir: Dirs, options: SlowOptions, format: Format },
     /// Kernels whose durations on some rank stand out from their peers' (ARGUS L3).
-    Kernels { dir: PathBuf, options: crate::commands::kernels::KernelsOptions, format: Format },
+    Kernels { dir: Dirs, options: crate::commands::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
-    Net { dir: PathBuf, series: bool, format: Format },
+    Net { dir: Dirs, series: bool, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
-    Steps { dir: PathBuf, format: StepsFormat },
+    Steps { dir: Dirs, format: StepsFormat },
+    /// A consistent copy of a job's logs on this node into `to/<host>/<job id>/`.
+    Snapshot { dir: Dirs, to: PathBuf, format: Format },
 }
 
 impl Command {
@@ -52,7 +56,8 @@ impl Command {
             | Command::Hang { format, .. }
             | Command::Slow { format, .. }
             | Command::Kernels { format, .. }
-            | Command::Net { format, .. } => *format,
+            | Command::Net { format, .. }
+            | Command::Snapshot { format, .. } => *format,
             // CSV is data for another program: its errors stay text, like the table's.
             Command::Steps { format, .. } => match format {
                 StepsFormat::Json => Format::Json,
@@ -91,8 +96,8 @@ pub struct FrontierOptions {
 /// Where `sf frontier` reads stage durations from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FrontierSource {
-    /// A job directory: the rank logs' step vectors.
-    Logs(PathBuf),
+    /// Job directories: the rank logs' step vectors.
+    Logs(Dirs),
     /// A long-format CSV.
     Csv(PathBuf),
 }
@@ -106,14 +111,15 @@ where
 {
     let cli = Cli::try_parse_from(args)?;
     Ok(match cli.command {
-        Sub::Ls(a) => Command::Ls { path: a.path, format: a.output.format() },
+        Sub::Ls(a) => Command::Ls { path: Dirs(a.path), format: a.output.format() },
         Sub::Dump(a) => Command::Dump { options: a.options(), format: a.output.format(), file: a.file },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
-        Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
-        Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
-        Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: a.dir },
-        Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
-        Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.dir },
+        Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
+        Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
+        Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
+        Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: Dirs(a.dir) },
+        Sub::Steps(a) => Command::Steps { format: a.format(), dir: Dirs(a.dir) },
+        Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: Dirs(a.dir), to: a.to },
     })
 }
 
@@ -364,13 +370,51 @@ enum Sub {
     /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
     #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
     Steps(steps::StepsArgs),
+    /// Copy a job's logs on this node, consistently, into DEST/<host>/<job id>/ for sf on another machine
+    #[command(long_about = SNAPSHOT_LONG_ABOUT, after_help = SNAPSHOT_EXAMPLES)]
+    Snapshot(SnapshotArgs),
+}
+
+const SNAPSHOT_LONG_ABOUT: &str = "\
+Copy every rank log of a job on this node into DEST/<host>/<job id>/, consistently: the
+header with its live state and tables, then every whole record; a record caught being
+written is left out, never copied torn. It only reads, so it is safe while the ranks write
+and while they are wedged, and takes well under a second for 8 ranks of default logs.
+
+DEST/<host>/<job id>/snapshot.json records when each log was copied. Every sf command
+judges a copy at that moment: liveness, heartbeat ages and stuck times are what they were
+when the snapshot was taken, however much later sf reads it, on whatever machine. Copies
+made with cp lose that moment and look dead: use sf snapshot.
+
+Gather the snapshots of every node under one DEST (a shared filesystem, or rsync/kubectl cp
+afterwards) and pass DEST, or the node directories, to any command: it finds the logs
+below, groups them by job and says which ranks of the world are missing.";
+
+const SNAPSHOT_EXAMPLES: &str = "\
+Examples:
+  sf snapshot /dev/shm/stagefrontier-$(id -u)/$SLURM_JOB_ID --to /shared/sf/$SLURM_JOB_ID
+  srun --overlap --ntasks-per-node=1 sf snapshot /dev/shm/stagefrontier-$(id -u)/$SLURM_JOB_ID --to /shared/sf/$SLURM_JOB_ID
+  pdsh -w node[0-15] 'sf snapshot /dev/shm/stagefrontier-$(id -u)/JOB --to /shared/sf/JOB'
+  sf hang /shared/sf/JOB                             one verdict over every node's copies";
+
+#[derive(Args)]
+struct SnapshotArgs {
+    /// The job's directory on this node, $SF_LOG_DIR/<job id>/ (or the log root holding it)
+    #[arg(value_name = "DIR", required = true)]
+    dir: Vec<PathBuf>,
+    /// Where the copies go: DEST/<host>/<job id>/ is created (mode 0700)
+    #[arg(long, value_name = "DEST")]
+    to: PathBuf,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Args)]
 struct LsArgs {
-    /// Job directory holding rank-*.sflog files, or one log file
-    #[arg(value_name = "DIR")]
-    path: PathBuf,
+    /// Job directories (one per node), directories holding them (sf snapshot's DEST), or
+    /// one log file
+    #[arg(value_name = "DIR", required = true)]
+    path: Vec<PathBuf>,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -379,9 +423,10 @@ struct LsArgs {
 /// argument comes when they do.
 #[derive(Args)]
 struct FrontierArgs {
-    /// Job directory holding rank-NNNNN.sflog files with stage vectors
+    /// Job directories holding rank-NNNNN.sflog files with stage vectors (one per node), or
+    /// directories holding them (sf snapshot's DEST)
     #[arg(value_name = "DIR", required_unless_present = "csv", conflicts_with = "csv")]
-    dir: Option<PathBuf>,
+    dir: Vec<PathBuf>,
     /// CSV with the header step,rank,stage,seconds: one row per step, rank and stage
     /// (optional wait_seconds, caused_seconds: the logs' wait attribution, as sf steps writes)
     #[arg(long, value_name = "FILE")]
@@ -415,7 +460,7 @@ impl FrontierArgs {
         // clap guarantees exactly one of the two.
         let source = match self.csv {
             Some(csv) => FrontierSource::Csv(csv),
-            None => FrontierSource::Logs(self.dir.unwrap_or_default()),
+            None => FrontierSource::Logs(Dirs(self.dir)),
         };
         FrontierOptions {
             source,
@@ -430,9 +475,10 @@ impl FrontierArgs {
 
 #[derive(Args)]
 struct HangArgs {
-    /// Job directory holding the rank-*.sflog files
-    #[arg(value_name = "DIR")]
-    dir: PathBuf,
+    /// Job directories (one per node of a multi-node job), or directories holding them
+    /// (sf snapshot's DEST, a log root): searched for the logs of one job
+    #[arg(value_name = "DIR", required = true)]
+    dir: Vec<PathBuf>,
     /// A wait is stuck after this many median step times
     #[arg(long, value_name = "F", default_value = "1.5", value_parser = non_negative)]
     factor: f64,
@@ -488,8 +534,8 @@ mod tests {
 
     #[test]
     fn ls_and_dump_with_and_without_json() {
-        assert_eq!(parse(&["sf", "ls", "job"]), Ok(Command::Ls { path: "job".into(), format: Format::Human }));
-        assert_eq!(parse(&["sf", "ls", "--json", "job"]), Ok(Command::Ls { path: "job".into(), format: Format::Json }));
+        assert_eq!(parse(&["sf", "ls", "job"]), Ok(Command::Ls { path: Dirs::one("job"), format: Format::Human }));
+        assert_eq!(parse(&["sf", "ls", "--json", "job"]), Ok(Command::Ls { path: Dirs::one("job"), format: Format::Json }));
         assert_eq!(
             parse(&["sf", "dump", "job/rank-00001.sflog", "--json"]),
             Ok(Command::Dump {
@@ -520,7 +566,7 @@ mod tests {
         assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "jobdir"]), Err(ErrorKind::ArgumentConflict));
         match parse(&["sf", "frontier", "jobdir", "--json"]) {
             Ok(Command::Frontier { options, format }) => {
-                assert_eq!((options.source, format), (FrontierSource::Logs("jobdir".into()), Format::Json))
+                assert_eq!((options.source, format), (FrontierSource::Logs(Dirs::one("jobdir")), Format::Json))
             }
             other => panic!("{other:?}"),
         }
@@ -531,12 +577,12 @@ mod tests {
         let defaults = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
         assert_eq!(
             parse(&["sf", "hang", "job"]),
-            Ok(Command::Hang { dir: "job".into(), options: defaults, format: Format::Human })
+            Ok(Command::Hang { dir: Dirs::one("job"), options: defaults, format: Format::Human })
         );
         let custom = HangOptions { factor: 3.0, min_stuck_s: 1.0, fallback_stuck_s: 5.0 };
         assert_eq!(
             parse(&["sf", "hang", "job", "--json", "--factor", "3", "--min-stuck-s", "1", "--fallback-stuck-s=5"]),
-            Ok(Command::Hang { dir: "job".into(), options: custom, format: Format::Json })
+            Ok(Command::Hang { dir: Dirs::one("job"), options: custom, format: Format::Json })
         );
         assert_eq!(parse(&["sf", "hang"]), Err(ErrorKind::MissingRequiredArgument));
         for bad in ["--factor=-1", "--factor=NaN", "--min-stuck-s=inf", "--fallback-stuck-s=soon"] {

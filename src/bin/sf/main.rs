@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod discover;
+mod moment;
 mod exit;
 mod output;
 mod progress;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 
 use cli::{Command, Format};
 use commands::ls::FileError;
-use commands::{dump, frontier, hang, kernels, ls, net, slow, steps, Failure};
+use commands::{dump, frontier, hang, kernels, ls, net, slow, snapshot, steps, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -105,6 +106,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                 nothing.then_some(exit::ERROR)
             };
             Ok(status(found, &report.errors))
+        }
+        Command::Snapshot { dir, to, format } => {
+            let report = snapshot::build(&dir, &to)?;
+            output::snapshot::write(format, stdout, &report)?;
+            Ok(status(None, &report.errors))
         }
         Command::Steps { dir, format } => {
             let report = steps::build(&dir)?;

@@ -1,5 +1,6 @@
 //! The per-rank log: a fixed-size, crash-consistent, memory-mapped file.
 
+pub mod copy;
 pub mod format;
 pub mod mapping;
 pub mod place;

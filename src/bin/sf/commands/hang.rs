@@ -8,18 +8,17 @@
 //! The report keeps the verdict's words and adds what an operator wants next to it:
 //! heartbeats, steps and stages, injections, watchdog evidence.
 
-use std::path::{Path, PathBuf};
 
 use serde::{Serialize, Serializer};
 use stagefrontier::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
-use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
-use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
+use stagefrontier::core::capture::clock::monotonic_ns;
 use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::comms::nccl_op::NcclOp;
-use stagefrontier::core::log::reader::{RankLog, ReadError};
+use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{
     hex_u64, CommCreated, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody,
 };
@@ -27,7 +26,8 @@ use stagefrontier::core::log::records::{
 use super::ls::FileError;
 use super::Failure;
 use crate::cli::HangOptions;
-use crate::discover;
+use crate::discover::{self, Dirs};
+use crate::moment::{self, Judged};
 use crate::progress::Progress;
 
 /// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
@@ -165,6 +165,9 @@ pub struct RankReport {
     pub file: String,
     pub injections: Vec<InjectionReport>,
     pub hang_evidence: Vec<HangEvidence>,
+    /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): its liveness,
+    /// heartbeat age and stuck times are judged at that moment.
+    pub snapshot_wall: Option<String>,
 }
 
 /// An `injection` record, with its stage named.
@@ -203,59 +206,46 @@ struct Extra {
     heartbeat_age_ns: Option<u64>,
     injections: Vec<InjectionReport>,
     hang_evidence: Vec<HangEvidence>,
+    snapshot_wall: Option<String>,
 }
 
-pub fn build(dir: &Path, options: &HangOptions) -> Result<HangReport, Failure> {
-    let files = files_to_read(dir)?;
-    let reader_host = local_host::hostname();
+pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
+    let files = discover::job_logs(dir, "hang").map_err(Failure::Message)?;
+    let reader_host = local_host::name();
     let mut errors = Vec::new();
     let mut progress = Progress::new(files.len());
     // Records first: the long part.
     let mut logs = Vec::with_capacity(files.len());
-    for (i, file) in files.iter().enumerate() {
-        match RankLog::open(file) {
+    for (i, file) in files.into_iter().enumerate() {
+        match RankLog::open(&file.path) {
             Ok(log) => {
                 let history = History::of(&log);
-                logs.push((log, history));
+                logs.push((log, history, file.taken));
             }
-            Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+            Err(e) => errors.push(FileError { file: file.path.display().to_string(), error: e.to_string() }),
         }
         progress.done(i + 1);
     }
     drop(progress);
     // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
-    logs.sort_by_key(|(log, _)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
-    let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
-    let (inputs, extras): (Vec<RankInput>, Vec<Extra>) =
-        logs.into_iter().map(|(log, history)| read_live(&log, history, &reader_host, now)).unzip();
+    logs.sort_by_key(|(log, ..)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
+    let now_mono_ns = monotonic_ns();
+    let (inputs, extras): (Vec<RankInput>, Vec<Extra>) = logs
+        .into_iter()
+        .map(|(log, history, taken)| {
+            // A live log is judged at the clock read once, here, after every record; a
+            // snapshot's copy at the moment it was taken.
+            let at = moment::judge(&log.header, taken.as_ref(), &reader_host);
+            read_live(&log, history, at, taken.map(|t| crate::wall::rfc3339_ms(t.wall_ns)))
+        })
+        .unzip();
     let settings = Settings {
         factor: options.factor,
         min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
         fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
     };
     let diagnosis = hang::diagnose(&inputs, &settings);
-    Ok(report(dir, now.mono_ns, diagnosis, extras, errors))
-}
-
-/// The job directory's logs; a directory without any says where logs are written.
-fn files_to_read(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let unreadable = |error| Failure::Message(ReadError::Unreadable { path: dir.to_path_buf(), error }.to_string());
-    if !std::fs::metadata(dir).map_err(unreadable)?.is_dir() {
-        return Err(Failure::Message(format!(
-            "{} is not a directory; sf hang reads every rank log of a job: pass the job directory holding them",
-            dir.display()
-        )));
-    }
-    let files = discover::logs_in(dir).map_err(unreadable)?;
-    if files.is_empty() {
-        let hint = match discover::job_dirs_in(dir).first() {
-            Some(job) => format!("; it holds job directories: pass one, e.g. sf hang {}", job.display()),
-            None => "; logs are written to $SF_LOG_DIR/<job id>/, default /dev/shm/stagefrontier-<uid>/<job id>/"
-                .to_string(),
-        };
-        return Err(Failure::Message(format!("no rank logs (*.sflog) in {}{hint}", dir.display())));
-    }
-    Ok(files)
+    Ok(report(dir, now_mono_ns, diagnosis, extras, errors))
 }
 
 /// What a log's records say.
@@ -313,7 +303,7 @@ impl History {
     }
 }
 
-fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderClock) -> (RankInput, Extra) {
+fn read_live(log: &RankLog, history: History, at: Judged, snapshot_wall: Option<String>) -> (RankInput, Extra) {
     let h = &log.header;
     let live = log.live();
     let mut comms = log.comms();
@@ -324,9 +314,8 @@ fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderCloc
         row.inflight = row.inflight.take().filter(|f| f.since_mono_ns >= calibrated);
     }
     let (step, stage) = log.position();
-    let here = same_host(&h.host, reader_host);
+    let (here, now, process) = (at.same_clock, at.clock, at.process);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
-    let process = h.stamp.check(h.pid, here);
     let stage_names = log.stage_names();
     // Until its collector first beats, a log is as fresh as its creation: a rank starting
     // up must not pass for a stopped one.
@@ -383,11 +372,12 @@ fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderCloc
             })
             .collect(),
         hang_evidence: history.hang_evidence,
+        snapshot_wall,
     };
     (input, extra)
 }
 
-fn report(dir: &Path, now_mono_ns: u64, d: Diagnosis, extras: Vec<Extra>, errors: Vec<FileError>) -> HangReport {
+fn report(dir: &Dirs, now_mono_ns: u64, d: Diagnosis, extras: Vec<Extra>, errors: Vec<FileError>) -> HangReport {
     let t = &d.threshold;
     HangReport {
         dir: dir.display().to_string(),
@@ -499,5 +489,6 @@ fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
         file: extra.file,
         injections: extra.injections,
         hang_evidence: extra.hang_evidence,
+        snapshot_wall: extra.snapshot_wall,
     }
 }

@@ -9,6 +9,7 @@ pub mod ls;
 pub mod net;
 pub mod slow;
 mod slow_waits;
+pub mod snapshot;
 mod step_vectors;
 pub mod steps;
 mod waits;

@@ -2,7 +2,6 @@
 //! and `qp_degraded` records the collector writes (README "RDMA work requests"): totals,
 //! bandwidth, latency, stuck and degraded evidence, and each QP's time series.
 
-use std::path::Path;
 
 use serde::Serialize;
 use stagefrontier::analysis::net::peers::{self, Judgement};
@@ -10,6 +9,7 @@ use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
 
+use crate::discover::Dirs;
 use super::ls::FileError;
 use super::Failure;
 use crate::discover;
@@ -153,8 +153,8 @@ pub struct Sample {
 
 type QpId = (&'static str, i32, u32);
 
-pub fn build(dir: &Path) -> Result<NetReport, Failure> {
-    let files = discover::job_logs(dir, "net").map_err(Failure::Message)?;
+pub fn build(dir: &Dirs) -> Result<NetReport, Failure> {
+    let files = discover::job_log_paths(dir, "net").map_err(Failure::Message)?;
     let mut report = NetReport {
         dir: dir.display().to_string(),
         stuck: false,

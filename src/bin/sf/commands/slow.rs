@@ -1,7 +1,6 @@
 //! `sf slow`: L1 jitter and regression per rank, L2 stragglers per group and stage, and
 //! VenusTrace's expected-time tracking, over a job directory's step vectors.
 
-use std::path::Path;
 
 use serde::Serialize;
 use stagefrontier::analysis::slow::change_point::ChangePointParams;
@@ -11,6 +10,7 @@ use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowP
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
+use crate::discover::Dirs;
 use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
 use super::step_vectors::{self, RankSteps};
 use super::Failure;
@@ -189,7 +189,7 @@ pub struct ExpectedReport {
     pub excess_s: f64,
 }
 
-pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
+pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
     let (logs, world) = step_vectors::read_ranks(dir, "slow")?;
     let (stages, mut series, ranks_without_steps) = series_of(&logs, options);
     if series.is_empty() {
@@ -266,7 +266,7 @@ fn series_of(logs: &[RankSteps], options: &SlowOptions) -> (Vec<String>, Vec<Ran
 
 #[allow(clippy::too_many_arguments)] // one call site; the report is made of all of them
 fn report(
-    dir: &Path,
+    dir: &Dirs,
     world: usize,
     stages: Vec<String>,
     series: &[RankSeries],

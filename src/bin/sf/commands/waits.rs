@@ -1,20 +1,20 @@
 //! The rank logs' NCCL calls and stage spans, for wait attribution (`analysis::blame`):
 //! which rank made the others wait, and how much of each stage was waiting.
 
-use std::path::Path;
 
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
+use crate::discover::Dirs;
 use super::step_vectors::complete_steps;
 use super::Failure;
 use crate::discover;
 
 /// Attributes the waits of the job in `dir`, stages indexed as in `stages` (a stage not
 /// in it has no span). `command` names the sf command in a hint, as `read_ranks` does.
-pub fn attribution(dir: &Path, command: &str, stages: &[String]) -> Result<Attribution, Failure> {
-    let logs = discover::job_logs(dir, command).map_err(Failure::Message)?;
+pub fn attribution(dir: &Dirs, command: &str, stages: &[String]) -> Result<Attribution, Failure> {
+    let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
     let mut ranks: Vec<RankTimeline> = Vec::new();
     for path in &logs {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;

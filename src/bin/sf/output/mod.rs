@@ -12,6 +12,7 @@ pub use error::error as json_error;
 pub mod kernels;
 pub mod net;
 pub mod slow;
+pub mod snapshot;
 pub mod steps;
 mod table;
 
