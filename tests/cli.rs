@@ -258,6 +258,7 @@ fn ls_json_has_the_contract_fields() {
         "clock_source",
         "heartbeat_wall",
         "doors",
+        "snapshot_wall",
     ]);
     for rank in ranks {
         assert_eq!(keys(rank), contract);

@@ -44,6 +44,8 @@ pub enum Command {
     Steps { dir: Dirs, format: StepsFormat },
     /// A consistent copy of a job's logs on this node into `to/<host>/<job id>/`.
     Snapshot { dir: Dirs, to: PathBuf, format: Format },
+    /// The node's live logs as Prometheus metrics.
+    Exporter { options: crate::commands::exporter::ExporterOptions },
 }
 
 impl Command {
@@ -58,6 +60,7 @@ impl Command {
             | Command::Kernels { format, .. }
             | Command::Net { format, .. }
             | Command::Snapshot { format, .. } => *format,
+            Command::Exporter { .. } => Format::Human,
             // CSV is data for another program: its errors stay text, like the table's.
             Command::Steps { format, .. } => match format {
                 StepsFormat::Json => Format::Json,
@@ -78,6 +81,9 @@ pub struct HangOptions {
 
 /// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
 impl Eq for HangOptions {}
+
+/// `sf hang`'s defaults (its flags' defaults, checked by a test), for `sf exporter`.
+pub const DEFAULT_HANG: HangOptions = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
 
 /// What `sf frontier` analyzes and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +126,7 @@ where
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: Dirs(a.dir) },
         Sub::Steps(a) => Command::Steps { format: a.format(), dir: Dirs(a.dir) },
         Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: Dirs(a.dir), to: a.to },
+        Sub::Exporter(a) => Command::Exporter { options: a.options() },
     })
 }
 
@@ -373,6 +380,68 @@ enum Sub {
     /// Copy a job's logs on this node, consistently, into DEST/<host>/<job id>/ for sf on another machine
     #[command(long_about = SNAPSHOT_LONG_ABOUT, after_help = SNAPSHOT_EXAMPLES)]
     Snapshot(SnapshotArgs),
+    /// Serve the node's live rank logs as Prometheus metrics (OpenMetrics), or write textfiles
+    #[command(long_about = EXPORTER_LONG_ABOUT, after_help = EXPORTER_EXAMPLES)]
+    Exporter(ExporterArgs),
+}
+
+const EXPORTER_LONG_ABOUT: &str = "\
+Serve the rank logs of this node as Prometheus metrics, read afresh on every scrape: one
+long-running process per node. Each scrape reads the logs' live headers and tables and
+only the records committed since the previous scrape, so it costs milliseconds whatever
+the logs' size. The metrics (sf_ prefix, units in the names) are labelled by job, rank,
+local_rank and host, and by comm where they are per communicator; the README lists them.
+
+The hang metrics (sf_hang_hung, sf_hang_state, sf_hang_missing_seconds) are sf hang's
+analysis of this node's ranks. A rank on another node is seen by that node's exporter:
+compare sf_nccl_coll_entered_seq across every node's series to find the rank that never
+entered (deploy/prometheus/stagefrontier-rules.yml does), or run
+sf hang --prometheus URL --job ID for one report over every node.
+
+By default it serves http://127.0.0.1:9464/metrics (OpenMetrics to a Prometheus server
+that asks for it, the Prometheus text format otherwise) and listens nowhere else; pass
+--listen 0.0.0.0:9464 to be scraped from another machine. With --textfile DIR it listens
+nowhere and writes DIR/stagefrontier.prom for node_exporter's textfile collector instead
+(written to a temporary name and renamed: never read half-written), every --interval
+seconds, or once with --once. --once alone prints one scrape on stdout.";
+
+const EXPORTER_EXAMPLES: &str = "\
+Examples:
+  sf exporter /dev/shm/stagefrontier-$(id -u)
+  sf exporter --listen 0.0.0.0:9464 /dev/shm/stagefrontier-$(id -u)
+  sf exporter --textfile /var/lib/node_exporter/textfile --once /dev/shm/stagefrontier-$(id -u)
+  sf exporter --once /dev/shm/stagefrontier-$(id -u) | grep sf_hang";
+
+#[derive(Args)]
+struct ExporterArgs {
+    /// Log roots or job directories of this node, searched for rank logs on every scrape
+    #[arg(value_name = "LOGDIR", required = true)]
+    dir: Vec<PathBuf>,
+    /// Serve GET /metrics at this address [default: 127.0.0.1:9464, none with --textfile]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// Write DIR/stagefrontier.prom (node_exporter's textfile collector) instead of serving
+    #[arg(long, value_name = "DIR")]
+    textfile: Option<PathBuf>,
+    /// One scrape, then exit: into the textfile, or on stdout without --textfile
+    #[arg(long, conflicts_with = "listen")]
+    once: bool,
+    /// Seconds between textfile writes
+    #[arg(long, value_name = "S", default_value = "15", value_parser = clap::value_parser!(u64).range(1..))]
+    interval: u64,
+}
+
+impl ExporterArgs {
+    fn options(self) -> crate::commands::exporter::ExporterOptions {
+        let default_listen = std::net::SocketAddr::from(([127, 0, 0, 1], 9464));
+        crate::commands::exporter::ExporterOptions {
+            dirs: Dirs(self.dir),
+            listen: self.listen.or((self.textfile.is_none() && !self.once).then_some(default_listen)),
+            textfile: self.textfile,
+            once: self.once,
+            interval_s: self.interval,
+        }
+    }
 }
 
 const SNAPSHOT_LONG_ABOUT: &str = "\
@@ -535,7 +604,10 @@ mod tests {
     #[test]
     fn ls_and_dump_with_and_without_json() {
         assert_eq!(parse(&["sf", "ls", "job"]), Ok(Command::Ls { path: Dirs::one("job"), format: Format::Human }));
-        assert_eq!(parse(&["sf", "ls", "--json", "job"]), Ok(Command::Ls { path: Dirs::one("job"), format: Format::Json }));
+        assert_eq!(
+            parse(&["sf", "ls", "--json", "job"]),
+            Ok(Command::Ls { path: Dirs::one("job"), format: Format::Json })
+        );
         assert_eq!(
             parse(&["sf", "dump", "job/rank-00001.sflog", "--json"]),
             Ok(Command::Dump {
@@ -574,7 +646,7 @@ mod tests {
 
     #[test]
     fn hang_takes_a_directory_and_threshold_settings() {
-        let defaults = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
+        let defaults = DEFAULT_HANG;
         assert_eq!(
             parse(&["sf", "hang", "job"]),
             Ok(Command::Hang { dir: Dirs::one("job"), options: defaults, format: Format::Human })

@@ -115,8 +115,27 @@ pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
         }
     }
     let chosen = one_job(found, searched, command)?;
-    say_once(&chosen.notes);
+    // A single job directory is one node's view: the command's own report says what it
+    // lacks. Gathered from several places, the notes say what the gathering missed.
+    if searched {
+        say_once(&chosen.notes);
+    }
     Ok(chosen.files)
+}
+
+/// Every log in or below `dirs`, of any job (earlier attempts left out), sorted: what a
+/// node's `sf exporter` watches.
+pub fn logs_below(dirs: &Dirs) -> Vec<PathBuf> {
+    let mut logs = Vec::new();
+    for dir in &dirs.0 {
+        logs.extend(logs_in(dir).unwrap_or_default());
+        for job_dir in job_dirs_below(dir) {
+            logs.extend(logs_in(&job_dir).unwrap_or_default());
+        }
+    }
+    logs.sort();
+    logs.dedup();
+    logs
 }
 
 /// The paths of `job_logs`, for commands that judge no log against a moment.

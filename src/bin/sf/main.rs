@@ -3,8 +3,8 @@
 mod cli;
 mod commands;
 mod discover;
-mod moment;
 mod exit;
+mod moment;
 mod output;
 mod progress;
 mod wall;
@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use cli::{Command, Format};
 use commands::ls::FileError;
-use commands::{dump, frontier, hang, kernels, ls, net, slow, snapshot, steps, Failure};
+use commands::{dump, exporter, frontier, hang, kernels, ls, net, slow, snapshot, steps, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -106,6 +106,10 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                 nothing.then_some(exit::ERROR)
             };
             Ok(status(found, &report.errors))
+        }
+        Command::Exporter { options } => {
+            exporter::run(&options)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Snapshot { dir, to, format } => {
             let report = snapshot::build(&dir, &to)?;

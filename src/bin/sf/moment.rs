@@ -104,11 +104,9 @@ pub fn judge(h: &LogHeader, taken: Option<&Taken>, reader_host: &str) -> Judged 
         },
         None => {
             let here = same_host(&h.host, reader_host);
-            // One boot, one monotonic clock, whatever the host names say (SF_HOST).
-            let same_boot = h.stamp.is_known() && ProcessStamp::of_self().is_some_and(|s| s.boot_id == h.stamp.boot_id);
             Judged {
                 clock: ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() },
-                same_clock: here || same_boot,
+                same_clock: here,
                 process: h.stamp.check(h.pid, here),
             }
         }

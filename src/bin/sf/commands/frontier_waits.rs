@@ -3,7 +3,6 @@
 //! (`analysis::blame`), the measured model-fit indicator W_s, and each window's blame table
 //! and culprits.
 
-
 use serde::Serialize as DeriveSerialize;
 use stagefrontier::analysis::blame::{
     blame_table, culprits, measured_sync_wait, Attribution, CulpritParams, SYNC_WAIT_SHARE,
@@ -11,9 +10,9 @@ use stagefrontier::analysis::blame::{
 use stagefrontier::analysis::frontier::csv::StageTable;
 use stagefrontier::analysis::frontier::Window;
 
-use crate::discover::Dirs;
 use super::frontier::{StageMap, WindowReport};
 use super::{step_vectors, waits, Failure};
+use crate::discover::Dirs;
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out.

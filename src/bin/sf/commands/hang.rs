@@ -8,7 +8,6 @@
 //! The report keeps the verdict's words and adds what an operator wants next to it:
 //! heartbeats, steps and stages, injections, watchdog evidence.
 
-
 use serde::{Serialize, Serializer};
 use stagefrontier::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
@@ -197,7 +196,7 @@ fn seconds(ns: u64) -> f64 {
 }
 
 /// What the adapter keeps of one log besides the analysis input.
-struct Extra {
+pub(crate) struct Extra {
     host: String,
     pid: u32,
     file: String,
@@ -249,7 +248,7 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
 }
 
 /// What a log's records say.
-struct History {
+pub(crate) struct History {
     /// The heartbeat read just before the records: every call returned before it is in them.
     drained_ns: u64,
     calls: Vec<NcclCall>,
@@ -268,6 +267,18 @@ impl History {
     fn of(log: &RankLog) -> History {
         let drained_ns = log.live().heartbeat_mono_ns;
         let (records, stats) = log.records();
+        History::from_records(drained_ns, records.into_iter().map(|r| r.body), stats.missing == 0, stats.last_seq)
+    }
+
+    /// From the records of a log, oldest first (`sf exporter` keeps the ones this reads
+    /// between its passes): `drained_ns` is the heartbeat read before them, `complete`
+    /// whether none is missing between the oldest and `newest_seq`.
+    pub(crate) fn from_records(
+        drained_ns: u64,
+        records: impl IntoIterator<Item = RecordBody>,
+        complete: bool,
+        newest_seq: u64,
+    ) -> History {
         let mut history = History {
             drained_ns,
             calls: Vec::new(),
@@ -275,13 +286,13 @@ impl History {
             injections: Vec::new(),
             hang_evidence: Vec::new(),
             stuck_qps: Vec::new(),
-            complete: stats.missing == 0,
+            complete,
             newest_drop_ns: None,
-            newest_seq: stats.last_seq,
+            newest_seq,
         };
         let mut windows: Vec<QpWindow> = Vec::new();
-        for record in records {
-            match record.body {
+        for body in records {
+            match body {
                 RecordBody::QpStuck(q) => history.stuck_qps.push(q),
                 RecordBody::QpWindow(w) if w.completed > 0 => windows.push(w),
                 RecordBody::NcclCall(c) => history.calls.push(c),
@@ -303,7 +314,26 @@ impl History {
     }
 }
 
-fn read_live(log: &RankLog, history: History, at: Judged, snapshot_wall: Option<String>) -> (RankInput, Extra) {
+/// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
+pub(crate) fn hang_reads(body: &RecordBody) -> bool {
+    matches!(
+        body,
+        RecordBody::QpStuck(_)
+            | RecordBody::QpWindow(_)
+            | RecordBody::NcclCall(_)
+            | RecordBody::CommCreated(_)
+            | RecordBody::Injection(_)
+            | RecordBody::HangEvidence(_)
+            | RecordBody::Drops(_)
+    )
+}
+
+pub(crate) fn read_live(
+    log: &RankLog,
+    history: History,
+    at: Judged,
+    snapshot_wall: Option<String>,
+) -> (RankInput, Extra) {
     let h = &log.header;
     let live = log.live();
     let mut comms = log.comms();
@@ -377,7 +407,13 @@ fn read_live(log: &RankLog, history: History, at: Judged, snapshot_wall: Option<
     (input, extra)
 }
 
-fn report(dir: &Dirs, now_mono_ns: u64, d: Diagnosis, extras: Vec<Extra>, errors: Vec<FileError>) -> HangReport {
+pub(crate) fn report(
+    dir: &Dirs,
+    now_mono_ns: u64,
+    d: Diagnosis,
+    extras: Vec<Extra>,
+    errors: Vec<FileError>,
+) -> HangReport {
     let t = &d.threshold;
     HangReport {
         dir: dir.display().to_string(),

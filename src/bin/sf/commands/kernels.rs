@@ -13,11 +13,11 @@ use stagefrontier::core::kernels::kde::Cluster;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
-use crate::discover::Dirs;
 use super::ls::FileError;
 use super::Failure;
 use crate::cli::GroupBy;
 use crate::discover;
+use crate::discover::Dirs;
 use crate::progress::Progress;
 
 #[derive(Clone, Copy, Debug, PartialEq)]

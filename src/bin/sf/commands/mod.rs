@@ -1,6 +1,7 @@
 //! Each command computes its report once; `output` only formats it.
 
 pub mod dump;
+pub mod exporter;
 pub mod frontier;
 mod frontier_waits;
 pub mod hang;
@@ -10,7 +11,7 @@ pub mod net;
 pub mod slow;
 mod slow_waits;
 pub mod snapshot;
-mod step_vectors;
+pub(crate) mod step_vectors;
 pub mod steps;
 mod waits;
 

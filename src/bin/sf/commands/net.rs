@@ -2,17 +2,16 @@
 //! and `qp_degraded` records the collector writes (README "RDMA work requests"): totals,
 //! bandwidth, latency, stuck and degraded evidence, and each QP's time series.
 
-
 use serde::Serialize;
 use stagefrontier::analysis::net::peers::{self, Judgement};
 use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
 
-use crate::discover::Dirs;
 use super::ls::FileError;
 use super::Failure;
 use crate::discover;
+use crate::discover::Dirs;
 use crate::progress::Progress;
 use crate::wall::WallClock;
 

@@ -1,7 +1,6 @@
 //! `sf slow`: L1 jitter and regression per rank, L2 stragglers per group and stage, and
 //! VenusTrace's expected-time tracking, over a job directory's step vectors.
 
-
 use serde::Serialize;
 use stagefrontier::analysis::slow::change_point::ChangePointParams;
 use stagefrontier::analysis::slow::expected_time::ExpectedTimeParams;
@@ -10,11 +9,11 @@ use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowP
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
-use crate::discover::Dirs;
 use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
 use super::step_vectors::{self, RankSteps};
 use super::Failure;
 use crate::cli::SlowOptions;
+use crate::discover::Dirs;
 
 /// The `--json` object; the field names the README lists are a contract.
 #[derive(Debug, Serialize)]

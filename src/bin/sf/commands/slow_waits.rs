@@ -1,15 +1,14 @@
 //! `sf slow` with wait attribution (`analysis::blame`): the detectors read own time, and
 //! the answer is ordered by the waiting each (rank, stage) caused, culprits first.
 
-
 use serde::Serialize;
 use stagefrontier::analysis::blame::{blame_table, culprits, Attribution, CulpritParams};
 use stagefrontier::analysis::slow::blamed::{by_caused_wait, own_time, Finding};
 use stagefrontier::analysis::slow::job::{JobSlow, RankSeries, SlowRank};
 
-use crate::discover::Dirs;
 use super::slow::{ExpectedEvidence, L2Evidence, SlowRankReport};
 use super::{waits, Failure};
+use crate::discover::Dirs;
 
 /// What the matched collectives say: who made the others wait, and in which stage.
 #[derive(Debug, Serialize)]

@@ -148,7 +148,12 @@ pub fn build(dirs: &Dirs, to: &Path) -> Result<SnapshotReport, Failure> {
             .map_err(|e| Failure::Message(format!("{}: cannot write {MANIFEST}: {e}", dest.dir.display())))?;
         report.dirs.push(SnapshotDir {
             dir: dest.dir.display().to_string(),
-            host: dest.dir.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            host: dest
+                .dir
+                .parent()
+                .and_then(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             job_id: dest.job_id.clone(),
             logs: dest.manifest.logs.len(),
             taken_wall: dest.manifest.taken_wall.clone(),

@@ -9,10 +9,10 @@ use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{RecordBody, StepVector};
 
-use crate::discover::Dirs;
 use super::steps::seconds;
 use super::Failure;
 use crate::discover;
+use crate::discover::Dirs;
 use crate::progress::Progress;
 use crate::wall::WallClock;
 
@@ -140,10 +140,15 @@ pub(super) fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, 
             _ => {}
         }
     }
-    steps.retain(|_, parts| {
-        parts.sort_by_key(|p| p.part);
-        let held: usize = parts.iter().map(|p| p.count as usize).sum();
-        parts.iter().enumerate().all(|(i, p)| p.part as usize == i) && held == parts[0].stages_total as usize
-    });
+    steps.retain(|_, parts| is_complete_step(parts));
     (steps, device)
+}
+
+/// Whether a step's parts are all held; sorts them in part order.
+pub(super) fn is_complete_step(parts: &mut [StepVector]) -> bool {
+    parts.sort_by_key(|p| p.part);
+    let held: usize = parts.iter().map(|p| p.count as usize).sum();
+    !parts.is_empty()
+        && parts.iter().enumerate().all(|(i, p)| p.part as usize == i)
+        && held == parts[0].stages_total as usize
 }

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::discover::Dirs;
 use super::frontier::StageMap;
 use super::Failure;
 use super::{step_vectors, waits};
+use crate::discover::Dirs;
 
 /// The `--json` object; `--csv` and the table are written from it too.
 #[derive(Debug, Serialize)]

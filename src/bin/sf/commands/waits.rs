@@ -1,15 +1,14 @@
 //! The rank logs' NCCL calls and stage spans, for wait attribution (`analysis::blame`):
 //! which rank made the others wait, and how much of each stage was waiting.
 
-
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
-use crate::discover::Dirs;
 use super::step_vectors::complete_steps;
 use super::Failure;
 use crate::discover;
+use crate::discover::Dirs;
 
 /// Attributes the waits of the job in `dir`, stages indexed as in `stages` (a stage not
 /// in it has no span). `command` names the sf command in a hint, as `read_ranks` does.

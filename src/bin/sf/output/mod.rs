@@ -8,6 +8,7 @@ mod human_kernels;
 mod human_ports;
 mod human_records;
 mod json;
+pub mod openmetrics;
 pub use error::error as json_error;
 pub mod kernels;
 pub mod net;
