@@ -213,7 +213,7 @@ fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str
         w.catch_up(live.committed);
         let h = &w.log.header;
         let rank_labels = vec![
-            ("job", job.to_string()),
+            ("job_id", job.to_string()),
             ("rank", h.global_rank.to_string()),
             ("local_rank", h.local_rank.to_string()),
             ("host", h.host.clone()),
@@ -304,7 +304,7 @@ fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str
     };
     let diagnosis = hang::diagnose(&inputs, &settings);
     let report = hang_report(&Dirs(Vec::new()), monotonic_ns(), diagnosis, extras, Vec::new());
-    let job_labels = [("job", job.to_string())];
+    let job_labels = [("job_id", job.to_string())];
     m.family(HANG_HUNG).push(&job_labels, f64::from(u8::from(report.hung)));
     m.family(HANG_THRESHOLD).push(&job_labels, report.threshold.threshold_s);
     for (r, labels) in report.ranks.iter().zip(&labels_of) {
@@ -320,13 +320,15 @@ fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str
     for c in &report.communicators {
         let Some(seq) = c.stuck_seq else { continue };
         for rank in &c.missing_ranks {
-            let l = [
-                ("job", job.to_string()),
+            // The rank's own labels when its log is on this node (it is, or no exporter
+            // could know it never entered).
+            let Some(i) = report.ranks.iter().position(|r| r.rank == *rank) else { continue };
+            let mut l = labels_of[i].clone();
+            l.extend([
                 ("comm", comm_hex(c.comm_id)),
                 ("op", c.stuck_op.map_or("unknown", |op| op.name()).to_string()),
                 ("seq", seq.to_string()),
-                ("rank", rank.to_string()),
-            ];
+            ]);
             m.family(HANG_MISSING).push(&l, c.stuck_s.unwrap_or(0.0));
         }
     }
@@ -365,9 +367,9 @@ fn frontier_metrics(m: &mut Metrics, job: &str, logs: &[&mut Watched]) {
     windows.extend(analyzer.finish());
     let Some(w) = windows.last() else { return };
     let steps = w.steps.max(1) as f64;
-    m.family(FRONTIER_EXPOSED).push(&[("job", job.to_string())], w.exposed_s / steps);
+    m.family(FRONTIER_EXPOSED).push(&[("job_id", job.to_string())], w.exposed_s / steps);
     for (i, stage) in w.schema.stages().iter().enumerate() {
-        let l = [("job", job.to_string()), ("stage", stage.clone())];
+        let l = [("job_id", job.to_string()), ("stage", stage.clone())];
         m.family(FRONTIER_ADVANCE).push(&l, w.advances_s[i] / steps);
         if let Some(shares) = &w.shares {
             m.family(FRONTIER_SHARE).push(&l, shares[i]);
@@ -432,7 +434,7 @@ impl Metrics {
 /// (name, kind, unit, help) of a family: the metric list the README documents.
 type Spec = (&'static str, Kind, &'static str, &'static str);
 
-pub const RANK: Spec = ("sf_rank", Kind::Info, "", "A rank log: job, rank, local rank, host, pid, world size");
+pub const RANK: Spec = ("sf_rank", Kind::Info, "", "A rank log: job id, rank, local rank, host, pid, world size");
 pub const LIVENESS: Spec = ("sf_rank_liveness", Kind::StateSet, "", "Whether the rank's writer is alive (as sf ls)");
 pub const HEARTBEAT_AGE: Spec =
     ("sf_heartbeat_age_seconds", Kind::Gauge, "seconds", "Seconds since the rank's collector last beat");
