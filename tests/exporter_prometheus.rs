@@ -175,6 +175,35 @@ fn a_hang_and_a_slow_rank_reach_prometheus_with_their_rank_labels() {
     let waiting = query(prom_port, "sf_hang_state{sf_hang_state=\"waiting\"} == 1");
     assert_eq!(ranks_of(&waiting), ["0", "1", "2", "3", "4", "6", "7"], "{waiting:?}");
 
+    // sf hang over the metrics of both nodes gives the verdict sf hang gives over the logs.
+    let sf_hang = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(artifact("sf")).arg("hang").arg("--json").args(args).output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code(), report)
+    };
+    let verdict = |report: &Value| {
+        let comms: Vec<Value> = report["communicators"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| !c["stuck_seq"].is_null())
+            .map(|c| serde_json::json!([c["stuck_op"], c["stuck_seq"], c["missing_ranks"], c["waiting_ranks"]]))
+            .collect();
+        let states: Vec<Value> = report["ranks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| serde_json::json!([r["rank"], r["state"], r["liveness"], r["comm_seq"]]))
+            .collect();
+        serde_json::json!([report["hung"], comms, states])
+    };
+    let url = format!("http://127.0.0.1:{prom_port}");
+    let (code, from_metrics) = sf_hang(&["--prometheus".as_ref(), url.as_ref(), "--job".as_ref(), "job".as_ref()]);
+    let logs: Vec<&std::ffi::OsStr> = nodes.iter().map(|n| n.as_os_str()).collect();
+    let (log_code, from_logs) = sf_hang(&logs);
+    assert_eq!((code, log_code), (Some(3), Some(3)), "{from_metrics}");
+    assert_eq!(verdict(&from_metrics), verdict(&from_logs), "{from_metrics}\n{from_logs}");
+
     // What a scrape costs: the exporter measures itself.
     let cpu = query(prom_port, "max(sf_exporter_scrape_cpu_seconds)");
     let rss = query(prom_port, "max(sf_exporter_resident_bytes)");

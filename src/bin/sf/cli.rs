@@ -32,8 +32,9 @@ pub enum Command {
     Dump { file: PathBuf, options: crate::commands::dump::DumpOptions, format: Format },
     /// Frontier accounting over a stage-duration CSV.
     Frontier { options: FrontierOptions, format: Format },
-    /// Hang localization over a job directory's logs.
-    Hang { dir: Dirs, options: HangOptions, format: Format },
+    /// Hang localization over a job directory's logs, or over the metrics a Prometheus
+    /// server holds (`prometheus`: its URL and the job id).
+    Hang { dir: Dirs, options: HangOptions, format: Format, prometheus: Option<(String, String)> },
     /// Slow ranks and stages over a job directory's step vectors.
     Slow { dir: Dirs, options: SlowOptions, format: Format },
     /// Kernels whose durations on some rank stand out from their peers' (ARGUS L3).
@@ -120,7 +121,12 @@ where
         Sub::Ls(a) => Command::Ls { path: Dirs(a.path), format: a.output.format() },
         Sub::Dump(a) => Command::Dump { options: a.options(), format: a.output.format(), file: a.file },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
-        Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
+        Sub::Hang(a) => Command::Hang {
+            options: a.options(),
+            format: a.output.format(),
+            prometheus: a.prometheus.zip(a.job),
+            dir: Dirs(a.dir),
+        },
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
         Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: Dirs(a.dir) },
@@ -335,7 +341,9 @@ on 0xe5bcd4f4e5c81503), call 0.007s, gap between calls 0.061s
 Examples:
   sf hang JOBDIR; echo $?                              3 while hung, 0 when not
   sf hang JOBDIR --json | jq '.communicators[] | select(.stuck_seq != null) | .missing_ranks'
-  sf hang JOBDIR --factor 3 --min-stuck-s 1           more patience on a job with uneven steps";
+  sf hang JOBDIR --factor 3 --min-stuck-s 1           more patience on a job with uneven steps
+  sf hang DEST                                        sf snapshot's copies of every node, judged when taken
+  sf hang --prometheus http://127.0.0.1:9090 --job 12345   from every node's sf exporter metrics";
 
 #[derive(Parser)]
 #[command(
@@ -547,8 +555,15 @@ impl FrontierArgs {
 struct HangArgs {
     /// Job directories (one per node of a multi-node job), or directories holding them
     /// (sf snapshot's DEST, a log root): searched for the logs of one job
-    #[arg(value_name = "DIR", required = true)]
+    #[arg(value_name = "DIR", required_unless_present = "prometheus", conflicts_with = "prometheus")]
     dir: Vec<PathBuf>,
+    /// Build the report from the metrics every node's sf exporter gave this Prometheus
+    /// server (http://HOST:PORT) instead of from logs; needs --job
+    #[arg(long, value_name = "URL", requires = "job")]
+    prometheus: Option<String>,
+    /// The job id (the metrics' job_id label) for --prometheus
+    #[arg(long, value_name = "ID", requires = "prometheus")]
+    job: Option<String>,
     /// A wait is stuck after this many median step times
     #[arg(long, value_name = "F", default_value = "1.5", value_parser = non_negative)]
     factor: f64,
@@ -650,12 +665,12 @@ mod tests {
         let defaults = DEFAULT_HANG;
         assert_eq!(
             parse(&["sf", "hang", "job"]),
-            Ok(Command::Hang { dir: Dirs::one("job"), options: defaults, format: Format::Human })
+            Ok(Command::Hang { dir: Dirs::one("job"), options: defaults, format: Format::Human, prometheus: None })
         );
         let custom = HangOptions { factor: 3.0, min_stuck_s: 1.0, fallback_stuck_s: 5.0 };
         assert_eq!(
             parse(&["sf", "hang", "job", "--json", "--factor", "3", "--min-stuck-s", "1", "--fallback-stuck-s=5"]),
-            Ok(Command::Hang { dir: Dirs::one("job"), options: custom, format: Format::Json })
+            Ok(Command::Hang { dir: Dirs::one("job"), options: custom, format: Format::Json, prometheus: None })
         );
         assert_eq!(parse(&["sf", "hang"]), Err(ErrorKind::MissingRequiredArgument));
         for bad in ["--factor=-1", "--factor=NaN", "--min-stuck-s=inf", "--fallback-stuck-s=soon"] {

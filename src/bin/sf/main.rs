@@ -69,8 +69,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             output::new(format, stdout).frontier(&report)?;
             Ok(status(report.found_culprit().then_some(exit::SLOW), &[]))
         }
-        Command::Hang { dir, options, format } => {
-            let report = hang::build(&dir, &options)?;
+        Command::Hang { dir, options, format, prometheus } => {
+            let report = match prometheus {
+                Some((url, job)) => hang::from_prometheus(&url, &job, &options)?,
+                None => hang::build(&dir, &options)?,
+            };
             output::new(format, stdout).hang(&report)?;
             let found = if report.mismatched() { Some(exit::MISMATCH) } else { report.hung.then_some(exit::HUNG) };
             Ok(status(found, &report.errors))

@@ -264,13 +264,27 @@ fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str
         }
         // Communicators.
         let now_mono = monotonic_ns();
+        let mut last_return: BTreeMap<u64, u64> = BTreeMap::new();
+        for body in &w.calls {
+            if let RecordBody::NcclCall(c) = body {
+                let t = last_return.entry(c.comm_id).or_default();
+                *t = (*t).max(c.t_exit_ns);
+            }
+        }
         for c in w.log.comms() {
             let mut l = rank_labels.clone();
-            l.extend([("comm", comm_hex(c.comm_id)), ("comm_rank", c.rank.to_string())]);
+            l.extend([
+                ("comm", comm_hex(c.comm_id)),
+                ("comm_rank", c.rank.to_string()),
+                ("nranks", c.nranks.to_string()),
+            ]);
             m.family(COLL_ENTERED).push(&l, c.coll_entered as f64);
             m.family(COLL_RETURNED).push(&l, c.coll_returned as f64);
             m.family(P2P_ENTERED).push(&l, c.p2p_entered as f64);
             m.family(P2P_RETURNED).push(&l, c.p2p_returned as f64);
+            if let Some(t) = last_return.get(&c.comm_id) {
+                m.family(LAST_RETURN_AGE).push(&l, seconds(now_mono.saturating_sub(*t)));
+            }
             if let Some(f) = &c.inflight {
                 l.push(("op", f.op.map_or("unknown", |op| op.name()).to_string()));
                 // The age only means something on the writer's host; elsewhere the
@@ -464,6 +478,12 @@ pub const P2P_ENTERED: Spec =
     ("sf_nccl_p2p_entered_seq", Kind::Gauge, "", "Sequence number of the last send/recv entered on the communicator");
 pub const P2P_RETURNED: Spec =
     ("sf_nccl_p2p_returned_seq", Kind::Gauge, "", "Sequence number of the last send/recv returned on the communicator");
+pub const LAST_RETURN_AGE: Spec = (
+    "sf_nccl_last_return_age_seconds",
+    Kind::Gauge,
+    "seconds",
+    "Seconds since the rank's newest recorded NCCL call on the communicator returned",
+);
 pub const INFLIGHT_AGE: Spec =
     ("sf_nccl_inflight_age_seconds", Kind::Gauge, "seconds", "Age of the NCCL call in flight on the communicator");
 pub const QP_INFLIGHT: Spec = ("sf_qp_inflight", Kind::Gauge, "", "RDMA work requests in flight on the queue pair");
@@ -528,6 +548,7 @@ pub const ALL: &[Spec] = &[
     COLL_RETURNED,
     P2P_ENTERED,
     P2P_RETURNED,
+    LAST_RETURN_AGE,
     INFLIGHT_AGE,
     QP_INFLIGHT,
     QP_BANDWIDTH,

@@ -208,6 +208,8 @@ pub(crate) struct Extra {
     snapshot_wall: Option<String>,
 }
 
+pub use super::hang_prometheus::build as from_prometheus;
+
 pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
     let files = discover::job_logs(dir, "hang").map_err(Failure::Message)?;
     let reader_host = local_host::name();
@@ -315,6 +317,30 @@ impl History {
 }
 
 /// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
+impl Extra {
+    /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
+    /// hang evidence or step: those are records, which metrics do not carry).
+    pub(crate) fn from_metrics(
+        host: &str,
+        pid: u32,
+        file: String,
+        liveness: Liveness,
+        heartbeat_age_ns: Option<u64>,
+    ) -> Extra {
+        Extra {
+            host: host.to_string(),
+            pid,
+            file,
+            step: None,
+            liveness,
+            heartbeat_age_ns,
+            injections: Vec::new(),
+            hang_evidence: Vec::new(),
+            snapshot_wall: None,
+        }
+    }
+}
+
 pub(crate) fn hang_reads(body: &RecordBody) -> bool {
     matches!(
         body,

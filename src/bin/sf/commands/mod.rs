@@ -5,6 +5,7 @@ pub mod exporter;
 pub mod frontier;
 mod frontier_waits;
 pub mod hang;
+mod hang_prometheus;
 pub mod kernels;
 pub mod ls;
 pub mod net;
