@@ -203,6 +203,18 @@ fn a_healthy_job_copied_a_moment_apart_is_not_hung_when_read_later() {
     let out = sf(&["ls".as_ref(), dest.0.as_os_str(), "--json".as_ref()]);
     let ls = json(&out);
     assert_eq!(ls["missing_ranks"], serde_json::json!([]));
+    // Two hosts: each one's clock mapping and how far it can be off are shown.
+    let clocks = ls["clocks"].as_array().unwrap();
+    assert_eq!(clocks.iter().map(|c| c["host"].clone()).collect::<Vec<_>>(), ["node0", "node1"]);
+    for c in clocks {
+        assert_eq!(c["ranks"], 4);
+        // One machine's clocks read at four ranks' starts: microseconds apart at most,
+        // far below a loaded host's scheduling noise.
+        assert!(c["uncertainty_ns"].as_u64().unwrap() < 50_000_000, "{c}");
+    }
+    let human = sf(&["ls".as_ref(), dest.0.as_os_str()]);
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("clocks: 2 hosts put on one wall-clock timeline"), "{text}");
     assert!(ls["ranks"].as_array().unwrap().iter().all(|r| r["liveness"] == "live"), "{ls}");
     // Only one node's snapshot: the missing ranks are named.
     let out = sf(&["ls".as_ref(), dest.join("node0").as_os_str(), "--json".as_ref()]);

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 use stagefrontier::analysis::comms::nccl_version::nccl_version_string;
 use stagefrontier::analysis::hang::{find_mismatches, Mismatch, Said};
+use stagefrontier::analysis::log::clocks::{host_clocks, HostClock};
 use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::doors::{no_markers_note, Doors};
@@ -13,6 +14,7 @@ use stagefrontier::core::log::reader::{RankLog, ReadError};
 use stagefrontier::core::log::records::{hex_u64, NcclCall, RecordBody};
 
 use super::hang::CALLS_KEPT;
+use super::waits::clock_of;
 use super::Failure;
 use crate::discover::{self, Dirs, LogFile};
 use crate::moment::{self, Taken};
@@ -32,6 +34,9 @@ pub struct LsReport {
     /// Collectives whose ranks disagree on op, count, type, root or reduction, per
     /// communicator, from the records (`sf hang` reads the same; `sf ls` exits 5).
     pub mismatches: Vec<CommMismatches>,
+    /// Per host, how well its ranks' monotonic times map onto the common wall-clock
+    /// timeline cross-host timing is compared on (`analysis::log::clocks`).
+    pub clocks: Vec<HostClock>,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -123,12 +128,14 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let host = local_host::name();
     let mut ranks = Vec::with_capacity(files.len());
     let mut calls = Vec::with_capacity(files.len());
+    let mut clocks = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
     let mut progress = Progress::new(files.len());
     for (i, file) in files.iter().enumerate() {
         match RankLog::open(&file.path) {
             Ok(log) => {
                 let (row, said) = row(&log, file.taken.as_ref(), &host);
+                clocks.push(clock_of(&log));
                 ranks.push(row);
                 calls.push(said);
             }
@@ -147,7 +154,8 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
         .collect();
     let attempts = paths.0.iter().flat_map(|dir| discover::attempts_in(dir)).collect();
-    Ok(LsReport { dir: paths.display(), ranks, missing_ranks, errors, attempts, mismatches, summary })
+    let clocks = host_clocks(&clocks);
+    Ok(LsReport { dir: paths.display(), ranks, missing_ranks, errors, attempts, mismatches, clocks, summary })
 }
 
 /// The logs of the directories given, or the one file given.

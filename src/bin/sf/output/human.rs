@@ -34,6 +34,21 @@ impl<W: Write> Output for Human<W> {
         for line in summary_lines(report) {
             writeln!(self.out, "{line}")?;
         }
+        // Only a job on several hosts compares times across clocks.
+        if report.clocks.len() > 1 {
+            let hosts: Vec<String> = report
+                .clocks
+                .iter()
+                .map(|c| format!("{} ±{:.3} ms ({} ranks)", c.host, c.uncertainty_ns as f64 / 1e6, c.ranks))
+                .collect();
+            writeln!(
+                self.out,
+                "clocks: {} hosts put on one wall-clock timeline through the headers' calibration: {}; \
+                 beyond that, as far as the hosts' clocks agree (NTP/PTP)",
+                report.clocks.len(),
+                hosts.join(", ")
+            )?;
+        }
         let comms = report.mismatches.iter().map(|c| (c.comm_id, &c.mismatches[..], c.mismatches_total));
         for line in mismatch_lines(comms) {
             writeln!(self.out, "{line}")?;
