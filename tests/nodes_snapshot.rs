@@ -139,7 +139,7 @@ fn a_hung_two_node_job_snapshotted_node_by_node_gets_the_single_directory_answer
     drop(job);
     std::thread::sleep(Duration::from_millis(1500));
 
-    let (code, report) = hang(&[dest.0.clone()]);
+    let (code, report) = hang(std::slice::from_ref(&dest.0));
     assert_eq!(code, Some(3), "{report}");
     let answer = verdict(&report);
     assert_eq!(answer, reference, "snapshots of two nodes give the single-directory answer");
@@ -194,7 +194,7 @@ fn a_healthy_job_copied_a_moment_apart_is_not_hung_when_read_later() {
     snapshot(&node_dirs[1], &dest.0);
     drop(job);
     std::thread::sleep(Duration::from_secs(2));
-    let (code, report) = hang(&[dest.0.clone()]);
+    let (code, report) = hang(std::slice::from_ref(&dest.0));
     assert_eq!(code, Some(0), "{report}");
     assert_eq!(report["hung"], false);
     for rank in report["ranks"].as_array().unwrap() {

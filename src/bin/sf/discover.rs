@@ -282,7 +282,7 @@ fn one_job(found: Vec<Candidate>, searched: bool, command: &str) -> Result<Chose
             notes.push(format!(
                 "ranks {} of the world's {world} have no log here: pass every node's directory \
                  (sf snapshot collects them)",
-                ranges(&missing)
+                crate::output::ranges(&missing)
             ));
         }
     }
@@ -290,30 +290,17 @@ fn one_job(found: Vec<Candidate>, searched: bool, command: &str) -> Result<Chose
     for who in kept.iter().filter_map(|c| c.who.as_ref()) {
         hosts.entry(who.host.as_str()).or_default().push(who.rank);
     }
+    for ranks in hosts.values_mut() {
+        ranks.sort_unstable();
+        ranks.dedup();
+    }
     if hosts.len() > 1 {
-        let listed: Vec<String> = hosts.iter().map(|(h, ranks)| format!("{h} (ranks {})", ranges(ranks))).collect();
+        let listed: Vec<String> =
+            hosts.iter().map(|(h, ranks)| format!("{h} (ranks {})", crate::output::ranges(ranks))).collect();
         notes.push(format!("logs from {} hosts: {}", hosts.len(), listed.join(", ")));
     }
     let files = kept.into_iter().map(|c| c.file.clone()).collect();
     Ok(Chosen { files, notes })
-}
-
-/// `0-3, 5, 7-9` of sorted or unsorted ranks.
-pub fn ranges(ranks: &[i32]) -> String {
-    let mut sorted = ranks.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let mut j = i;
-        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j { sorted[i].to_string() } else { format!("{}-{}", sorted[i], sorted[j]) });
-        i = j + 1;
-    }
-    parts.join(", ")
 }
 
 /// Notes go to stderr once per run, however many times a command discovers its logs.
@@ -337,13 +324,6 @@ mod tests {
         assert!(!is_log_name(Path::new("job/rank-00003.sflog.prev")));
         assert!(!is_log_name(Path::new("job/.sflog")));
         assert!(!is_log_name(Path::new("job/notes.txt")));
-    }
-
-    #[test]
-    fn ranges_collapse_runs() {
-        assert_eq!(ranges(&[7, 0, 1, 2, 3, 5, 8, 9]), "0-3, 5, 7-9");
-        assert_eq!(ranges(&[4]), "4");
-        assert_eq!(ranges(&[]), "");
     }
 
     #[test]

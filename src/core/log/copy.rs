@@ -165,7 +165,6 @@ mod tests {
         for t in 1..=3 {
             writer.append(&RecordBody::Drops(Drops { t_ns: t, dropped_total: t, ring_capacity: 16 }));
         }
-        drop(writer);
         // Tear record 2: one payload byte changes after its CRC was computed.
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.write_all_at(&[0xff], (format::records_offset() + format::SLOT_SIZE + 20) as u64).unwrap();

@@ -194,9 +194,9 @@ impl Exporter {
             paths.contains(path) && File::open(path).ok().and_then(|f| identity(&f)) == Some(w.identity)
         });
         for path in paths {
-            if !self.watched.contains_key(&path) {
-                if let Some(w) = Watched::open(&path) {
-                    self.watched.insert(path, w);
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.watched.entry(path) {
+                if let Some(w) = Watched::open(slot.key()) {
+                    slot.insert(w);
                 }
             }
         }
@@ -656,4 +656,24 @@ fn serve(mut stream: TcpStream, exporter: &mut Exporter, dirs: &Dirs, settings: 
         body.len()
     )?;
     stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_lists_every_metric_with_its_unit_in_the_name() {
+        let readme = include_str!("../../../../README.md");
+        let section = readme.split("\n## Many nodes\n").nth(1).expect("README has a Many nodes section");
+        for (name, kind, unit, _) in ALL {
+            let shown = match kind {
+                Kind::Counter => format!("`{name}_total"),
+                Kind::Info => format!("`{name}_info"),
+                _ => format!("`{name}"),
+            };
+            assert!(section.contains(&shown), "README's metric list lacks {shown}");
+            assert!(name.starts_with("sf_") && name.ends_with(unit), "{name} ({unit})");
+        }
+    }
 }

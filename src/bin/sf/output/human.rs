@@ -247,7 +247,7 @@ pub(super) fn plural(n: u64, noun: &str) -> String {
 }
 
 /// Sorted ranks as runs, `0-3, 7, 9-10`, at most `LIST_AT_MOST` runs.
-pub(super) fn ranges(ranks: &[i32]) -> String {
+pub(crate) fn ranges(ranks: &[i32]) -> String {
     let mut runs: Vec<(i32, i32)> = Vec::new();
     for &r in ranks {
         match runs.last_mut() {
@@ -641,6 +641,7 @@ mod tests {
             errors: Vec::new(),
             attempts: Vec::new(),
             mismatches: Vec::new(),
+            clocks: Vec::new(),
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

@@ -10,6 +10,7 @@ mod human_records;
 mod json;
 pub mod openmetrics;
 pub use error::error as json_error;
+pub(crate) use human::ranges;
 pub mod kernels;
 pub mod net;
 pub mod slow;
