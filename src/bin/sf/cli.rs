@@ -404,8 +404,8 @@ by comm where they are per communicator; the README lists them.
 The hang metrics (sf_hang_hung, sf_hang_state, sf_hang_missing_seconds) are sf hang's
 analysis of this node's ranks. A rank on another node is seen by that node's exporter:
 compare sf_nccl_coll_entered_seq across every node's series to find the rank that never
-entered (deploy/prometheus/stagefrontier-rules.yml does), or run
-sf hang --prometheus URL --job ID for one report over every node.
+entered (deploy/prometheus/stagefrontier-rules.yml does), or ask for one report over
+every node with `sf hang --prometheus URL --job ID`.
 
 By default it serves http://127.0.0.1:9464/metrics (OpenMetrics to a Prometheus server
 that asks for it, the Prometheus text format otherwise) and listens nowhere else; pass
