@@ -40,6 +40,10 @@ const STEP_WINDOW: usize = 100;
 /// Records of kinds other than NCCL calls kept per rank for the hang analysis (comm
 /// creations, injections, hang evidence, QP records, drops): a bound on memory.
 const OTHER_KEPT: usize = 1024;
+/// Records of a log's history the first pass reads: a job's older history is what
+/// `sf hang` and `sf frontier` read from the logs; the exporter starts near the present,
+/// so that even its first scrape of long logs stays within its budget.
+const FIRST_PASS_RECORDS: u64 = 4096;
 /// Upper bounds of the step and stage histograms, in seconds.
 const BUCKETS_S: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// How long a scrape's client may take to send its request.
@@ -98,6 +102,9 @@ impl Watched {
 
     /// Reads the records committed since the last pass (up to `committed`).
     fn catch_up(&mut self, committed: u64) {
+        if self.last_seq == 0 {
+            self.last_seq = committed.saturating_sub(FIRST_PASS_RECORDS);
+        }
         let Watched { calls, other, parts, qps, .. } = self;
         let stats = read_after(&self.file, self.log.header.slot_count, self.last_seq, committed, |record| {
             match &record.body {
