@@ -187,6 +187,27 @@ fn a_healthy_job_copied_a_moment_apart_is_not_hung_when_read_later() {
         assert!(Instant::now() < deadline, "the job never started");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Each rank's environment is torchrun's for its node.
+    for (node, dir) in node_dirs.iter().enumerate() {
+        let ls = json(&sf(&["ls".as_ref(), dir.as_os_str(), "--json".as_ref()]));
+        for row in ls["ranks"].as_array().unwrap() {
+            let environ = std::fs::read(format!("/proc/{}/environ", row["pid"])).unwrap();
+            let vars: Vec<String> =
+                environ.split(|&b| b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+            let rank = row["rank"].as_u64().unwrap();
+            for expected in [
+                format!("RANK={rank}"),
+                format!("LOCAL_RANK={}", rank % 4),
+                "WORLD_SIZE=8".to_string(),
+                "LOCAL_WORLD_SIZE=4".to_string(),
+                format!("GROUP_RANK={node}"),
+                format!("SF_HOST=node{node}"),
+                format!("SF_LOG_DIR={}", root.join(format!("node{node}")).display()),
+            ] {
+                assert!(vars.contains(&expected), "rank {rank} lacks {expected}: {vars:?}");
+            }
+        }
+    }
     std::thread::sleep(Duration::from_secs(2));
     let dest = TempDir::new("nodes-healthy-dest");
     snapshot(&node_dirs[0], &dest.0);
