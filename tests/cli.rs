@@ -227,7 +227,7 @@ fn ls_json_has_the_contract_fields() {
 
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<String>>();
     let expect = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<String>>();
-    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors", "attempts", "mismatches"]));
+    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors", "attempts", "mismatches", "clocks"]));
     assert_eq!(report["mismatches"], serde_json::json!([]));
     assert_eq!(report["dir"], dir.0.display().to_string());
     assert_eq!(report["missing_ranks"], serde_json::json!([3]));
@@ -258,6 +258,7 @@ fn ls_json_has_the_contract_fields() {
         "clock_source",
         "heartbeat_wall",
         "doors",
+        "snapshot_wall",
     ]);
     for rank in ranks {
         assert_eq!(keys(rank), contract);
@@ -482,14 +483,15 @@ fn ls_without_logs_says_where_they_are_written() {
     let stderr = text(&sf(&[OsStr::new("ls"), root.0.as_os_str()]).stderr);
     assert!(stderr.contains("$SF_LOG_DIR/<job id>/") && stderr.contains("/dev/shm/stagefrontier-"), "{stderr}");
 
-    // Given the log root instead of a job directory, it names the jobs.
+    // Given the log root instead of a job directory, it finds the job below it.
     std::fs::create_dir(root.join("job-7")).unwrap();
     write_log(
         &root.join("job-7").join("rank-00000.sflog"),
         &Spec::rank(0, 1, &stagefrontier::core::capture::host::hostname()),
     );
-    let out = sf(&[OsStr::new("ls"), root.0.as_os_str()]);
-    assert_one_error_line(&out, "in its job directories job-7; pass one");
+    let out = sf(&[OsStr::new("ls"), root.0.as_os_str(), OsStr::new("--json")]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ranks"][0]["file"], root.join("job-7").join("rank-00000.sflog").display().to_string());
 }
 
 #[test]

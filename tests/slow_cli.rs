@@ -218,9 +218,9 @@ fn no_logs_or_no_step_vectors_is_one_error_line_and_exit_1() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("no step vectors") && stderr.lines().count() == 1, "{stderr}");
-    // The log root instead of a job directory: the hint names a job directory.
+    // The log root instead of a job directory: the job below it is found and read.
     let out = sf_slow(&root, &[]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("e.g. sf slow"), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no step vectors"), "{out:?}");
 }
 
 #[test]

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use crate::discover::Dirs;
+
 mod dump;
 #[cfg(test)]
 mod help_examples;
@@ -26,21 +28,26 @@ pub enum Format {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// One row per rank log found at `path` (a job directory or one log).
-    Ls { path: PathBuf, format: Format },
+    Ls { path: Dirs, format: Format },
     /// The records one log holds (filtered), or its header.
     Dump { file: PathBuf, options: crate::commands::dump::DumpOptions, format: Format },
     /// Frontier accounting over a stage-duration CSV.
     Frontier { options: FrontierOptions, format: Format },
-    /// Hang localization over a job directory's logs.
-    Hang { dir: PathBuf, options: HangOptions, format: Format },
+    /// Hang localization over a job directory's logs, or over the metrics a Prometheus
+    /// server holds (`prometheus`: its URL and the job id).
+    Hang { dir: Dirs, options: HangOptions, format: Format, prometheus: Option<(String, String)> },
     /// Slow ranks and stages over a job directory's step vectors.
-    Slow { dir: PathBuf, options: SlowOptions, format: Format },
+    Slow { dir: Dirs, options: SlowOptions, format: Format },
     /// Kernels whose durations on some rank stand out from their peers' (ARGUS L3).
-    Kernels { dir: PathBuf, options: crate::commands::kernels::KernelsOptions, format: Format },
+    Kernels { dir: Dirs, options: crate::commands::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
-    Net { dir: PathBuf, series: bool, format: Format },
+    Net { dir: Dirs, series: bool, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
-    Steps { dir: PathBuf, format: StepsFormat },
+    Steps { dir: Dirs, format: StepsFormat },
+    /// A consistent copy of a job's logs on this node into `to/<host>/<job id>/`.
+    Snapshot { dir: Dirs, to: PathBuf, format: Format },
+    /// The node's live logs as Prometheus metrics.
+    Exporter { options: crate::commands::exporter::ExporterOptions },
     /// Runs a job with the library's doors open and returns its exit status.
     Run { options: crate::commands::run::RunOptions },
 }
@@ -55,7 +62,9 @@ impl Command {
             | Command::Hang { format, .. }
             | Command::Slow { format, .. }
             | Command::Kernels { format, .. }
-            | Command::Net { format, .. } => *format,
+            | Command::Net { format, .. }
+            | Command::Snapshot { format, .. } => *format,
+            Command::Exporter { .. } => Format::Human,
             // CSV is data for another program: its errors stay text, like the table's.
             Command::Steps { format, .. } => match format {
                 StepsFormat::Json => Format::Json,
@@ -79,6 +88,9 @@ pub struct HangOptions {
 /// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
 impl Eq for HangOptions {}
 
+/// `sf hang`'s defaults (its flags' defaults, checked by a test), for `sf exporter`.
+pub const DEFAULT_HANG: HangOptions = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
+
 /// What `sf frontier` analyzes and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrontierOptions {
@@ -96,8 +108,8 @@ pub struct FrontierOptions {
 /// Where `sf frontier` reads stage durations from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FrontierSource {
-    /// A job directory: the rank logs' step vectors.
-    Logs(PathBuf),
+    /// Job directories: the rank logs' step vectors.
+    Logs(Dirs),
     /// A long-format CSV.
     Csv(PathBuf),
 }
@@ -111,14 +123,21 @@ where
 {
     let cli = Cli::try_parse_from(args)?;
     Ok(match cli.command {
-        Sub::Ls(a) => Command::Ls { path: a.path, format: a.output.format() },
+        Sub::Ls(a) => Command::Ls { path: Dirs(a.path), format: a.output.format() },
         Sub::Dump(a) => Command::Dump { options: a.options(), format: a.output.format(), file: a.file },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
-        Sub::Hang(a) => Command::Hang { options: a.options(), format: a.output.format(), dir: a.dir },
-        Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.dir },
-        Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: a.dir },
-        Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
-        Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.dir },
+        Sub::Hang(a) => Command::Hang {
+            options: a.options(),
+            format: a.output.format(),
+            prometheus: a.prometheus.zip(a.job),
+            dir: Dirs(a.dir),
+        },
+        Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
+        Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
+        Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: Dirs(a.dir) },
+        Sub::Steps(a) => Command::Steps { format: a.format(), dir: Dirs(a.dir) },
+        Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: Dirs(a.dir), to: a.to },
+        Sub::Exporter(a) => Command::Exporter { options: a.options() },
         Sub::Run(a) => Command::Run { options: a.options() },
     })
 }
@@ -329,7 +348,9 @@ on 0xe5bcd4f4e5c81503), call 0.007s, gap between calls 0.061s
 Examples:
   sf hang JOBDIR; echo $?                              3 while hung, 0 when not
   sf hang JOBDIR --json | jq '.communicators[] | select(.stuck_seq != null) | .missing_ranks'
-  sf hang JOBDIR --factor 3 --min-stuck-s 1           more patience on a job with uneven steps";
+  sf hang JOBDIR --factor 3 --min-stuck-s 1           more patience on a job with uneven steps
+  sf hang DEST                                        sf snapshot's copies of every node, judged when taken
+  sf hang --prometheus http://127.0.0.1:9090 --job 12345   from every node's sf exporter metrics";
 
 #[derive(Parser)]
 #[command(
@@ -374,13 +395,114 @@ enum Sub {
     /// Run an unmodified job with every door open: sf run -- torchrun ... train.py
     #[command(long_about = run::LONG_ABOUT, after_help = run::EXAMPLES)]
     Run(run::RunArgs),
+    /// Copy a job's logs on this node, consistently, into DEST/<host>/<job id>/ for sf on another machine
+    #[command(long_about = SNAPSHOT_LONG_ABOUT, after_help = SNAPSHOT_EXAMPLES)]
+    Snapshot(SnapshotArgs),
+    /// Serve the node's live rank logs as Prometheus metrics (OpenMetrics), or write textfiles
+    #[command(long_about = EXPORTER_LONG_ABOUT, after_help = EXPORTER_EXAMPLES)]
+    Exporter(ExporterArgs),
+}
+
+const EXPORTER_LONG_ABOUT: &str = "\
+Serve the rank logs of this node as Prometheus metrics, read afresh on every scrape: one
+long-running process per node. Each scrape reads the logs' live headers and tables and
+only the records committed since the previous scrape, so it costs milliseconds whatever
+the logs' size. The metrics (sf_ prefix, units in the names) are labelled by job_id (not
+job: Prometheus gives every target a job label of its own), rank, local_rank and host, and
+by comm where they are per communicator; the README lists them.
+
+The hang metrics (sf_hang_hung, sf_hang_state, sf_hang_missing_seconds) are sf hang's
+analysis of this node's ranks. A rank on another node is seen by that node's exporter:
+compare sf_nccl_coll_entered_seq across every node's series to find the rank that never
+entered (deploy/prometheus/stagefrontier-rules.yml does), or ask for one report over
+every node with `sf hang --prometheus URL --job ID`.
+
+By default it serves http://127.0.0.1:9464/metrics (OpenMetrics to a Prometheus server
+that asks for it, the Prometheus text format otherwise) and listens nowhere else; pass
+--listen 0.0.0.0:9464 to be scraped from another machine. With --textfile DIR it listens
+nowhere and writes DIR/stagefrontier.prom for node_exporter's textfile collector instead
+(written to a temporary name and renamed: never read half-written), every --interval
+seconds, or once with --once. --once alone prints one scrape on stdout.";
+
+const EXPORTER_EXAMPLES: &str = "\
+Examples:
+  sf exporter /dev/shm/stagefrontier-$(id -u)
+  sf exporter --listen 0.0.0.0:9464 /dev/shm/stagefrontier-$(id -u)
+  sf exporter --textfile /var/lib/node_exporter/textfile --once /dev/shm/stagefrontier-$(id -u)
+  sf exporter --once /dev/shm/stagefrontier-$(id -u) | grep sf_hang";
+
+#[derive(Args)]
+struct ExporterArgs {
+    /// Log roots or job directories of this node, searched for rank logs on every scrape
+    #[arg(value_name = "LOGDIR", required = true)]
+    dir: Vec<PathBuf>,
+    /// Serve GET /metrics at this address [default: 127.0.0.1:9464, none with --textfile]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// Write DIR/stagefrontier.prom (node_exporter's textfile collector) instead of serving
+    #[arg(long, value_name = "DIR")]
+    textfile: Option<PathBuf>,
+    /// One scrape, then exit: into the textfile, or on stdout without --textfile
+    #[arg(long, conflicts_with = "listen")]
+    once: bool,
+    /// Seconds between textfile writes
+    #[arg(long, value_name = "S", default_value = "15", value_parser = clap::value_parser!(u64).range(1..))]
+    interval: u64,
+}
+
+impl ExporterArgs {
+    fn options(self) -> crate::commands::exporter::ExporterOptions {
+        let default_listen = std::net::SocketAddr::from(([127, 0, 0, 1], 9464));
+        crate::commands::exporter::ExporterOptions {
+            dirs: Dirs(self.dir),
+            listen: self.listen.or((self.textfile.is_none() && !self.once).then_some(default_listen)),
+            textfile: self.textfile,
+            once: self.once,
+            interval_s: self.interval,
+        }
+    }
+}
+
+const SNAPSHOT_LONG_ABOUT: &str = "\
+Copy every rank log of a job on this node into DEST/<host>/<job id>/, consistently: the
+header with its live state and tables, then every whole record; a record caught being
+written is left out, never copied torn. It only reads, so it is safe while the ranks write
+and while they are wedged, and takes well under a second for 8 ranks of default logs.
+
+DEST/<host>/<job id>/snapshot.json records when each log was copied. Every sf command
+judges a copy at that moment: liveness, heartbeat ages and stuck times are what they were
+when the snapshot was taken, however much later sf reads it, on whatever machine. Copies
+made with cp lose that moment and look dead: use sf snapshot.
+
+Gather the snapshots of every node under one DEST (a shared filesystem, or rsync/kubectl cp
+afterwards) and pass DEST, or the node directories, to any command: it finds the logs
+below, groups them by job and says which ranks of the world are missing.";
+
+const SNAPSHOT_EXAMPLES: &str = "\
+Examples:
+  sf snapshot /dev/shm/stagefrontier-$(id -u)/$SLURM_JOB_ID --to /shared/sf/$SLURM_JOB_ID
+  srun --overlap --ntasks-per-node=1 sf snapshot /dev/shm/stagefrontier-$(id -u)/$SLURM_JOB_ID --to /shared/sf/$SLURM_JOB_ID
+  pdsh -w node[0-15] 'sf snapshot /dev/shm/stagefrontier-$(id -u)/JOB --to /shared/sf/JOB'
+  sf hang /shared/sf/JOB                             one verdict over every node's copies";
+
+#[derive(Args)]
+struct SnapshotArgs {
+    /// The job's directory on this node, $SF_LOG_DIR/<job id>/ (or the log root holding it)
+    #[arg(value_name = "DIR", required = true)]
+    dir: Vec<PathBuf>,
+    /// Where the copies go: DEST/<host>/<job id>/ is created (mode 0700)
+    #[arg(long, value_name = "DEST")]
+    to: PathBuf,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Args)]
 struct LsArgs {
-    /// Job directory holding rank-*.sflog files, or one log file
-    #[arg(value_name = "DIR")]
-    path: PathBuf,
+    /// Job directories (one per node), directories holding them (sf snapshot's DEST), or
+    /// one log file
+    #[arg(value_name = "DIR", required = true)]
+    path: Vec<PathBuf>,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -389,9 +511,10 @@ struct LsArgs {
 /// argument comes when they do.
 #[derive(Args)]
 struct FrontierArgs {
-    /// Job directory holding rank-NNNNN.sflog files with stage vectors
+    /// Job directories holding rank-NNNNN.sflog files with stage vectors (one per node), or
+    /// directories holding them (sf snapshot's DEST)
     #[arg(value_name = "DIR", required_unless_present = "csv", conflicts_with = "csv")]
-    dir: Option<PathBuf>,
+    dir: Vec<PathBuf>,
     /// CSV with the header step,rank,stage,seconds: one row per step, rank and stage
     /// (optional wait_seconds, caused_seconds: the logs' wait attribution, as sf steps writes)
     #[arg(long, value_name = "FILE")]
@@ -425,7 +548,7 @@ impl FrontierArgs {
         // clap guarantees exactly one of the two.
         let source = match self.csv {
             Some(csv) => FrontierSource::Csv(csv),
-            None => FrontierSource::Logs(self.dir.unwrap_or_default()),
+            None => FrontierSource::Logs(Dirs(self.dir)),
         };
         FrontierOptions {
             source,
@@ -440,9 +563,17 @@ impl FrontierArgs {
 
 #[derive(Args)]
 struct HangArgs {
-    /// Job directory holding the rank-*.sflog files
-    #[arg(value_name = "DIR")]
-    dir: PathBuf,
+    /// Job directories (one per node of a multi-node job), or directories holding them
+    /// (sf snapshot's DEST, a log root): searched for the logs of one job
+    #[arg(value_name = "DIR", required_unless_present = "prometheus", conflicts_with = "prometheus")]
+    dir: Vec<PathBuf>,
+    /// Build the report from the metrics every node's sf exporter gave this Prometheus
+    /// server (http://HOST:PORT) instead of from logs; needs --job
+    #[arg(long, value_name = "URL", requires = "job")]
+    prometheus: Option<String>,
+    /// The job id (the metrics' job_id label) for --prometheus
+    #[arg(long, value_name = "ID", requires = "prometheus")]
+    job: Option<String>,
     /// A wait is stuck after this many median step times
     #[arg(long, value_name = "F", default_value = "1.5", value_parser = non_negative)]
     factor: f64,
@@ -498,8 +629,11 @@ mod tests {
 
     #[test]
     fn ls_and_dump_with_and_without_json() {
-        assert_eq!(parse(&["sf", "ls", "job"]), Ok(Command::Ls { path: "job".into(), format: Format::Human }));
-        assert_eq!(parse(&["sf", "ls", "--json", "job"]), Ok(Command::Ls { path: "job".into(), format: Format::Json }));
+        assert_eq!(parse(&["sf", "ls", "job"]), Ok(Command::Ls { path: Dirs::one("job"), format: Format::Human }));
+        assert_eq!(
+            parse(&["sf", "ls", "--json", "job"]),
+            Ok(Command::Ls { path: Dirs::one("job"), format: Format::Json })
+        );
         assert_eq!(
             parse(&["sf", "dump", "job/rank-00001.sflog", "--json"]),
             Ok(Command::Dump {
@@ -530,7 +664,7 @@ mod tests {
         assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "jobdir"]), Err(ErrorKind::ArgumentConflict));
         match parse(&["sf", "frontier", "jobdir", "--json"]) {
             Ok(Command::Frontier { options, format }) => {
-                assert_eq!((options.source, format), (FrontierSource::Logs("jobdir".into()), Format::Json))
+                assert_eq!((options.source, format), (FrontierSource::Logs(Dirs::one("jobdir")), Format::Json))
             }
             other => panic!("{other:?}"),
         }
@@ -538,15 +672,15 @@ mod tests {
 
     #[test]
     fn hang_takes_a_directory_and_threshold_settings() {
-        let defaults = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
+        let defaults = DEFAULT_HANG;
         assert_eq!(
             parse(&["sf", "hang", "job"]),
-            Ok(Command::Hang { dir: "job".into(), options: defaults, format: Format::Human })
+            Ok(Command::Hang { dir: Dirs::one("job"), options: defaults, format: Format::Human, prometheus: None })
         );
         let custom = HangOptions { factor: 3.0, min_stuck_s: 1.0, fallback_stuck_s: 5.0 };
         assert_eq!(
             parse(&["sf", "hang", "job", "--json", "--factor", "3", "--min-stuck-s", "1", "--fallback-stuck-s=5"]),
-            Ok(Command::Hang { dir: "job".into(), options: custom, format: Format::Json })
+            Ok(Command::Hang { dir: Dirs::one("job"), options: custom, format: Format::Json, prometheus: None })
         );
         assert_eq!(parse(&["sf", "hang"]), Err(ErrorKind::MissingRequiredArgument));
         for bad in ["--factor=-1", "--factor=NaN", "--min-stuck-s=inf", "--fallback-stuck-s=soon"] {

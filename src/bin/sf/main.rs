@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod discover;
 mod exit;
+mod moment;
 mod output;
 mod progress;
 mod wall;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 
 use cli::{Command, Format};
 use commands::ls::FileError;
-use commands::{dump, frontier, hang, kernels, ls, net, run as run_job, slow, steps, Failure};
+use commands::{dump, exporter, frontier, hang, kernels, ls, net, run as run_job, slow, snapshot, steps, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -68,8 +69,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             output::new(format, stdout).frontier(&report)?;
             Ok(status(report.found_culprit().then_some(exit::SLOW), &[]))
         }
-        Command::Hang { dir, options, format } => {
-            let report = hang::build(&dir, &options)?;
+        Command::Hang { dir, options, format, prometheus } => {
+            let report = match prometheus {
+                Some((url, job)) => hang::from_prometheus(&url, &job, &options)?,
+                None => hang::build(&dir, &options)?,
+            };
             output::new(format, stdout).hang(&report)?;
             let found = if report.mismatched() { Some(exit::MISMATCH) } else { report.hung.then_some(exit::HUNG) };
             Ok(status(found, &report.errors))
@@ -105,6 +109,15 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
                 nothing.then_some(exit::ERROR)
             };
             Ok(status(found, &report.errors))
+        }
+        Command::Exporter { options } => {
+            exporter::run(&options)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Snapshot { dir, to, format } => {
+            let report = snapshot::build(&dir, &to)?;
+            output::snapshot::write(format, stdout, &report)?;
+            Ok(status(None, &report.errors))
         }
         Command::Steps { dir, format } => {
             let report = steps::build(&dir)?;

@@ -30,6 +30,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_KEEP_ATTEMPTS", "5", "attempts of one job id whose logs are kept (1..1000); older ones are removed"),
     ("SF_QUIET", "0", "1 drops the start line saying where the logs go (warnings still show)"),
     ("SF_JOB_ID", "from the launcher", "job id directory name; overrides TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ..."),
+    ("SF_HOST", "gethostname", "host name the logs record (a simulated node, a container not named as its node)"),
     (
         "SF_RING_EVENTS",
         "16384",

@@ -11,6 +11,21 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// This host's name as logs record it and `sf` compares it: `SF_HOST` when it holds a
+/// usable name (a simulated node, or a container whose host name is not the node's), else
+/// `gethostname`'s. A name with a `/`, a control character or more bytes than a header
+/// keeps (`HOST_LEN - 1`) is not usable: it would not survive as a directory name.
+pub fn name() -> String {
+    std::env::var("SF_HOST").ok().filter(|n| usable_name(n)).unwrap_or_else(hostname)
+}
+
+fn usable_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < crate::core::log::format::HOST_LEN
+        && !matches!(name, "." | "..")
+        && name.chars().all(|c| !c.is_control() && c != '/')
+}
+
 /// Whether a process with this pid exists here. A process of another user still exists
 /// (EPERM); a zombie (killed, not yet reaped by a parent that is itself stuck or stopped)
 /// does not. Pid 0 and pids beyond `i32::MAX` are refused, because `kill` would read them
@@ -64,6 +79,14 @@ mod tests {
         assert!(!process_exists(pid as u32), "exited but unreaped");
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+
+    #[test]
+    fn usable_host_overrides() {
+        assert!(usable_name("node0"));
+        for bad in ["", ".", "..", "a/b", "tab\there", &"n".repeat(64)] {
+            assert!(!usable_name(bad), "{bad:?}");
+        }
     }
 
     #[test]

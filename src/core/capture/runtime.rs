@@ -239,7 +239,7 @@ fn build() -> Option<(Runtime, Collector)> {
         say(warning);
     }
     let pid = std::process::id();
-    let host = host::hostname();
+    let host = host::name();
     let calibration = clock::select(config.clock != ClockChoice::Monotonic);
     let ring = Ring::with_capacity(config.ring_events);
     let info = HeaderInfo {

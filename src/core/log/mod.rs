@@ -1,5 +1,6 @@
 //! The per-rank log: a fixed-size, crash-consistent, memory-mapped file.
 
+pub mod copy;
 pub mod format;
 pub mod mapping;
 pub mod place;
@@ -11,6 +12,7 @@ pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;
 pub mod records_profiler;
+pub mod tail;
 pub mod writer;
 
 #[cfg(test)]

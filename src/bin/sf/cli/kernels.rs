@@ -50,9 +50,10 @@ Examples:
 
 #[derive(Args)]
 pub struct KernelsArgs {
-    /// Job directory holding the rank-*.sflog files
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    /// Job directories (one per node of a multi-node job), or directories holding them
+    /// (sf snapshot's DEST, a log root): searched for the logs of one job
+    #[arg(value_name = "DIR", required = true)]
+    pub dir: Vec<PathBuf>,
     /// Which ranks share a role and are compared with each other (as sf slow's; --role-by and
     /// its value `all` still work)
     #[arg(long, visible_alias = "role-by", value_name = "ROLE", value_enum, default_value = "job")]
@@ -82,7 +83,7 @@ impl KernelsArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse_from, Command, Format};
+    use super::super::{parse_from, Command, Dirs, Format};
     use super::*;
     use clap::error::ErrorKind;
 
@@ -95,12 +96,12 @@ mod tests {
         let defaults = KernelsOptions { group_by: GroupBy::Job, iqr_k: 1.5, matrix: false };
         assert_eq!(
             parse("sf kernels job"),
-            Ok(Command::Kernels { dir: PathBuf::from("job"), options: defaults, format: Format::Human })
+            Ok(Command::Kernels { dir: Dirs::one("job"), options: defaults, format: Format::Human })
         );
         assert_eq!(
             parse("sf kernels job --json --group-by local-rank --iqr-k 3 --matrix"),
             Ok(Command::Kernels {
-                dir: PathBuf::from("job"),
+                dir: Dirs::one("job"),
                 options: KernelsOptions { group_by: GroupBy::LocalRank, iqr_k: 3.0, matrix: true },
                 format: Format::Json
             })

@@ -55,9 +55,10 @@ Examples:
 
 #[derive(Args)]
 pub struct NetArgs {
-    /// Job directory holding the rank-*.sflog files
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    /// Job directories (one per node of a multi-node job), or directories holding them
+    /// (sf snapshot's DEST, a log root): searched for the logs of one job
+    #[arg(value_name = "DIR", required = true)]
+    pub dir: Vec<PathBuf>,
     /// Also print each QP's samples (one row per SF_NET_SAMPLE_MS); --json always has them
     #[arg(long)]
     pub series: bool,
@@ -67,9 +68,8 @@ pub struct NetArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse_from, Command, Format};
+    use super::super::{parse_from, Command, Dirs, Format};
     use clap::error::ErrorKind;
-    use std::path::PathBuf;
 
     fn parse(args: &str) -> Result<Command, ErrorKind> {
         parse_from(args.split(' ')).map_err(|e| e.kind())
@@ -79,11 +79,11 @@ mod tests {
     fn takes_a_directory_and_flags() {
         assert_eq!(
             parse("sf net job"),
-            Ok(Command::Net { dir: PathBuf::from("job"), series: false, format: Format::Human })
+            Ok(Command::Net { dir: Dirs::one("job"), series: false, format: Format::Human })
         );
         assert_eq!(
             parse("sf net job --json --series"),
-            Ok(Command::Net { dir: PathBuf::from("job"), series: true, format: Format::Json })
+            Ok(Command::Net { dir: Dirs::one("job"), series: true, format: Format::Json })
         );
         assert_eq!(parse("sf net"), Err(ErrorKind::MissingRequiredArgument));
         assert_eq!(parse("sf net --help"), Err(ErrorKind::DisplayHelp));

@@ -136,9 +136,10 @@ Examples:
 
 #[derive(Args)]
 pub struct SlowArgs {
-    /// Job directory holding the rank-*.sflog files
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    /// Job directories (one per node of a multi-node job), or directories holding them
+    /// (sf snapshot's DEST, a log root): searched for the logs of one job
+    #[arg(value_name = "DIR", required = true)]
+    pub dir: Vec<PathBuf>,
     /// Leave out each rank's first N steps (start-up: communicator creation, caches)
     #[arg(long, value_name = "N", default_value = "1")]
     skip_steps: usize,
@@ -201,7 +202,7 @@ impl SlowArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse_from, Command, Format};
+    use super::super::{parse_from, Command, Dirs, Format};
     use super::*;
     use clap::error::ErrorKind;
 
@@ -212,7 +213,7 @@ mod tests {
     #[test]
     fn defaults_are_the_papers() {
         let Ok(Command::Slow { dir, options, format }) = parse("sf slow job") else { panic!() };
-        assert_eq!((dir, format), (PathBuf::from("job"), Format::Human));
+        assert_eq!((dir, format), (Dirs::one("job"), Format::Human));
         assert_eq!(
             (options.jitter_window, options.jitter_ratio, options.min_regression, options.max_cv),
             (8, 1.5, 1.05, 0.1)

@@ -50,9 +50,10 @@ pub enum StepsFormat {
 
 #[derive(Args)]
 pub struct StepsArgs {
-    /// Job directory holding the rank-*.sflog files
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    /// Job directories (one per node of a multi-node job), or directories holding them
+    /// (sf snapshot's DEST, a log root): searched for the logs of one job
+    #[arg(value_name = "DIR", required = true)]
+    pub dir: Vec<PathBuf>,
     /// Write the long CSV sf frontier --csv reads
     #[arg(long, conflicts_with = "json")]
     csv: bool,

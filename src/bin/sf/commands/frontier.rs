@@ -153,18 +153,17 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (path, table, waits) = match &options.source {
+    let (file, table, waits) = match &options.source {
         FrontierSource::Csv(path) => {
             let mut table = read_csv(path, options)?;
             let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
-            (path, table, waits)
+            (path.display().to_string(), table, waits)
         }
         FrontierSource::Logs(dir) => {
             let (table, waits) = frontier_waits::own_time_table(dir)?;
-            (dir, table, Some(waits))
+            (dir.display(), table, Some(waits))
         }
     };
-    let file = path.display().to_string();
     let fail = |message: String| Failure::Message(format!("{file}: {message}"));
     let known = table.schema().stages();
     let named = options.residual.iter().chain(&options.sync_wait);

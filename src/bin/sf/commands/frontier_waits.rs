@@ -3,8 +3,6 @@
 //! (`analysis::blame`), the measured model-fit indicator W_s, and each window's blame table
 //! and culprits.
 
-use std::path::Path;
-
 use serde::Serialize as DeriveSerialize;
 use stagefrontier::analysis::blame::{
     blame_table, culprits, measured_sync_wait, Attribution, CulpritParams, SYNC_WAIT_SHARE,
@@ -14,10 +12,11 @@ use stagefrontier::analysis::frontier::Window;
 
 use super::frontier::{StageMap, WindowReport};
 use super::{step_vectors, waits, Failure};
+use crate::discover::Dirs;
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out.
-pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits), Failure> {
+pub fn own_time_table(dir: &Dirs) -> Result<(StageTable, Waits), Failure> {
     let (ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
     let mut table = step_vectors::table_of(dir, &ranks, world)?;
     let attribution = waits::attribution(dir, "frontier", table.schema().stages())?;

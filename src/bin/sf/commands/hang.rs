@@ -8,18 +8,16 @@
 //! The report keeps the verdict's words and adds what an operator wants next to it:
 //! heartbeats, steps and stages, injections, watchdog evidence.
 
-use std::path::{Path, PathBuf};
-
 use serde::{Serialize, Serializer};
 use stagefrontier::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
-use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
-use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
+use stagefrontier::core::capture::clock::monotonic_ns;
 use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::comms::nccl_op::NcclOp;
-use stagefrontier::core::log::reader::{RankLog, ReadError};
+use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{
     hex_u64, CommCreated, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody,
 };
@@ -27,7 +25,8 @@ use stagefrontier::core::log::records::{
 use super::ls::FileError;
 use super::Failure;
 use crate::cli::HangOptions;
-use crate::discover;
+use crate::discover::{self, Dirs};
+use crate::moment::{self, Judged};
 use crate::progress::Progress;
 
 /// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
@@ -165,6 +164,9 @@ pub struct RankReport {
     pub file: String,
     pub injections: Vec<InjectionReport>,
     pub hang_evidence: Vec<HangEvidence>,
+    /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): its liveness,
+    /// heartbeat age and stuck times are judged at that moment.
+    pub snapshot_wall: Option<String>,
 }
 
 /// An `injection` record, with its stage named.
@@ -194,7 +196,7 @@ fn seconds(ns: u64) -> f64 {
 }
 
 /// What the adapter keeps of one log besides the analysis input.
-struct Extra {
+pub(crate) struct Extra {
     host: String,
     pid: u32,
     file: String,
@@ -203,63 +205,52 @@ struct Extra {
     heartbeat_age_ns: Option<u64>,
     injections: Vec<InjectionReport>,
     hang_evidence: Vec<HangEvidence>,
+    snapshot_wall: Option<String>,
 }
 
-pub fn build(dir: &Path, options: &HangOptions) -> Result<HangReport, Failure> {
-    let files = files_to_read(dir)?;
-    let reader_host = local_host::hostname();
+pub use super::hang_prometheus::build as from_prometheus;
+
+pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
+    let files = discover::job_logs(dir, "hang").map_err(Failure::Message)?;
+    let reader_host = local_host::name();
     let mut errors = Vec::new();
     let mut progress = Progress::new(files.len());
     // Records first: the long part.
     let mut logs = Vec::with_capacity(files.len());
-    for (i, file) in files.iter().enumerate() {
-        match RankLog::open(file) {
+    for (i, file) in files.into_iter().enumerate() {
+        match RankLog::open(&file.path) {
             Ok(log) => {
                 let history = History::of(&log);
-                logs.push((log, history));
+                logs.push((log, history, file.taken));
             }
-            Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+            Err(e) => errors.push(FileError { file: file.path.display().to_string(), error: e.to_string() }),
         }
         progress.done(i + 1);
     }
     drop(progress);
     // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
-    logs.sort_by_key(|(log, _)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
-    let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
-    let (inputs, extras): (Vec<RankInput>, Vec<Extra>) =
-        logs.into_iter().map(|(log, history)| read_live(&log, history, &reader_host, now)).unzip();
+    logs.sort_by_key(|(log, ..)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
+    let now_mono_ns = monotonic_ns();
+    let (inputs, extras): (Vec<RankInput>, Vec<Extra>) = logs
+        .into_iter()
+        .map(|(log, history, taken)| {
+            // A live log is judged at the clock read once, here, after every record; a
+            // snapshot's copy at the moment it was taken.
+            let at = moment::judge(&log.header, taken.as_ref(), &reader_host);
+            read_live(&log, history, at, taken.map(|t| crate::wall::rfc3339_ms(t.wall_ns)))
+        })
+        .unzip();
     let settings = Settings {
         factor: options.factor,
         min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
         fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
     };
     let diagnosis = hang::diagnose(&inputs, &settings);
-    Ok(report(dir, now.mono_ns, diagnosis, extras, errors))
-}
-
-/// The job directory's logs; a directory without any says where logs are written.
-fn files_to_read(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let unreadable = |error| Failure::Message(ReadError::Unreadable { path: dir.to_path_buf(), error }.to_string());
-    if !std::fs::metadata(dir).map_err(unreadable)?.is_dir() {
-        return Err(Failure::Message(format!(
-            "{} is not a directory; sf hang reads every rank log of a job: pass the job directory holding them",
-            dir.display()
-        )));
-    }
-    let files = discover::logs_in(dir).map_err(unreadable)?;
-    if files.is_empty() {
-        let hint = match discover::job_dirs_in(dir).first() {
-            Some(job) => format!("; it holds job directories: pass one, e.g. sf hang {}", job.display()),
-            None => "; logs are written to $SF_LOG_DIR/<job id>/, default /dev/shm/stagefrontier-<uid>/<job id>/"
-                .to_string(),
-        };
-        return Err(Failure::Message(format!("no rank logs (*.sflog) in {}{hint}", dir.display())));
-    }
-    Ok(files)
+    Ok(report(dir, now_mono_ns, diagnosis, extras, errors))
 }
 
 /// What a log's records say.
-struct History {
+pub(crate) struct History {
     /// The heartbeat read just before the records: every call returned before it is in them.
     drained_ns: u64,
     calls: Vec<NcclCall>,
@@ -278,6 +269,18 @@ impl History {
     fn of(log: &RankLog) -> History {
         let drained_ns = log.live().heartbeat_mono_ns;
         let (records, stats) = log.records();
+        History::from_records(drained_ns, records.into_iter().map(|r| r.body), stats.missing == 0, stats.last_seq)
+    }
+
+    /// From the records of a log, oldest first (`sf exporter` keeps the ones this reads
+    /// between its passes): `drained_ns` is the heartbeat read before them, `complete`
+    /// whether none is missing between the oldest and `newest_seq`.
+    pub(crate) fn from_records(
+        drained_ns: u64,
+        records: impl IntoIterator<Item = RecordBody>,
+        complete: bool,
+        newest_seq: u64,
+    ) -> History {
         let mut history = History {
             drained_ns,
             calls: Vec::new(),
@@ -285,13 +288,13 @@ impl History {
             injections: Vec::new(),
             hang_evidence: Vec::new(),
             stuck_qps: Vec::new(),
-            complete: stats.missing == 0,
+            complete,
             newest_drop_ns: None,
-            newest_seq: stats.last_seq,
+            newest_seq,
         };
         let mut windows: Vec<QpWindow> = Vec::new();
-        for record in records {
-            match record.body {
+        for body in records {
+            match body {
                 RecordBody::QpStuck(q) => history.stuck_qps.push(q),
                 RecordBody::QpWindow(w) if w.completed > 0 => windows.push(w),
                 RecordBody::NcclCall(c) => history.calls.push(c),
@@ -313,7 +316,50 @@ impl History {
     }
 }
 
-fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderClock) -> (RankInput, Extra) {
+/// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
+impl Extra {
+    /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
+    /// hang evidence or step: those are records, which metrics do not carry).
+    pub(crate) fn from_metrics(
+        host: &str,
+        pid: u32,
+        file: String,
+        liveness: Liveness,
+        heartbeat_age_ns: Option<u64>,
+    ) -> Extra {
+        Extra {
+            host: host.to_string(),
+            pid,
+            file,
+            step: None,
+            liveness,
+            heartbeat_age_ns,
+            injections: Vec::new(),
+            hang_evidence: Vec::new(),
+            snapshot_wall: None,
+        }
+    }
+}
+
+pub(crate) fn hang_reads(body: &RecordBody) -> bool {
+    matches!(
+        body,
+        RecordBody::QpStuck(_)
+            | RecordBody::QpWindow(_)
+            | RecordBody::NcclCall(_)
+            | RecordBody::CommCreated(_)
+            | RecordBody::Injection(_)
+            | RecordBody::HangEvidence(_)
+            | RecordBody::Drops(_)
+    )
+}
+
+pub(crate) fn read_live(
+    log: &RankLog,
+    history: History,
+    at: Judged,
+    snapshot_wall: Option<String>,
+) -> (RankInput, Extra) {
     let h = &log.header;
     let live = log.live();
     let mut comms = log.comms();
@@ -324,9 +370,8 @@ fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderCloc
         row.inflight = row.inflight.take().filter(|f| f.since_mono_ns >= calibrated);
     }
     let (step, stage) = log.position();
-    let here = same_host(&h.host, reader_host);
+    let (here, now, process) = (at.same_clock, at.clock, at.process);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
-    let process = h.stamp.check(h.pid, here);
     let stage_names = log.stage_names();
     // Until its collector first beats, a log is as fresh as its creation: a rank starting
     // up must not pass for a stopped one.
@@ -383,11 +428,18 @@ fn read_live(log: &RankLog, history: History, reader_host: &str, now: ReaderCloc
             })
             .collect(),
         hang_evidence: history.hang_evidence,
+        snapshot_wall,
     };
     (input, extra)
 }
 
-fn report(dir: &Path, now_mono_ns: u64, d: Diagnosis, extras: Vec<Extra>, errors: Vec<FileError>) -> HangReport {
+pub(crate) fn report(
+    dir: &Dirs,
+    now_mono_ns: u64,
+    d: Diagnosis,
+    extras: Vec<Extra>,
+    errors: Vec<FileError>,
+) -> HangReport {
     let t = &d.threshold;
     HangReport {
         dir: dir.display().to_string(),
@@ -499,5 +551,6 @@ fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
         file: extra.file,
         injections: extra.injections,
         hang_evidence: extra.hang_evidence,
+        snapshot_wall: extra.snapshot_wall,
     }
 }

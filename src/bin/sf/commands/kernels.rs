@@ -5,7 +5,6 @@
 //! statistics, stream busy time and what the summaries lost.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::Serialize;
 use stagefrontier::analysis::kernels::cross_rank::{compare_kernels, L3Params};
@@ -18,6 +17,7 @@ use super::ls::FileError;
 use super::Failure;
 use crate::cli::GroupBy;
 use crate::discover;
+use crate::discover::Dirs;
 use crate::progress::Progress;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -133,8 +133,8 @@ struct RankInput {
     clusters: BTreeMap<String, Vec<Cluster>>,
 }
 
-pub fn build(dir: &Path, options: &KernelsOptions) -> Result<KernelsReport, Failure> {
-    let files = discover::job_logs(dir, "kernels").map_err(Failure::Message)?;
+pub fn build(dir: &Dirs, options: &KernelsOptions) -> Result<KernelsReport, Failure> {
+    let files = discover::job_log_paths(dir, "kernels").map_err(Failure::Message)?;
     let mut report = KernelsReport {
         dir: dir.display().to_string(),
         group_by: options.group_by.name(),

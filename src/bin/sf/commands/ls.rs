@@ -1,22 +1,23 @@
 //! `sf ls`: one row per rank log of a job, and what the job as a whole is missing.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use stagefrontier::analysis::comms::nccl_version::nccl_version_string;
 use stagefrontier::analysis::hang::{find_mismatches, Mismatch, Said};
-use stagefrontier::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use stagefrontier::analysis::log::clocks::{host_clocks, HostClock};
+use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
-use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
-use stagefrontier::core::capture::config::Config;
 use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::{RankLog, ReadError};
 use stagefrontier::core::log::records::{hex_u64, NcclCall, RecordBody};
 
 use super::hang::CALLS_KEPT;
+use super::waits::clock_of;
 use super::Failure;
-use crate::discover;
+use crate::discover::{self, Dirs, LogFile};
+use crate::moment::{self, Taken};
 use crate::progress::Progress;
 use crate::wall::rfc3339_ms;
 use stagefrontier::core::capture::host as local_host;
@@ -33,6 +34,9 @@ pub struct LsReport {
     /// Collectives whose ranks disagree on op, count, type, root or reduction, per
     /// communicator, from the records (`sf hang` reads the same; `sf ls` exits 5).
     pub mismatches: Vec<CommMismatches>,
+    /// Per host, how well its ranks' monotonic times map onto the common wall-clock
+    /// timeline cross-host timing is compared on (`analysis::log::clocks`).
+    pub clocks: Vec<HostClock>,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -80,6 +84,9 @@ pub struct RankRow {
     pub heartbeat_wall: Option<String>,
     /// Doors open and injection variables set; `None` for a log of an older library.
     pub doors: Option<Doors>,
+    /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): liveness and the
+    /// heartbeat age are judged at that moment. `None` for a log read where it is written.
+    pub snapshot_wall: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -116,21 +123,23 @@ pub struct Gap {
     pub missing: u64,
 }
 
-pub fn build(path: &Path) -> Result<LsReport, Failure> {
-    let files = files_to_read(path)?;
-    let host = local_host::hostname();
+pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
+    let files = files_to_read(paths)?;
+    let host = local_host::name();
     let mut ranks = Vec::with_capacity(files.len());
     let mut calls = Vec::with_capacity(files.len());
+    let mut clocks = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
     let mut progress = Progress::new(files.len());
     for (i, file) in files.iter().enumerate() {
-        match RankLog::open(file) {
+        match RankLog::open(&file.path) {
             Ok(log) => {
-                let (row, said) = row(&log, &host);
+                let (row, said) = row(&log, file.taken.as_ref(), &host);
+                clocks.push(clock_of(&log));
                 ranks.push(row);
                 calls.push(said);
             }
-            Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+            Err(e) => errors.push(FileError { file: file.path.display().to_string(), error: e.to_string() }),
         }
         progress.done(i + 1);
     }
@@ -144,53 +153,28 @@ pub fn build(path: &Path) -> Result<LsReport, Failure> {
         .into_iter()
         .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
         .collect();
-    let attempts = discover::attempts_in(path);
-    Ok(LsReport { dir: path.display().to_string(), ranks, missing_ranks, errors, attempts, mismatches, summary })
+    let attempts = paths.0.iter().flat_map(|dir| discover::attempts_in(dir)).collect();
+    let clocks = host_clocks(&clocks);
+    Ok(LsReport { dir: paths.display(), ranks, missing_ranks, errors, attempts, mismatches, clocks, summary })
 }
 
-/// A directory's logs, or the one file given. A directory without logs is an error that
-/// says where logs are written.
-fn files_to_read(path: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let unreadable = |error| Failure::Message(ReadError::Unreadable { path: path.to_path_buf(), error }.to_string());
-    if !std::fs::metadata(path).map_err(unreadable)?.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
+/// The logs of the directories given, or the one file given.
+fn files_to_read(paths: &Dirs) -> Result<Vec<LogFile>, Failure> {
+    if let [path] = paths.0.as_slice() {
+        let unreadable = |error| Failure::Message(ReadError::Unreadable { path: path.clone(), error }.to_string());
+        if !std::fs::metadata(path).map_err(unreadable)?.is_dir() {
+            return Ok(vec![LogFile { path: path.clone(), taken: None }]);
+        }
     }
-    let files = discover::logs_in(path).map_err(unreadable)?;
-    if files.is_empty() {
-        return Err(Failure::Message(no_logs_in(path)));
-    }
-    Ok(files)
-}
-
-fn no_logs_in(dir: &Path) -> String {
-    let jobs = discover::job_dirs_in(dir);
-    if let Some(first) = jobs.first() {
-        let names: Vec<String> =
-            jobs.iter().filter_map(|j| j.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
-        return format!(
-            "no rank logs (*.sflog) in {} itself, but in its job directories {}; pass one, e.g. sf ls {}",
-            dir.display(),
-            names.join(", "),
-            first.display()
-        );
-    }
-    let root = Config::from_env().0.log_root;
-    format!(
-        "no rank logs (*.sflog) in {}; logs are written to $SF_LOG_DIR/<job id>/, default \
-         /dev/shm/stagefrontier-<uid>/<job id>/ (here: {}/<job id>/)",
-        dir.display(),
-        root.display()
-    )
+    discover::job_logs(paths, "ls").map_err(Failure::Message)
 }
 
 /// A log's row, and its rank with its newest collective records for the mismatch check.
-fn row(log: &RankLog, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
+fn row(log: &RankLog, taken: Option<&Taken>, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
     let h = &log.header;
     let live = log.live();
-    let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
-    let here = same_host(&h.host, reader_host);
-    let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
-    let process = h.stamp.check(h.pid, here);
+    let at = moment::judge(h, taken, reader_host);
+    let age_ns = heartbeat_age_ns(at.same_clock, live.heartbeat_mono_ns, live.heartbeat_wall_ns, at.clock);
     // Only the newest collective calls are kept, as `sf hang` keeps them: constant memory.
     let mut calls: Vec<NcclCall> = Vec::new();
     let stats = log.scan(|r| {
@@ -210,7 +194,7 @@ fn row(log: &RankLog, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
         host: h.host.clone(),
         pid: h.pid,
         job_id: h.job_id.clone(),
-        liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), process),
+        liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), at.process),
         heartbeat_age_s: age_ns.map(|ns| ns as f64 / 1e9),
         committed: live.committed,
         held: stats.valid,
@@ -225,6 +209,7 @@ fn row(log: &RankLog, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
         clock_source: h.clock_source,
         heartbeat_wall: (live.heartbeat_wall_ns != 0).then(|| rfc3339_ms(live.heartbeat_wall_ns)),
         doors: live.doors,
+        snapshot_wall: taken.map(|t| rfc3339_ms(t.wall_ns)),
     };
     (row, (h.global_rank, calls))
 }
@@ -297,6 +282,7 @@ mod tests {
             clock_source: "monotonic",
             heartbeat_wall: None,
             doors: None,
+            snapshot_wall: None,
         }
     }
 

@@ -1,9 +1,11 @@
 //! Each command computes its report once; `output` only formats it.
 
 pub mod dump;
+pub mod exporter;
 pub mod frontier;
 mod frontier_waits;
 pub mod hang;
+mod hang_prometheus;
 pub mod kernels;
 pub mod ls;
 pub mod net;
@@ -11,7 +13,8 @@ pub mod run;
 mod run_env;
 pub mod slow;
 mod slow_waits;
-mod step_vectors;
+pub mod snapshot;
+pub(crate) mod step_vectors;
 pub mod steps;
 mod waits;
 

@@ -2,8 +2,6 @@
 //! and `qp_degraded` records the collector writes (README "RDMA work requests"): totals,
 //! bandwidth, latency, stuck and degraded evidence, and each QP's time series.
 
-use std::path::Path;
-
 use serde::Serialize;
 use stagefrontier::analysis::net::peers::{self, Judgement};
 use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
@@ -15,6 +13,7 @@ use stagefrontier::core::net::work_requests::WrSource;
 use super::ls::FileError;
 use super::Failure;
 use crate::discover;
+use crate::discover::Dirs;
 use crate::progress::Progress;
 use crate::wall::WallClock;
 
@@ -186,8 +185,8 @@ pub struct Sample {
 
 type QpId = (WrSource, i32, u32);
 
-pub fn build(dir: &Path) -> Result<NetReport, Failure> {
-    let files = discover::job_logs(dir, "net").map_err(Failure::Message)?;
+pub fn build(dir: &Dirs) -> Result<NetReport, Failure> {
+    let files = discover::job_log_paths(dir, "net").map_err(Failure::Message)?;
     let mut report = NetReport {
         dir: dir.display().to_string(),
         stuck: false,

@@ -1,8 +1,6 @@
 //! `sf slow`: L1 jitter and regression per rank, L2 stragglers per group and stage, and
 //! VenusTrace's expected-time tracking, over a job directory's step vectors.
 
-use std::path::Path;
-
 use serde::Serialize;
 use stagefrontier::analysis::slow::change_point::ChangePointParams;
 use stagefrontier::analysis::slow::expected_time::ExpectedTimeParams;
@@ -15,6 +13,7 @@ use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
 use super::step_vectors::{self, RankSteps};
 use super::Failure;
 use crate::cli::SlowOptions;
+use crate::discover::Dirs;
 
 /// The `--json` object; the field names the README lists are a contract.
 #[derive(Debug, Serialize)]
@@ -189,7 +188,7 @@ pub struct ExpectedReport {
     pub excess_s: f64,
 }
 
-pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
+pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
     let (logs, world) = step_vectors::read_ranks(dir, "slow")?;
     let (stages, mut series, ranks_without_steps) = series_of(&logs, options);
     if series.is_empty() {
@@ -266,7 +265,7 @@ fn series_of(logs: &[RankSteps], options: &SlowOptions) -> (Vec<String>, Vec<Ran
 
 #[allow(clippy::too_many_arguments)] // one call site; the report is made of all of them
 fn report(
-    dir: &Path,
+    dir: &Dirs,
     world: usize,
     stages: Vec<String>,
     series: &[RankSeries],

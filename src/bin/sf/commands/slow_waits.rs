@@ -1,8 +1,6 @@
 //! `sf slow` with wait attribution (`analysis::blame`): the detectors read own time, and
 //! the answer is ordered by the waiting each (rank, stage) caused, culprits first.
 
-use std::path::Path;
-
 use serde::Serialize;
 use stagefrontier::analysis::blame::{blame_table, culprits, Attribution, CulpritParams};
 use stagefrontier::analysis::slow::blamed::{by_caused_wait, own_time, Finding};
@@ -10,6 +8,7 @@ use stagefrontier::analysis::slow::job::{JobSlow, RankSeries, SlowRank};
 
 use super::slow::{ExpectedEvidence, L2Evidence, SlowRankReport};
 use super::{waits, Failure};
+use crate::discover::Dirs;
 
 /// What the matched collectives say: who made the others wait, and in which stage.
 #[derive(Debug, Serialize)]
@@ -64,7 +63,7 @@ pub struct Waits {
 
 /// Attributes the waits of the job in `dir` and takes them out of `series` (stages
 /// indexed as in `stages`), leaving each rank's own time for the detectors.
-pub fn take_out_waits(dir: &Path, stages: &[String], series: &mut [RankSeries]) -> Result<Waits, Failure> {
+pub fn take_out_waits(dir: &Dirs, stages: &[String], series: &mut [RankSeries]) -> Result<Waits, Failure> {
     let attribution = waits::attribution(dir, "slow", stages)?;
     let mut walls: Vec<f64> = series.iter().flat_map(|r| r.wall_s.iter().copied()).collect();
     walls.sort_by(f64::total_cmp);

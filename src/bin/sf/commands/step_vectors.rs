@@ -2,7 +2,6 @@
 //! same steps), per rank for `sf slow` and as a stage-duration table for `sf frontier`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::DeviceTime;
@@ -13,6 +12,7 @@ use stagefrontier::core::log::records::{RecordBody, StepVector};
 use super::steps::seconds;
 use super::Failure;
 use crate::discover;
+use crate::discover::Dirs;
 use crate::progress::Progress;
 use crate::wall::WallClock;
 
@@ -43,8 +43,8 @@ pub struct RankSteps {
 /// step is complete when all its parts are held (a wrapped-away part drops the step for
 /// that rank). Unranked logs and a second log claiming a rank are skipped (sf ls warns).
 /// `command` names the sf command in the hint when `dir` holds job directories instead.
-pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), Failure> {
-    let logs = discover::job_logs(dir, command).map_err(Failure::Message)?;
+pub fn read_ranks(dir: &Dirs, command: &str) -> Result<(Vec<RankSteps>, usize), Failure> {
+    let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
     let mut world = 0;
     let mut ranks: Vec<RankSteps> = Vec::new();
     let mut progress = Progress::new(logs.len());
@@ -91,7 +91,7 @@ pub fn read_ranks(dir: &Path, command: &str) -> Result<(Vec<RankSteps>, usize), 
 
 /// The complete steps of `ranks` (read from `dir`), as a frontier table. The world is the
 /// largest world size the headers record.
-pub fn table_of(dir: &Path, ranks: &[RankSteps], world: usize) -> Result<StageTable, Failure> {
+pub fn table_of(dir: &Dirs, ranks: &[RankSteps], world: usize) -> Result<StageTable, Failure> {
     let fail = |message: String| Failure::Message(format!("{}: {message}", dir.display()));
     let mut durations = Vec::new();
     let mut overlaps = Vec::new();
@@ -140,10 +140,15 @@ pub(super) fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, 
             _ => {}
         }
     }
-    steps.retain(|_, parts| {
-        parts.sort_by_key(|p| p.part);
-        let held: usize = parts.iter().map(|p| p.count as usize).sum();
-        parts.iter().enumerate().all(|(i, p)| p.part as usize == i) && held == parts[0].stages_total as usize
-    });
+    steps.retain(|_, parts| is_complete_step(parts));
     (steps, device)
+}
+
+/// Whether a step's parts are all held; sorts them in part order.
+pub(super) fn is_complete_step(parts: &mut [StepVector]) -> bool {
+    parts.sort_by_key(|p| p.part);
+    let held: usize = parts.iter().map(|p| p.count as usize).sum();
+    !parts.is_empty()
+        && parts.iter().enumerate().all(|(i, p)| p.part as usize == i)
+        && held == parts[0].stages_total as usize
 }

@@ -1,13 +1,13 @@
 //! `sf steps`: the per-rank, per-step stage vectors of a job, for export.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::Serialize;
 
 use super::frontier::StageMap;
 use super::Failure;
 use super::{step_vectors, waits};
+use crate::discover::Dirs;
 
 /// The `--json` object; `--csv` and the table are written from it too.
 #[derive(Debug, Serialize)]
@@ -61,7 +61,7 @@ pub fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-pub fn build(dir: &Path) -> Result<StepsReport, Failure> {
+pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
     let (ranks, world) = step_vectors::read_ranks(dir, "steps")?;
     let mut steps: Vec<(u64, u32, &String)> = Vec::new();
     for r in &ranks {

@@ -1,21 +1,22 @@
 //! The rank logs' NCCL calls and stage spans, for wait attribution (`analysis::blame`):
 //! which rank made the others wait, and how much of each stage was waiting.
 
-use std::path::Path;
-
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
+use stagefrontier::analysis::log::clocks::RankClock;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
 use super::step_vectors::complete_steps;
 use super::Failure;
 use crate::discover;
+use crate::discover::Dirs;
 
 /// Attributes the waits of the job in `dir`, stages indexed as in `stages` (a stage not
 /// in it has no span). `command` names the sf command in a hint, as `read_ranks` does.
-pub fn attribution(dir: &Path, command: &str, stages: &[String]) -> Result<Attribution, Failure> {
-    let logs = discover::job_logs(dir, command).map_err(Failure::Message)?;
+pub fn attribution(dir: &Dirs, command: &str, stages: &[String]) -> Result<Attribution, Failure> {
+    let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
     let mut ranks: Vec<RankTimeline> = Vec::new();
+    let mut clocks: Vec<RankClock> = Vec::new();
     for path in &logs {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
         let rank = log.header.global_rank;
@@ -23,8 +24,36 @@ pub fn attribution(dir: &Path, command: &str, stages: &[String]) -> Result<Attri
             continue;
         }
         ranks.push(timeline(&log, rank as u32, stages));
+        clocks.push(clock_of(&log));
+    }
+    // Ranks of several hosts: each one's monotonic times mean nothing to the others', so
+    // every time goes onto the wall-clock timeline through its header's calibration
+    // before one rank's calls are compared with another's (`sf ls` shows how well the
+    // calibrations hold).
+    if clocks.iter().any(|c| c.host != clocks[0].host) {
+        for (rank, clock) in ranks.iter_mut().zip(&clocks) {
+            let wall = |t: u64| clock.to_wall(t).clamp(0, u64::MAX as i128) as u64;
+            for c in &mut rank.calls {
+                (c.enter_ns, c.exit_ns) = (wall(c.enter_ns), wall(c.exit_ns));
+            }
+            for s in &mut rank.spans {
+                (s.begin_ns, s.end_ns) = (wall(s.begin_ns), wall(s.end_ns));
+            }
+        }
     }
     Ok(attribute(&ranks))
+}
+
+/// A log's clock readings, for `analysis::log::clocks`.
+pub fn clock_of(log: &RankLog) -> RankClock {
+    let live = log.live();
+    RankClock {
+        host: log.header.host.clone(),
+        base_mono_ns: log.header.base_mono_ns,
+        base_wall_ns: log.header.base_wall_ns,
+        heartbeat_mono_ns: live.heartbeat_mono_ns,
+        heartbeat_wall_ns: live.heartbeat_wall_ns,
+    }
 }
 
 fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {

@@ -34,6 +34,21 @@ impl<W: Write> Output for Human<W> {
         for line in summary_lines(report) {
             writeln!(self.out, "{line}")?;
         }
+        // Only a job on several hosts compares times across clocks.
+        if report.clocks.len() > 1 {
+            let hosts: Vec<String> = report
+                .clocks
+                .iter()
+                .map(|c| format!("{} ±{:.3} ms ({} ranks)", c.host, c.uncertainty_ns as f64 / 1e6, c.ranks))
+                .collect();
+            writeln!(
+                self.out,
+                "clocks: {} hosts put on one wall-clock timeline through the headers' calibration: {}; \
+                 beyond that, as far as the hosts' clocks agree (NTP/PTP)",
+                report.clocks.len(),
+                hosts.join(", ")
+            )?;
+        }
         let comms = report.mismatches.iter().map(|c| (c.comm_id, &c.mismatches[..], c.mismatches_total));
         for line in mismatch_lines(comms) {
             writeln!(self.out, "{line}")?;
@@ -232,7 +247,7 @@ pub(super) fn plural(n: u64, noun: &str) -> String {
 }
 
 /// Sorted ranks as runs, `0-3, 7, 9-10`, at most `LIST_AT_MOST` runs.
-pub(super) fn ranges(ranks: &[i32]) -> String {
+pub(crate) fn ranges(ranks: &[i32]) -> String {
     let mut runs: Vec<(i32, i32)> = Vec::new();
     for &r in ranks {
         match runs.last_mut() {
@@ -626,6 +641,7 @@ mod tests {
             errors: Vec::new(),
             attempts: Vec::new(),
             mismatches: Vec::new(),
+            clocks: Vec::new(),
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

@@ -8,10 +8,13 @@ mod human_kernels;
 mod human_ports;
 mod human_records;
 mod json;
+pub mod openmetrics;
 pub use error::error as json_error;
+pub(crate) use human::ranges;
 pub mod kernels;
 pub mod net;
 pub mod slow;
+pub mod snapshot;
 pub mod steps;
 mod table;
 

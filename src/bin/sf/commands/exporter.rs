@@ -1,0 +1,686 @@
+//! `sf exporter`: the node's live rank logs as Prometheus metrics, read afresh on every
+//! scrape, served over HTTP (127.0.0.1 unless told) or written as node_exporter
+//! textfile-collector files.
+//!
+//! One long-running process per node keeps, per log, where its last pass stopped and the
+//! few records the metrics need (the newest NCCL calls the hang analysis reads, the newest
+//! complete step vectors, the newest window of each queue pair), so a scrape reads the
+//! live header and tables and only the records committed since the previous scrape
+//! (`core::log::tail`): its cost follows the job's record rate, not the logs' size. The
+//! hang verdict is `sf hang`'s own analysis over those records, judged now; the frontier
+//! metrics are `sf frontier`'s analysis over the step window (stage durations as the ranks
+//! measured them, waits included).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use stagefrontier::analysis::frontier::csv::from_durations;
+use stagefrontier::analysis::frontier::{Analyzer, Context};
+use stagefrontier::analysis::hang::{self, Settings};
+use stagefrontier::core::capture::clock::monotonic_ns;
+use stagefrontier::core::capture::host as local_host;
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::{QpWindow, RecordBody, StepVector};
+use stagefrontier::core::log::tail::read_after;
+
+use super::hang::{hang_reads, read_live, report as hang_report, History, CALLS_KEPT};
+use super::step_vectors::is_complete_step;
+use super::Failure;
+use crate::cli::{HangOptions, DEFAULT_HANG};
+use crate::discover::{self, Dirs};
+use crate::moment;
+use crate::output::openmetrics::{render, Family, Flavor, Kind};
+
+/// Complete steps kept per rank for the step and stage metrics and the frontier window.
+const STEP_WINDOW: usize = 100;
+/// Records of kinds other than NCCL calls kept per rank for the hang analysis (comm
+/// creations, injections, hang evidence, QP records, drops): a bound on memory.
+const OTHER_KEPT: usize = 1024;
+/// Records of a log's history the first pass reads: a job's older history is what
+/// `sf hang` and `sf frontier` read from the logs; the exporter starts near the present,
+/// so that even its first scrape of long logs stays within its budget.
+const FIRST_PASS_RECORDS: u64 = 4096;
+/// Upper bounds of the step and stage histograms, in seconds.
+const BUCKETS_S: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// How long a scrape's client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest request head read.
+const REQUEST_MAX_BYTES: usize = 16 << 10;
+
+/// What `sf exporter` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExporterOptions {
+    pub dirs: Dirs,
+    /// Serve `GET /metrics` here.
+    pub listen: Option<SocketAddr>,
+    /// Write `DIR/stagefrontier.prom` (the Prometheus text format) instead.
+    pub textfile: Option<PathBuf>,
+    /// One scrape, then exit: to the textfile, else to stdout (OpenMetrics).
+    pub once: bool,
+    /// Seconds between textfile writes.
+    pub interval_s: u64,
+}
+
+/// The state kept for one log between scrapes.
+struct Watched {
+    log: RankLog,
+    file: File,
+    /// Device and inode: a log replaced under the same name (a restarted job) is watched anew.
+    identity: (u64, u64),
+    /// The newest record read.
+    last_seq: u64,
+    lost: u64,
+    calls: VecDeque<RecordBody>,
+    other: VecDeque<RecordBody>,
+    /// Step vector parts by step; complete steps are moved to `steps`.
+    parts: BTreeMap<u64, Vec<StepVector>>,
+    steps: VecDeque<(u64, Vec<StepVector>)>,
+    qps: BTreeMap<(&'static str, i32, u32), QpWindow>,
+}
+
+impl Watched {
+    fn open(path: &Path) -> Option<Watched> {
+        let log = RankLog::open(path).ok()?;
+        let file = File::open(path).ok()?;
+        Some(Watched {
+            identity: identity(&file)?,
+            log,
+            file,
+            last_seq: 0,
+            lost: 0,
+            calls: VecDeque::new(),
+            other: VecDeque::new(),
+            parts: BTreeMap::new(),
+            steps: VecDeque::new(),
+            qps: BTreeMap::new(),
+        })
+    }
+
+    /// Reads the records committed since the last pass (up to `committed`).
+    fn catch_up(&mut self, committed: u64) {
+        if self.last_seq == 0 {
+            self.last_seq = committed.saturating_sub(FIRST_PASS_RECORDS);
+        }
+        let Watched { calls, other, parts, qps, .. } = self;
+        let stats = read_after(&self.file, self.log.header.slot_count, self.last_seq, committed, |record| {
+            match &record.body {
+                RecordBody::StepVector(v) => parts.entry(v.step).or_default().push(*v),
+                RecordBody::QpWindow(w) => {
+                    qps.insert((w.source.name(), w.device, w.qp_num), *w);
+                }
+                _ => {}
+            }
+            if let RecordBody::NcclCall(_) = record.body {
+                if calls.len() == CALLS_KEPT {
+                    calls.pop_front();
+                }
+                calls.push_back(record.body);
+            } else if hang_reads(&record.body) {
+                if other.len() == OTHER_KEPT {
+                    other.pop_front();
+                }
+                other.push_back(record.body);
+            }
+        });
+        let Ok(stats) = stats else { return };
+        self.last_seq = stats.last_seq;
+        self.lost += stats.lost;
+        // Steps whose parts are all in move to the window; parts of steps far older than
+        // the newest are given up (a part lost to the ring never comes).
+        let newest = self.parts.keys().next_back().copied().unwrap_or(0);
+        let mut complete = Vec::new();
+        for (step, parts) in self.parts.iter_mut() {
+            if is_complete_step(parts) {
+                complete.push(*step);
+            }
+        }
+        for step in complete {
+            let parts = self.parts.remove(&step).expect("listed");
+            self.steps.push_back((step, parts));
+        }
+        self.parts.retain(|&step, _| step + STEP_WINDOW as u64 > newest);
+        while self.steps.len() > STEP_WINDOW {
+            self.steps.pop_front();
+        }
+    }
+}
+
+fn identity(file: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// The exporter's memory of the node's logs, by path.
+#[derive(Default)]
+pub struct Exporter {
+    watched: BTreeMap<PathBuf, Watched>,
+    scrapes: u64,
+    last_cpu_s: f64,
+    last_wall_s: f64,
+}
+
+impl Exporter {
+    /// One scrape: every log below `dirs` read afresh, as metric families.
+    pub fn scrape(&mut self, dirs: &Dirs, settings: &HangOptions) -> Vec<Family> {
+        let cpu_before = thread_cpu_s();
+        let started = Instant::now();
+        self.refresh(dirs);
+        let mut m = Metrics::new();
+        let host = local_host::name();
+        // By job: the hang and frontier analyses compare a job's ranks.
+        let mut jobs: BTreeMap<String, Vec<&mut Watched>> = BTreeMap::new();
+        for w in self.watched.values_mut() {
+            jobs.entry(w.log.header.job_id.clone()).or_default().push(w);
+        }
+        for (job, mut logs) in jobs {
+            logs.sort_by_key(|w| (w.log.header.global_rank < 0, w.log.header.global_rank));
+            job_metrics(&mut m, &job, &mut logs, &host, settings);
+        }
+        self.scrapes += 1;
+        let exporter = [("host", host.clone())];
+        m.family(EXPORTER_LOGS).push(&exporter, self.watched.len() as f64);
+        m.family(EXPORTER_SCRAPES).push(&exporter, self.scrapes as f64);
+        // The previous scrape's cost: this one's is still running.
+        m.family(EXPORTER_CPU).push(&exporter, self.last_cpu_s);
+        m.family(EXPORTER_WALL).push(&exporter, self.last_wall_s);
+        m.family(EXPORTER_RSS).push(&exporter, resident_bytes() as f64);
+        self.last_cpu_s = thread_cpu_s() - cpu_before;
+        self.last_wall_s = started.elapsed().as_secs_f64();
+        m.families
+    }
+
+    /// Starts watching new logs and forgets vanished or replaced ones.
+    fn refresh(&mut self, dirs: &Dirs) {
+        let paths: Vec<PathBuf> = discover::logs_below(dirs);
+        self.watched.retain(|path, w| {
+            paths.contains(path) && File::open(path).ok().and_then(|f| identity(&f)) == Some(w.identity)
+        });
+        for path in paths {
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.watched.entry(path) {
+                if let Some(w) = Watched::open(slot.key()) {
+                    slot.insert(w);
+                }
+            }
+        }
+    }
+}
+
+/// The families of one job's logs.
+fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str, options: &HangOptions) {
+    let mut inputs = Vec::new();
+    let mut extras = Vec::new();
+    let mut labels_of = Vec::new();
+    for w in logs.iter_mut() {
+        let live = w.log.live();
+        w.catch_up(live.committed);
+        let h = &w.log.header;
+        let rank_labels = vec![
+            ("job_id", job.to_string()),
+            ("rank", h.global_rank.to_string()),
+            ("local_rank", h.local_rank.to_string()),
+            ("host", h.host.clone()),
+        ];
+        let names = w.log.stage_names();
+        let stage_name = |id: u16| names.get(id as usize).cloned().flatten().unwrap_or_else(|| format!("stage#{id}"));
+        let mut info = rank_labels.clone();
+        info.extend([("pid", h.pid.to_string()), ("world_size", h.world_size.to_string())]);
+        m.family(RANK).push(&info, 1.0);
+        m.family(COMMITTED).push(&rank_labels, live.committed as f64);
+        m.family(DROPPED).push(&rank_labels, live.dropped_events as f64);
+        m.family(LOST).push(&rank_labels, w.lost as f64);
+        if let Some(doors) = &live.doors {
+            for door in DOORS {
+                let mut l = rank_labels.clone();
+                l.push(("door", door.to_string()));
+                m.family(DOOR_OPEN).push(&l, f64::from(u8::from(doors.open.contains(&door))));
+            }
+        }
+        if let Some(step) = live.current_step.checked_sub(1) {
+            m.family(STEP_CURRENT).push(&rank_labels, step as f64);
+        }
+        // Steps and stages.
+        if let Some((step, parts)) = w.steps.back() {
+            let mut l = rank_labels.clone();
+            l.push(("step", step.to_string()));
+            m.family(STEP_LAST).push(&rank_labels, seconds(parts[0].wall_ns));
+            for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
+                let mut l = rank_labels.clone();
+                l.push(("stage", stage_name(id)));
+                m.family(STAGE_LAST).push(&l, seconds(ns));
+            }
+        }
+        if !w.steps.is_empty() {
+            let walls: Vec<f64> = w.steps.iter().map(|(_, p)| seconds(p[0].wall_ns)).collect();
+            m.family(STEP_WINDOW_HIST).push_histogram(&rank_labels, &BUCKETS_S, &walls);
+            let mut by_stage: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for (_, parts) in &w.steps {
+                for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
+                    by_stage.entry(stage_name(id)).or_default().push(seconds(ns));
+                }
+            }
+            for (stage, values) in by_stage {
+                let mut l = rank_labels.clone();
+                l.push(("stage", stage));
+                m.family(STAGE_WINDOW_HIST).push_histogram(&l, &BUCKETS_S, &values);
+            }
+        }
+        // Communicators.
+        let now_mono = monotonic_ns();
+        let mut last_return: BTreeMap<u64, u64> = BTreeMap::new();
+        for body in &w.calls {
+            if let RecordBody::NcclCall(c) = body {
+                let t = last_return.entry(c.comm_id).or_default();
+                *t = (*t).max(c.t_exit_ns);
+            }
+        }
+        for c in w.log.comms() {
+            let mut l = rank_labels.clone();
+            l.extend([
+                ("comm", comm_hex(c.comm_id)),
+                ("comm_rank", c.rank.to_string()),
+                ("nranks", c.nranks.to_string()),
+            ]);
+            m.family(COLL_ENTERED).push(&l, c.coll_entered as f64);
+            m.family(COLL_RETURNED).push(&l, c.coll_returned as f64);
+            m.family(P2P_ENTERED).push(&l, c.p2p_entered as f64);
+            m.family(P2P_RETURNED).push(&l, c.p2p_returned as f64);
+            if let Some(t) = last_return.get(&c.comm_id) {
+                m.family(LAST_RETURN_AGE).push(&l, seconds(now_mono.saturating_sub(*t)));
+            }
+            if let Some(f) = &c.inflight {
+                l.push(("op", f.op.map_or("unknown", |op| op.name()).to_string()));
+                // The age only means something on the writer's host; elsewhere the
+                // exporter does not run.
+                m.family(INFLIGHT_AGE).push(&l, seconds(now_mono.saturating_sub(f.since_mono_ns)));
+            }
+        }
+        // Queue pairs.
+        for ((source, device, qp), q) in &w.qps {
+            let mut l = rank_labels.clone();
+            l.extend([("source", source.to_string()), ("device", device.to_string()), ("qp", qp.to_string())]);
+            m.family(QP_INFLIGHT).push(&l, f64::from(q.in_flight));
+            m.family(QP_BANDWIDTH).push(&l, q.window_bps as f64);
+            m.family(QP_BASELINE).push(&l, q.baseline_bps as f64);
+            m.family(QP_STUCK).push(&l, f64::from(u8::from(q.stuck)));
+            m.family(QP_DEGRADED).push(&l, f64::from(u8::from(q.degraded)));
+        }
+        // The hang analysis' input, as `sf hang` builds it.
+        let bodies = w.calls.iter().chain(&w.other).copied();
+        let history = History::from_records(live.heartbeat_mono_ns, bodies, w.lost == 0, w.last_seq);
+        let at = moment::judge(&w.log.header, None, host);
+        let (input, extra) = read_live(&w.log, history, at, None);
+        inputs.push(input);
+        extras.push(extra);
+        labels_of.push(rank_labels);
+    }
+    let settings = Settings {
+        factor: options.factor,
+        min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
+        fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
+    };
+    let diagnosis = hang::diagnose(&inputs, &settings);
+    let report = hang_report(&Dirs(Vec::new()), monotonic_ns(), diagnosis, extras, Vec::new());
+    let job_labels = [("job_id", job.to_string())];
+    m.family(HANG_HUNG).push(&job_labels, f64::from(u8::from(report.hung)));
+    m.family(HANG_THRESHOLD).push(&job_labels, report.threshold.threshold_s);
+    for (r, labels) in report.ranks.iter().zip(&labels_of) {
+        m.family(LIVENESS).push_states(labels, LIVENESS_STATES, name_of(&r.liveness));
+        if let Some(age) = r.heartbeat_age_s {
+            m.family(HEARTBEAT_AGE).push(labels, age);
+        }
+        m.family(HANG_STATE).push_states(labels, HANG_STATES, name_of(&r.state));
+        if let Some(stuck) = r.stuck_s {
+            m.family(HANG_STUCK).push(labels, stuck);
+        }
+    }
+    for c in &report.communicators {
+        let Some(seq) = c.stuck_seq else { continue };
+        for rank in &c.missing_ranks {
+            // The rank's own labels when its log is on this node (it is, or no exporter
+            // could know it never entered).
+            let Some(i) = report.ranks.iter().position(|r| r.rank == *rank) else { continue };
+            let mut l = labels_of[i].clone();
+            l.extend([
+                ("comm", comm_hex(c.comm_id)),
+                ("op", c.stuck_op.map_or("unknown", |op| op.name()).to_string()),
+                ("seq", seq.to_string()),
+            ]);
+            m.family(HANG_MISSING).push(&l, c.stuck_s.unwrap_or(0.0));
+        }
+    }
+    frontier_metrics(m, job, logs);
+}
+
+/// Frontier advance, share and leader per stage over the ranks' common step window.
+fn frontier_metrics(m: &mut Metrics, job: &str, logs: &[&mut Watched]) {
+    let mut durations = Vec::new();
+    let mut world = Vec::new();
+    for w in logs.iter().filter(|w| w.log.header.global_rank >= 0) {
+        let rank = w.log.header.global_rank as u32;
+        world.push(rank);
+        let names = w.log.stage_names();
+        for (step, parts) in &w.steps {
+            for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
+                let name = names.get(id as usize).cloned().flatten().unwrap_or_else(|| format!("stage#{id}"));
+                durations.push((*step, rank, name, seconds(ns)));
+            }
+        }
+    }
+    if durations.is_empty() {
+        return;
+    }
+    durations.sort_by_key(|d| (d.0, d.1));
+    let Ok(table) = from_durations(world, durations, Vec::new(), Vec::new()) else { return };
+    let mut analyzer = Analyzer::new(Context::default(), None);
+    let mut windows = Vec::new();
+    let pushed = table.for_each_step(|step| {
+        windows.extend(analyzer.push(step)?);
+        Ok::<(), stagefrontier::analysis::frontier::StepError>(())
+    });
+    if pushed.is_err() {
+        return;
+    }
+    windows.extend(analyzer.finish());
+    let Some(w) = windows.last() else { return };
+    let steps = w.steps.max(1) as f64;
+    m.family(FRONTIER_EXPOSED).push(&[("job_id", job.to_string())], w.exposed_s / steps);
+    for (i, stage) in w.schema.stages().iter().enumerate() {
+        let l = [("job_id", job.to_string()), ("stage", stage.clone())];
+        m.family(FRONTIER_ADVANCE).push(&l, w.advances_s[i] / steps);
+        if let Some(shares) = &w.shares {
+            m.family(FRONTIER_SHARE).push(&l, shares[i]);
+        }
+        if let Some(leader) = w.leaders.get(i).and_then(|l| l.ranks.first()) {
+            m.family(FRONTIER_LEADER).push(&l, f64::from(*leader));
+        }
+    }
+}
+
+fn name_of<T: serde::Serialize>(value: &T) -> &'static str {
+    let text = serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    LIVENESS_STATES.iter().chain(HANG_STATES).find(|s| **s == text).copied().unwrap_or("unknown")
+}
+
+/// A communicator id as `sf hang` and `sf dump` print it.
+fn comm_hex(id: u64) -> String {
+    format!("{id:#018x}")
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// This thread's CPU time (user + system) in seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into the valid one given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// The process' resident set, from /proc/self/statm (pages).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf reads a constant.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64
+}
+
+/// Families in the order they are first used, each once.
+struct Metrics {
+    families: Vec<Family>,
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        Metrics { families: Vec::new() }
+    }
+
+    fn family(&mut self, spec: Spec) -> &mut Family {
+        match self.families.iter().position(|f| f.name == spec.0) {
+            Some(i) => &mut self.families[i],
+            None => {
+                self.families.push(Family::new(spec.0, spec.1, spec.2, spec.3));
+                self.families.last_mut().expect("just pushed")
+            }
+        }
+    }
+}
+
+/// (name, kind, unit, help) of a family: the metric list the README documents.
+type Spec = (&'static str, Kind, &'static str, &'static str);
+
+pub const RANK: Spec = ("sf_rank", Kind::Info, "", "A rank log: job id, rank, local rank, host, pid, world size");
+pub const LIVENESS: Spec = ("sf_rank_liveness", Kind::StateSet, "", "Whether the rank's writer is alive (as sf ls)");
+pub const HEARTBEAT_AGE: Spec =
+    ("sf_heartbeat_age_seconds", Kind::Gauge, "seconds", "Seconds since the rank's collector last beat");
+pub const COMMITTED: Spec = ("sf_records_committed", Kind::Counter, "", "Records the rank's log committed");
+pub const DROPPED: Spec =
+    ("sf_events_dropped", Kind::Counter, "", "Events the hot path dropped because its ring was full");
+pub const LOST: Spec = ("sf_records_lost", Kind::Counter, "", "Records overwritten before the exporter read them");
+pub const DOOR_OPEN: Spec = ("sf_door_open", Kind::Gauge, "", "1 when the door recorded in this rank");
+pub const STEP_CURRENT: Spec = ("sf_step_current", Kind::Gauge, "", "The logical step the rank is in");
+pub const STEP_LAST: Spec =
+    ("sf_step_last_seconds", Kind::Gauge, "seconds", "Wall time of the rank's last complete step");
+pub const STAGE_LAST: Spec =
+    ("sf_stage_last_seconds", Kind::Gauge, "seconds", "Duration of each stage in the rank's last complete step");
+pub const STEP_WINDOW_HIST: Spec =
+    ("sf_step_window_seconds", Kind::GaugeHistogram, "seconds", "Step wall times over the newest complete steps");
+pub const STAGE_WINDOW_HIST: Spec =
+    ("sf_stage_window_seconds", Kind::GaugeHistogram, "seconds", "Stage durations over the newest complete steps");
+pub const COLL_ENTERED: Spec =
+    ("sf_nccl_coll_entered_seq", Kind::Gauge, "", "Sequence number of the last collective entered on the communicator");
+pub const COLL_RETURNED: Spec = (
+    "sf_nccl_coll_returned_seq",
+    Kind::Gauge,
+    "",
+    "Sequence number of the last collective returned on the communicator",
+);
+pub const P2P_ENTERED: Spec =
+    ("sf_nccl_p2p_entered_seq", Kind::Gauge, "", "Sequence number of the last send/recv entered on the communicator");
+pub const P2P_RETURNED: Spec =
+    ("sf_nccl_p2p_returned_seq", Kind::Gauge, "", "Sequence number of the last send/recv returned on the communicator");
+pub const LAST_RETURN_AGE: Spec = (
+    "sf_nccl_last_return_age_seconds",
+    Kind::Gauge,
+    "seconds",
+    "Seconds since the rank's newest recorded NCCL call on the communicator returned",
+);
+pub const INFLIGHT_AGE: Spec =
+    ("sf_nccl_inflight_age_seconds", Kind::Gauge, "seconds", "Age of the NCCL call in flight on the communicator");
+pub const QP_INFLIGHT: Spec = ("sf_qp_inflight", Kind::Gauge, "", "RDMA work requests in flight on the queue pair");
+pub const QP_BANDWIDTH: Spec = (
+    "sf_qp_window_bytes_per_second",
+    Kind::Gauge,
+    "bytes_per_second",
+    "Bandwidth of the queue pair's newest completions",
+);
+pub const QP_BASELINE: Spec =
+    ("sf_qp_baseline_bytes_per_second", Kind::Gauge, "bytes_per_second", "The queue pair's own baseline bandwidth");
+pub const QP_STUCK: Spec = ("sf_qp_stuck", Kind::Gauge, "", "1 while a work request is in flight past the timeout");
+pub const QP_DEGRADED: Spec = ("sf_qp_degraded", Kind::Gauge, "", "1 while the window bandwidth is below baseline");
+pub const HANG_HUNG: Spec = ("sf_hang_hung", Kind::Gauge, "", "1 when sf hang's analysis finds the job hung");
+pub const HANG_THRESHOLD: Spec =
+    ("sf_hang_threshold_seconds", Kind::Gauge, "seconds", "How long a wait must last to count as stuck");
+pub const HANG_STATE: Spec = ("sf_hang_state", Kind::StateSet, "", "The rank's part in a hang (as sf hang's STATE)");
+pub const HANG_STUCK: Spec = ("sf_hang_stuck_seconds", Kind::Gauge, "seconds", "How long the rank has been stuck");
+pub const HANG_MISSING: Spec = (
+    "sf_hang_missing_seconds",
+    Kind::Gauge,
+    "seconds",
+    "A rank that never entered the collective its peers are stuck in, and for how long",
+);
+pub const FRONTIER_EXPOSED: Spec =
+    ("sf_frontier_exposed_seconds", Kind::Gauge, "seconds", "Mean exposed step time over the step window");
+pub const FRONTIER_ADVANCE: Spec =
+    ("sf_frontier_advance_seconds", Kind::Gauge, "seconds", "Mean frontier advance per step of each stage");
+pub const FRONTIER_SHARE: Spec =
+    ("sf_frontier_share_ratio", Kind::Gauge, "ratio", "Each stage's share of the exposed step time");
+pub const FRONTIER_LEADER: Spec =
+    ("sf_frontier_leader_rank", Kind::Gauge, "", "The rank credited with most of each stage's frontier advance");
+pub const EXPORTER_LOGS: Spec = ("sf_exporter_logs", Kind::Gauge, "", "Rank logs the exporter reads");
+pub const EXPORTER_SCRAPES: Spec = ("sf_exporter_scrapes", Kind::Counter, "", "Scrapes served");
+pub const EXPORTER_CPU: Spec =
+    ("sf_exporter_scrape_cpu_seconds", Kind::Gauge, "seconds", "CPU time of the previous scrape");
+pub const EXPORTER_WALL: Spec =
+    ("sf_exporter_scrape_duration_seconds", Kind::Gauge, "seconds", "Wall time of the previous scrape");
+pub const EXPORTER_RSS: Spec = ("sf_exporter_resident_bytes", Kind::Gauge, "bytes", "The exporter's resident memory");
+
+const DOORS: [&str; 6] = ["preload", "markers", "nvtx", "cuda", "profiler", "verbs"];
+const LIVENESS_STATES: &[&str] = &["live", "exited", "disabled", "dead", "stalled"];
+const HANG_STATES: &[&str] =
+    &["ok", "slow", "waiting", "missing", "wedged", "dead", "stalled", "exited", "stuck_qp", "disabled"];
+
+/// Every family, for the README's metric list and its test.
+#[cfg(test)]
+pub const ALL: &[Spec] = &[
+    RANK,
+    LIVENESS,
+    HEARTBEAT_AGE,
+    COMMITTED,
+    DROPPED,
+    LOST,
+    DOOR_OPEN,
+    STEP_CURRENT,
+    STEP_LAST,
+    STAGE_LAST,
+    STEP_WINDOW_HIST,
+    STAGE_WINDOW_HIST,
+    COLL_ENTERED,
+    COLL_RETURNED,
+    P2P_ENTERED,
+    P2P_RETURNED,
+    LAST_RETURN_AGE,
+    INFLIGHT_AGE,
+    QP_INFLIGHT,
+    QP_BANDWIDTH,
+    QP_BASELINE,
+    QP_STUCK,
+    QP_DEGRADED,
+    HANG_HUNG,
+    HANG_THRESHOLD,
+    HANG_STATE,
+    HANG_STUCK,
+    HANG_MISSING,
+    FRONTIER_EXPOSED,
+    FRONTIER_ADVANCE,
+    FRONTIER_SHARE,
+    FRONTIER_LEADER,
+    EXPORTER_LOGS,
+    EXPORTER_SCRAPES,
+    EXPORTER_CPU,
+    EXPORTER_WALL,
+    EXPORTER_RSS,
+];
+
+/// Runs `sf exporter` until killed (or for one scrape with `--once`).
+pub fn run(options: &ExporterOptions) -> Result<(), Failure> {
+    let mut exporter = Exporter::default();
+    let settings = DEFAULT_HANG;
+    if options.once && options.textfile.is_none() {
+        let text = render(&exporter.scrape(&options.dirs, &settings), Flavor::OpenMetrics);
+        std::io::stdout().write_all(text.as_bytes())?;
+        return Ok(());
+    }
+    if let Some(dir) = &options.textfile {
+        loop {
+            let text = render(&exporter.scrape(&options.dirs, &settings), Flavor::Prometheus);
+            write_textfile(dir, &text)
+                .map_err(|e| Failure::Message(format!("{}: cannot write {TEXTFILE}: {e}", dir.display())))?;
+            if options.once {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_secs(options.interval_s));
+        }
+    }
+    let addr = options.listen.expect("the parser gives a listen address when there is no textfile");
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| Failure::Message(format!("cannot listen on {addr}: {e}; pick another with --listen")))?;
+    let bound = listener.local_addr().map_err(Failure::Output)?;
+    let _ = writeln!(std::io::stderr(), "sf exporter: serving http://{bound}/metrics");
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        // One scrape at a time: a scrape is milliseconds, and Prometheus waits its turn.
+        let _ = serve(stream, &mut exporter, &options.dirs, &settings);
+    }
+    Ok(())
+}
+
+/// The textfile's name: node_exporter's textfile collector reads `*.prom`.
+pub const TEXTFILE: &str = "stagefrontier.prom";
+
+/// Written under a temporary name (that the collector ignores) and renamed into place, so
+/// node_exporter never reads half a scrape.
+fn write_textfile(dir: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{TEXTFILE}.{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, dir.join(TEXTFILE))
+}
+
+/// Answers one HTTP/1.x request: `GET /metrics` scrapes, anything else is 404 or 405.
+fn serve(mut stream: TcpStream, exporter: &mut Exporter, dirs: &Dirs, settings: &HangOptions) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_MAX_BYTES {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut lines = text.lines();
+    let request: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    let accept = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("accept"))
+        .map_or(String::new(), |(_, v)| v.to_string());
+    let (status, content_type, body) = match request.as_slice() {
+        ["GET", path, ..] if path.split('?').next() == Some("/metrics") => {
+            let flavor =
+                if accept.contains("application/openmetrics-text") { Flavor::OpenMetrics } else { Flavor::Prometheus };
+            (200, flavor.content_type(), render(&exporter.scrape(dirs, settings), flavor))
+        }
+        ["GET", "/", ..] => (200, "text/plain", "sf exporter: metrics at /metrics\n".to_string()),
+        ["GET", ..] => (404, "text/plain", "not found: metrics are at /metrics\n".to_string()),
+        _ => (405, "text/plain", "only GET\n".to_string()),
+    };
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        _ => "Method Not Allowed",
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_lists_every_metric_with_its_unit_in_the_name() {
+        let readme = include_str!("../../../../README.md");
+        let section = readme.split("\n## Many nodes\n").nth(1).expect("README has a Many nodes section");
+        for (name, kind, unit, _) in ALL {
+            let shown = match kind {
+                Kind::Counter => format!("`{name}_total"),
+                Kind::Info => format!("`{name}_info"),
+                _ => format!("`{name}"),
+            };
+            assert!(section.contains(&shown), "README's metric list lacks {shown}");
+            assert!(name.starts_with("sf_") && name.ends_with(unit), "{name} ({unit})");
+        }
+    }
+}

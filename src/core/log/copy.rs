@@ -1,0 +1,183 @@
+//! A consistent copy of a rank log whose writer may still be running, or be wedged: the
+//! header with its live state and communicator and stage-name tables, then every record
+//! slot that holds a whole record. A slot caught mid-write (its two reads differ, its CRC
+//! fails, it sits in the wrong slot) is left empty in the copy, so the copy never holds a
+//! torn record; empty and torn slots are holes, so a sparse log stays sparse.
+//!
+//! The header is read first and the records after it, as `sf hang` reads a live log's
+//! heartbeat before its records: every call that returned before the copied heartbeat is
+//! in the copied records. The copy is written under a temporary name and renamed into
+//! place, so a reader of the destination sees the old copy or the new one, never half.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use super::format::{self, bytes};
+use super::reader::RankLog;
+
+/// Slots read per `pread`, as the reader's scan reads them.
+const CHUNK_SLOTS: usize = 2048;
+/// Extra reads of the header before a word that keeps changing is taken as last read.
+const STABLE_READS: usize = 4;
+
+/// What a copy holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Whole records copied.
+    pub records: u64,
+    /// Slots that held something other than a whole record, left empty.
+    pub torn_slots: u64,
+    /// Bytes written (the header, the tables and the whole records).
+    pub bytes: u64,
+}
+
+/// Copies `log` to `dest` (replacing it). `header_read` runs right after the header and its
+/// live state were read: the moment the copy shows, for the caller to take its clocks.
+/// The new file gets mode 0600: a rank log is its job's private data.
+pub fn copy_log(log: &RankLog, dest: &Path, header_read: impl FnOnce()) -> io::Result<CopyStats> {
+    let src = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(log.path())?;
+    let slot_count = log.header.slot_count as usize;
+    let mut head = vec![0u8; format::records_offset()];
+    read_stable(&src, &mut head)?;
+    header_read();
+
+    let tmp = dest.with_extension("sflog.partial");
+    let out = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    let result = write_copy(&src, &out, &head, slot_count);
+    let stats = match result {
+        Ok(stats) => stats,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, dest)?;
+    Ok(stats)
+}
+
+fn write_copy(src: &File, out: &File, head: &[u8], slot_count: usize) -> io::Result<CopyStats> {
+    out.set_len(format::file_len(slot_count as u32) as u64)?;
+    out.write_all_at(head, 0)?;
+    let mut stats = CopyStats { bytes: head.len() as u64, ..CopyStats::default() };
+    let mut first = vec![0u8; CHUNK_SLOTS * format::SLOT_SIZE];
+    let mut second = vec![0u8; CHUNK_SLOTS * format::SLOT_SIZE];
+    for chunk_start in (0..slot_count).step_by(CHUNK_SLOTS) {
+        let n = CHUNK_SLOTS.min(slot_count - chunk_start);
+        let at = (format::records_offset() + chunk_start * format::SLOT_SIZE) as u64;
+        let len = n * format::SLOT_SIZE;
+        read_zeroed(src, at, &mut first[..len])?;
+        if first[..len].iter().all(|&b| b == 0) {
+            continue; // a hole, or never written
+        }
+        read_zeroed(src, at, &mut second[..len])?;
+        let slots = first[..len].chunks_exact(format::SLOT_SIZE).zip(second.chunks_exact(format::SLOT_SIZE));
+        for (i, (a, b)) in slots.enumerate() {
+            if a.iter().all(|&x| x == 0) {
+                continue;
+            }
+            if is_whole(chunk_start + i, slot_count, a, b) {
+                out.write_all_at(a, at + (i * format::SLOT_SIZE) as u64)?;
+                stats.records += 1;
+                stats.bytes += format::SLOT_SIZE as u64;
+            } else {
+                stats.torn_slots += 1;
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Slot `i` read twice as `a` and `b` holds one whole, committed record.
+fn is_whole(i: usize, slot_count: usize, a: &[u8], b: &[u8]) -> bool {
+    let seq = bytes::get_u64(a, 0);
+    let len = (bytes::get_u16(a, 10) as usize).min(format::PAYLOAD_CAPACITY);
+    let payload = &a[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + len];
+    seq != 0
+        && a == b
+        && (seq - 1) % slot_count as u64 == i as u64
+        && bytes::get_u32(a, 12) == format::record_crc(seq, bytes::get_u16(a, 8), payload)
+}
+
+/// `buf.len()` bytes at `offset`, each 8-byte word taken once two consecutive reads agree
+/// on it (a word still changing after `STABLE_READS` is taken as last read): the writer
+/// updates the live state and the tables word by word while the copy runs.
+fn read_stable(file: &File, out: &mut [u8]) -> io::Result<()> {
+    read_zeroed(file, 0, out)?;
+    let mut again = vec![0u8; out.len()];
+    for _ in 0..STABLE_READS {
+        read_zeroed(file, 0, &mut again)?;
+        let mut settled = true;
+        for (word, newer) in out.chunks_mut(8).zip(again.chunks(8)) {
+            if word != newer {
+                word.copy_from_slice(newer);
+                settled = false;
+            }
+        }
+        if settled {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// `pread` until `buf` is full; what lies past the end of the file reads as zeros.
+fn read_zeroed(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[got..].fill(0);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::capture::clock::{Calibration, ClockSource};
+    use crate::core::capture::identity::Identity;
+    use crate::core::log::records::{Drops, RecordBody};
+    use crate::core::log::writer::{HeaderInfo, LogWriter};
+
+    #[test]
+    fn a_torn_slot_is_left_out_and_whole_records_are_kept() {
+        let dir = std::env::temp_dir().join(format!("sf-copy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let identity =
+            Identity { global_rank: 1, world_size: 2, local_rank: 1, job_id: "j".into(), source: "torchrun" };
+        let calibration = Calibration::new(ClockSource::Monotonic, 1, 1, 1, 1e9);
+        let info = HeaderInfo {
+            identity: &identity,
+            pid: 1,
+            host: "h",
+            calibration: &calibration,
+            slot_count: 1024,
+            ring_capacity: 1024,
+        };
+        let path = dir.join("rank-00001.sflog");
+        let mut writer = LogWriter::create(&path, &info).unwrap();
+        for t in 1..=3 {
+            writer.append(&RecordBody::Drops(Drops { t_ns: t, dropped_total: t, ring_capacity: 16 }));
+        }
+        // Tear record 2: one payload byte changes after its CRC was computed.
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0xff], (format::records_offset() + format::SLOT_SIZE + 20) as u64).unwrap();
+        let log = RankLog::open(&path).unwrap();
+        let mut called = false;
+        let stats = copy_log(&log, &dir.join("copy.sflog"), || called = true).unwrap();
+        assert!(called);
+        assert_eq!((stats.records, stats.torn_slots), (2, 1));
+        let copy = RankLog::open(&dir.join("copy.sflog")).unwrap();
+        let (records, scan) = copy.records();
+        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(scan.invalid_slots, 0, "the copy holds no torn slot");
+        assert_eq!(copy.header.global_rank, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

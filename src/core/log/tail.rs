@@ -1,0 +1,144 @@
+//! The records a log committed after a given one, read from their slots alone: what a
+//! long-running reader (`sf exporter`) needs on each pass, at a cost proportional to the
+//! records new since the last pass rather than to the log's size.
+//!
+//! Record `s` sits in slot `(s - 1) % slot_count`, so the new records are one or two runs
+//! of slots. Each slot is read twice and taken only when both reads agree, it holds the
+//! sequence number expected there and its CRC matches: a slot already overwritten by a
+//! newer lap counts as lost, one still being written ends the pass (the next pass reads it).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use super::format::{self, bytes};
+use super::reader::Record;
+use super::records::RecordBody;
+
+/// Slots read per `pread`.
+const CHUNK_SLOTS: u64 = 512;
+
+/// What a pass read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TailStats {
+    /// The newest sequence number read or passed over: the next pass starts after it.
+    pub last_seq: u64,
+    /// Records committed since the previous pass that were overwritten before this one
+    /// could read them (the log wrapped past them), or torn.
+    pub lost: u64,
+}
+
+/// Hands `visit` every whole record with a sequence number in `(after_seq, committed]`,
+/// oldest first, from the log open as `file` with `slot_count` slots. `committed` is the
+/// log's live count, read by the caller just before.
+pub fn read_after(
+    file: &File,
+    slot_count: u32,
+    after_seq: u64,
+    committed: u64,
+    mut visit: impl FnMut(Record),
+) -> io::Result<TailStats> {
+    let n = u64::from(slot_count.max(1));
+    let mut stats = TailStats { last_seq: after_seq, lost: 0 };
+    if committed <= after_seq {
+        return Ok(stats);
+    }
+    // Only the newest `n` records can still be in the ring.
+    let first = (after_seq + 1).max(committed.saturating_sub(n) + 1);
+    stats.lost += first - (after_seq + 1);
+    let mut a = vec![0u8; (CHUNK_SLOTS as usize) * format::SLOT_SIZE];
+    let mut b = vec![0u8; a.len()];
+    let mut seq = first;
+    while seq <= committed {
+        let slot = (seq - 1) % n;
+        // A run of slots up to the end of the ring, the chunk or the newest record.
+        let run = CHUNK_SLOTS.min(n - slot).min(committed - seq + 1);
+        let len = run as usize * format::SLOT_SIZE;
+        let at = (format::records_offset() + slot as usize * format::SLOT_SIZE) as u64;
+        read_zeroed(file, at, &mut a[..len])?;
+        read_zeroed(file, at, &mut b[..len])?;
+        for (i, (x, y)) in a[..len].chunks_exact(format::SLOT_SIZE).zip(b.chunks_exact(format::SLOT_SIZE)).enumerate() {
+            let expected = seq + i as u64;
+            let held = bytes::get_u64(x, 0);
+            if held < expected || x != y {
+                // Not yet written (a writer killed between counting and committing, or
+                // one mid-write): the next pass reads it.
+                return Ok(stats);
+            }
+            stats.last_seq = expected;
+            let kind = bytes::get_u16(x, 8);
+            let plen = (bytes::get_u16(x, 10) as usize).min(format::PAYLOAD_CAPACITY);
+            let payload = &x[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + plen];
+            let whole = held == expected && bytes::get_u32(x, 12) == format::record_crc(held, kind, payload);
+            match RecordBody::decode(kind, payload).filter(|_| whole) {
+                Some(body) => visit(Record { seq: expected, body }),
+                // Overwritten by a newer lap, torn, or a kind this reader does not know.
+                None => stats.lost += 1,
+            }
+        }
+        seq += run;
+    }
+    Ok(stats)
+}
+
+/// `pread` until `buf` is full; what lies past the end of the file reads as zeros.
+fn read_zeroed(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[got..].fill(0);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::capture::clock::{Calibration, ClockSource};
+    use crate::core::capture::identity::Identity;
+    use crate::core::log::records::Drops;
+    use crate::core::log::writer::{HeaderInfo, LogWriter};
+
+    #[test]
+    fn reads_only_what_is_new_and_counts_what_wrapped_away() {
+        let dir = std::env::temp_dir().join(format!("sf-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let identity =
+            Identity { global_rank: 0, world_size: 1, local_rank: 0, job_id: "j".into(), source: "torchrun" };
+        let calibration = Calibration::new(ClockSource::Monotonic, 1, 1, 1, 1e9);
+        let info = HeaderInfo {
+            identity: &identity,
+            pid: 1,
+            host: "h",
+            calibration: &calibration,
+            slot_count: 1024,
+            ring_capacity: 1024,
+        };
+        let path = dir.join("rank-00000.sflog");
+        let mut writer = LogWriter::create(&path, &info).unwrap();
+        let drop_record = |t| RecordBody::Drops(Drops { t_ns: t, dropped_total: t, ring_capacity: 16 });
+        for t in 1..=10 {
+            writer.append(&drop_record(t));
+        }
+        let file = File::open(&path).unwrap();
+        let mut seen = Vec::new();
+        let stats = read_after(&file, 1024, 0, 10, |r| seen.push(r.seq)).unwrap();
+        assert_eq!((seen.len(), stats), (10, TailStats { last_seq: 10, lost: 0 }));
+        for t in 11..=1500 {
+            writer.append(&drop_record(t));
+        }
+        seen.clear();
+        let stats = read_after(&file, 1024, 10, 1500, |r| seen.push(r.seq)).unwrap();
+        assert_eq!(seen.first(), Some(&477), "the oldest record the ring still holds");
+        assert_eq!((seen.len(), stats), (1024, TailStats { last_seq: 1500, lost: 466 }));
+        // Counted but not yet committed: the pass stops before it.
+        let stats = read_after(&file, 1024, 1500, 1501, |_| panic!("nothing whole")).unwrap();
+        assert_eq!(stats, TailStats { last_seq: 1500, lost: 0 });
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
