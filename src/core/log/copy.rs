@@ -163,7 +163,12 @@ mod tests {
         let path = dir.join("rank-00001.sflog");
         let mut writer = LogWriter::create(&path, &info).unwrap();
         for t in 1..=3 {
-            writer.append(&RecordBody::Drops(Drops { t_ns: t, dropped_total: t, ring_capacity: 16 }));
+            writer.append(&RecordBody::Drops(Drops {
+                t_ns: t,
+                dropped_total: t,
+                ring_capacity: 16,
+                profiler_dropped: 0,
+            }));
         }
         // Tear record 2: one payload byte changes after its CRC was computed.
         let file = OpenOptions::new().write(true).open(&path).unwrap();

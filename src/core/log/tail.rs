@@ -121,7 +121,8 @@ mod tests {
         };
         let path = dir.join("rank-00000.sflog");
         let mut writer = LogWriter::create(&path, &info).unwrap();
-        let drop_record = |t| RecordBody::Drops(Drops { t_ns: t, dropped_total: t, ring_capacity: 16 });
+        let drop_record =
+            |t| RecordBody::Drops(Drops { t_ns: t, dropped_total: t, ring_capacity: 16, profiler_dropped: 0 });
         for t in 1..=10 {
             writer.append(&drop_record(t));
         }
