@@ -1,0 +1,226 @@
+//! Steps at the same point of the pattern on every rank, and each step's inferred phases.
+
+use std::collections::HashMap;
+
+use super::pattern::{find_period, gap_after, MIN_REPEATS};
+use super::{RankCalls, Signature, BEFORE_FIRST, BETWEEN, IN_COLLECTIVES, PHASES};
+use crate::analysis::blame::StageSpan;
+
+/// Reference calls tried, one step apart, to find a rank's place in the pattern: a rank
+/// whose log lost its first steps still lines up by a later one.
+const ANCHOR_TRIES: usize = 64;
+
+/// One inferred step of one rank, on its clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferredStep {
+    pub step: u64,
+    /// When the collective before the step gap returned.
+    pub begin_ns: u64,
+    /// When the step's last collective returned.
+    pub end_ns: u64,
+    /// Nanoseconds per phase, indexed as [`PHASES`]; they sum to `end_ns - begin_ns`.
+    pub phases_ns: [u64; PHASES.len()],
+}
+
+/// One rank's inferred steps, and their phases as spans (for wait attribution).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankInference {
+    pub rank: u32,
+    pub steps: Vec<InferredStep>,
+    /// In time order, not overlapping; `stage` indexes [`PHASES`].
+    pub spans: Vec<StageSpan>,
+}
+
+/// The job's step pattern and every rank's steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inference {
+    /// The step's collectives in step order (the first follows the step gap).
+    pub pattern: Vec<Signature>,
+    /// The rank whose calls gave the period.
+    pub reference_rank: u32,
+    /// Median over ranks of the median step gap, ns.
+    pub step_gap_ns: u64,
+    /// Ranks in the order given; a rank that does not follow the pattern has no steps.
+    pub ranks: Vec<RankInference>,
+}
+
+/// Infers the steps of every rank from its collectives. `None` when the reference rank
+/// (the one with the most calls) shows no pattern repeating [`MIN_REPEATS`] times.
+pub fn infer(ranks: &[RankCalls]) -> Option<Inference> {
+    let reference = ranks.iter().max_by_key(|r| (r.calls.len(), std::cmp::Reverse(r.rank)))?;
+    let period = find_period(&reference.calls)?;
+    let q = period.length;
+    let pattern: Vec<Signature> = reference.calls[period.start..period.start + q].iter().map(|c| c.signature).collect();
+    // Each rank's origin: the index its cycle 0 would start at (may be negative).
+    let origins: Vec<Option<i64>> = ranks.iter().map(|r| origin(r, reference, period.start, q)).collect();
+    let (turn, step_gap_ns) = step_turn(ranks, &origins, &pattern)?;
+    let step_order: Vec<Signature> = (0..q).map(|j| pattern[(turn + 1 + j) % q]).collect();
+    let out: Vec<RankInference> = ranks
+        .iter()
+        .zip(&origins)
+        .map(|(r, origin)| match origin {
+            Some(origin) => steps_of(r, origin + turn as i64 + 1 - q as i64, &step_order),
+            None => RankInference { rank: r.rank, steps: Vec::new(), spans: Vec::new() },
+        })
+        .collect();
+    if out.iter().all(|r| r.steps.len() < MIN_REPEATS) {
+        return None;
+    }
+    Some(Inference { pattern: step_order, reference_rank: reference.rank, step_gap_ns, ranks: out })
+}
+
+/// Where `rank`'s cycle 0 starts, lined up with the reference's by the calls' keys.
+fn origin(rank: &RankCalls, reference: &RankCalls, start: usize, q: usize) -> Option<i64> {
+    let index: HashMap<(u64, u64), usize> = rank.calls.iter().enumerate().map(|(i, c)| (c.key, i)).collect();
+    (0..ANCHOR_TRIES).find_map(|cycle| {
+        let key = reference.calls.get(start + cycle * q)?.key;
+        index.get(&key).map(|&i| i as i64 - (cycle * q) as i64)
+    })
+}
+
+/// The pattern position whose following gap is the step gap: per rank the median gap
+/// after each position over its cycles that follow the pattern, then the median over
+/// ranks, so one slow rank cannot move it. Returns it and that median gap.
+fn step_turn(ranks: &[RankCalls], origins: &[Option<i64>], pattern: &[Signature]) -> Option<(usize, u64)> {
+    let q = pattern.len();
+    let mut per_position: Vec<Vec<u64>> = vec![Vec::new(); q];
+    for (r, origin) in ranks.iter().zip(origins) {
+        let Some(origin) = *origin else { continue };
+        let mut columns: Vec<Vec<u64>> = vec![Vec::new(); q];
+        let first_cycle = if origin < 0 { (-origin) as usize / q + 1 } else { 0 };
+        for cycle in first_cycle.. {
+            let at = origin + (cycle * q) as i64;
+            let at = at as usize;
+            if at + q > r.calls.len() {
+                break;
+            }
+            if !follows(&r.calls[at..at + q], pattern) {
+                continue;
+            }
+            for (j, column) in columns.iter_mut().enumerate() {
+                column.extend(gap_after(&r.calls, at + j));
+            }
+        }
+        for (j, column) in columns.iter_mut().enumerate() {
+            if !column.is_empty() {
+                per_position[j].push(median(column));
+            }
+        }
+    }
+    let medians: Vec<u64> = per_position.iter_mut().map(|c| if c.is_empty() { 0 } else { median(c) }).collect();
+    let turn = (0..q).max_by_key(|&j| (medians[j], std::cmp::Reverse(j)))?;
+    Some((turn, medians[turn]))
+}
+
+fn follows(calls: &[super::Call], pattern: &[Signature]) -> bool {
+    calls.iter().zip(pattern).all(|(c, s)| c.signature == *s)
+}
+
+fn median(values: &mut [u64]) -> u64 {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+/// The steps of one rank: step t's calls start at `first + t·q`, and it begins when the
+/// call before them returns. A block that does not follow the pattern is skipped.
+fn steps_of(rank: &RankCalls, first: i64, step_order: &[Signature]) -> RankInference {
+    let q = step_order.len();
+    let calls = &rank.calls;
+    let mut out = RankInference { rank: rank.rank, steps: Vec::new(), spans: Vec::new() };
+    let first_step = if first < 1 { ((1 - first) as usize).div_ceil(q) } else { 0 };
+    for t in first_step.. {
+        let at = (first + (t * q) as i64) as usize;
+        if at + q > calls.len() {
+            break;
+        }
+        let block = &calls[at..at + q];
+        if !follows(block, step_order) {
+            continue;
+        }
+        let step = t as u64;
+        let begin_ns = calls[at - 1].exit_ns;
+        let mut cursor = begin_ns;
+        let mut phases_ns = [0u64; PHASES.len()];
+        let mut span = |stage: usize, end: u64, cursor: &mut u64| {
+            if end > *cursor {
+                phases_ns[stage] += end - *cursor;
+                out.spans.push(StageSpan { step, stage, begin_ns: *cursor, end_ns: end });
+                *cursor = end;
+            }
+        };
+        for (i, call) in block.iter().enumerate() {
+            span(if i == 0 { BEFORE_FIRST } else { BETWEEN }, call.enter_ns, &mut cursor);
+            span(IN_COLLECTIVES, call.exit_ns, &mut cursor);
+        }
+        out.steps.push(InferredStep { step, begin_ns, end_ns: cursor, phases_ns });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{job, sig};
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// The simulator's step: data+fwd+bwd/4 (60 ms) before the first bucket allreduce,
+    /// bwd/4 (10 ms) between buckets, callbacks+optim (12 ms) before the loss allgather.
+    fn trainer_step() -> Vec<(Signature, u64)> {
+        let ar = sig(1, 4096);
+        vec![(ar, 10), (ar, 10), (ar, 10), (ar, 12), (sig(1, 2), 60)]
+    }
+
+    #[test]
+    fn every_rank_turns_at_the_same_call_and_phases_add_up() {
+        let ranks = job(4, &[sig(1, 4096 * 4)], &trainer_step(), 10, |_, _, _| 0);
+        let inf = infer(&ranks).unwrap();
+        assert_eq!(inf.pattern[0], sig(1, 4096));
+        assert_eq!(inf.pattern[4], sig(1, 2));
+        assert_eq!(inf.step_gap_ns, 60 * MS);
+        for r in &inf.ranks {
+            // Step 0 begins at the set-up broadcast's return: nothing is lost.
+            assert_eq!(r.steps.len(), 10, "rank {}", r.rank);
+            let s = &r.steps[3];
+            assert_eq!(s.phases_ns[BEFORE_FIRST], 60 * MS);
+            assert_eq!(s.phases_ns[BETWEEN], 42 * MS);
+            assert_eq!(s.phases_ns[IN_COLLECTIVES], 5 * MS);
+            assert_eq!(s.phases_ns.iter().sum::<u64>(), s.end_ns - s.begin_ns);
+            assert!(r.spans.windows(2).all(|w| w[0].end_ns <= w[1].begin_ns));
+        }
+        // The same step is the same collectives on every rank.
+        let ends: Vec<u64> = inf.ranks.iter().map(|r| r.steps[5].end_ns).collect();
+        assert!(ends.windows(2).all(|w| w[0] == w[1]), "{ends:?}");
+    }
+
+    #[test]
+    fn a_slow_rank_does_not_move_the_turn_and_shows_in_its_phase() {
+        // Rank 2's optimizer (before the allgather, call 4) takes 120 ms more every step.
+        let ranks = job(4, &[], &trainer_step(), 10, |r, _, call| if r == 2 && call == 4 { 120 } else { 0 });
+        let inf = infer(&ranks).unwrap();
+        assert_eq!(inf.pattern[4], sig(1, 2), "the turn stays after the allgather");
+        let slow = &inf.ranks[2].steps[4];
+        let peer = &inf.ranks[0].steps[4];
+        assert_eq!(slow.phases_ns[BETWEEN], peer.phases_ns[BETWEEN] + 120 * MS);
+        assert_eq!(peer.phases_ns[IN_COLLECTIVES], slow.phases_ns[IN_COLLECTIVES] + 120 * MS, "peers wait inside");
+    }
+
+    #[test]
+    fn a_rank_that_lost_its_first_steps_lines_up_by_keys() {
+        let mut ranks = job(3, &[], &trainer_step(), 12, |_, _, _| 0);
+        ranks[1].calls.drain(..13);
+        let inf = infer(&ranks).unwrap();
+        let first = |r: usize| inf.ranks[r].steps[0].step;
+        // With no set-up call, step 0 has no call before it to begin at.
+        assert_eq!(first(0), 1);
+        assert_eq!(first(1), 3, "13 calls lost: steps 0-2 are gone, step 3 is whole");
+        assert_eq!(inf.ranks[1].steps[0].end_ns, inf.ranks[0].steps[2].end_ns);
+    }
+
+    #[test]
+    fn no_repeating_pattern_infers_nothing() {
+        let chaos: Vec<_> = (0..40).map(|i| (sig(1, 100 + i * 37 % 41), 5)).collect();
+        assert_eq!(infer(&job(2, &[], &chaos, 1, |_, _, _| 0)), None);
+        assert_eq!(infer(&[]), None);
+    }
+}
