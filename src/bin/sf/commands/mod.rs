@@ -4,6 +4,7 @@ pub mod dump;
 pub mod frontier;
 mod frontier_waits;
 pub mod hang;
+pub mod inferred;
 pub mod kernels;
 pub mod ls;
 pub mod net;

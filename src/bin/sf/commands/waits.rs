@@ -5,7 +5,7 @@ use std::path::Path;
 
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
 use stagefrontier::core::log::reader::RankLog;
-use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::log::records::{NcclCall, RecordBody};
 
 use super::step_vectors::complete_steps;
 use super::Failure;
@@ -27,18 +27,30 @@ pub fn attribution(dir: &Path, command: &str, stages: &[String]) -> Result<Attri
     Ok(attribute(&ranks))
 }
 
-fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
+/// Every completed NCCL call of the log, in enter order; collectives carry their
+/// (communicator, sequence) key.
+pub(super) fn calls_of(log: &RankLog) -> Vec<CallTiming> {
     let mut calls = Vec::new();
     for record in log.records().0 {
         if let RecordBody::NcclCall(c) = record.body {
             if c.t_exit_ns < c.t_enter_ns {
                 continue;
             }
-            let key = (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq));
-            calls.push(CallTiming { key, enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
+            calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
         }
     }
     calls.sort_by_key(|c| c.enter_ns);
+    calls
+}
+
+/// A collective's (communicator, sequence): the same collective on every rank. `None` for
+/// other calls.
+pub(super) fn collective_key(c: &NcclCall) -> Option<(u64, u64)> {
+    (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq))
+}
+
+fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
+    let calls = calls_of(log);
     let names = log.stage_names();
     let index = |id: u16| {
         let name = names.get(id as usize).cloned().flatten()?;
