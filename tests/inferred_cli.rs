@@ -73,6 +73,23 @@ fn a_slow_data_stage_without_markers_is_named_by_rank_and_inferred_phase() {
     assert_eq!(slow["source"], "inferred");
     assert_eq!(first_slow(&slow), (2, BEFORE_FIRST.to_string()), "{slow}");
 
+    // sf steps --csv writes the inferred phases; sf frontier --csv reads back the answer.
+    let out = Command::new(artifact("sf")).arg("steps").arg(&dir).arg("--csv").output().expect("spawn sf");
+    assert!(out.status.success(), "{out:?}");
+    let csv = out.stdout;
+    let file = dir.join("steps.csv");
+    std::fs::write(&file, csv).unwrap();
+    let out = Command::new(artifact("sf")).args(["frontier", "--json", "--csv"]).arg(&file).output().unwrap();
+    let mut from_csv: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(from_csv["source"], "inferred", "{from_csv}");
+    let mut from_logs = frontier.clone();
+    for report in [&mut from_logs, &mut from_csv] {
+        let object = report.as_object_mut().unwrap();
+        object.remove("file");
+        object.remove("inferred");
+    }
+    assert_eq!(from_logs, from_csv, "sf steps --csv | sf frontier --csv must give sf frontier DIR's answer");
+
     // The human outputs say where the stages came from.
     for command in ["frontier", "slow"] {
         let text = String::from_utf8_lossy(&sf(command, &dir, false).stdout).to_string();

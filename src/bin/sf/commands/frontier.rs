@@ -19,8 +19,9 @@ use crate::cli::{FrontierOptions, FrontierSource};
 #[derive(Debug, DeriveSerialize)]
 pub struct FrontierReport {
     pub file: String,
-    /// Where the stages came from: `markers` (the logs' step vectors), `inferred` (the
-    /// NCCL schedule, for a job with no markers) or `csv`.
+    /// Where the stages came from: `markers` (the job's own stages: the logs' step
+    /// vectors, or a CSV of them) or `inferred` (the NCCL schedule, for a job with no
+    /// markers, or a CSV of only `inferred.*` stages).
     pub source: &'static str,
     /// What the inference found, when `source` is `inferred`.
     pub inferred: Option<InferredSummary>,
@@ -170,10 +171,9 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
             (dir, table, Some(waits), inferred)
         }
     };
-    let source = match (&options.source, &inferred) {
-        (FrontierSource::Csv(_), _) => "csv",
-        (_, Some(_)) => inferred::INFERRED,
-        (_, None) => inferred::MARKERS,
+    let source = match inferred {
+        Some(_) => inferred::INFERRED,
+        None => inferred::source_of_stages(table.schema().stages()),
     };
     let file = path.display().to_string();
     let fail = |message: String| Failure::Message(format!("{file}: {message}"));

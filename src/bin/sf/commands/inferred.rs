@@ -16,11 +16,21 @@ use super::waits::{calls_of, collective_key};
 use super::Failure;
 use crate::discover;
 
-/// Where a report's stages came from: `"markers"` (the logs' step vectors), `"inferred"`
-/// (the NCCL schedule) or `"csv"`.
+/// Where a report's stages came from: `"markers"` (the job's own stages) or
+/// `"inferred"` (the NCCL schedule).
 pub type Source = &'static str;
 pub const MARKERS: Source = "markers";
 pub const INFERRED: Source = "inferred";
+
+/// The source of a stage list read back (a CSV that `sf steps --csv` wrote): inferred when
+/// every stage is an inferred phase, so a round trip keeps the answer's source.
+pub fn source_of_stages(stages: &[String]) -> Source {
+    if !stages.is_empty() && stages.iter().all(|s| PHASES.contains(&s.as_str())) {
+        INFERRED
+    } else {
+        MARKERS
+    }
+}
 
 /// What the inference found, for the report.
 #[derive(Debug, Serialize)]
