@@ -14,13 +14,19 @@ const BEFORE_FIRST: &str = "inferred.before_first_collective";
 const BETWEEN: &str = "inferred.between_collectives";
 const PHASES: [&str; 3] = [BEFORE_FIRST, "inferred.in_collectives", BETWEEN];
 
-/// 4 ranks x 14 steps of sf-trainer-sim (about 100 ms each) with `extra` arguments; logs
-/// in `root/job`; the run's output.
+/// Stage times of about 100 ms steps, where a planted slow stage stands out.
+const STAGES: &str = "data=20,fwd=30,bwd=40,callbacks=2,optim=10";
+/// About 200 ms steps for a healthy run: a 60-100 ms stall of a loaded 2-core machine
+/// stays under sf slow's L1 jitter gate (max/min 1.5), as in tests/slow_cli.rs.
+const HEALTHY_STAGES: &str = "data=30,fwd=60,bwd=80,callbacks=5,optim=20";
+
+/// 4 ranks x 14 steps of sf-trainer-sim with `extra` arguments (after the stage times,
+/// so they may override them); logs in `root/job`; the run's output.
 fn job(test: &str, extra: &[&str], inject: Option<&str>) -> (PathBuf, Output) {
     let root = log_root(test);
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
     cmd.args(["--ranks", "4", "--steps", "14", "--jitter-ms", "2", "--seed", "5"]);
-    cmd.args(["--stage-ms", "data=20,fwd=30,bwd=40,callbacks=2,optim=10"]).args(extra);
+    cmd.args(["--stage-ms", STAGES]).args(extra);
     if let Some(rule) = inject {
         cmd.env("SF_INJECT", rule);
     }
@@ -111,7 +117,7 @@ fn a_slow_optimizer_runs_between_collectives_before_the_loss_allgather() {
 #[test]
 fn a_healthy_unmarked_job_names_nothing() {
     let _serial = one_at_a_time();
-    let (dir, _) = job("inferred-healthy", &["--markers", "none"], None);
+    let (dir, _) = job("inferred-healthy", &["--markers", "none", "--stage-ms", HEALTHY_STAGES], None);
     let frontier = frontier_json(&dir);
     assert_eq!(frontier["source"], "inferred");
     for w in frontier["windows"].as_array().unwrap() {
