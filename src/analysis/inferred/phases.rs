@@ -87,7 +87,7 @@ fn step_turn(ranks: &[RankCalls], origins: &[Option<i64>], pattern: &[Signature]
     for (r, origin) in ranks.iter().zip(origins) {
         let Some(origin) = *origin else { continue };
         let mut columns: Vec<Vec<u64>> = vec![Vec::new(); q];
-        let first_cycle = if origin < 0 { (-origin) as usize / q + 1 } else { 0 };
+        let first_cycle = if origin < 0 { ((-origin) as usize).div_ceil(q) } else { 0 };
         for cycle in first_cycle.. {
             let at = origin + (cycle * q) as i64;
             let at = at as usize;
@@ -138,7 +138,9 @@ fn steps_of(rank: &RankCalls, first: i64, step_order: &[Signature]) -> RankInfer
             continue;
         }
         let step = t as u64;
-        let begin_ns = calls[at - 1].exit_ns;
+        // Never before the previous step's end: overlapping calls (or a damaged log) must
+        // not make two steps' spans overlap.
+        let begin_ns = calls[at - 1].exit_ns.max(out.steps.last().map_or(0, |s| s.end_ns));
         let mut cursor = begin_ns;
         let mut phases_ns = [0u64; PHASES.len()];
         let mut span = |stage: usize, end: u64, cursor: &mut u64| {
@@ -215,6 +217,46 @@ mod tests {
         assert_eq!(first(0), 1);
         assert_eq!(first(1), 3, "13 calls lost: steps 0-2 are gone, step 3 is whole");
         assert_eq!(inf.ranks[1].steps[0].end_ns, inf.ranks[0].steps[2].end_ns);
+    }
+
+    #[test]
+    fn jittered_schedules_with_lost_and_garbled_calls_keep_every_invariant() {
+        use crate::core::rng::SplitMix64;
+        let mut inferred = 0;
+        for seed in 0..40 {
+            let mut rng = SplitMix64::new(seed);
+            let buckets = 1 + rng.below(6) as usize;
+            let mut step: Vec<(Signature, u64)> =
+                (0..buckets).map(|b| (sig(1 + rng.below(2), 4096 * (1 + (b as u64 % 2))), 5 + rng.below(10))).collect();
+            step.last_mut().unwrap().1 = 40 + rng.below(40);
+            let ranks = 1 + rng.below(6) as u32;
+            let mut job = job(ranks, &[sig(1, 7)], &step, 4 + rng.below(12) as usize, |_, _, _| extra_ms(seed));
+            // A damaged log: calls lost, times out of order.
+            for r in &mut job {
+                if !r.calls.is_empty() && seed % 3 == 0 {
+                    r.calls.remove((seed as usize * 7) % r.calls.len());
+                }
+                if let Some(c) = r.calls.get_mut(3).filter(|_| seed % 5 == 0) {
+                    c.exit_ns = c.enter_ns.saturating_sub(1);
+                }
+            }
+            let Some(inf) = infer(&job) else { continue };
+            inferred += 1;
+            assert!(!inf.pattern.is_empty() && inf.pattern.len() <= super::super::pattern::MAX_PERIOD);
+            for r in &inf.ranks {
+                assert!(r.spans.windows(2).all(|w| w[0].end_ns <= w[1].begin_ns), "seed {seed}");
+                assert!(r.steps.windows(2).all(|w| w[0].step < w[1].step), "seed {seed}");
+                for s in &r.steps {
+                    assert_eq!(s.phases_ns.iter().sum::<u64>(), s.end_ns - s.begin_ns, "seed {seed}");
+                }
+            }
+        }
+        assert!(inferred >= 20, "most schedules repeat 4 or more times: {inferred}/40 inferred");
+    }
+
+    /// A deterministic extra delay per seed, for the schedule above.
+    fn extra_ms(seed: u64) -> u64 {
+        seed % 4
     }
 
     #[test]
