@@ -174,3 +174,38 @@ fn folded(pattern: &[Signature]) -> Vec<String> {
     }
     shown
 }
+
+#[cfg(test)]
+mod tests {
+    use stagefrontier::core::comms::nccl_op::NcclOp;
+
+    use super::*;
+
+    fn sig(comm_id: u64, op: NcclOp, count: u64) -> Signature {
+        Signature { comm_id, op, count, dtype: 7 }
+    }
+
+    #[test]
+    fn the_pattern_folds_runs_and_names_communicators_only_when_several() {
+        let ar = sig(9, NcclOp::AllReduce, 4096);
+        let one = [ar, ar, ar, sig(9, NcclOp::AllGather, 2)];
+        assert_eq!(folded(&one), ["allreduce 4096 float32 x3", "allgather 2 float32"]);
+        let two = [ar, sig(5, NcclOp::AllReduce, 4096), ar];
+        assert_eq!(
+            folded(&two),
+            ["allreduce 4096 float32 @comm0", "allreduce 4096 float32 @comm1", "allreduce 4096 float32 @comm0"]
+        );
+        let long: Vec<Signature> = (0..20).map(|i| sig(9, NcclOp::AllReduce, 100 + i)).collect();
+        let shown = folded(&long);
+        assert_eq!(shown.len(), PATTERN_SHOWN + 1);
+        assert_eq!(shown[PATTERN_SHOWN], "... 12 more");
+    }
+
+    #[test]
+    fn a_csv_of_inferred_phases_reads_back_as_inferred() {
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(source_of_stages(&names(&PHASES)), INFERRED);
+        assert_eq!(source_of_stages(&names(&["data.next_wait", PHASES[0]])), MARKERS);
+        assert_eq!(source_of_stages(&[]), MARKERS);
+    }
+}
