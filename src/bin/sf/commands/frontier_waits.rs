@@ -14,7 +14,7 @@ use stagefrontier::analysis::frontier::Window;
 
 use super::frontier::{StageMap, WindowReport};
 use super::inferred::{self, InferredSummary};
-use super::{step_vectors, waits, Failure};
+use super::{step_vectors, Failure};
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out. With no step vectors in the logs,
@@ -23,10 +23,7 @@ pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits, Option<InferredS
     let (mut ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
     let inferred = inferred::fill(dir, "frontier", &mut ranks)?;
     let mut table = step_vectors::table_of(dir, &ranks, world)?;
-    let (attribution, summary) = match inferred {
-        Some(i) => (i.attribution, Some(i.summary)),
-        None => (waits::attribution(dir, "frontier", table.schema().stages())?, None),
-    };
+    let (attribution, summary) = inferred::attribution(inferred, dir, "frontier", table.schema().stages())?;
     let waits = Waits::take_out(&mut table, attribution);
     Ok((table, waits, summary))
 }

@@ -12,7 +12,7 @@ use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
 use super::step_vectors::{RankStep, RankSteps};
-use super::waits::{calls_of, collective_key};
+use super::waits::{self, calls_of, collective_key};
 use super::Failure;
 use crate::discover;
 
@@ -77,6 +77,20 @@ pub struct Inferred {
     pub summary: InferredSummary,
     /// Waits and caused waits, stages indexed as [`PHASES`].
     pub attribution: Attribution,
+}
+
+/// The job's wait attribution: the inferred phases' when `inferred`, else the marked
+/// stages' (indexed as `stages`) from the logs in `dir`; and the inference's summary.
+pub fn attribution(
+    inferred: Option<Inferred>,
+    dir: &Path,
+    command: &str,
+    stages: &[String],
+) -> Result<(Attribution, Option<InferredSummary>), Failure> {
+    match inferred {
+        Some(i) => Ok((i.attribution, Some(i.summary))),
+        None => Ok((waits::attribution(dir, command, stages)?, None)),
+    }
 }
 
 /// When no rank of `ranks` (read from `dir` by `step_vectors::read_ranks`) has a step,

@@ -14,7 +14,6 @@ use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 use super::inferred::{self, InferredSummary};
 use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
 use super::step_vectors::{self, RankSteps};
-use super::waits;
 use super::Failure;
 use crate::cli::SlowOptions;
 
@@ -213,10 +212,7 @@ pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
         return Err(Failure::Message(format!("{}: {why}", dir.display())));
     }
     let params = params_of(options);
-    let (attribution, summary) = match inferred {
-        Some(i) => (i.attribution, Some(i.summary)),
-        None => (waits::attribution(dir, "slow", &stages)?, None),
-    };
+    let (attribution, summary) = inferred::attribution(inferred, dir, "slow", &stages)?;
     let waits = slow_waits::take_out_waits(attribution, &mut series);
     let job = analyze_job(&series, stages.len(), &params);
     let blamed = slow_waits::blamed(waits, &series, &stages, &job);

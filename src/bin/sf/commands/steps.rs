@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::frontier::StageMap;
 use super::Failure;
-use super::{inferred, step_vectors, waits};
+use super::{inferred, step_vectors};
 
 /// The `--json` object; `--csv` and the table are written from it too.
 #[derive(Debug, Serialize)]
@@ -82,10 +82,7 @@ pub fn build(dir: &Path) -> Result<StepsReport, Failure> {
             stages.push(name.clone());
         }
     }
-    let attribution = match inferred {
-        Some(i) => i.attribution,
-        None => waits::attribution(dir, "steps", &stages)?,
-    };
+    let (attribution, _) = inferred::attribution(inferred, dir, "steps", &stages)?;
     // The attribution's entries of a rank's step, by stage name in the vector's order.
     let entries = |map: &BTreeMap<(u32, u64, usize), f64>, rank: u32, step: &step_vectors::RankStep| {
         let at = |name: &String| stages.iter().position(|s| s == name);
