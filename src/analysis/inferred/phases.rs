@@ -254,6 +254,44 @@ mod tests {
         assert!(inferred >= 20, "most schedules repeat 4 or more times: {inferred}/40 inferred");
     }
 
+    #[test]
+    fn hostile_calls_never_panic() {
+        use super::super::Call;
+        use crate::core::rng::SplitMix64;
+        // Keys repeated or shared, times at the ends of u64, exits before enters, a
+        // pattern that holds for a while and then breaks: whatever a damaged log decodes to.
+        for seed in 0..200 {
+            let mut rng = SplitMix64::new(seed);
+            let ranks: Vec<RankCalls> = (0..1 + rng.below(4) as u32)
+                .map(|rank| {
+                    let calls = (0..rng.below(200))
+                        .map(|i| {
+                            let t = match rng.below(4) {
+                                0 => u64::MAX - rng.below(3),
+                                1 => rng.below(3),
+                                _ => i * 1_000 + rng.below(2_000),
+                            };
+                            Call {
+                                signature: sig(1 + rng.below(2), [4096, 2, 4096][(i % 3) as usize]),
+                                key: (1, if rng.below(5) == 0 { 7 } else { i }),
+                                enter_ns: t,
+                                exit_ns: if rng.below(6) == 0 { t / 2 } else { t.saturating_add(rng.below(500)) },
+                            }
+                        })
+                        .collect();
+                    RankCalls { rank, calls }
+                })
+                .collect();
+            if let Some(inf) = infer(&ranks) {
+                for r in &inf.ranks {
+                    for s in &r.steps {
+                        assert_eq!(s.phases_ns.iter().sum::<u64>(), s.end_ns - s.begin_ns, "seed {seed}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A deterministic extra delay per seed, for the schedule above.
     fn extra_ms(seed: u64) -> u64 {
         seed % 4
