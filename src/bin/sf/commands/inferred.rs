@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 use stagefrontier::analysis::blame::{attribute, Attribution, RankTimeline};
 use stagefrontier::analysis::inferred::{infer, Call, RankCalls, Signature, PHASES};
+use stagefrontier::core::capture::doors::no_markers_note;
 use stagefrontier::core::comms::nccl_op::dtype_name;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
@@ -47,6 +48,9 @@ pub struct InferredSummary {
     pub step_gap_s: f64,
     /// Ranks whose collectives do not follow the pattern: no steps inferred.
     pub ranks_off_pattern: Vec<u32>,
+    /// Why markers the job may emit were not seen (NVTX ranges with no
+    /// NVTX_INJECTION64_PATH), when the logs can tell.
+    pub markers_note: Option<&'static str>,
 }
 
 /// Pattern entries shown in a report.
@@ -67,6 +71,9 @@ impl InferredSummary {
         if !self.ranks_off_pattern.is_empty() {
             let ranks: Vec<String> = self.ranks_off_pattern.iter().map(|r| r.to_string()).collect();
             line += &format!("; ranks {} do not follow it", ranks.join(","));
+        }
+        if let Some(note) = self.markers_note {
+            line += &format!("; {note}");
         }
         line
     }
@@ -145,6 +152,7 @@ pub fn fill(dir: &Path, command: &str, ranks: &mut [RankSteps]) -> Result<Option
         reference_rank: inference.reference_rank,
         step_gap_s: inference.step_gap_ns as f64 / 1e9,
         ranks_off_pattern: off_pattern,
+        markers_note: no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())),
     };
     Ok(Some(Inferred { summary, attribution: attribute(&timelines) }))
 }
