@@ -5,12 +5,14 @@
 //! pattern is a step clock that needs no configuration and no marker:
 //!
 //! - [`pattern`]: the period of one rank's collectives (the shortest that repeats their
-//!   signatures; a multiple of it when several buckets look alike and the gaps between the
-//!   calls say where the step turns) and where the step turns: after the pattern's longest
-//!   gap outside collectives, the median over ranks, so one slow rank cannot move it.
-//! - [`phases`]: on every rank the same calls (matched by communicator and sequence number)
-//!   close the steps, so a step boundary sits at the same point of the pattern everywhere.
-//!   Each step is cut into the inferred phases by the calls' enter and exit times.
+//!   signatures about as well as any longer one; a multiple of it when several buckets
+//!   look alike and the gaps between the calls say where the step turns).
+//! - [`phases`]: where the step turns (after the pattern's longest gap outside
+//!   collectives, the median over ranks, so one slow rank cannot move it); the reference
+//!   rank's steps, resuming after calls outside the pattern (an evaluation pass); and on
+//!   every rank the same calls (matched by communicator and sequence number) make the same
+//!   step, so a step boundary sits at the same point of the pattern everywhere. Each step
+//!   is cut into the inferred phases by the calls' enter and exit times.
 //!
 //! The step begins when the collective before the step gap returns (a moment all ranks
 //! share: a collective returns everywhere together) and ends when the next one does. So:

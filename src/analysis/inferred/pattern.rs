@@ -8,21 +8,26 @@ pub const SEARCH_CALLS: usize = 16_384;
 pub const MAX_PERIOD: usize = 2048;
 /// Multiples of the signature period tried when the gaps may say the step is longer.
 const MAX_MULTIPLE: usize = 32;
-/// Share of the window's calls that must repeat at the period: set-up, tear-down and an
-/// odd evaluation call are allowed around it.
-const MATCH_SHARE: f64 = 0.9;
+/// Share of the window's calls that must repeat at the period (the best period's), and
+/// how far below the best share a shorter period may stay and still be the period: set-up,
+/// tear-down and calls outside the pattern (an evaluation pass) break it here and there,
+/// and a multiple of the period repeats exactly as well as the period does.
+const MIN_SHARE: f64 = 0.8;
+const SHARE_SLACK: f64 = 0.02;
 /// The pattern must repeat at least this many times to be a step.
-pub const MIN_REPEATS: usize = 3;
+pub const MIN_REPEATS: usize = 4;
 /// A multiple of the signature period is the step when the gap after one of its positions
 /// is reliably longer than every other position's: its lower quartile over its upper
 /// quartiles by this factor.
 const SEPARATION: f64 = 1.5;
 
-/// The step's length in calls, and the first call of a steady run of it.
+/// The step's length in calls, and the longest run of calls that follows it unbroken,
+/// `start..end` (whole periods).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Period {
     pub length: usize,
     pub start: usize,
+    pub end: usize,
 }
 
 /// The period of `calls` (one rank's collectives in enter order), or `None` when they do
@@ -32,44 +37,43 @@ pub fn find_period(calls: &[Call]) -> Option<Period> {
     let window = if n > SEARCH_CALLS { (n - SEARCH_CALLS) / 2..(n + SEARCH_CALLS) / 2 } else { 0..n };
     let signatures: Vec<Signature> = calls[window].iter().map(|c| c.signature).collect();
     let base = signature_period(&signatures)?;
-    let start = steady_start(calls, base)?;
-    let steady = &calls[start..calls.len().min(start + SEARCH_CALLS)];
+    let (start, run_end) = longest_run(calls, base)?;
+    let steady = &calls[start..run_end.min(start + SEARCH_CALLS)];
     let length = (2..=MAX_MULTIPLE)
         .map(|k| k * base)
         .take_while(|&q| q <= MAX_PERIOD && steady.len() / q >= MIN_REPEATS)
         .find(|&q| separated(steady, q))
         .unwrap_or(base);
-    Some(Period { length, start })
+    let end = start + (run_end - start) / length * length;
+    (end - start >= length).then_some(Period { length, start, end })
 }
 
-/// The shortest period at which `signatures` repeat, for [`MATCH_SHARE`] of them.
+/// The shortest period whose share of repeating signatures is within [`SHARE_SLACK`] of
+/// the best period's, that best being at least [`MIN_SHARE`].
 fn signature_period(signatures: &[Signature]) -> Option<usize> {
     let m = signatures.len();
-    (1..=MAX_PERIOD.min(m / MIN_REPEATS)).find(|&p| {
-        let allowed = ((m - p) as f64 * (1.0 - MATCH_SHARE)) as usize;
-        let mut misses = 0;
-        for i in 0..m - p {
-            if signatures[i] != signatures[i + p] {
-                misses += 1;
-                if misses > allowed {
-                    return false;
-                }
-            }
-        }
-        true
-    })
+    let shares: Vec<f64> = (1..=MAX_PERIOD.min(m / MIN_REPEATS))
+        .map(|p| (0..m - p).filter(|&i| signatures[i] == signatures[i + p]).count() as f64 / (m - p) as f64)
+        .collect();
+    let best = shares.iter().copied().fold(0.0, f64::max);
+    if best < MIN_SHARE {
+        return None;
+    }
+    shares.iter().position(|&share| share >= best - SHARE_SLACK).map(|i| i + 1)
 }
 
-/// The first call from which one whole period repeats exactly.
-fn steady_start(calls: &[Call], p: usize) -> Option<usize> {
-    let mut run = 0;
+/// The longest run of calls in which every call's signature recurs `p` calls later, as
+/// `start..end` of the calls it covers; `None` when no whole period repeats.
+fn longest_run(calls: &[Call], p: usize) -> Option<(usize, usize)> {
+    let (mut best, mut run_start) = ((0, 0), 0);
     for i in 0..calls.len().saturating_sub(p) {
-        run = if calls[i].signature == calls[i + p].signature { run + 1 } else { 0 };
-        if run == p {
-            return Some(i + 1 - p);
+        if calls[i].signature != calls[i + p].signature {
+            run_start = i + 1;
+        } else if i + 1 - run_start > best.1 - best.0 {
+            best = (run_start, i + 1);
         }
     }
-    None
+    (best.1 - best.0 >= p).then_some((best.0, best.1 + p))
 }
 
 /// Time outside collectives after call `i`, before the next one (0 when they overlap).
@@ -110,7 +114,7 @@ mod tests {
         );
         let p = find_period(&calls).unwrap();
         // The allreduces alone repeat at 1 within a step, but not across it.
-        assert_eq!(p, Period { length: 5, start: 1 });
+        assert_eq!((p.length, p.start, p.end), (5, 1, 101));
     }
 
     #[test]

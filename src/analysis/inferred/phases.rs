@@ -2,13 +2,9 @@
 
 use std::collections::HashMap;
 
-use super::pattern::{find_period, gap_after, MIN_REPEATS};
-use super::{RankCalls, Signature, BEFORE_FIRST, BETWEEN, IN_COLLECTIVES, PHASES};
+use super::pattern::{find_period, gap_after, Period, MIN_REPEATS, SEARCH_CALLS};
+use super::{Call, RankCalls, Signature, BEFORE_FIRST, BETWEEN, IN_COLLECTIVES, PHASES};
 use crate::analysis::blame::StageSpan;
-
-/// Reference calls tried, one step apart, to find a rank's place in the pattern: a rank
-/// whose log lost its first steps still lines up by a later one.
-const ANCHOR_TRIES: usize = 64;
 
 /// One inferred step of one rank, on its clock.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,54 +47,38 @@ pub fn infer(ranks: &[RankCalls]) -> Option<Inference> {
     let period = find_period(&reference.calls)?;
     let q = period.length;
     let pattern: Vec<Signature> = reference.calls[period.start..period.start + q].iter().map(|c| c.signature).collect();
-    // Each rank's origin: the index its cycle 0 would start at (may be negative).
-    let origins: Vec<Option<i64>> = ranks.iter().map(|r| origin(r, reference, period.start, q)).collect();
-    let (turn, step_gap_ns) = step_turn(ranks, &origins, &pattern)?;
+    // Each rank's calls by key: the same collective on every rank.
+    let indices: Vec<HashMap<(u64, u64), usize>> =
+        ranks.iter().map(|r| r.calls.iter().enumerate().map(|(i, c)| (c.key, i)).collect()).collect();
+    let (turn, step_gap_ns) = step_turn(ranks, &indices, reference, &period)?;
     let step_order: Vec<Signature> = (0..q).map(|j| pattern[(turn + 1 + j) % q]).collect();
-    let out: Vec<RankInference> = ranks
-        .iter()
-        .zip(&origins)
-        .map(|(r, origin)| match origin {
-            Some(origin) => steps_of(r, origin + turn as i64 + 1 - q as i64, &step_order),
-            None => RankInference { rank: r.rank, steps: Vec::new(), spans: Vec::new() },
-        })
-        .collect();
+    let blocks = reference_blocks(&reference.calls, &step_order, step_gap_ns);
+    let out: Vec<RankInference> =
+        ranks.iter().zip(&indices).map(|(r, index)| steps_of(r, index, reference, &blocks, q)).collect();
     if out.iter().all(|r| r.steps.len() < MIN_REPEATS) {
         return None;
     }
     Some(Inference { pattern: step_order, reference_rank: reference.rank, step_gap_ns, ranks: out })
 }
 
-/// Where `rank`'s cycle 0 starts, lined up with the reference's by the calls' keys.
-fn origin(rank: &RankCalls, reference: &RankCalls, start: usize, q: usize) -> Option<i64> {
-    let index: HashMap<(u64, u64), usize> = rank.calls.iter().enumerate().map(|(i, c)| (c.key, i)).collect();
-    (0..ANCHOR_TRIES).find_map(|cycle| {
-        let key = reference.calls.get(start + cycle * q)?.key;
-        index.get(&key).map(|&i| i as i64 - (cycle * q) as i64)
-    })
-}
-
 /// The pattern position whose following gap is the step gap: per rank the median gap
-/// after each position over its cycles that follow the pattern, then the median over
-/// ranks, so one slow rank cannot move it. Returns it and that median gap.
-fn step_turn(ranks: &[RankCalls], origins: &[Option<i64>], pattern: &[Signature]) -> Option<(usize, u64)> {
-    let q = pattern.len();
+/// after each position over the reference's unbroken run (the same collectives on every
+/// rank, by key), then the median over ranks, so one slow rank cannot move it. Returns it
+/// and that median gap.
+fn step_turn(
+    ranks: &[RankCalls],
+    indices: &[HashMap<(u64, u64), usize>],
+    reference: &RankCalls,
+    period: &Period,
+) -> Option<(usize, u64)> {
+    let q = period.length;
+    let run = &reference.calls[period.start..period.end.min(period.start + SEARCH_CALLS)];
     let mut per_position: Vec<Vec<u64>> = vec![Vec::new(); q];
-    for (r, origin) in ranks.iter().zip(origins) {
-        let Some(origin) = *origin else { continue };
+    for (r, index) in ranks.iter().zip(indices) {
         let mut columns: Vec<Vec<u64>> = vec![Vec::new(); q];
-        let first_cycle = if origin < 0 { ((-origin) as usize).div_ceil(q) } else { 0 };
-        for cycle in first_cycle.. {
-            let at = origin + (cycle * q) as i64;
-            let at = at as usize;
-            if at + q > r.calls.len() {
-                break;
-            }
-            if !follows(&r.calls[at..at + q], pattern) {
-                continue;
-            }
-            for (j, column) in columns.iter_mut().enumerate() {
-                column.extend(gap_after(&r.calls, at + j));
+        for (i, call) in run.iter().enumerate() {
+            if let Some(&at) = index.get(&call.key) {
+                columns[i % q].extend(gap_after(&r.calls, at));
             }
         }
         for (j, column) in columns.iter_mut().enumerate() {
@@ -112,31 +92,63 @@ fn step_turn(ranks: &[RankCalls], origins: &[Option<i64>], pattern: &[Signature]
     Some((turn, medians[turn]))
 }
 
-fn follows(calls: &[super::Call], pattern: &[Signature]) -> bool {
-    calls.iter().zip(pattern).all(|(c, s)| c.signature == *s)
-}
-
 fn median(values: &mut [u64]) -> u64 {
     values.sort_unstable();
     values[values.len() / 2]
 }
 
-/// The steps of one rank: step t's calls start at `first + t·q`, and it begins when the
-/// call before them returns. A block that does not follow the pattern is skipped.
-fn steps_of(rank: &RankCalls, first: i64, step_order: &[Signature]) -> RankInference {
+/// Where the reference rank's steps start: at the first block of calls that follows the
+/// pattern in step order after a gap at least half the step gap, then one pattern length
+/// at a time while the calls follow the pattern. A call outside it (an evaluation pass, a metrics allreduce every N steps)
+/// breaks the stride; the steps resume at the next block that follows the pattern and,
+/// as a step's first call does, comes after a gap at least half the step gap, so a
+/// pattern of look-alike buckets resumes at its true turn. Bounded work: a few times the
+/// calls, whatever the log holds.
+fn reference_blocks(calls: &[Call], step_order: &[Signature], step_gap_ns: u64) -> Vec<usize> {
     let q = step_order.len();
+    let mut budget = 8 * calls.len() + 65_536;
+    // From the second call (a step begins when the call before it returns), not yet in
+    // step: the first block must come after a step gap too.
+    let (mut blocks, mut aligned, mut i) = (Vec::new(), false, 1);
+    while i + q <= calls.len() && budget > 0 {
+        let matched = calls[i..i + q].iter().zip(step_order).take_while(|(c, s)| c.signature == **s).count();
+        budget = budget.saturating_sub(matched + 1);
+        let turns_here = aligned || gap_after(calls, i - 1).is_some_and(|gap| gap.saturating_mul(2) >= step_gap_ns);
+        if matched == q && turns_here {
+            blocks.push(i);
+            i += q;
+            aligned = true;
+        } else {
+            i += 1;
+            aligned = false;
+        }
+    }
+    blocks
+}
+
+/// The steps of one rank: step t is the reference's block t, the same collectives (by
+/// communicator and sequence number) on this rank; it begins when the call before them
+/// returns. A block this rank does not hold whole, in order, is skipped.
+fn steps_of(
+    rank: &RankCalls,
+    index: &HashMap<(u64, u64), usize>,
+    reference: &RankCalls,
+    blocks: &[usize],
+    q: usize,
+) -> RankInference {
     let calls = &rank.calls;
     let mut out = RankInference { rank: rank.rank, steps: Vec::new(), spans: Vec::new() };
-    let first_step = if first < 1 { ((1 - first) as usize).div_ceil(q) } else { 0 };
-    for t in first_step.. {
-        let at = (first + (t * q) as i64) as usize;
-        if at + q > calls.len() {
-            break;
-        }
-        let block = &calls[at..at + q];
-        if !follows(block, step_order) {
+    let mut next_free = 1;
+    for (t, &b) in blocks.iter().enumerate() {
+        let Some(&at) = index.get(&reference.calls[b].key) else { continue };
+        if at < next_free || at + q > calls.len() {
             continue;
         }
+        let block = &calls[at..at + q];
+        if !block.iter().zip(&reference.calls[b..b + q]).all(|(c, r)| c.key == r.key) {
+            continue;
+        }
+        next_free = at + q;
         let step = t as u64;
         // Never before the previous step's end: overlapping calls (or a damaged log) must
         // not make two steps' spans overlap.
@@ -207,15 +219,60 @@ mod tests {
         assert_eq!(peer.phases_ns[IN_COLLECTIVES], slow.phases_ns[IN_COLLECTIVES] + 120 * MS, "peers wait inside");
     }
 
+    /// Puts a collective of another signature on every rank after call `after` (same
+    /// key everywhere, 2 ms into the gap that follows it), as an evaluation pass would.
+    fn insert_extra(ranks: &mut [RankCalls], after: usize, seq: u64) {
+        for r in ranks {
+            let at = r.calls[after].exit_ns + 2 * MS;
+            let extra = Call { signature: sig(3, 77), key: (3, seq), enter_ns: at, exit_ns: at + MS };
+            r.calls.insert(after + 1, extra);
+        }
+    }
+
+    #[test]
+    fn steps_resume_after_a_call_outside_the_pattern() {
+        let mut ranks = job(3, &[sig(1, 4096 * 4)], &trainer_step(), 16, |_, _, _| 0);
+        // An evaluation allreduce in step 5's gap, and another one in the middle of step 9.
+        insert_extra(&mut ranks, 5 * 5, 1);
+        insert_extra(&mut ranks, 9 * 5 + 3, 2);
+        let inf = infer(&ranks).unwrap();
+        for r in &inf.ranks {
+            let steps: Vec<u64> = r.steps.iter().map(|s| s.step).collect();
+            // Job step 9 holds the extra call between its buckets: it is not the pattern,
+            // and inferred steps count the 15 others.
+            assert_eq!(steps, (0..15).collect::<Vec<u64>>(), "rank {}", r.rank);
+            let last = r.steps.last().unwrap();
+            assert_eq!((last.phases_ns[BEFORE_FIRST], last.phases_ns[BETWEEN]), (60 * MS, 42 * MS));
+        }
+    }
+
+    #[test]
+    fn look_alike_buckets_resume_at_the_true_turn() {
+        // Four identical allreduces per step, 60 ms before the first; an extra call in the
+        // middle of step 6 shifts the stride by one.
+        let ar = sig(1, 4096);
+        let step = [(ar, 10), (ar, 10), (ar, 10), (ar, 60)];
+        let mut ranks = job(2, &[sig(1, 7)], &step, 14, |_, _, _| 0);
+        insert_extra(&mut ranks, 1 + 6 * 4 + 1, 1);
+        let inf = infer(&ranks).unwrap();
+        let r = &inf.ranks[0];
+        assert!(r.steps.len() >= 12, "{:?}", r.steps.iter().map(|s| s.step).collect::<Vec<_>>());
+        for s in r.steps.iter().filter(|s| s.step != 6) {
+            assert_eq!(s.phases_ns[BEFORE_FIRST], 60 * MS, "step {}", s.step);
+            assert_eq!(s.phases_ns[BETWEEN], 30 * MS, "step {}", s.step);
+        }
+    }
+
     #[test]
     fn a_rank_that_lost_its_first_steps_lines_up_by_keys() {
         let mut ranks = job(3, &[], &trainer_step(), 12, |_, _, _| 0);
         ranks[1].calls.drain(..13);
         let inf = infer(&ranks).unwrap();
         let first = |r: usize| inf.ranks[r].steps[0].step;
-        // With no set-up call, step 0 has no call before it to begin at.
-        assert_eq!(first(0), 1);
-        assert_eq!(first(1), 3, "13 calls lost: steps 0-2 are gone, step 3 is whole");
+        // With no set-up call, the job's first step has no call before it to begin at:
+        // steps count from its second.
+        assert_eq!(first(0), 0);
+        assert_eq!(first(1), 2, "13 calls lost: the job's steps 0-2 are gone, step 3 is whole");
         assert_eq!(inf.ranks[1].steps[0].end_ns, inf.ranks[0].steps[2].end_ns);
     }
 
@@ -256,7 +313,6 @@ mod tests {
 
     #[test]
     fn hostile_calls_never_panic() {
-        use super::super::Call;
         use crate::core::rng::SplitMix64;
         // Keys repeated or shared, times at the ends of u64, exits before enters, a
         // pattern that holds for a while and then breaks: whatever a damaged log decodes to.
