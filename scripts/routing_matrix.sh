@@ -6,8 +6,18 @@
 # candidate-set size, and fails unless StageFrontier's top-2 holds the injected stage on
 # every row.
 #
-#   scripts/routing_matrix.sh                  # 5 scenarios x {8, 32} ranks x 5 seeds
-#   SF_MATRIX_QUICK=1 scripts/routing_matrix.sh  # 5 scenarios x 8 ranks x 1 seed (CI)
+# Then the unmarked matrix (stages inferred from the NCCL schedule): sf-trainer-sim with
+# --markers none and one stage of one random rank of 8 planted slow with --slow (20% and
+# 100% of the ~100 ms step); `sf frontier` must name the rank and the inferred phase the
+# stage runs in (data, fwd: inferred.before_first_collective; bwd: between the bucket
+# allreduces, inferred.between_collectives; optim: before the loss allgather,
+# inferred.between_collectives) on >= 95% of the cases, and name nothing on healthy runs.
+#
+#   scripts/routing_matrix.sh                  # 5 scenarios x {8, 32} ranks x 5 seeds;
+#                                              # unmarked: 4 stages x 2 sizes x 5 seeds + 4 healthy
+#   SF_MATRIX_QUICK=1 scripts/routing_matrix.sh  # 5 scenarios x 8 ranks x 1 seed;
+#                                              # unmarked: 4 cases + 1 healthy (CI)
+#   SF_MATRIX_ONLY=unmarked scripts/routing_matrix.sh  # only the unmarked matrix
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
@@ -26,6 +36,7 @@ scenarios=(
   "callback/sync|callbacks.cpu_wall|stage=callbacks.cpu_wall,ms=120"
 )
 
+hidden_matrix() {
 rows=$root/rows.jsonl
 for entry in "${scenarios[@]}"; do
   IFS='|' read -r scenario truth rule <<<"$entry"
@@ -104,3 +115,92 @@ for row in sf_top2_misses:
     print(f"MISS top-2: {row['scenario']} ranks={row['ranks']} seed={row['seed']}")
 sys.exit(1 if sf_top2_misses else 0)
 PY
+}
+
+# Unmarked matrix: stage | the inferred phase it runs in (see the header).
+unmarked=(
+  "data|inferred.before_first_collective"
+  "fwd|inferred.before_first_collective"
+  "bwd|inferred.between_collectives"
+  "optim|inferred.between_collectives"
+)
+unmarked_matrix() {
+  local rows=$root/unmarked.jsonl case=0 seeds_u=(1 2 3 4 5) healthy=(1 2 3 4)
+  [ "${SF_MATRIX_QUICK:-0}" = 1 ] && { seeds_u=(1); healthy=(1); }
+  run_case() {  # name hidden stage ms truth
+    local dir=$root/unmarked-$1
+    LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
+      target/release/sf-trainer-sim --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none \
+      --stage-ms "$stage_ms" ${3:+--slow "$2:$3:$4@2-$((steps - 1))"} \
+      >/dev/null 2>&1
+    local status=0
+    target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
+    [ "$status" = 0 ] || [ "$status" = 4 ] || { echo "sf frontier $dir/job: exit $status" >&2; exit 1; }
+    status=0
+    target/release/sf slow "$dir/job" --json >"$dir/slow.json" || status=$?
+    [ "$status" = 0 ] || [ "$status" = 4 ] || { echo "sf slow $dir/job: exit $status" >&2; exit 1; }
+    printf '{"case":"%s","hidden":%s,"stage":"%s","ms":%s,"truth":"%s","dir":"%s"}\n' \
+      "$1" "${2:-null}" "${3:-}" "${4:-0}" "${5:-}" "$dir" >>"$rows"
+  }
+  local stage_ms=data=20,fwd=30,bwd=40,callbacks=2,optim=10
+  for seed in "${seeds_u[@]}"; do
+    for entry in "${unmarked[@]}"; do
+      IFS='|' read -r stage truth <<<"$entry"
+      for ms in 20 100; do
+        case=$((case + 1))
+        # Quick mode: one size per stage, alternating.
+        [ "${SF_MATRIX_QUICK:-0}" = 1 ] && [ $(( ((case - 1) / 2 + (ms == 100)) % 2 )) = 1 ] && continue
+        hidden=$(( (case * 5 + seed * 3 + 1) % 8 ))  # every rank, 0 included, over the matrix
+        run_case "$stage-$ms-$seed" "$hidden" "$stage" "$ms" "$truth"
+      done
+    done
+  done
+  # Healthy runs take ~200 ms steps, as tests/slow_cli.rs does: a 60-100 ms stall of a
+  # loaded 2-core machine must stay under sf slow's L1 jitter gate (max/min 1.5), which
+  # has nothing to do with where the stages came from.
+  stage_ms=data=30,fwd=60,bwd=80,callbacks=5,optim=20
+  for h in "${healthy[@]}"; do
+    case=$((100 + h))
+    run_case "healthy-$h"
+  done
+  python3 - "$rows" <<'PY'
+import json, sys
+
+rows = [json.loads(line) for line in open(sys.argv[1])]
+planted = [r for r in rows if r["stage"]]
+healthy = [r for r in rows if not r["stage"]]
+hits = slow_hits = 0
+for r in planted:
+    f = json.load(open(r["dir"] + "/frontier.json"))
+    s = json.load(open(r["dir"] + "/slow.json"))
+    assert f["source"] == "inferred" and s["source"] == "inferred", r["dir"]
+    culprits = f["windows"][0]["culprits"] if f["windows"] else []
+    got = (culprits[0]["rank"], culprits[0]["stage"]) if culprits else None
+    ok = got == (r["hidden"], r["truth"])
+    hits += ok
+    slow = s["slow_ranks"][0] if s["slow_ranks"] else None
+    slow_ok = slow is not None and (slow["rank"], slow["stage"]) == (r["hidden"], r["truth"])
+    slow_hits += slow_ok
+    if not ok or not slow_ok:
+        print(f"MISS {r['case']} rank {r['hidden']} {r['truth']}: frontier named {got}, "
+              f"sf slow {slow and (slow['rank'], slow['stage'])}")
+false_alarms = []
+for r in healthy:
+    f = json.load(open(r["dir"] + "/frontier.json"))
+    s = json.load(open(r["dir"] + "/slow.json"))
+    named = [c["stage"] for w in f["windows"] for c in w["culprits"]]
+    named += [l["label"] for w in f["windows"] for l in w["labels"] if l["strong"]]
+    if named or s["found"]:
+        false_alarms.append(r["case"])
+        print(f"FALSE ALARM {r['case']}: frontier {named}, sf slow found={s['found']}")
+n = len(planted)
+print(f"unmarked matrix (stages inferred from the NCCL schedule, 8 ranks): frontier names the rank and phase "
+      f"on {hits}/{n}, sf slow on {slow_hits}/{n}; healthy runs with a finding: {len(false_alarms)}/{len(healthy)}")
+sys.exit(0 if hits >= 0.95 * n and slow_hits >= 0.95 * n and not false_alarms else 1)
+PY
+}
+
+status=0
+if [ "${SF_MATRIX_ONLY:-}" != unmarked ]; then hidden_matrix || status=1; fi
+if [ "${SF_MATRIX_ONLY:-}" != hidden ]; then unmarked_matrix || status=1; fi
+exit $status

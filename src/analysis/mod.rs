@@ -6,6 +6,7 @@ pub mod blame;
 pub mod comms;
 pub mod frontier;
 pub mod hang;
+pub mod inferred;
 pub mod kernels;
 pub mod log;
 pub mod net;

@@ -233,6 +233,10 @@ counts that rank missing. From logs, each stage is read as own time: the time a 
 waited inside collectives (matched across ranks by communicator and sequence number) is
 taken out and charged to the rank whose late arrival caused it, in the stage that made
 it late; a rank that made the others wait heads its window as CULPRIT rank R in STAGE.
+A job with NCCL calls but no step markers gets stages inferred from its NCCL schedule
+(the repeating pattern of its collectives; phases inferred.before_first_collective,
+inferred.in_collectives, inferred.between_collectives), said on the second line and as
+\"source\": \"inferred\" in --json.
 --csv FILE instead has the header step,rank,stage,seconds and one row per step, rank and
 stage (RFC 4180: a quoted stage name may hold commas; optional columns overlap_seconds,
 device_seconds, spill_seconds, wait_seconds, caused_seconds); sf steps DIR --csv writes

@@ -308,6 +308,11 @@ extern "C" fn flush_at_exit() {
     }
     let _ = std::panic::catch_unwind(|| {
         let Some(rt) = active().filter(|rt| rt.in_owner_process()) else { return };
+        // A step marker leaves CURRENT_STEP nonzero for good; a stage marker interns a name.
+        let marked = rt.live(live::CURRENT_STEP).load(Ordering::Relaxed) != 0 || !rt.stage_names.is_empty();
+        if let Some(note) = rt.injector.unmarked_note(marked) {
+            say(&note);
+        }
         rt.exit.requested.store(true, Ordering::Release);
         let thread = rt.collector_thread.load(Ordering::Acquire);
         if !thread.is_null() {

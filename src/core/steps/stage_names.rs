@@ -51,6 +51,11 @@ impl StageNames {
         Some((name, len))
     }
 
+    /// Whether no stage name was ever interned: the rank has recorded no stage marker.
+    pub fn is_empty(&self) -> bool {
+        (0..SLOTS).all(|slot| self.tag(slot).load(Ordering::Acquire) == EMPTY)
+    }
+
     /// The id of `name` (truncated to 39 bytes), interning it on first sight.
     pub fn intern(&self, name: &[u8]) -> Option<u16> {
         let name = &name[..name.len().min(NAME_CAPACITY - 1)];

@@ -61,8 +61,9 @@ impl Eq for SlowOptions {}
 
 pub const LONG_ABOUT: &str = "\
 Find slow ranks and the stage they are slow in, from the step and stage markers the job
-records (C API, NVTX ranges or python/stagefrontier.py): three detectors, and how many
-of them agree.
+records (C API, NVTX ranges or python/stagefrontier.py), or that sf infers from the NCCL
+schedule when the job records none (inferred.* phases, \"source\": \"inferred\" in
+--json): three detectors, and how many of them agree.
 
 L1, per rank, over its step wall times (ARGUS Sec. 6.1, App. B):
   jitter      a window of --jitter-window steps whose max/min exceeds --jitter-ratio;

@@ -11,6 +11,7 @@ use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::{ranked, Analyzer, Context, Window, DEFAULT_FORWARD_STAGE};
 
 use super::frontier_waits::{self, BlameEntry, CulpritEntry, SyncWaitReport};
+use super::inferred::{self, InferredSummary};
 use super::Failure;
 use crate::cli::{FrontierOptions, FrontierSource};
 
@@ -18,6 +19,12 @@ use crate::cli::{FrontierOptions, FrontierSource};
 #[derive(Debug, DeriveSerialize)]
 pub struct FrontierReport {
     pub file: String,
+    /// Where the stages came from: `markers` (the job's own stages: the logs' step
+    /// vectors, or a CSV of them) or `inferred` (the NCCL schedule, for a job with no
+    /// markers, or a CSV of only `inferred.*` stages).
+    pub source: &'static str,
+    /// What the inference found, when `source` is `inferred`.
+    pub inferred: Option<InferredSummary>,
     pub stages: Vec<String>,
     /// Every rank the file names.
     pub world: usize,
@@ -153,16 +160,20 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (file, table, waits) = match &options.source {
+    let (file, table, waits, inferred) = match &options.source {
         FrontierSource::Csv(path) => {
             let mut table = read_csv(path, options)?;
             let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
-            (path.display().to_string(), table, waits)
+            (path.display().to_string(), table, waits, None)
         }
         FrontierSource::Logs(dir) => {
-            let (table, waits) = frontier_waits::own_time_table(dir)?;
-            (dir.display(), table, Some(waits))
+            let (table, waits, inferred) = frontier_waits::own_time_table(dir)?;
+            (dir.display(), table, Some(waits), inferred)
         }
+    };
+    let source = match inferred {
+        Some(_) => inferred::INFERRED,
+        None => inferred::source_of_stages(table.schema().stages()),
     };
     let fail = |message: String| Failure::Message(format!("{file}: {message}"));
     let known = table.schema().stages();
@@ -177,6 +188,8 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
     let windows = analyze(&table, options, &sync_wait.stages).map_err(|e| fail(e.to_string()))?;
     Ok(FrontierReport {
         file,
+        source,
+        inferred,
         stages: known.to_vec(),
         world: table.world().len(),
         own_time: waits.is_some(),

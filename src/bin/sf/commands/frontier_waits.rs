@@ -11,17 +11,20 @@ use stagefrontier::analysis::frontier::csv::StageTable;
 use stagefrontier::analysis::frontier::Window;
 
 use super::frontier::{StageMap, WindowReport};
-use super::{step_vectors, waits, Failure};
+use super::inferred::{self, InferredSummary};
+use super::{step_vectors, Failure};
 use crate::discover::Dirs;
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
-/// its in-collective waits), and the waits taken out.
-pub fn own_time_table(dir: &Dirs) -> Result<(StageTable, Waits), Failure> {
-    let (ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
+/// its in-collective waits), and the waits taken out. With no step vectors in the logs,
+/// the stages are inferred from the NCCL schedule, and their summary comes back too.
+pub fn own_time_table(dir: &Dirs) -> Result<(StageTable, Waits, Option<InferredSummary>), Failure> {
+    let (mut ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
+    let inferred = inferred::fill(dir, "frontier", &mut ranks)?;
     let mut table = step_vectors::table_of(dir, &ranks, world)?;
-    let attribution = waits::attribution(dir, "frontier", table.schema().stages())?;
+    let (attribution, summary) = inferred::attribution(inferred, dir, "frontier", table.schema().stages())?;
     let waits = Waits::take_out(&mut table, attribution);
-    Ok((table, waits))
+    Ok((table, waits, summary))
 }
 
 /// The model-fit indicator W_s: stages exposed through synchronization waits.

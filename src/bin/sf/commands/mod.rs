@@ -6,6 +6,7 @@ pub mod frontier;
 mod frontier_waits;
 pub mod hang;
 mod hang_prometheus;
+pub mod inferred;
 pub mod kernels;
 pub mod ls;
 pub mod net;

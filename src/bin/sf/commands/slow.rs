@@ -9,6 +9,7 @@ use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowP
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
+use super::inferred::{self, InferredSummary};
 use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
 use super::step_vectors::{self, RankSteps};
 use super::Failure;
@@ -19,6 +20,11 @@ use crate::discover::Dirs;
 #[derive(Debug, Serialize)]
 pub struct SlowReport {
     pub dir: String,
+    /// Where the stages came from: `markers` (the logs' step vectors) or `inferred` (the
+    /// NCCL schedule, for a job with no markers).
+    pub source: &'static str,
+    /// What the inference found, when `source` is `inferred`.
+    pub inferred: Option<InferredSummary>,
     pub world: usize,
     /// Ranks with steps left after `skip_steps`.
     pub ranks: usize,
@@ -189,7 +195,9 @@ pub struct ExpectedReport {
 }
 
 pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
-    let (logs, world) = step_vectors::read_ranks(dir, "slow")?;
+    let (mut logs, world) = step_vectors::read_ranks(dir, "slow")?;
+    // No step vectors anywhere: the stages inferred from the NCCL schedule, if it repeats.
+    let inferred = inferred::fill(dir, "slow", &mut logs)?;
     let (stages, mut series, ranks_without_steps) = series_of(&logs, options);
     if series.is_empty() {
         let why = if logs.iter().any(|r| !r.steps.is_empty()) {
@@ -203,10 +211,16 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
         return Err(Failure::Message(format!("{}: {why}", dir.display())));
     }
     let params = params_of(options);
-    let waits = slow_waits::take_out_waits(dir, &stages, &mut series)?;
+    let (attribution, summary) = inferred::attribution(inferred, dir, "slow", &stages)?;
+    let waits = slow_waits::take_out_waits(attribution, &mut series);
     let job = analyze_job(&series, stages.len(), &params);
     let blamed = slow_waits::blamed(waits, &series, &stages, &job);
-    Ok(report(dir, world, stages, &series, ranks_without_steps, options, &params, &job, blamed))
+    let mut report = report(dir, world, stages, &series, ranks_without_steps, options, &params, &job, blamed);
+    if summary.is_some() {
+        report.source = inferred::INFERRED;
+    }
+    report.inferred = summary;
+    Ok(report)
 }
 
 fn params_of(o: &SlowOptions) -> SlowParams {
@@ -355,6 +369,8 @@ fn report(
         .collect();
     SlowReport {
         dir: dir.display().to_string(),
+        source: inferred::MARKERS,
+        inferred: None,
         world,
         ranks: series.len(),
         ranks_without_steps,

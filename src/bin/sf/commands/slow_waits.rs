@@ -7,8 +7,6 @@ use stagefrontier::analysis::slow::blamed::{by_caused_wait, own_time, Finding};
 use stagefrontier::analysis::slow::job::{JobSlow, RankSeries, SlowRank};
 
 use super::slow::{ExpectedEvidence, L2Evidence, SlowRankReport};
-use super::{waits, Failure};
-use crate::discover::Dirs;
 
 /// What the matched collectives say: who made the others wait, and in which stage.
 #[derive(Debug, Serialize)]
@@ -61,15 +59,14 @@ pub struct Waits {
     median_step_s: f64,
 }
 
-/// Attributes the waits of the job in `dir` and takes them out of `series` (stages
-/// indexed as in `stages`), leaving each rank's own time for the detectors.
-pub fn take_out_waits(dir: &Dirs, stages: &[String], series: &mut [RankSeries]) -> Result<Waits, Failure> {
-    let attribution = waits::attribution(dir, "slow", stages)?;
+/// Takes the job's waits (`attribution`, stages indexed as the series') out of `series`,
+/// leaving each rank's own time for the detectors.
+pub fn take_out_waits(attribution: Attribution, series: &mut [RankSeries]) -> Waits {
     let mut walls: Vec<f64> = series.iter().flat_map(|r| r.wall_s.iter().copied()).collect();
     walls.sort_by(f64::total_cmp);
     let median_step_s = walls.get(walls.len() / 2).copied().unwrap_or(0.0);
     own_time(series, &attribution);
-    Ok(Waits { attribution, median_step_s })
+    Waits { attribution, median_step_s }
 }
 
 /// The blame table over the judged steps, its culprits, and the detectors' findings of

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::frontier::StageMap;
 use super::Failure;
-use super::{step_vectors, waits};
+use super::{inferred, step_vectors};
 use crate::discover::Dirs;
 
 /// The `--json` object; `--csv` and the table are written from it too.
@@ -62,7 +62,9 @@ pub fn seconds(ns: u64) -> f64 {
 }
 
 pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
-    let (ranks, world) = step_vectors::read_ranks(dir, "steps")?;
+    let (mut ranks, world) = step_vectors::read_ranks(dir, "steps")?;
+    // No step vectors anywhere: the stages inferred from the NCCL schedule, if it repeats.
+    let inferred = inferred::fill(dir, "steps", &mut ranks)?;
     let mut steps: Vec<(u64, u32, &String)> = Vec::new();
     for r in &ranks {
         for s in &r.steps {
@@ -80,7 +82,7 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
             stages.push(name.clone());
         }
     }
-    let attribution = waits::attribution(dir, "steps", &stages)?;
+    let (attribution, _) = inferred::attribution(inferred, dir, "steps", &stages)?;
     // The attribution's entries of a rank's step, by stage name in the vector's order.
     let entries = |map: &BTreeMap<(u32, u64, usize), f64>, rank: u32, step: &step_vectors::RankStep| {
         let at = |name: &String| stages.iter().position(|s| s == name);

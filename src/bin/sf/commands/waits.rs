@@ -4,7 +4,7 @@
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
 use stagefrontier::analysis::log::clocks::RankClock;
 use stagefrontier::core::log::reader::RankLog;
-use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::log::records::{NcclCall, RecordBody};
 
 use super::step_vectors::complete_steps;
 use super::Failure;
@@ -26,22 +26,27 @@ pub fn attribution(dir: &Dirs, command: &str, stages: &[String]) -> Result<Attri
         ranks.push(timeline(&log, rank as u32, stages));
         clocks.push(clock_of(&log));
     }
-    // Ranks of several hosts: each one's monotonic times mean nothing to the others', so
-    // every time goes onto the wall-clock timeline through its header's calibration
-    // before one rank's calls are compared with another's (`sf ls` shows how well the
-    // calibrations hold).
-    if clocks.iter().any(|c| c.host != clocks[0].host) {
-        for (rank, clock) in ranks.iter_mut().zip(&clocks) {
-            let wall = |t: u64| clock.to_wall(t).clamp(0, u64::MAX as i128) as u64;
-            for c in &mut rank.calls {
-                (c.enter_ns, c.exit_ns) = (wall(c.enter_ns), wall(c.exit_ns));
-            }
-            for s in &mut rank.spans {
-                (s.begin_ns, s.end_ns) = (wall(s.begin_ns), wall(s.end_ns));
-            }
+    align_hosts(&mut ranks, &clocks);
+    Ok(attribute(&ranks))
+}
+
+/// Ranks of several hosts: each one's monotonic times mean nothing to the others', so
+/// every time goes onto the wall-clock timeline through its header's calibration before
+/// one rank's calls are compared with another's (`sf ls` shows how well the calibrations
+/// hold). `clocks[i]` is `ranks[i]`'s; ranks of one host are left on their own clock.
+pub(super) fn align_hosts(ranks: &mut [RankTimeline], clocks: &[RankClock]) {
+    if !clocks.iter().any(|c| c.host != clocks[0].host) {
+        return;
+    }
+    for (rank, clock) in ranks.iter_mut().zip(clocks) {
+        let wall = |t: u64| clock.to_wall(t).clamp(0, u64::MAX as i128) as u64;
+        for c in &mut rank.calls {
+            (c.enter_ns, c.exit_ns) = (wall(c.enter_ns), wall(c.exit_ns));
+        }
+        for s in &mut rank.spans {
+            (s.begin_ns, s.end_ns) = (wall(s.begin_ns), wall(s.end_ns));
         }
     }
-    Ok(attribute(&ranks))
 }
 
 /// A log's clock readings, for `analysis::log::clocks`.
@@ -56,18 +61,30 @@ pub fn clock_of(log: &RankLog) -> RankClock {
     }
 }
 
-fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
+/// Every completed NCCL call of the log, in enter order; collectives carry their
+/// (communicator, sequence) key.
+pub(super) fn calls_of(log: &RankLog) -> Vec<CallTiming> {
     let mut calls = Vec::new();
     for record in log.records().0 {
         if let RecordBody::NcclCall(c) = record.body {
             if c.t_exit_ns < c.t_enter_ns {
                 continue;
             }
-            let key = (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq));
-            calls.push(CallTiming { key, enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
+            calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
         }
     }
     calls.sort_by_key(|c| c.enter_ns);
+    calls
+}
+
+/// A collective's (communicator, sequence): the same collective on every rank. `None` for
+/// other calls.
+pub(super) fn collective_key(c: &NcclCall) -> Option<(u64, u64)> {
+    (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq))
+}
+
+fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
+    let calls = calls_of(log);
     let names = log.stage_names();
     let index = |id: u16| {
         let name = names.get(id as usize).cloned().flatten()?;

@@ -65,6 +65,28 @@ impl Injector {
         self.rules.is_empty()
     }
 
+    /// What to say at exit when this rank recorded no step or stage marker (`marked`
+    /// false) and some of its rules name a stage or a step: those never fired, where a
+    /// silent run would read as an injection that had no effect. One line, or `None`.
+    pub fn unmarked_note(&self, marked: bool) -> Option<String> {
+        let named: Vec<String> = self
+            .rules
+            .iter()
+            .filter(|(_, rule)| rule.stage.is_some() || rule.step.is_some())
+            .map(|(index, _)| (index + 1).to_string())
+            .collect();
+        if marked || named.is_empty() {
+            return None;
+        }
+        let (rules, name, they) = if named.len() == 1 { ("rule", "names", "it") } else { ("rules", "name", "they") };
+        Some(format!(
+            "SF_INJECT: {rules} {} of rank {} {name} a stage or step, but this rank recorded no step or stage marker: \
+             {they} never fired (stage and step rules need markers: the C API, NVTX ranges or the Python door)",
+            named.join(","),
+            self.rank
+        ))
+    }
+
     /// The first rule that matches this call, if any.
     pub fn check(&self, site: &Site) -> Option<Firing> {
         self.rules.iter().find(|(index, rule)| self.matches(*index, rule, site)).map(|(index, rule)| Firing {
@@ -184,6 +206,20 @@ mod tests {
         assert_eq!(injector.check(&stage_end("data.next_wait", 10)).map(|f| f.delay_ns), Some(120_000_000));
         let in_stage = Site { step: Some(10), stage: Some(b"data.next_wait".as_slice()), ..site(NcclOp::AllReduce, 1) };
         assert_eq!(injector.check(&in_stage), None, "a stage rule without a call does not act in the door");
+    }
+
+    #[test]
+    fn stage_and_step_rules_on_an_unmarked_rank_are_named_once() {
+        let setting = "delay:rank=1,op=allreduce,ms=5;delay:rank=1,stage=data.next_wait,ms=9;hang:op=allgather,step=4";
+        let (injector, _) = Injector::from_setting(Some(setting), 1);
+        let note = injector.unmarked_note(false).unwrap();
+        assert!(note.starts_with("SF_INJECT: rules 2,3 of rank 1 name a stage or step"), "{note}");
+        assert!(note.contains("they never fired"), "{note}");
+        assert_eq!(injector.unmarked_note(true), None, "a marked rank says nothing");
+        let (door_only, _) = Injector::from_setting(Some("delay:op=allreduce,ms=5"), 0);
+        assert_eq!(door_only.unmarked_note(false), None, "door rules fire without markers");
+        let (other_rank, _) = Injector::from_setting(Some("delay:rank=3,stage=data.next_wait,ms=9"), 0);
+        assert_eq!(other_rank.unmarked_note(false), None, "a rule for another rank is not this rank's");
     }
 
     #[test]
