@@ -428,8 +428,16 @@ struct Chain<'a> {
 fn alone_and_chained(
     c: &Chain,
 ) -> ((Vec<BTreeMap<String, i64>>, Output), (Vec<View>, Vec<BTreeMap<String, i64>>, Output)) {
-    let root = log_root(&format!("chain-v{}-{}", c.version, c.mask));
+    let only = c.only.map_or("all".to_string(), |v| format!("only{v}"));
+    let root = log_root(&format!("chain-v{}-{only}-{}", c.version, c.mask));
     let plugin = compile_chain_plugin(&root, c.only);
+    // A plugin of a newer ABI than NCCL's sees what a plugin of NCCL's own ABI sees alone:
+    // NCCL never starts the event types only the newer ABI has.
+    let upward = c.only.is_some_and(|only| only > c.version);
+    let (alone_plugin, alone_version) = match upward {
+        true => (compile_chain_plugin(&root, Some(c.version)), c.version),
+        false => (plugin.clone(), c.only.unwrap_or(c.version)),
+    };
     let with_env = |cmd: &mut Command, counts: &Path| {
         cmd.env("CHAIN_MASK", c.mask).env("CHAIN_COUNT_FILE", counts);
         for (k, v) in c.env {
@@ -437,8 +445,8 @@ fn alone_and_chained(
         }
     };
     let alone_counts = root.join("alone");
-    let mut alone = profiled(&root, "alone", c.only.unwrap_or(c.version), false);
-    alone.env("NCCL_PROFILER_PLUGIN", &plugin);
+    let mut alone = profiled(&root, "alone", alone_version, false);
+    alone.env("NCCL_PROFILER_PLUGIN", &alone_plugin);
     with_env(&mut alone, &alone_counts);
     let alone_out = run_ok(&mut alone);
     let chained_counts = root.join("chained");
@@ -703,5 +711,24 @@ fn a_plugin_of_an_older_abi_is_chained_through_conversion() {
     let out = run_ok(profiled(&root, "job", 7, false).env("SF_CHAIN_PROFILER", &plugin));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("exports ncclProfiler_v1 and NCCL runs v7; no conversion"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A plugin built for a newer NCCL (only v5, v6 or v7) under an older one (NCCL 2.26 at v4,
+/// 2.27/2.28 at v5) is chained with descriptors converted up: it sees what a plugin of
+/// NCCL's own version sees alone, its init called with its own argument order. Under
+/// NCCL at v3 nothing converts: one stderr line.
+#[test]
+fn a_plugin_of_a_newer_abi_is_chained_through_conversion() {
+    for (version, only) in [(4, 5), (4, 6), (5, 6), (5, 7)] {
+        for mask in ["0xff", "0x2"] {
+            same_as_alone(&Chain { version, only: Some(only), mask, env: &[] }, false);
+        }
+    }
+    let root = log_root("chain-no-conversion-up");
+    let plugin = compile_chain_plugin(&root, Some(5));
+    let out = run_ok(profiled(&root, "job", 3, false).env("SF_CHAIN_PROFILER", &plugin));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exports ncclProfiler_v5 and NCCL runs v3; no conversion"), "{stderr}");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -483,7 +483,7 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
             // SAFETY: `copy` is a whole descriptor of version D::ABI; `lookup` chose a version
             // it converts to.
             let mut converted = (version != D::ABI)
-                .then(|| unsafe { convert::down((&copy as *const D).cast(), D::ABI, version, event_ty) })
+                .then(|| unsafe { convert::convert((&copy as *const D).cast(), D::ABI, version, event_ty) })
                 .flatten();
             let descr: *mut c_void = match converted.as_mut() {
                 _ if version == D::ABI => (&mut copy as *mut D).cast(),
@@ -637,11 +637,17 @@ unsafe extern "C" fn init_v4(
     logfn: *mut c_void,
 ) -> c_int {
     let info = Init { abi: 4, comm_hash, rank };
-    // SAFETY: NCCL's arguments, forwarded unchanged to the chained v4 init.
+    // SAFETY: NCCL's arguments, forwarded to the chained init of the version the chained
+    // plugin has (v5 to v7 take the same arguments in another order, the hash as the id).
     unsafe {
         init_any(context, mask, info, |p, ctx, m| {
-            let init = std::mem::transmute::<*const c_void, InitV4>(p.init);
-            init(ctx, m, comm_name, comm_hash, n_nodes, nranks, rank, logfn)
+            if chain::version(4) == 4 {
+                let init = std::mem::transmute::<*const c_void, InitV4>(p.init);
+                init(ctx, m, comm_name, comm_hash, n_nodes, nranks, rank, logfn)
+            } else {
+                let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
+                init(ctx, comm_hash, m, comm_name, n_nodes, nranks, rank, logfn)
+            }
         })
     }
 }
