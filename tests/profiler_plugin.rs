@@ -378,6 +378,38 @@ fn calls_nccl_turns_into_other_tasks_are_linked_to_the_call_made() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Copy-engine collectives (NCCL >= 2.29, v6+; fakenccl acts as a job whose AllGather
+/// buffers are symmetric windows under NCCL_CTA_POLICY_ZERO): each is recorded from its
+/// CeColl event with NCCL's ceSeqNum, under its API call, with no task record.
+#[test]
+fn copy_engine_collectives_are_recorded() {
+    let root = log_root("ce");
+    for version in [5u32, 6, 7] {
+        let job = format!("v{version}");
+        run_ok(profiled(&root, &job, version, false).env("FAKENCCL_CE_COLL", "1"));
+        for path in logs_by_rank(&root, &job) {
+            let v = view(&path);
+            let gathers = v.apis.iter().filter(|a| !a.p2p && a.func == 2).count();
+            assert!(gathers > 0, "the job all-gathers");
+            let tasks = v.ops.iter().filter(|p| !p.p2p && p.func == 2).count();
+            if version < 6 {
+                assert_eq!((v.ces.len(), tasks), (0, gathers), "v5 has no copy-engine collectives");
+                continue;
+            }
+            assert_eq!((v.ces.len(), tasks), (gathers, 0), "v{version}");
+            for (k, c) in v.ces.iter().enumerate() {
+                assert_eq!(
+                    (c.func, c.seq, c.abi, c.p2p, c.api),
+                    (2, 2 * k as u64, version as u8, false, false),
+                    "{c:?}"
+                );
+                assert!(c.count > 0 && c.dtype >= 0, "{c:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// The test plugin, exporting every version or (`only`) one.
 fn compile_chain_plugin(dir: &Path, only: Option<u32>) -> PathBuf {
     let out = dir.join(format!("libchain-profiler-{}.so", only.map_or("all".into(), |v| format!("v{v}"))));
