@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::*;
+use stagefrontier::analysis::comms::link::link;
 use stagefrontier::core::comms::nccl_op::NcclOp;
-use stagefrontier::core::log::records::{NcclCall, ProfNet, ProfOp, ProfProxy, QpWindow, RecordBody};
+use stagefrontier::core::log::records::{CommCreated, NcclCall, ProfNet, ProfOp, ProfProxy, QpWindow, RecordBody};
 
 const RANKS: u32 = 2;
 const STEPS: u32 = 3;
@@ -40,7 +41,11 @@ fn plain_checksum() -> String {
 
 #[derive(Default)]
 struct View {
+    /// Task records (Coll, P2p).
     ops: Vec<ProfOp>,
+    /// v5+: the API calls (CollApi, P2pApi); v6+: copy-engine collectives.
+    apis: Vec<ProfOp>,
+    ces: Vec<ProfOp>,
     proxies: Vec<ProfProxy>,
     nets: Vec<ProfNet>,
     calls: Vec<NcclCall>,
@@ -51,6 +56,8 @@ fn view(path: &Path) -> View {
     let mut v = View::default();
     for body in bodies(path) {
         match body {
+            RecordBody::ProfOp(p) if p.api => v.apis.push(p),
+            RecordBody::ProfOp(p) if p.ce => v.ces.push(p),
             RecordBody::ProfOp(p) => v.ops.push(p),
             RecordBody::ProfProxy(p) => v.proxies.push(p),
             RecordBody::ProfNet(n) => v.nets.push(n),
@@ -81,6 +88,12 @@ const CHANNELS: usize = 2;
 /// Checks one rank's profiler records against what fakenccl drove for ABI `version`;
 /// `net_profiler`: fakenccl acted as an NCCL built with NET_PROFILER (QP events).
 fn check_rank(v: &View, rank: i32, version: u8, net_profiler: bool) {
+    check_rank_as(v, rank, version, net_profiler, version >= 6)
+}
+
+/// `check_rank`; `allgatherv`: the Broadcasts ran as AllGatherV tasks (NCCL >= 2.29.2 unless
+/// NCCL_ALLGATHERV_ENABLE=0).
+fn check_rank_as(v: &View, rank: i32, version: u8, net_profiler: bool, allgatherv: bool) {
     let colls: Vec<&ProfOp> = v.ops.iter().filter(|p| !p.p2p).collect();
     let p2ps: Vec<&ProfOp> = v.ops.iter().filter(|p| p.p2p).collect();
     assert!(colls.len() >= (4 * STEPS) as usize, "{} collectives", colls.len());
@@ -106,7 +119,9 @@ fn check_rank(v: &View, rank: i32, version: u8, net_profiler: bool) {
     for (k, p) in p2ps.iter().enumerate() {
         assert_eq!(p.func, if k % 2 == 0 { 6 } else { 7 }, "send then recv: {p:?}");
         assert_eq!(p.peer, 1 - rank);
+        assert_eq!(p.seq, k as u64 / 2, "point-to-point ordinals count per function: {p:?}");
     }
+    check_api_records(v, version, allgatherv);
 
     // One proxy operation per channel and direction per collective, per channel per
     // point-to-point task, PROXY_STEPS steps each.
@@ -187,6 +202,44 @@ fn check_rank(v: &View, rank: i32, version: u8, net_profiler: bool) {
     }
 }
 
+/// From v5 one record per API call the application made, under the call's function, with
+/// per-function ordinals; from v6 (NCCL >= 2.29.2) a Broadcast is an AllGatherV task with
+/// no task event, so its API record is its only record (and it moves nothing through the
+/// proxy that a profiler sees).
+fn check_api_records(v: &View, version: u8, allgatherv: bool) {
+    let colls: Vec<&ProfOp> = v.ops.iter().filter(|p| !p.p2p).collect();
+    let p2ps: Vec<&ProfOp> = v.ops.iter().filter(|p| p.p2p).collect();
+    if version < 5 {
+        assert!(v.apis.is_empty(), "v{version} has no API events");
+        assert!(colls.iter().any(|c| c.func == 0), "v{version}: Broadcast is a task");
+        return;
+    }
+    let coll_apis: Vec<&ProfOp> = v.apis.iter().filter(|a| !a.p2p).collect();
+    let p2p_apis: Vec<&ProfOp> = v.apis.iter().filter(|a| a.p2p).collect();
+    let mut by_func: BTreeMap<(bool, u8), Vec<u64>> = BTreeMap::new();
+    for a in &v.apis {
+        by_func.entry((a.p2p, a.func)).or_default().push(a.seq);
+        assert_eq!((a.abi, a.count > 0, a.algo), (version, true, 255), "{a:?}");
+    }
+    for (func, seqs) in &by_func {
+        assert_eq!(seqs, &(0..seqs.len() as u64).collect::<Vec<_>>(), "{func:?}: contiguous from 0");
+    }
+    assert_eq!(
+        p2p_apis.iter().map(|a| (a.func, a.count)).collect::<Vec<_>>(),
+        p2ps.iter().map(|p| (p.func, p.count)).collect::<Vec<_>>()
+    );
+    let broadcasts = coll_apis.iter().filter(|a| a.func == 0).count();
+    assert!(broadcasts > 0, "the job broadcasts");
+    let tasks: Vec<u8> = colls.iter().map(|c| c.func).collect();
+    let calls: Vec<u8> = coll_apis.iter().map(|a| a.func).collect();
+    if allgatherv {
+        assert!(!tasks.contains(&0), "v{version}: a Broadcast has no task event");
+        assert_eq!(tasks, calls.iter().copied().filter(|&f| f != 0).collect::<Vec<_>>());
+    } else {
+        assert_eq!(tasks, calls);
+    }
+}
+
 fn logs_by_rank(root: &Path, job: &str) -> Vec<PathBuf> {
     let logs = rank_logs(root, job);
     assert_eq!(logs.len(), RANKS as usize, "{logs:?}");
@@ -260,6 +313,103 @@ fn with_both_doors_each_collective_is_one_call_linked_by_function_ordinal() {
     }
 }
 
+/// NCCL turns some calls into other tasks: an AlltoAll into a Send and a Recv per rank
+/// (each its own P2pApi and P2p event, named Send or Recv), and from 2.29.2 (v6) a
+/// Broadcast into an AllGatherV task with no task event. Every call the application made
+/// still has its records, found by the link on (communicator, function, per-function
+/// ordinal) (`analysis::comms::link`), and its later Sends are not taken for the
+/// AlltoAll's.
+#[test]
+fn calls_nccl_turns_into_other_tasks_are_linked_to_the_call_made() {
+    const ROUNDS: usize = 2;
+    let root = log_root("split");
+    let job = compile_against_fakenccl("split_job.c", "sf-split-job");
+    for version in [4u8, 5, 6, 7] {
+        let name = format!("v{version}");
+        run_ok(
+            preloaded(&job, &root, &name)
+                .arg(ROUNDS.to_string())
+                .env("NCCL_PROFILER_PLUGIN", library())
+                .env("FAKENCCL_PROFILER_VERSION", version.to_string()),
+        );
+        for (rank, path) in logs_by_rank(&root, &name).iter().enumerate() {
+            let bodies = bodies(path);
+            let calls = nccl_calls(&bodies);
+            let comms: Vec<CommCreated> = bodies
+                .iter()
+                .filter_map(|b| if let RecordBody::CommCreated(c) = b { Some(*c) } else { None })
+                .collect();
+            let ops: Vec<ProfOp> =
+                bodies.iter().filter_map(|b| if let RecordBody::ProfOp(p) = b { Some(*p) } else { None }).collect();
+            let links = link(&calls, &comms, &ops);
+            let mut linked_calls = 0;
+            for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.op.is_collective() || c.op.is_p2p()) {
+                let linked: Vec<&ProfOp> = links.iter().filter(|l| l.call == i).map(|l| &ops[l.prof]).collect();
+                let want = if call.op == NcclOp::AlltoAll { 2 * RANKS as usize } else { 1 };
+                assert_eq!(linked.len(), want, "v{version} rank {rank}: {call:?} -> {linked:?}");
+                linked_calls += 1;
+                for p in &linked {
+                    assert_eq!((p.api, p.count, p.dtype as i32), (version >= 5, call.count, call.dtype), "{p:?}");
+                    assert!(call.t_enter_ns <= p.t_start_ns && p.t_stop_ns <= call.t_exit_ns, "within the call");
+                }
+                let funcs: Vec<u8> = linked.iter().map(|p| p.func).collect();
+                if call.op == NcclOp::AlltoAll {
+                    assert_eq!(funcs, [6, 6, 7, 7], "a Send to and a Recv from every rank");
+                    if version < 5 {
+                        let peers: Vec<i32> = linked.iter().map(|p| p.peer).collect();
+                        assert_eq!(peers, [0, 1, 0, 1]);
+                    }
+                } else {
+                    assert_eq!(funcs, [op_func(call.op)]);
+                }
+            }
+            assert_eq!(linked_calls, 4 * ROUNDS + ROUNDS, "AlltoAll, Broadcast, AllReduce, Send, Recv per round");
+            // The application's first Send is the profiler's Send number RANKS: the AlltoAll's
+            // Sends came first.
+            let first_send = calls.iter().position(|c| c.op == NcclOp::Send).expect("a Send");
+            let l = links.iter().find(|l| l.call == first_send).expect("linked");
+            assert_eq!(ops[l.prof].seq, RANKS as u64, "{:?}", ops[l.prof]);
+            // From v6 the Broadcast has no task record, only the call's.
+            let bcast_tasks = ops.iter().filter(|p| !p.api && p.func == 0).count();
+            assert_eq!(bcast_tasks, if version >= 6 { 0 } else { ROUNDS }, "v{version}");
+        }
+    }
+    let _ = std::fs::remove_file(&job);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Copy-engine collectives (NCCL >= 2.29, v6+; fakenccl acts as a job whose AllGather
+/// buffers are symmetric windows under NCCL_CTA_POLICY_ZERO): each is recorded from its
+/// CeColl event with NCCL's ceSeqNum, under its API call, with no task record.
+#[test]
+fn copy_engine_collectives_are_recorded() {
+    let root = log_root("ce");
+    for version in [5u32, 6, 7] {
+        let job = format!("v{version}");
+        run_ok(profiled(&root, &job, version, false).env("FAKENCCL_CE_COLL", "1"));
+        for path in logs_by_rank(&root, &job) {
+            let v = view(&path);
+            let gathers = v.apis.iter().filter(|a| !a.p2p && a.func == 2).count();
+            assert!(gathers > 0, "the job all-gathers");
+            let tasks = v.ops.iter().filter(|p| !p.p2p && p.func == 2).count();
+            if version < 6 {
+                assert_eq!((v.ces.len(), tasks), (0, gathers), "v5 has no copy-engine collectives");
+                continue;
+            }
+            assert_eq!((v.ces.len(), tasks), (gathers, 0), "v{version}");
+            for (k, c) in v.ces.iter().enumerate() {
+                assert_eq!(
+                    (c.func, c.seq, c.abi, c.p2p, c.api),
+                    (2, 2 * k as u64, version as u8, false, false),
+                    "{c:?}"
+                );
+                assert!(c.count > 0 && c.dtype >= 0, "{c:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// The test plugin, exporting every version or (`only`) one.
 fn compile_chain_plugin(dir: &Path, only: Option<u32>) -> PathBuf {
     let out = dir.join(format!("libchain-profiler-{}.so", only.map_or("all".into(), |v| format!("v{v}"))));
@@ -310,8 +460,16 @@ struct Chain<'a> {
 fn alone_and_chained(
     c: &Chain,
 ) -> ((Vec<BTreeMap<String, i64>>, Output), (Vec<View>, Vec<BTreeMap<String, i64>>, Output)) {
-    let root = log_root(&format!("chain-v{}-{}", c.version, c.mask));
+    let only = c.only.map_or("all".to_string(), |v| format!("only{v}"));
+    let root = log_root(&format!("chain-v{}-{only}-{}", c.version, c.mask));
     let plugin = compile_chain_plugin(&root, c.only);
+    // A plugin of a newer ABI than NCCL's sees what a plugin of NCCL's own ABI sees alone:
+    // NCCL never starts the event types only the newer ABI has.
+    let upward = c.only.is_some_and(|only| only > c.version);
+    let (alone_plugin, alone_version) = match upward {
+        true => (compile_chain_plugin(&root, Some(c.version)), c.version),
+        false => (plugin.clone(), c.only.unwrap_or(c.version)),
+    };
     let with_env = |cmd: &mut Command, counts: &Path| {
         cmd.env("CHAIN_MASK", c.mask).env("CHAIN_COUNT_FILE", counts);
         for (k, v) in c.env {
@@ -319,8 +477,8 @@ fn alone_and_chained(
         }
     };
     let alone_counts = root.join("alone");
-    let mut alone = profiled(&root, "alone", c.only.unwrap_or(c.version), false);
-    alone.env("NCCL_PROFILER_PLUGIN", &plugin);
+    let mut alone = profiled(&root, "alone", alone_version, false);
+    alone.env("NCCL_PROFILER_PLUGIN", &alone_plugin);
     with_env(&mut alone, &alone_counts);
     let alone_out = run_ok(&mut alone);
     let chained_counts = root.join("chained");
@@ -343,8 +501,9 @@ fn same_as_alone(c: &Chain, net_profiler: bool) {
     assert_eq!(checksum(&chained_out), plain, "{what}");
     assert_eq!(alone.len(), RANKS as usize, "one count file per rank process: {alone:?}");
     assert_eq!(chained, alone, "{what}: chained vs alone");
+    let allgatherv = c.version >= 6 && !c.env.contains(&("NCCL_ALLGATHERV_ENABLE", "0"));
     for (rank, (v, counts)) in views.iter().zip(&chained).enumerate() {
-        check_rank(v, rank as i32, c.version as u8, net_profiler);
+        check_rank_as(v, rank as i32, c.version as u8, net_profiler, allgatherv);
         assert_eq!((counts["init"], counts["finalize"]), (1, 1), "{counts:?}");
         assert!(counts["start"] > 0 && counts["stop"] >= counts["start"], "{what}: {counts:?}");
         assert_eq!((counts["bad_parent"], counts["bad_handle"], counts["bad_ctx"]), (0, 0, 0), "{counts:?}");
@@ -573,7 +732,10 @@ fn nvidia_example_plugin_sees_the_same_events_chained_as_alone() {
 fn a_plugin_of_an_older_abi_is_chained_through_conversion() {
     for (version, only) in [(7, 5), (6, 5), (7, 4), (5, 4), (7, 6)] {
         for mask in ["0xff", "0x2"] {
-            same_as_alone(&Chain { version, only: Some(only), mask, env: &[] }, false);
+            // From v6 (NCCL 2.29.2) NCCL itself runs a Broadcast as an AllGatherV task with
+            // no task event, which the plugin's own NCCL version did not: compare with it off.
+            let env: &[(&str, &str)] = if only < 6 { &[("NCCL_ALLGATHERV_ENABLE", "0")] } else { &[] };
+            same_as_alone(&Chain { version, only: Some(only), mask, env }, false);
         }
     }
     let root = log_root("chain-no-conversion");
@@ -581,5 +743,24 @@ fn a_plugin_of_an_older_abi_is_chained_through_conversion() {
     let out = run_ok(profiled(&root, "job", 7, false).env("SF_CHAIN_PROFILER", &plugin));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("exports ncclProfiler_v1 and NCCL runs v7; no conversion"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A plugin built for a newer NCCL (only v5, v6 or v7) under an older one (NCCL 2.26 at v4,
+/// 2.27/2.28 at v5) is chained with descriptors converted up: it sees what a plugin of
+/// NCCL's own version sees alone, its init called with its own argument order. Under
+/// NCCL at v3 nothing converts: one stderr line.
+#[test]
+fn a_plugin_of_a_newer_abi_is_chained_through_conversion() {
+    for (version, only) in [(4, 5), (4, 6), (5, 6), (5, 7)] {
+        for mask in ["0xff", "0x2"] {
+            same_as_alone(&Chain { version, only: Some(only), mask, env: &[] }, false);
+        }
+    }
+    let root = log_root("chain-no-conversion-up");
+    let plugin = compile_chain_plugin(&root, Some(5));
+    let out = run_ok(profiled(&root, "job", 3, false).env("SF_CHAIN_PROFILER", &plugin));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exports ncclProfiler_v5 and NCCL runs v3; no conversion"), "{stderr}");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -1,3 +1,5 @@
-//! NCCL facts read from the logs: which NCCL version each rank ran.
+//! NCCL facts read from the logs: which NCCL version each rank ran, and which profiler
+//! record is which preload call.
 
+pub mod link;
 pub mod nccl_version;

@@ -40,6 +40,13 @@ pub struct ProfOp {
     /// The `ncclProfiler_vN` version NCCL used.
     pub abi: u8,
     pub p2p: bool,
+    /// From v5: the API call the application made (`ncclProfileCollApi` / `P2pApi`), not a
+    /// task; `seq` is then the door's per-communicator, per-function ordinal of the call.
+    /// NCCL turns some calls into tasks of another function (a Broadcast into an
+    /// AllGatherV with no task event from 2.29.2), so this is the record of the call.
+    pub api: bool,
+    /// From v6: a copy-engine collective (`ncclProfileCeColl`); `seq` is NCCL's `ceSeqNum`.
+    pub ce: bool,
 }
 
 /// A proxy operation, proxy step or kernel channel, with the states NCCL reported.
@@ -130,13 +137,15 @@ pub(super) fn encode_prof_op(p: &ProfOp, w: &mut Encoder) {
     }
     w.i32(p.rank);
     w.i32(p.peer);
-    for b in [p.func, p.dtype as u8, p.algo, p.proto, p.n_channels, p.n_warps, p.abi, p.p2p as u8] {
+    // The last byte: bit 0 p2p, bit 1 api, bit 2 ce (records written before had only bit 0).
+    let what = p.p2p as u8 | (p.api as u8) << 1 | (p.ce as u8) << 2;
+    for b in [p.func, p.dtype as u8, p.algo, p.proto, p.n_channels, p.n_warps, p.abi, what] {
         w.u8(b);
     }
 }
 
 pub(super) fn decode_prof_op(r: &mut Decoder) -> Option<ProfOp> {
-    Some(ProfOp {
+    let mut op = ProfOp {
         t_start_ns: r.u64()?,
         t_stop_ns: r.u64()?,
         comm_hash: r.u64()?,
@@ -151,8 +160,13 @@ pub(super) fn decode_prof_op(r: &mut Decoder) -> Option<ProfOp> {
         n_channels: r.u8()?,
         n_warps: r.u8()?,
         abi: r.u8()?,
-        p2p: r.u8()? != 0,
-    })
+        p2p: false,
+        api: false,
+        ce: false,
+    };
+    let what = r.u8()?;
+    (op.p2p, op.api, op.ce) = (what & 1 != 0, what & 2 != 0, what & 4 != 0);
+    Some(op)
 }
 
 pub(super) fn encode_prof_proxy(p: &ProfProxy, w: &mut Encoder) {

@@ -89,6 +89,8 @@ fn every_kind_round_trips() {
             n_warps: 16,
             abi: 5,
             p2p: false,
+            api: true,
+            ce: false,
         }),
         RecordBody::ProfProxy(ProfProxy {
             t_start_ns: 1,

@@ -183,6 +183,23 @@ pub enum Start {
         dtype: i8,
         n_channels: u8,
     },
+    /// v5+: the API call the application made (`ncclProfileCollApi` / `P2pApi`).
+    Api {
+        p2p: bool,
+        func: u8,
+        count: u64,
+        /// The root of a collective; -1 for a point-to-point call (its descriptor has none).
+        root: i32,
+        dtype: i8,
+    },
+    /// v6+: a copy-engine collective (`ncclProfileCeColl`), with NCCL's `ceSeqNum`.
+    CeColl {
+        seq: u64,
+        func: u8,
+        count: u64,
+        root: i32,
+        dtype: i8,
+    },
     ProxyOp {
         channel: u8,
         peer: i32,
@@ -244,10 +261,24 @@ pub fn started_types(mask: u64, abi: u8) -> u64 {
     enablers.iter().filter(|(_, by)| mask & by != 0).fold(0, |acc, (t, _)| acc | t)
 }
 
-/// The event types this door asks NCCL for.
-pub fn own_mask(kernel_ch: bool) -> u64 {
-    ty::COLL | ty::P2P | ty::PROXY_OP | ty::PROXY_STEP | ty::NET_PLUGIN | if kernel_ch { ty::KERNEL_CH } else { 0 }
+/// The event types this door asks NCCL for under ABI `abi`: from v5 also the API calls
+/// (NCCL >= 2.29.2 runs a Broadcast as an AllGatherV task with no task event, so the call's
+/// own event is its only record), from v6 copy-engine collectives.
+pub fn own_mask(kernel_ch: bool, abi: u8) -> u64 {
+    let api = if abi >= 5 { ty::COLL_API | ty::P2P_API } else { 0 };
+    let ce = if abi >= 6 { ty::CE_COLL } else { 0 };
+    ty::COLL
+        | ty::P2P
+        | ty::PROXY_OP
+        | ty::PROXY_STEP
+        | ty::NET_PLUGIN
+        | api
+        | ce
+        | if kernel_ch { ty::KERNEL_CH } else { 0 }
 }
+
+/// Functions with a per-communicator ordinal of their own (`FUNC_NAMES`).
+const FUNCS: usize = FUNC_NAMES.len();
 
 // ---------------------------------------------------------------------------------------
 // Contexts: one per communicator NCCL initialised the plugin for.
@@ -264,7 +295,10 @@ pub struct Context {
     own_mask: AtomicU64,
     /// The chained plugin's mask as NCCL read it at the start of the current API call.
     chain_mask: AtomicU64,
-    p2p_seq: AtomicU64,
+    /// Per function: the point-to-point tasks (Send, Recv) started so far.
+    p2p_seq: [AtomicU64; FUNCS],
+    /// Per function: the API calls (v5+) started so far.
+    api_seq: [AtomicU64; FUNCS],
 }
 
 impl Context {
@@ -277,7 +311,8 @@ impl Context {
             chain: AtomicUsize::new(0),
             own_mask: AtomicU64::new(0),
             chain_mask: AtomicU64::new(0),
-            p2p_seq: AtomicU64::new(0),
+            p2p_seq: [const { AtomicU64::new(0) }; FUNCS],
+            api_seq: [const { AtomicU64::new(0) }; FUNCS],
         }
     }
     pub fn chain(&self) -> usize {
@@ -325,7 +360,9 @@ pub fn open_context(abi: u8, comm_hash: u64, rank: i32, own_mask: u64, chain: us
     c.chain.store(chain, Ordering::Relaxed);
     c.own_mask.store(own_mask, Ordering::Relaxed);
     c.chain_mask.store(chain_mask, Ordering::Relaxed);
-    c.p2p_seq.store(0, Ordering::Relaxed);
+    for n in c.p2p_seq.iter().chain(&c.api_seq) {
+        n.store(0, Ordering::Relaxed);
+    }
     std::sync::atomic::fence(Ordering::Release);
     Some(c as *const Context as usize)
 }
@@ -578,7 +615,7 @@ pub fn start(
         }
         Start::P2p { comm_hash: hash, func, count, peer, dtype, n_channels } => {
             comm_hash = hash.unwrap_or(comm_hash);
-            seq = context.map_or(u64::MAX, |c| c.p2p_seq.fetch_add(1, Ordering::Relaxed));
+            seq = ordinal(context.map(|c| &c.p2p_seq), func);
             RecordBody::ProfOp(ProfOp {
                 count,
                 peer,
@@ -586,6 +623,29 @@ pub fn start(
                 dtype,
                 n_channels,
                 p2p: true,
+                ..op_started(t_start, comm_hash, seq, rank, abi)
+            })
+        }
+        Start::Api { p2p, func, count, root, dtype } => {
+            seq = ordinal(context.map(|c| &c.api_seq), func);
+            RecordBody::ProfOp(ProfOp {
+                count,
+                peer: root,
+                func,
+                dtype,
+                p2p,
+                api: true,
+                ..op_started(t_start, comm_hash, seq, rank, abi)
+            })
+        }
+        Start::CeColl { seq: s, func, count, root, dtype } => {
+            seq = s;
+            RecordBody::ProfOp(ProfOp {
+                count,
+                peer: root,
+                func,
+                dtype,
+                ce: true,
                 ..op_started(t_start, comm_hash, seq, rank, abi)
             })
         }
@@ -786,7 +846,16 @@ fn op_started(t_start_ns: u64, comm_hash: u64, seq: u64, rank: i32, abi: u8) -> 
         n_warps: 0,
         abi,
         p2p: false,
+        api: false,
+        ce: false,
     }
+}
+
+/// The next per-communicator ordinal of `func` (the call's or task's own function: a
+/// point-to-point ordinal counts Sends and Recvs apart, as the preload door's calls are
+/// linked per function); u64::MAX without a context or for a function with no name.
+fn ordinal(counters: Option<&[AtomicU64; FUNCS]>, func: u8) -> u64 {
+    counters.and_then(|c| c.get(func as usize)).map_or(u64::MAX, |n| n.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A proxy-side record at its start: no state seen yet, no peer, no step.

@@ -236,7 +236,7 @@ impl Descr for DescrV3 {
 
 /// v4 to v7 share the v4 shape of coll (seqNumber first, strings) and p2p (nChannels).
 macro_rules! v4_plus {
-    ($descr:ident, $abi:expr, $has_parent_group:tt) => {
+    ($descr:ident, $abi:expr, $has_parent_group:tt, $ce:tt) => {
         impl Descr for $descr {
             const ABI: u8 = $abi;
             head!();
@@ -284,9 +284,57 @@ macro_rules! v4_plus {
                     ty::KERNEL_CH => Start::KernelCh { channel: unsafe { self.u.kernel_ch.channel } },
                     // SAFETY: `ty` names the member; `data` is the network plugin's.
                     ty::NET_PLUGIN => unsafe { net(&self.u.net) },
-                    _ => Start::Other,
+                    t => v4_plus!(@newer self, t, $has_parent_group, $ce),
                 }
             }
+        }
+    };
+    (@newer $self:ident, $t:ident, no, $ce:tt) => {{
+        let _ = $t;
+        Start::Other
+    }};
+    (@newer $self:ident, $t:ident, yes, $ce:tt) => {
+        match $t {
+            // SAFETY (all three arms): `ty` names the member; strings are NCCL's, for the call.
+            ty::COLL_API => unsafe {
+                let a = $self.u.coll_api;
+                Start::Api {
+                    p2p: false,
+                    func: core::func_code(text(a.func)),
+                    count: a.count as u64,
+                    root: a.root,
+                    dtype: core::dtype_code(text(a.datatype)),
+                }
+            }
+            ty::P2P_API => unsafe {
+                let a = $self.u.p2p_api;
+                Start::Api {
+                    p2p: true,
+                    func: core::func_code(text(a.func)),
+                    count: a.count as u64,
+                    root: -1,
+                    dtype: core::dtype_code(text(a.datatype)),
+                }
+            }
+            _ => v4_plus!(@ce $self, $t, $ce),
+        }
+    };
+    (@ce $self:ident, $t:ident, no) => {
+        Start::Other
+    };
+    (@ce $self:ident, $t:ident, yes) => {
+        match $t {
+            ty::CE_COLL => unsafe {
+                let c = *$self.u.ce_coll.v6();
+                Start::CeColl {
+                    seq: c.seq,
+                    func: core::func_code(text(c.func)),
+                    count: c.count as u64,
+                    root: c.root,
+                    dtype: core::dtype_code(text(c.datatype)),
+                }
+            }
+            _ => Start::Other,
         }
     };
     (@group $self:ident, $map:ident, no) => {};
@@ -302,12 +350,27 @@ macro_rules! v4_plus {
     };
 }
 
-v4_plus!(DescrV4, 4, no);
-v4_plus!(DescrV5, 5, yes);
-v4_plus!(DescrV6, 6, yes);
-v4_plus!(DescrV7, 7, yes);
+v4_plus!(DescrV4, 4, no, no);
+v4_plus!(DescrV5, 5, yes, no);
+v4_plus!(DescrV6, 6, yes, yes);
+v4_plus!(DescrV7, 7, yes, yes);
 
 // ----- the generic callbacks ---------------------------------------------------------------
+
+/// v7's copy-engine collective is v6's plus `userTag`.
+trait CeCollV6Prefix {
+    fn v6(&self) -> &abi::CeCollV6;
+}
+impl CeCollV6Prefix for abi::CeCollV6 {
+    fn v6(&self) -> &abi::CeCollV6 {
+        self
+    }
+}
+impl CeCollV6Prefix for abi::CeCollV7 {
+    fn v6(&self) -> &abi::CeCollV6 {
+        &self.base
+    }
+}
 
 /// What `init` learned, common to all versions.
 struct Init {
@@ -340,7 +403,7 @@ unsafe fn init_any(
     if recording {
         doors::opened(doors::PROFILER);
     }
-    let own = if recording { core::own_mask(settings.is_some_and(|s| s.kernel_ch)) } else { 0 };
+    let own = if recording { core::own_mask(settings.is_some_and(|s| s.kernel_ch), info.abi) } else { 0 };
     let opened = shielded(|| {
         core::open_context(info.abi, info.comm_hash, info.rank, own, chain_ctx as usize, chain::chain_mask())
     })
@@ -382,13 +445,13 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
         None if foreign => {
             let kernel_ch = shielded(chain::settings).is_some_and(|s| s.kernel_ch);
             let recording = shielded(|| runtime::active().is_some()).unwrap_or(false);
-            (0, if recording { core::own_mask(kernel_ch) } else { 0 })
+            (0, if recording { core::own_mask(kernel_ch, D::ABI) } else { 0 })
         }
         None => {
             // A communicator the context pool had no room for: its events are lost to
             // this door, and counted.
             shielded(|| {
-                if runtime::active().is_some() && core::own_mask(false) & event_ty != 0 {
+                if runtime::active().is_some() && core::own_mask(false, D::ABI) & event_ty != 0 {
                     core::dropped_without_context();
                 }
             });
@@ -420,7 +483,7 @@ unsafe fn start_any<D: Descr>(context: *mut c_void, handle: *mut *mut c_void, de
             // SAFETY: `copy` is a whole descriptor of version D::ABI; `lookup` chose a version
             // it converts to.
             let mut converted = (version != D::ABI)
-                .then(|| unsafe { convert::down((&copy as *const D).cast(), D::ABI, version, event_ty) })
+                .then(|| unsafe { convert::convert((&copy as *const D).cast(), D::ABI, version, event_ty) })
                 .flatten();
             let descr: *mut c_void = match converted.as_mut() {
                 _ if version == D::ABI => (&mut copy as *mut D).cast(),
@@ -574,11 +637,17 @@ unsafe extern "C" fn init_v4(
     logfn: *mut c_void,
 ) -> c_int {
     let info = Init { abi: 4, comm_hash, rank };
-    // SAFETY: NCCL's arguments, forwarded unchanged to the chained v4 init.
+    // SAFETY: NCCL's arguments, forwarded to the chained init of the version the chained
+    // plugin has (v5 to v7 take the same arguments in another order, the hash as the id).
     unsafe {
         init_any(context, mask, info, |p, ctx, m| {
-            let init = std::mem::transmute::<*const c_void, InitV4>(p.init);
-            init(ctx, m, comm_name, comm_hash, n_nodes, nranks, rank, logfn)
+            if chain::version(4) == 4 {
+                let init = std::mem::transmute::<*const c_void, InitV4>(p.init);
+                init(ctx, m, comm_name, comm_hash, n_nodes, nranks, rank, logfn)
+            } else {
+                let init = std::mem::transmute::<*const c_void, InitV5>(p.init);
+                init(ctx, comm_hash, m, comm_name, n_nodes, nranks, rank, logfn)
+            }
         })
     }
 }

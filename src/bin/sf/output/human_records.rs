@@ -80,7 +80,13 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) 
         RecordBody::ProfOp(p) => format!(
             "{seq:>8}  {:>12}  {:<12}  {} nccl_comm={:#018x} nccl_seq={} count={} dtype={} peer={} algo={} proto={} nchannels={} abi=v{}",
             since_start(p.t_start_ns),
-            if p.p2p { "prof_p2p" } else { "prof_coll" },
+            match (p.api, p.ce, p.p2p) {
+                (true, _, true) => "prof_p2p_api",
+                (true, _, false) => "prof_coll_api",
+                (_, true, _) => "prof_ce_coll",
+                (_, _, true) => "prof_p2p",
+                _ => "prof_coll",
+            },
             func_name(p.func),
             p.comm_hash,
             p.seq,

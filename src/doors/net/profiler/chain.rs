@@ -2,8 +2,9 @@
 //!
 //! The library is opened once (the first `init`), never closed; for each ABI version the
 //! chained plugin's `ncclProfiler_vN` table is looked up once. A plugin that lacks the
-//! version NCCL runs is chained through its newest older version from v4 on, with
-//! descriptors converted (`convert`); with none to convert to, one stderr line says so.
+//! version NCCL runs is chained through its newest older version from v4 on, else its
+//! oldest newer one up to v7, with descriptors converted (`convert`); with none to convert
+//! to (NCCL at v1–v3, or a plugin with only v1–v3 behind v4+), one stderr line says so.
 //! A path naming this library itself (same device and inode, or a table that is this
 //! door's own) is refused with one line: chaining to itself would recurse until the stack
 //! overflows.
@@ -111,8 +112,11 @@ pub fn lookup(abi: u8) -> Option<&'static ForeignPlugin> {
         let (address, version) = match library() {
             0 => (ABSENT, 0),
             handle => {
+                // Its own version, else the nearest older one, else the nearest newer one.
                 let older = (1..abi).rev().filter(|&v| super::convert::convertible(abi, v));
-                match std::iter::once(abi).chain(older).find_map(|v| symbol(handle, v).map(|a| (a, v))) {
+                let newer = (abi + 1..=7).filter(|&v| super::convert::convertible(abi, v));
+                let mut candidates = std::iter::once(abi).chain(older).chain(newer);
+                match candidates.find_map(|v| symbol(handle, v).map(|a| (a, v))) {
                     Some(found) => found,
                     None => {
                         let exported: Vec<String> =

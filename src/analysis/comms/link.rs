@@ -1,0 +1,224 @@
+//! Which profiler record (`prof_op`) is which preload call (`nccl_call`) on one rank.
+//!
+//! The two doors see one NCCL call differently. The preload door records the call the
+//! application made; the profiler door records what NCCL tells a profiler plugin, and NCCL
+//! numbers that per communicator *and per function* (`comm->seqNumber[func]`, src/include/
+//! comm.h, src/plugin/profiler.cc at v2.30.7-1), and turns some calls into other work:
+//! - an AlltoAll becomes a Send to and a Recv from every rank, each reported as its own
+//!   P2pApi and P2p event named Send or Recv (src/enqueue.cc, p2pTaskAppend); no event
+//!   names AlltoAll, so the point-to-point ordinals count those Sends and Recvs too;
+//! - from NCCL 2.29.2 a Broadcast becomes an AllGatherV task with no task event: only its
+//!   CollApi event (ABI v5+) names it.
+//!
+//! So the link is by (communicator, function, per-function ordinal): each call is expanded
+//! into the profiler units NCCL makes of it, and the k-th unit of a function on a
+//! communicator is the profiler record of that function whose `seq` is k. From ABI v5 the
+//! door records every API call (`api`, with its own per-function ordinal in `seq`); those
+//! are the units where a communicator has them, else (v1–v4) the task records, whose
+//! collective `seq` is NCCL's seqNumber. Graph-captured plans do not advance NCCL's
+//! seqNumber, so at v1–v4 a job that captures graphs links only up to its first capture;
+//! the v5+ API ordinal counts every call.
+//!
+//! Communicators are matched by the order in which each first appears (the preload door's
+//! `comm_id` is job-wide, NCCL's `commHash` its own): both doors see one thread's calls in
+//! the same order.
+
+use std::collections::HashMap;
+
+use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::records::{CommCreated, NcclCall, ProfOp};
+
+/// `ncclFunc_t` codes (core::net::profiler's numbering).
+const SEND: u8 = 6;
+const RECV: u8 = 7;
+
+/// A call of the preload log linked to a record of the profiler: indices into the slices
+/// `link` was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Link {
+    pub call: usize,
+    pub prof: usize,
+}
+
+/// The function code NCCL's profiler names for a call that stays one unit.
+fn func_of(op: NcclOp) -> Option<u8> {
+    Some(match op {
+        NcclOp::Broadcast | NcclOp::Bcast => 0,
+        NcclOp::Reduce => 1,
+        NcclOp::AllGather => 2,
+        NcclOp::ReduceScatter => 3,
+        NcclOp::AllReduce => 4,
+        NcclOp::Send => SEND,
+        NcclOp::Recv => RECV,
+        _ => return None,
+    })
+}
+
+/// The profiler units (function, how many) NCCL makes of one call on a communicator of
+/// `nranks` ranks; empty for a call NCCL reports no unit of.
+pub fn units(op: NcclOp, nranks: u32) -> Vec<(u8, u32)> {
+    match op {
+        NcclOp::AlltoAll => vec![(SEND, nranks), (RECV, nranks)],
+        other => func_of(other).map(|f| vec![(f, 1)]).unwrap_or_default(),
+    }
+}
+
+/// Links one rank's preload calls (`calls`, with the `comms` it created) to its profiler
+/// records (`ops`). Calls that failed or moved nothing are not linked (NCCL reports no
+/// event for them); a unit the profiler did not record (a dropped event, a type it was not
+/// asked for) leaves that call's unit unlinked, never linked to another call's record.
+pub fn link(calls: &[NcclCall], comms: &[CommCreated], ops: &[ProfOp]) -> Vec<Link> {
+    // The profiler's units per communicator: API records where it has any, else tasks.
+    let with_api: std::collections::HashSet<u64> = ops.iter().filter(|p| p.api).map(|p| p.comm_hash).collect();
+    let is_unit = |p: &ProfOp| !p.ce && p.api == with_api.contains(&p.comm_hash);
+    let mut by_key: HashMap<(u64, u8, u64), usize> = HashMap::new();
+    let mut first_seen: Vec<(u64, u64)> = Vec::new(); // (t_start, comm_hash)
+    for (i, p) in ops.iter().enumerate().filter(|(_, p)| is_unit(p)) {
+        by_key.entry((p.comm_hash, p.func, p.seq)).or_insert(i);
+        match first_seen.iter_mut().find(|(_, h)| *h == p.comm_hash) {
+            Some(seen) => seen.0 = seen.0.min(p.t_start_ns),
+            None => first_seen.push((p.t_start_ns, p.comm_hash)),
+        }
+    }
+    first_seen.sort();
+
+    let nranks: HashMap<u64, u32> = comms.iter().map(|c| (c.comm_id, c.nranks.max(0) as u32)).collect();
+    let mut order: Vec<usize> = (0..calls.len())
+        .filter(|&i| {
+            let c = &calls[i];
+            c.result == 0 && c.count > 0 && !units(c.op, 1).is_empty()
+        })
+        .collect();
+    order.sort_by_key(|&i| (calls[i].t_enter_ns, i));
+    let mut comm_order: Vec<u64> = Vec::new();
+    for &i in &order {
+        if !comm_order.contains(&calls[i].comm_id) {
+            comm_order.push(calls[i].comm_id);
+        }
+    }
+    let hash_of: HashMap<u64, u64> = comm_order.iter().zip(&first_seen).map(|(&id, &(_, hash))| (id, hash)).collect();
+
+    let mut next: HashMap<(u64, u8), u64> = HashMap::new();
+    let mut links = Vec::new();
+    for i in order {
+        let call = &calls[i];
+        let Some(&hash) = hash_of.get(&call.comm_id) else { continue };
+        let n = nranks.get(&call.comm_id).copied().unwrap_or(0);
+        if call.op == NcclOp::AlltoAll && n == 0 {
+            continue; // the communicator's size is unknown: how many units is not known
+        }
+        for (func, times) in units(call.op, n) {
+            for _ in 0..times {
+                let k = next.entry((hash, func)).or_insert(0);
+                if let Some(&prof) = by_key.get(&(hash, func, *k)) {
+                    links.push(Link { call: i, prof });
+                }
+                *k += 1;
+            }
+        }
+    }
+    links
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::log::records::CommOrigin;
+
+    fn call(op: NcclOp, comm_id: u64, t: u64) -> NcclCall {
+        NcclCall {
+            op,
+            t_enter_ns: t,
+            t_exit_ns: t + 1,
+            comm_id,
+            seq: 0,
+            count: 4,
+            bytes: 16,
+            stream: 0,
+            tid: 1,
+            peer: -1,
+            dtype: 7,
+            redop: 0,
+            result: 0,
+            group_depth: 0,
+        }
+    }
+
+    fn prof(func: u8, seq: u64, hash: u64, t: u64, api: bool) -> ProfOp {
+        ProfOp {
+            t_start_ns: t,
+            t_stop_ns: t + 1,
+            comm_hash: hash,
+            seq,
+            count: 4,
+            rank: 0,
+            peer: -1,
+            func,
+            dtype: 7,
+            algo: 255,
+            proto: 255,
+            n_channels: 0,
+            n_warps: 0,
+            abi: 6,
+            p2p: func == SEND || func == RECV,
+            api,
+            ce: false,
+        }
+    }
+
+    fn comm(comm_id: u64, nranks: i32) -> CommCreated {
+        CommCreated {
+            t_ns: 0,
+            comm_id,
+            parent_id: 0,
+            rank: 0,
+            nranks,
+            global_rank: 0,
+            color: -1,
+            key: -1,
+            origin: CommOrigin::InitRank,
+        }
+    }
+
+    #[test]
+    fn an_alltoall_takes_its_sends_and_recvs_and_later_ordinals_move_on() {
+        // AlltoAll on 2 ranks, then a Broadcast (API record only, as from NCCL 2.29.2), an
+        // AllReduce and one Send: the Send is the profiler's third Send.
+        let calls = [
+            call(NcclOp::AlltoAll, 77, 10),
+            call(NcclOp::Broadcast, 77, 20),
+            call(NcclOp::AllReduce, 77, 30),
+            call(NcclOp::Send, 77, 40),
+        ];
+        let h = 0xabc;
+        let ops = [
+            prof(SEND, 0, h, 11, true),
+            prof(RECV, 0, h, 12, true),
+            prof(SEND, 1, h, 13, true),
+            prof(RECV, 1, h, 14, true),
+            prof(SEND, 0, h, 15, false), // tasks: not units where API records exist
+            prof(0, 0, h, 21, true),
+            prof(4, 0, h, 31, true),
+            prof(4, 0, h, 32, false),
+            prof(SEND, 2, h, 41, true),
+        ];
+        let links = link(&calls, &[comm(77, 2)], &ops);
+        let of = |call: usize| links.iter().filter(|l| l.call == call).map(|l| l.prof).collect::<Vec<_>>();
+        assert_eq!(of(0), vec![0, 2, 1, 3], "N sends, then N recvs (ordinals per function)");
+        assert_eq!((of(1), of(2), of(3)), (vec![5], vec![6], vec![8]));
+    }
+
+    #[test]
+    fn without_api_records_tasks_link_and_communicators_pair_in_order() {
+        let calls = [call(NcclOp::AllReduce, 5, 1), call(NcclOp::AllReduce, 9, 2), call(NcclOp::AllReduce, 5, 3)];
+        let ops = [prof(4, 0, 0xa, 1, false), prof(4, 0, 0xb, 2, false), prof(4, 1, 0xa, 3, false)];
+        let links = link(&calls, &[comm(5, 2), comm(9, 2)], &ops);
+        assert_eq!(links, vec![Link { call: 0, prof: 0 }, Link { call: 1, prof: 1 }, Link { call: 2, prof: 2 }]);
+        // A failed call and a missing record link nothing, and shift nothing else.
+        let mut failed = call(NcclOp::AllReduce, 5, 0);
+        failed.result = 2;
+        let calls = [failed, call(NcclOp::AllReduce, 5, 1), call(NcclOp::AllReduce, 5, 3)];
+        let links = link(&calls, &[], &[prof(4, 1, 0xa, 3, false)]);
+        assert_eq!(links, vec![Link { call: 2, prof: 0 }]);
+    }
+}
