@@ -49,7 +49,7 @@ for entry in "${scenarios[@]}"; do
         target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms 2 \
         --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >/dev/null
       # Exit 4 is the answer when a window names a culprit; only an error (1) stops the matrix.
-      status=0
+      local status=0
       target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
       [ "$status" = 0 ] || [ "$status" = 4 ] || { echo "sf frontier $dir/job: exit $status" >&2; exit 1; }
       printf '{"scenario":"%s","ranks":%d,"seed":%d,"hidden":%d,"truth":"%s","report":"%s"}\n' \
@@ -200,7 +200,7 @@ sys.exit(0 if hits >= 0.95 * n and slow_hits >= 0.95 * n and not false_alarms el
 PY
 }
 
-status=0
-if [ "${SF_MATRIX_ONLY:-}" != unmarked ]; then hidden_matrix || status=1; fi
-if [ "${SF_MATRIX_ONLY:-}" != hidden ]; then unmarked_matrix || status=1; fi
-exit $status
+failed=0
+if [ "${SF_MATRIX_ONLY:-}" != unmarked ]; then hidden_matrix || failed=1; fi
+if [ "${SF_MATRIX_ONLY:-}" != hidden ]; then unmarked_matrix || failed=1; fi
+exit $failed
