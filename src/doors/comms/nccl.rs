@@ -518,7 +518,10 @@ pub unsafe extern "C" fn ncclCommShrink(
         };
         // SAFETY: NCCL's contract: the list holds `exclude_ranks_count` ranks; we read at
         // most the first `n`.
-        let excluded = unsafe { std::slice::from_raw_parts(exclude_ranks_list, n) }.to_vec();
+        // (A null list never reaches from_raw_parts: even an empty slice needs a non-null,
+        // aligned pointer.)
+        let excluded =
+            if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(exclude_ranks_list, n) }.to_vec() };
         NewComm::Shrink { parent: comm_key(comm), excluded }
     };
     creating(
