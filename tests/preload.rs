@@ -343,7 +343,10 @@ int main(void) {
     let rpath = format!("-Wl,-rpath,{}", dir.join("").display());
     compile_c(&program, &exe, &[lib.to_str().unwrap(), &rpath, "-ldl"]);
     let root = log_root("missing-symbol");
-    let out = run_ok(preloaded(&exe, &root, "job").env("RANK", "0").env("WORLD_SIZE", "1"));
+    // cargo's LD_LIBRARY_PATH may hold fakenccl's libnccl.so.2, which would win over the
+    // program's RUNPATH: the probe must load the old NCCL above.
+    let out =
+        run_ok(preloaded(&exe, &root, "job").env("RANK", "0").env("WORLD_SIZE", "1").env_remove("LD_LIBRARY_PATH"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("version 0 -> 22304"), "{stdout}");
     assert_eq!(
