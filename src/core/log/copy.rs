@@ -122,8 +122,9 @@ fn read_stable(file: &File, out: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// `pread` until `buf` is full; what lies past the end of the file reads as zeros.
-fn read_zeroed(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+/// `pread` until `buf` is full; what lies past the end of the file reads as zeros (shared with
+/// `tail`).
+pub(super) fn read_zeroed(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
         match file.read_at(&mut buf[got..], offset + got as u64) {

@@ -9,8 +9,8 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
+use super::copy::read_zeroed;
 use super::format::{self, bytes};
 use super::reader::Record;
 use super::records::RecordBody;
@@ -79,21 +79,6 @@ pub fn read_after(
         seq += run;
     }
     Ok(stats)
-}
-
-/// `pread` until `buf` is full; what lies past the end of the file reads as zeros.
-fn read_zeroed(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf[got..].fill(0);
-    Ok(())
 }
 
 #[cfg(test)]
