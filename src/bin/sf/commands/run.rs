@@ -86,6 +86,12 @@ pub fn run(options: &RunOptions) -> Result<ExitCode, Failure> {
         .spawn()
         .map_err(|e| Failure::Message(format!("cannot start {}: {e}", Path::new(&options.command[0]).display())))?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
+    // A signal that came between the spawn and the store above was kept for the job.
+    let pending = PENDING.swap(0, Ordering::SeqCst);
+    if pending != 0 {
+        // SAFETY: kill on the pid of the child we just started and have not reaped.
+        unsafe { libc::kill(child.id() as i32, pending) };
+    }
     let status = child.wait().map_err(|e| Failure::Message(format!("cannot wait for the job: {e}")))?;
     CHILD.store(0, Ordering::SeqCst);
 
@@ -139,6 +145,11 @@ fn find_python_boot(exe: &Path, library: &Path) -> Option<PathBuf> {
 /// The job's pid while it runs, for the signal handler.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// A forwarded signal that arrived before the job's pid was known (the job may already
+/// run and tell its caller it is ready): sent to it once the pid is stored. The handler runs
+/// on sf run's only thread, so it cannot interleave with the store and the swap.
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
 /// Signals an operator or a scheduler sends to stop or poke a job.
 const FORWARDED: [libc::c_int; 6] =
     [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
@@ -155,6 +166,8 @@ extern "C" fn forward(signal: libc::c_int, info: *mut libc::siginfo_t, _context:
         // SAFETY: kill is async-signal-safe; a stale pid was reaped by us only after
         // CHILD went back to 0.
         unsafe { libc::kill(child, signal) };
+    } else {
+        PENDING.store(signal, Ordering::SeqCst);
     }
 }
 
