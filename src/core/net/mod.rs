@@ -4,6 +4,8 @@
 
 pub mod port_counters;
 pub mod profiler;
+mod profiler_contexts;
+mod profiler_names;
 pub mod proxy_progress;
 pub mod qp_monitor;
 pub mod verbs;
