@@ -119,7 +119,7 @@ where
 
 /// `--version` also names the log format this `sf` reads, so a version mismatch reported
 /// by a read can be matched with the right build. A unit test keeps the numbers honest.
-const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (log format 1, record schema 3)");
+const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (log format 2, record schema 3)");
 
 const ABOUT: &str = "Read the rank logs libstagefrontier.so records during a training job, kept in
 $SF_LOG_DIR/<job id>/ (default /dev/shm/stagefrontier-<uid>/<job id>/)";

@@ -5,6 +5,7 @@ mod commands;
 mod discover;
 mod exit;
 mod output;
+mod parallel;
 mod progress;
 mod wall;
 

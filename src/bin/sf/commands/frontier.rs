@@ -26,6 +26,10 @@ pub struct FrontierReport {
     /// less its `wait_seconds` (a CSV without that column cannot tell).
     pub own_time: bool,
     pub sync_wait: SyncWaitReport,
+    /// The first step the logs still hold when older steps wrapped out of some rank's
+    /// step history (the analysis starts after the job did); null when nothing wrapped,
+    /// and for a CSV.
+    pub history_starts_at_step: Option<u64>,
     pub windows: Vec<WindowReport>,
 }
 
@@ -153,15 +157,15 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (path, table, waits) = match &options.source {
+    let (path, table, waits, history_starts_at_step) = match &options.source {
         FrontierSource::Csv(path) => {
             let mut table = read_csv(path, options)?;
             let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
-            (path, table, waits)
+            (path, table, waits, None)
         }
         FrontierSource::Logs(dir) => {
-            let (table, waits) = frontier_waits::own_time_table(dir)?;
-            (dir, table, Some(waits))
+            let (table, waits, starts_at) = frontier_waits::own_time_table(dir)?;
+            (dir, table, Some(waits), starts_at)
         }
     };
     let file = path.display().to_string();
@@ -182,6 +186,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         world: table.world().len(),
         own_time: waits.is_some(),
         sync_wait,
+        history_starts_at_step,
         windows: windows
             .iter()
             .map(|w| {

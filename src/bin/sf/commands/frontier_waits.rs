@@ -17,12 +17,13 @@ use super::{step_vectors, waits, Failure};
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out.
-pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits), Failure> {
+pub fn own_time_table(dir: &Path) -> Result<(StageTable, Waits, Option<u64>), Failure> {
     let (ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
+    let starts_at = step_vectors::history_starts_at(&ranks);
     let mut table = step_vectors::table_of(dir, &ranks, world)?;
     let attribution = waits::attribution(dir, "frontier", table.schema().stages())?;
     let waits = Waits::take_out(&mut table, attribution);
-    Ok((table, waits))
+    Ok((table, waits, starts_at))
 }
 
 /// The model-fit indicator W_s: stages exposed through synchronization waits.

@@ -28,7 +28,7 @@ use super::ls::FileError;
 use super::Failure;
 use crate::cli::HangOptions;
 use crate::discover;
-use crate::progress::Progress;
+use crate::parallel;
 
 /// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
 /// collectives for the cadence, 4096 per communicator for mismatches), and a bound on
@@ -209,20 +209,16 @@ pub fn build(dir: &Path, options: &HangOptions) -> Result<HangReport, Failure> {
     let files = files_to_read(dir)?;
     let reader_host = local_host::hostname();
     let mut errors = Vec::new();
-    let mut progress = Progress::new(files.len());
-    // Records first: the long part.
+    // Records first: the long part. The logs stay open for their live state below.
+    parallel::allow_open_files(files.len());
     let mut logs = Vec::with_capacity(files.len());
-    for (i, file) in files.iter().enumerate() {
-        match RankLog::open(file) {
-            Ok(log) => {
-                let history = History::of(&log);
-                logs.push((log, history));
-            }
+    let read = parallel::read_all(&files, |file| RankLog::open(file).map(|log| (History::of(&log), log)));
+    for (file, read) in files.iter().zip(read) {
+        match read {
+            Ok((history, log)) => logs.push((log, history)),
             Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
         }
-        progress.done(i + 1);
     }
-    drop(progress);
     // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
     logs.sort_by_key(|(log, _)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
     let now = ReaderClock { mono_ns: monotonic_ns(), wall_ns: wall_ns() };
@@ -275,9 +271,10 @@ struct History {
 }
 
 impl History {
+    /// Streams the log's records (never all of them at once): the newest `CALLS_KEPT`
+    /// calls, every low-rate record, and the newest window of each QP.
     fn of(log: &RankLog) -> History {
         let drained_ns = log.live().heartbeat_mono_ns;
-        let (records, stats) = log.records();
         let mut history = History {
             drained_ns,
             calls: Vec::new(),
@@ -285,27 +282,41 @@ impl History {
             injections: Vec::new(),
             hang_evidence: Vec::new(),
             stuck_qps: Vec::new(),
-            complete: stats.missing == 0,
+            complete: true,
             newest_drop_ns: None,
-            newest_seq: stats.last_seq,
+            newest_seq: 0,
         };
+        // Counters are cumulative: a QP's newest window says all the later ones would.
         let mut windows: Vec<QpWindow> = Vec::new();
-        for record in records {
-            match record.body {
-                RecordBody::QpStuck(q) => history.stuck_qps.push(q),
-                RecordBody::QpWindow(w) if w.completed > 0 => windows.push(w),
-                RecordBody::NcclCall(c) => history.calls.push(c),
-                RecordBody::CommCreated(c) => history.created.push(c),
-                RecordBody::Injection(i) => history.injections.push(i),
-                RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
-                RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
-                // Kinds the hang analysis does not use.
-                _ => {}
+        let same = |q: &QpStuck, w: &QpWindow| (q.source, q.device, q.qp_num) == (w.source, w.device, w.qp_num);
+        let stats = log.scan(|record| match record.body {
+            RecordBody::QpStuck(q) => history.stuck_qps.push(q),
+            RecordBody::QpWindow(w) if w.completed > 0 => {
+                let key = |x: &QpWindow| (x.source, x.device, x.qp_num);
+                match windows.iter_mut().find(|k| key(k) == key(&w)) {
+                    Some(kept) if kept.t_ns < w.t_ns => *kept = w,
+                    Some(_) => {}
+                    None => windows.push(w),
+                }
             }
-        }
+            RecordBody::NcclCall(c) => {
+                // Trimmed in halves, so memory stays within twice what is kept.
+                if history.calls.len() >= 2 * CALLS_KEPT {
+                    history.calls.drain(..CALLS_KEPT);
+                }
+                history.calls.push(c)
+            }
+            RecordBody::CommCreated(c) => history.created.push(c),
+            RecordBody::Injection(i) => history.injections.push(i),
+            RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
+            RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
+            // Kinds the hang analysis does not use.
+            _ => {}
+        });
+        history.complete = stats.missing == 0;
+        history.newest_seq = stats.last_seq;
         let excess = history.calls.len().saturating_sub(CALLS_KEPT);
         history.calls.drain(..excess);
-        let same = |q: &QpStuck, w: &QpWindow| (q.source, q.device, q.qp_num) == (w.source, w.device, w.qp_num);
         history
             .stuck_qps
             .retain(|q| !windows.iter().any(|w| same(q, w) && w.t_ns > q.t_ns && w.completed > q.completed));

@@ -17,7 +17,7 @@ use stagefrontier::core::log::records::{hex_u64, NcclCall, RecordBody};
 use super::hang::CALLS_KEPT;
 use super::Failure;
 use crate::discover;
-use crate::progress::Progress;
+use crate::parallel;
 use crate::wall::rfc3339_ms;
 use stagefrontier::core::capture::host as local_host;
 
@@ -64,6 +64,7 @@ pub struct RankRow {
     pub liveness: Liveness,
     /// `None` when the writer never beat.
     pub heartbeat_age_s: Option<f64>,
+    /// Records committed to both rings (events and history).
     pub committed: u64,
     pub held: u64,
     pub lost_to_wrap: u64,
@@ -122,17 +123,15 @@ pub fn build(path: &Path) -> Result<LsReport, Failure> {
     let mut ranks = Vec::with_capacity(files.len());
     let mut calls = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
-    let mut progress = Progress::new(files.len());
-    for (i, file) in files.iter().enumerate() {
-        match RankLog::open(file) {
-            Ok(log) => {
-                let (row, said) = row(&log, &host);
+    let read = parallel::read_all(&files, |file| RankLog::open(file).map(|log| row(&log, &host)));
+    for (file, read) in files.iter().zip(read) {
+        match read {
+            Ok((row, said)) => {
                 ranks.push(row);
                 calls.push(said);
             }
             Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
         }
-        progress.done(i + 1);
     }
     // Ranked logs by rank (file names sort wrongly past 99999), then the unranked ones.
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
@@ -212,7 +211,7 @@ fn row(log: &RankLog, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
         job_id: h.job_id.clone(),
         liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), process),
         heartbeat_age_s: age_ns.map(|ns| ns as f64 / 1e9),
-        committed: live.committed,
+        committed: live.committed + live.history_committed,
         held: stats.valid,
         lost_to_wrap: stats.lost_to_wrap,
         missing: stats.missing,

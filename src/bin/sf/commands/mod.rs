@@ -13,6 +13,8 @@ mod step_vectors;
 pub mod steps;
 mod waits;
 
+pub use step_vectors::history_note;
+
 use std::io;
 
 /// Why a command stopped.

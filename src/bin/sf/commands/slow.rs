@@ -26,6 +26,9 @@ pub struct SlowReport {
     pub ranks_without_steps: Vec<u32>,
     pub stages: Vec<String>,
     pub skip_steps: usize,
+    /// The first step the logs still hold when older steps wrapped out of some rank's
+    /// step history (the analysis starts after the job did); null when nothing wrapped.
+    pub history_starts_at_step: Option<u64>,
     pub group_by: &'static str,
     pub median_step_s: f64,
     pub params: Params,
@@ -207,7 +210,9 @@ pub fn build(dir: &Path, options: &SlowOptions) -> Result<SlowReport, Failure> {
     let waits = slow_waits::take_out_waits(dir, &stages, &mut series)?;
     let job = analyze_job(&series, stages.len(), &params);
     let blamed = slow_waits::blamed(waits, &series, &stages, &job);
-    Ok(report(dir, world, stages, &series, ranks_without_steps, options, &params, &job, blamed))
+    let mut report = report(dir, world, stages, &series, ranks_without_steps, options, &params, &job, blamed);
+    report.history_starts_at_step = step_vectors::history_starts_at(&logs);
+    Ok(report)
 }
 
 fn params_of(o: &SlowOptions) -> SlowParams {
@@ -360,6 +365,7 @@ fn report(
         ranks: series.len(),
         ranks_without_steps,
         skip_steps: options.skip_steps,
+        history_starts_at_step: None,
         group_by: options.group_by.name(),
         median_step_s: blamed.median_step_s,
         params: Params {

@@ -16,13 +16,16 @@ use crate::discover;
 pub fn attribution(dir: &Path, command: &str, stages: &[String]) -> Result<Attribution, Failure> {
     let logs = discover::job_logs(dir, command).map_err(Failure::Message)?;
     let mut ranks: Vec<RankTimeline> = Vec::new();
-    for path in &logs {
+    let read = crate::parallel::read_all(&logs, |path| {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
         let rank = log.header.global_rank;
-        if rank < 0 || ranks.iter().any(|r| r.rank == rank as u32) {
-            continue;
+        Ok::<_, Failure>((rank >= 0).then(|| timeline(&log, rank as u32, stages)))
+    });
+    for read in read {
+        let Some(timeline) = read? else { continue };
+        if !ranks.iter().any(|r| r.rank == timeline.rank) {
+            ranks.push(timeline);
         }
-        ranks.push(timeline(&log, rank as u32, stages));
     }
     Ok(attribute(&ranks))
 }

@@ -44,6 +44,9 @@ impl<W: Write> Output for Human<W> {
     fn frontier(&mut self, report: &FrontierReport) -> io::Result<()> {
         let windows = plural(report.windows.len() as u64, "window");
         writeln!(self.out, "{}: {} stages, {} ranks, {windows}", report.file, report.stages.len(), report.world)?;
+        if let Some(step) = report.history_starts_at_step {
+            writeln!(self.out, "{}", crate::commands::history_note(step))?;
+        }
         for window in &report.windows {
             writeln!(self.out)?;
             for line in window_head(window) {

@@ -28,6 +28,9 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
         r.median_step_s,
         r.group_by
     )?;
+    if let Some(step) = r.history_starts_at_step {
+        writeln!(out, "{}", crate::commands::history_note(step))?;
+    }
     if !r.ranks_without_steps.is_empty() {
         writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
     }
