@@ -11,6 +11,7 @@ pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;
 pub mod records_profiler;
+pub mod synth;
 pub mod writer;
 
 #[cfg(test)]

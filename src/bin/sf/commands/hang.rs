@@ -317,6 +317,8 @@ impl History {
         history.newest_seq = stats.last_seq;
         let excess = history.calls.len().saturating_sub(CALLS_KEPT);
         history.calls.drain(..excess);
+        // Kept for the whole run: not the scan's room for twice as many.
+        history.calls.shrink_to_fit();
         history
             .stuck_qps
             .retain(|q| !windows.iter().any(|w| same(q, w) && w.t_ns > q.t_ns && w.completed > q.completed));

@@ -201,6 +201,8 @@ fn row(log: &RankLog, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
         }
     });
     calls.drain(..calls.len().saturating_sub(CALLS_KEPT));
+    // What is kept for the whole run: not the scan's room for twice as many.
+    calls.shrink_to_fit();
     let row = RankRow {
         file: log.path().display().to_string(),
         rank: h.global_rank,
