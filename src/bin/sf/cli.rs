@@ -13,6 +13,7 @@ mod kernels;
 mod net;
 mod slow;
 mod steps;
+mod trace;
 pub use slow::{GroupBy, SlowOptions};
 pub use steps::StepsFormat;
 
@@ -40,6 +41,8 @@ pub enum Command {
     Net { dir: PathBuf, series: bool, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
     Steps { dir: PathBuf, format: StepsFormat },
+    /// The job's timeline as a Chrome JSON trace, for Perfetto.
+    Trace { options: crate::commands::trace::TraceOptions },
 }
 
 impl Command {
@@ -58,6 +61,8 @@ impl Command {
                 StepsFormat::Json => Format::Json,
                 StepsFormat::Human | StepsFormat::Csv => Format::Human,
             },
+            // The trace goes to a file; errors are text.
+            Command::Trace { .. } => Format::Human,
         }
     }
 }
@@ -114,6 +119,14 @@ where
         Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: a.dir },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.dir },
         Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.dir },
+        Sub::Trace(a) => Command::Trace {
+            options: crate::commands::trace::TraceOptions {
+                dirs: a.dirs,
+                output: a.output,
+                steps: a.steps,
+                ranks: a.ranks.map(|list| list.0),
+            },
+        },
     })
 }
 
@@ -364,6 +377,9 @@ enum Sub {
     /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
     #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
     Steps(steps::StepsArgs),
+    /// Write the job's timeline for Perfetto: steps, stages, NCCL calls, flows across ranks
+    #[command(long_about = trace::LONG_ABOUT, after_help = trace::EXAMPLES)]
+    Trace(trace::TraceArgs),
 }
 
 #[derive(Args)]

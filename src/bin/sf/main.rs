@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use cli::{Command, Format};
 use commands::ls::FileError;
-use commands::{dump, frontier, hang, kernels, ls, net, slow, steps, Failure};
+use commands::{dump, frontier, hang, kernels, ls, net, slow, steps, trace, Failure};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -110,6 +110,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Steps { dir, format } => {
             let report = steps::build(&dir)?;
             output::steps::write(format, stdout, &report)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Trace { options } => {
+            let written = trace::write(&options)?;
+            note_line(&written);
             Ok(ExitCode::SUCCESS)
         }
     }

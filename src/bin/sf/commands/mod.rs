@@ -11,6 +11,7 @@ pub mod slow;
 mod slow_waits;
 mod step_vectors;
 pub mod steps;
+pub mod trace;
 mod waits;
 
 pub use step_vectors::history_note;

@@ -14,6 +14,7 @@ pub mod net;
 pub mod slow;
 pub mod steps;
 mod table;
+pub mod trace;
 
 use std::io::{self, Write};
 
