@@ -343,7 +343,9 @@ fn dump_json_is_one_line_per_record() {
     let stdout = text(&out.stdout);
     let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
     assert_eq!(lines.len(), 51);
-    assert_eq!(record_seqs(&stdout), (1..=51).collect::<Vec<u64>>(), "oldest first");
+    // The history ring's creation, then the event ring's calls: each ring numbers its own.
+    let seqs: Vec<u64> = [1].into_iter().chain(1..=50).collect();
+    assert_eq!(record_seqs(&stdout), seqs, "oldest first, ring by ring");
 
     let created = &lines[0];
     assert_eq!((created["seq"].as_u64(), created["kind"].as_str()), (Some(1), Some("comm_created")));
@@ -366,7 +368,10 @@ fn dump_json_is_one_line_per_record() {
     let stderr = text(&out.stderr);
     assert_eq!(
         stderr.trim_end(),
-        format!("{}: 51 records held (seq 1..51), 0 lost to wraparound, 0 missing, 0 invalid slots", path.display())
+        format!(
+            "{}: 51 records held (seq 1..50, history seq 1..1), 0 lost to wraparound, 0 missing, 0 invalid slots",
+            path.display()
+        )
     );
 }
 
@@ -390,7 +395,7 @@ fn dump_human_is_one_aligned_line_per_record() {
     assert!(wall.starts_with(String::from_utf8_lossy(&today.stdout).trim()) && wall.ends_with('Z'), "{wall}");
     assert_eq!(
         call[..12].join(" "),
-        "2 0.001000 nccl_call allreduce 0x5eed000000000001 1 1048576 float32 4194304 sum 25.000 ncclSuccess"
+        "1 0.001000 nccl_call allreduce 0x5eed000000000001 1 1048576 float32 4194304 sum 25.000 ncclSuccess"
     );
     let result_at = lines[0].find("RESULT").unwrap();
     assert!(lines[2..].iter().all(|l| l[result_at..].starts_with("ncclSuccess")), "aligned:\n{stdout}");
@@ -408,13 +413,18 @@ fn wraparound_keeps_the_newest_records() {
     let out = sf(&[OsStr::new("ls"), path.as_os_str(), OsStr::new("--json")]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let rank = &report["ranks"][0];
-    assert_eq!((rank["committed"].as_u64(), rank["held"].as_u64()), (Some(3_000), Some(1_024)));
-    assert_eq!((rank["lost_to_wrap"].as_u64(), rank["missing"].as_u64()), (Some(1_976), Some(0)));
+    // The creation is held in the history ring; the event ring keeps the newest 1024 calls.
+    assert_eq!((rank["committed"].as_u64(), rank["held"].as_u64()), (Some(3_000), Some(1_025)));
+    assert_eq!((rank["lost_to_wrap"].as_u64(), rank["missing"].as_u64()), (Some(1_975), Some(0)));
 
     let out = sf(&[OsStr::new("dump"), path.as_os_str(), OsStr::new("--json")]);
     assert!(out.status.success());
-    assert_eq!(record_seqs(&text(&out.stdout)), (1_977..=3_000).collect::<Vec<u64>>());
-    assert!(text(&out.stderr).contains("1024 records held (seq 1977..3000), 1976 lost to wraparound, 0 missing"));
+    assert_eq!(record_seqs(&text(&out.stdout)), [1].into_iter().chain(1_976..=2_999).collect::<Vec<u64>>());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("1025 records held (seq 1976..2999, history seq 1..1), 1975 lost to wraparound, 0 missing"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -441,7 +451,7 @@ fn bad_inputs_fail_in_one_line_without_panic() {
         (&random, "not a stagefrontier rank log"),
         (&tiny, "not a stagefrontier rank log"),
         (&truncated, "truncated"),
-        (&wrong_version, "log format version 99, but this sf reads version 1"),
+        (&wrong_version, "log format version 99, but this sf reads versions 1 to 2"),
         (&nonexistent, "cannot read: No such file or directory"),
     ];
     for (path, fragment) in cases {

@@ -35,7 +35,7 @@ fn a_log_that_cannot_be_reserved_leaves_the_job_untouched_and_says_why_once_per_
     let lines = library_lines(&out);
     assert_eq!(lines.len(), 2, "one line per rank: {lines:?}");
     for line in &lines {
-        for needle in ["cannot reserve 8.", "free of", "SF_LOG_DIR", "SF_LOG_RECORDS", "not recording"] {
+        for needle in ["cannot reserve 24.", "free of", "SF_LOG_DIR", "SF_LOG_RECORDS", "not recording"] {
             assert!(line.contains(needle), "{needle:?} missing from {line}");
         }
         assert!(line.contains(&fs.join("root/job").display().to_string()), "names the directory: {line}");
@@ -110,15 +110,16 @@ fn the_default_size_shrinks_to_fit_a_small_filesystem_and_local_rank_0_says_so()
     let args = trainer_args(4, 5);
     let out = run_ok(preloaded(&trainer_sim(), &root, "job").args(&args));
     assert_eq!(checksum(&out), plain_checksum(&args));
-    // 4 ranks x 8.4 MiB x 2 does not fit 16 MiB; 4 x 1.1 MiB (8192 records) x 2 does.
+    // 4 ranks x 24 MiB x 2 does not fit 16 MiB; 4 x 1.6 MiB (4096 records and 8192 of
+    // history) x 2 does.
     let logs = rank_logs(&root, "job");
     assert_eq!(logs.len(), 4);
     for path in &logs {
-        assert_eq!(RankLog::open(path).unwrap().header.slot_count, 8192, "{}", path.display());
+        assert_eq!(RankLog::open(path).unwrap().header.slot_count, 4096, "{}", path.display());
     }
     let lines: Vec<_> = library_lines(&out).into_iter().filter(|l| l.contains("records")).collect();
     assert_eq!(lines.len(), 1, "one line per node: {lines:?}");
-    assert!(lines[0].contains("each rank keeps 8192 records") && lines[0].contains("instead of 65536"), "{}", lines[0]);
+    assert!(lines[0].contains("each rank keeps 4096 records") && lines[0].contains("instead of 65536"), "{}", lines[0]);
     no_temporary_files(&fs.0);
 }
 
@@ -181,8 +182,9 @@ fn a_file_size_limit_below_the_log_size_never_raises_sigxfsz() {
     let root = log_root("fsize");
     let args = trainer_args(2, 5);
     let plain = plain_checksum(&args);
-    // Enough for fakenccl's own shared segment, not for a default (8.4 MiB) log.
-    let limit = 6 << 20;
+    // Enough for fakenccl's own shared segment, not for a default (24 MiB: 8 MiB of event
+    // ring, 16 MiB of history ring) log.
+    let limit = 18 << 20;
 
     // The default shrinks under the limit, and local rank 0 says so.
     let out = run_ok(with_fsize_limit(preloaded(&trainer_sim(), &root, "fits").args(&args), limit));
@@ -197,7 +199,7 @@ fn a_file_size_limit_below_the_log_size_never_raises_sigxfsz() {
     let lines = library_lines(&out);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        lines[0].contains("file-size limit (ulimit -f) of 6.0 MiB") && lines[0].contains("32768 records"),
+        lines[0].contains("file-size limit (ulimit -f) of 18.0 MiB") && lines[0].contains("32768 records"),
         "{lines:?}"
     );
 

@@ -141,15 +141,22 @@ fn a_crafted_sparse_giant_costs_what_it_holds_not_what_it_claims() {
 fn sparse_copy(log: &Path, to: &Path) {
     let mut data = std::fs::read(log).unwrap();
     let committed = bytes::get_u64(&data, live::COMMITTED);
-    let slots = bytes::get_u32(&data, header::SLOT_COUNT) as u64;
-    assert!(committed < slots, "the ring has not wrapped, so seq s still sits in slot s - 1");
+    let slots = bytes::get_u32(&data, header::SLOT_COUNT);
+    assert!(committed < slots as u64, "the ring has not wrapped, so seq s still sits in slot s - 1");
+    // The history ring moves to where a 65,536-slot event ring ends, and grows with it
+    // (nor has it wrapped: its seq s still sits in its slot s - 1).
+    let history = data.split_off(format::history_offset(slots));
     bytes::put_u32(&mut data, header::SLOT_COUNT, 65_536);
+    bytes::put_u32(&mut data, header::HISTORY_SLOT_COUNT, format::history_slots(65_536));
+    bytes::put_u64(&mut data, header::HISTORY_OFFSET, format::history_offset(65_536) as u64);
     reseal_header(&mut data);
     let file = std::fs::File::create(to).unwrap();
     file.set_len(format::file_len(65_536) as u64).unwrap();
-    for (i, page) in data.chunks(4096).enumerate() {
-        if page.iter().any(|&b| b != 0) {
-            std::os::unix::fs::FileExt::write_all_at(&file, page, (i * 4096) as u64).unwrap();
+    for (region, at) in [(&data, 0), (&history, format::history_offset(65_536))] {
+        for (i, page) in region.chunks(4096).enumerate() {
+            if page.iter().any(|&b| b != 0) {
+                std::os::unix::fs::FileExt::write_all_at(&file, page, (at + i * 4096) as u64).unwrap();
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ mod net;
 mod run;
 mod slow;
 mod steps;
+mod trace;
 pub use slow::{GroupBy, SlowOptions};
 pub use steps::StepsFormat;
 
@@ -51,6 +52,8 @@ pub enum Command {
     Exporter { options: crate::commands::exporter::ExporterOptions },
     /// Runs a job with the library's doors open and returns its exit status.
     Run { options: crate::commands::run::RunOptions },
+    /// The job's timeline as a Chrome JSON trace, for Perfetto.
+    Trace { options: crate::commands::trace::TraceOptions },
 }
 
 impl Command {
@@ -73,6 +76,8 @@ impl Command {
             },
             // The job owns stdout; sf run's own lines go to stderr.
             Command::Run { .. } => Format::Human,
+            // The trace goes to a file; errors are text.
+            Command::Trace { .. } => Format::Human,
         }
     }
 }
@@ -140,12 +145,20 @@ where
         Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: Dirs(a.dir), to: a.to },
         Sub::Exporter(a) => Command::Exporter { options: a.options() },
         Sub::Run(a) => Command::Run { options: a.options() },
+        Sub::Trace(a) => Command::Trace {
+            options: crate::commands::trace::TraceOptions {
+                dirs: Dirs(a.dirs),
+                output: a.output,
+                steps: a.steps,
+                ranks: a.ranks.map(|list| list.0),
+            },
+        },
     })
 }
 
 /// `--version` also names the log format this `sf` reads, so a version mismatch reported
 /// by a read can be matched with the right build. A unit test keeps the numbers honest.
-const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (log format 1, record schema 3)");
+const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (log format 2, record schema 3)");
 
 const ABOUT: &str = "Read the rank logs libstagefrontier.so records during a training job, kept in
 $SF_LOG_DIR/<job id>/ (default /dev/shm/stagefrontier-<uid>/<job id>/)";
@@ -406,6 +419,9 @@ enum Sub {
     /// Serve the node's live rank logs as Prometheus metrics (OpenMetrics), or write textfiles
     #[command(long_about = exporter::LONG_ABOUT, after_help = exporter::EXAMPLES)]
     Exporter(exporter::ExporterArgs),
+    /// Write the job's timeline for Perfetto: steps, stages, NCCL calls, flows across ranks
+    #[command(long_about = trace::LONG_ABOUT, after_help = trace::EXAMPLES)]
+    Trace(trace::TraceArgs),
 }
 
 const SNAPSHOT_LONG_ABOUT: &str = "\

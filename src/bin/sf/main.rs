@@ -6,6 +6,7 @@ mod discover;
 mod exit;
 mod moment;
 mod output;
+mod parallel;
 mod progress;
 mod wall;
 
@@ -14,7 +15,9 @@ use std::process::ExitCode;
 
 use cli::{Command, Format};
 use commands::ls::FileError;
-use commands::{dump, exporter, frontier, hang, kernels, ls, net, run as run_job, slow, snapshot, steps, Failure};
+use commands::{
+    dump, exporter, frontier, hang, kernels, ls, net, run as run_job, slow, snapshot, steps, trace, Failure,
+};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -128,6 +131,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             // The job writes to the same stdout: sf holds no lock on it while it runs.
             drop(stdout);
             run_job::run(&options)
+        }
+        Command::Trace { options } => {
+            let written = trace::write(&options)?;
+            note_line(&written);
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

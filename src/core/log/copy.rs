@@ -1,6 +1,6 @@
 //! A consistent copy of a rank log whose writer may still be running, or be wedged: the
 //! header with its live state and communicator and stage-name tables, then every record
-//! slot that holds a whole record. A slot caught mid-write (its two reads differ, its CRC
+//! slot of both rings (history and events) that holds a whole record. A slot caught mid-write (its two reads differ, its CRC
 //! fails, it sits in the wrong slot) is left empty in the copy, so the copy never holds a
 //! torn record; empty and torn slots are holes, so a sparse log stays sparse.
 //!
@@ -15,7 +15,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use super::format::{self, bytes};
-use super::reader::RankLog;
+use super::reader::{RankLog, RingSpan};
 
 /// Slots read per `pread`, as the reader's scan reads them.
 const CHUNK_SLOTS: usize = 2048;
@@ -38,14 +38,14 @@ pub struct CopyStats {
 /// The new file gets mode 0600: a rank log is its job's private data.
 pub fn copy_log(log: &RankLog, dest: &Path, header_read: impl FnOnce()) -> io::Result<CopyStats> {
     let src = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(log.path())?;
-    let slot_count = log.header.slot_count as usize;
+    let rings = log.rings();
     let mut head = vec![0u8; format::records_offset()];
     read_stable(&src, &mut head)?;
     header_read();
 
     let tmp = dest.with_extension("sflog.partial");
     let out = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    let result = write_copy(&src, &out, &head, slot_count);
+    let result = write_copy(&src, &out, &head, &rings);
     let stats = match result {
         Ok(stats) => stats,
         Err(e) => {
@@ -57,15 +57,31 @@ pub fn copy_log(log: &RankLog, dest: &Path, header_read: impl FnOnce()) -> io::R
     Ok(stats)
 }
 
-fn write_copy(src: &File, out: &File, head: &[u8], slot_count: usize) -> io::Result<CopyStats> {
-    out.set_len(format::file_len(slot_count as u32) as u64)?;
+fn write_copy(src: &File, out: &File, head: &[u8], rings: &[RingSpan]) -> io::Result<CopyStats> {
+    let end = rings.iter().map(|r| r.offset + r.slot_count as usize * format::SLOT_SIZE).max().unwrap_or(head.len());
+    out.set_len(end as u64)?;
     out.write_all_at(head, 0)?;
     let mut stats = CopyStats { bytes: head.len() as u64, ..CopyStats::default() };
     let mut first = vec![0u8; CHUNK_SLOTS * format::SLOT_SIZE];
     let mut second = vec![0u8; CHUNK_SLOTS * format::SLOT_SIZE];
+    for ring in rings {
+        copy_ring(src, out, ring, (&mut first, &mut second), &mut stats)?;
+    }
+    Ok(stats)
+}
+
+/// Copies the whole records of one ring, chunk by chunk, each chunk read twice.
+fn copy_ring(
+    src: &File,
+    out: &File,
+    ring: &RingSpan,
+    (first, second): (&mut [u8], &mut [u8]),
+    stats: &mut CopyStats,
+) -> io::Result<()> {
+    let slot_count = ring.slot_count as usize;
     for chunk_start in (0..slot_count).step_by(CHUNK_SLOTS) {
         let n = CHUNK_SLOTS.min(slot_count - chunk_start);
-        let at = (format::records_offset() + chunk_start * format::SLOT_SIZE) as u64;
+        let at = (ring.offset + chunk_start * format::SLOT_SIZE) as u64;
         let len = n * format::SLOT_SIZE;
         read_zeroed(src, at, &mut first[..len])?;
         if first[..len].iter().all(|&b| b == 0) {
@@ -86,7 +102,7 @@ fn write_copy(src: &File, out: &File, head: &[u8], slot_count: usize) -> io::Res
             }
         }
     }
-    Ok(stats)
+    Ok(())
 }
 
 /// Slot `i` read twice as `a` and `b` holds one whole, committed record.
@@ -143,7 +159,7 @@ mod tests {
     use super::*;
     use crate::core::capture::clock::{Calibration, ClockSource};
     use crate::core::capture::identity::Identity;
-    use crate::core::log::records::{Drops, RecordBody};
+    use crate::core::log::records::{Drops, RecordBody, StepVector};
     use crate::core::log::writer::{HeaderInfo, LogWriter};
 
     #[test]
@@ -171,6 +187,20 @@ mod tests {
                 profiler_dropped: 0,
             }));
         }
+        // A step vector goes to the history ring: the copy keeps that ring too.
+        writer.append(&RecordBody::StepVector(StepVector {
+            step: 7,
+            t_begin_ns: 1,
+            wall_ns: 5,
+            overlap_ns: 0,
+            schema_hash: 1,
+            part: 0,
+            stages_total: 1,
+            nested_rejected: 0,
+            count: 1,
+            stage_ids: [0; 6],
+            durations_ns: [5, 0, 0, 0, 0, 0],
+        }));
         // Tear record 2: one payload byte changes after its CRC was computed.
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.write_all_at(&[0xff], (format::records_offset() + format::SLOT_SIZE + 20) as u64).unwrap();
@@ -178,10 +208,12 @@ mod tests {
         let mut called = false;
         let stats = copy_log(&log, &dir.join("copy.sflog"), || called = true).unwrap();
         assert!(called);
-        assert_eq!((stats.records, stats.torn_slots), (2, 1));
+        assert_eq!((stats.records, stats.torn_slots), (3, 1));
         let copy = RankLog::open(&dir.join("copy.sflog")).unwrap();
         let (records, scan) = copy.records();
-        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 3]);
+        // The history ring's record (its own seq 1) first, then the event ring's.
+        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 1, 3]);
+        assert!(matches!(records[0].body, RecordBody::StepVector(ref v) if v.step == 7));
         assert_eq!(scan.invalid_slots, 0, "the copy holds no torn slot");
         assert_eq!(copy.header.global_rank, 1);
         std::fs::remove_dir_all(&dir).unwrap();

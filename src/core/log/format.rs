@@ -3,8 +3,15 @@
 //! ```text
 //! 0            header: static part (CRC-protected) then live atomics
 //! HEADER_SIZE  communicator table: COMM_SLOTS slots of COMM_SLOT_SIZE bytes, live state
-//! records_off  record ring: slot_count slots of SLOT_SIZE bytes, record seq s in slot (s-1) % n
+//! records_off  event ring: slot_count slots of SLOT_SIZE bytes, record seq s in slot (s-1) % n
+//! history_off  history ring: history_slots(slot_count) slots, its own seq s in slot (s-1) % m
 //! ```
+//!
+//! The two rings are regions of one file with their own sequence numbers and commit
+//! counters: high-rate evidence (NCCL calls, profiler tasks, kernel and QP windows) wraps
+//! in the event ring, while step vectors and the other low-rate evidence (communicator
+//! creations, hang evidence, injections, names) keep their own, larger history
+//! (`Region::of`). Format 1 logs have the event ring only; the reader still reads them.
 //!
 //! All integers are little-endian (the header records an endianness marker so a reader on
 //! another machine can refuse a foreign log). A record slot is
@@ -16,7 +23,10 @@
 /// First 8 bytes of every rank log.
 pub const MAGIC: [u8; 8] = *b"SFRKLOG\0";
 /// Bumped on any incompatible change of the layout below.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest layout the reader still reads: format 1, the event ring without a history
+/// region (every record in one ring).
+pub const OLDEST_READABLE_FORMAT: u32 = 1;
 /// Version of the record kinds and payload layouts.
 pub const SCHEMA_VERSION: u32 = 3;
 /// Written as a native u32; reads back as this value only on a machine of the same order.
@@ -71,6 +81,9 @@ pub mod header {
     /// The writer's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so
     /// a later process reusing the pid is not taken for the writer.
     pub const PROCESS_START: usize = 296;
+    /// Format 2: slots of the history ring (u32) and its byte offset (u64).
+    pub const HISTORY_SLOT_COUNT: usize = 304;
+    pub const HISTORY_OFFSET: usize = 312;
 }
 
 /// Fixed caps on what a header may claim, checked before anything is sized from it: a log
@@ -84,6 +97,50 @@ pub mod caps {
     pub const WORLD_SIZE: i32 = 1 << 18;
     /// The most events a hot-path ring may hold (`SF_RING_EVENTS` allows 1 << 22).
     pub const RING_CAPACITY: u32 = 1 << 24;
+    /// The most history slots a log may hold (`history_slots` of the largest ring).
+    pub const HISTORY_SLOT_COUNT: u32 = SLOT_COUNT * super::HISTORY_PER_EVENT_SLOT;
+}
+
+/// History slots per event slot: 65,536 event slots (the default) come with 131,072
+/// history slots, 100,000 steps and more of up to six stages (one `step_vector` each)
+/// with room for the other low-rate records. One ratio keeps one knob (`SF_LOG_RECORDS`)
+/// and lets the placement logic size both rings as one file.
+pub const HISTORY_PER_EVENT_SLOT: u32 = 2;
+
+/// History ring slots of a log whose event ring has `slot_count` slots.
+pub fn history_slots(slot_count: u32) -> u32 {
+    slot_count.saturating_mul(HISTORY_PER_EVENT_SLOT)
+}
+
+/// Which ring of the log a record kind goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Region {
+    /// NCCL calls and everything else that comes at call rate or window rate.
+    Events,
+    /// Step vectors and rare evidence that must outlive many steps' worth of calls.
+    History,
+}
+
+impl Region {
+    pub const ALL: [Region; 2] = [Region::History, Region::Events];
+
+    /// The ring a record kind is written to (format 2 and later).
+    pub fn of(kind: u16) -> Region {
+        use crate::core::log::records::kind::*;
+        match kind {
+            STEP_VECTOR | SIDE_VALUE | STAGE_DEVICE | COMM_CREATED | INJECTION | HANG_EVIDENCE | KERNEL_NAME
+            | CUPTI_STATUS | QP_STUCK | QP_DEGRADED | PORT_COUNTER_NAME | VERBS_DEVICE => Region::History,
+            _ => Region::Events,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Region::Events => "events",
+            Region::History => "history",
+        }
+    }
 }
 
 /// Byte offsets of the live header fields, each an aligned u64 updated atomically.
@@ -109,6 +166,8 @@ pub mod live {
     /// Which doors were open and which injection variables were set
     /// (`core::capture::doors`); 0 in logs of libraries that did not record them.
     pub const DOORS: usize = 592;
+    /// Format 2: records committed to the history ring so far.
+    pub const HISTORY_COMMITTED: usize = 600;
 }
 
 /// The stage-name table, inside the header page: hooks intern a stage name once, and
@@ -177,8 +236,13 @@ impl WriterState {
     }
 }
 
-/// Total file size for a ring of `slot_count` records.
+/// Total file size for an event ring of `slot_count` records and its history ring.
 pub fn file_len(slot_count: u32) -> usize {
+    history_offset(slot_count) + history_slots(slot_count) as usize * SLOT_SIZE
+}
+
+/// Where the history ring starts: right after the event ring.
+pub fn history_offset(slot_count: u32) -> usize {
     records_offset() + slot_count as usize * SLOT_SIZE
 }
 

@@ -12,6 +12,7 @@ pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;
 pub mod records_profiler;
+pub mod synth;
 pub mod tail;
 pub mod writer;
 

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::format::{self, bytes, caps, comm, header, live, WriterState};
+use super::format::{self, bytes, caps, comm, header, live, Region, WriterState};
 use super::records::{hex_u64, RecordBody};
 use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
 use crate::core::capture::doors::Doors;
@@ -84,8 +84,9 @@ impl fmt::Display for ReadError {
             ),
             ReadError::UnsupportedVersion { path, found } => write!(
                 f,
-                "{}: log format version {found}, but this sf reads version {}; use the sf built with the library that wrote it",
+                "{}: log format version {found}, but this sf reads versions {} to {}; use the sf built with the library that wrote it",
                 path.display(),
+                format::OLDEST_READABLE_FORMAT,
                 format::FORMAT_VERSION
             ),
             ReadError::ForeignEndian { path } => write!(
@@ -127,6 +128,9 @@ pub struct LogHeader {
     pub base_mono_ns: u64,
     pub base_wall_ns: u64,
     pub slot_count: u32,
+    /// Slots of the history ring (step vectors and other low-rate evidence); 0 in a
+    /// format 1 log, which keeps every record in the event ring.
+    pub history_slot_count: u32,
     pub ring_capacity: u32,
     /// The writer's boot, pid namespace and start time; all zero when not recorded.
     #[serde(skip)]
@@ -144,6 +148,8 @@ pub struct LiveState {
     pub ticks_per_sec: f64,
     pub nccl_version: u64,
     pub comm_table_overflow: u64,
+    /// Records committed to the history ring (0 in a format 1 log).
+    pub history_committed: u64,
     /// Raw `CURRENT_STEP` and `CURRENT_STAGE` words; `position` resolves them.
     #[serde(skip)]
     pub current_step: u64,
@@ -182,14 +188,16 @@ pub struct Record {
     pub body: RecordBody,
 }
 
-/// What a scan of the record ring found.
+/// What a scan of the record rings found. A scan of the whole log sums the counts of
+/// both rings and gives the event ring's sequence numbers (each ring numbers its own
+/// records), with the history ring's own figures in `history`.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ScanStats {
     /// Records read whole.
     pub valid: u64,
-    /// Oldest sequence number still held.
+    /// Oldest sequence number still held (of the event ring, in a scan of both).
     pub first_seq: u64,
-    /// Newest sequence number seen.
+    /// Newest sequence number seen (of the event ring, in a scan of both).
     pub last_seq: u64,
     /// Records older than the ring holds: overwritten by wraparound.
     pub lost_to_wrap: u64,
@@ -202,6 +210,42 @@ pub struct ScanStats {
     pub invalid_slots: u64,
     /// Slots with a valid CRC but a kind this reader does not know.
     pub unknown_kind: u64,
+    /// The history ring's own figures, in a scan of a format 2 log's both rings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<Box<ScanStats>>,
+}
+
+impl ScanStats {
+    /// `events` with the counts of `history` added, and `history` kept whole.
+    fn of_both(events: ScanStats, history: ScanStats) -> ScanStats {
+        ScanStats {
+            valid: events.valid + history.valid,
+            lost_to_wrap: events.lost_to_wrap + history.lost_to_wrap,
+            missing: events.missing + history.missing,
+            invalid_slots: events.invalid_slots + history.invalid_slots,
+            unknown_kind: events.unknown_kind + history.unknown_kind,
+            history: Some(Box::new(history)),
+            ..events
+        }
+    }
+
+    /// The figures of the ring that holds step vectors: the history ring when the scan
+    /// had one, else this (a format 1 log, or a scan of that ring alone).
+    pub fn of_steps(&self) -> &ScanStats {
+        self.history.as_deref().unwrap_or(self)
+    }
+}
+
+/// Where one ring of slots lies in the file and the live word that counts its commits:
+/// what `sf snapshot` copies and what a scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingSpan {
+    pub region: Region,
+    /// Byte offset of its first slot.
+    pub offset: usize,
+    pub slot_count: u32,
+    /// Byte offset of the live header word counting its committed records.
+    pub committed_at: usize,
 }
 
 pub struct RankLog {
@@ -242,7 +286,7 @@ impl RankLog {
             return Err(ReadError::ForeignEndian { path: path.to_path_buf() });
         }
         let version = bytes::get_u32(&head, header::FORMAT_VERSION);
-        if version != format::FORMAT_VERSION {
+        if !(format::OLDEST_READABLE_FORMAT..=format::FORMAT_VERSION).contains(&version) {
             return Err(ReadError::UnsupportedVersion { path: path.to_path_buf(), found: version });
         }
         let crc = bytes::get_u32(&head, format::STATIC_CRC_OFFSET);
@@ -256,7 +300,9 @@ impl RankLog {
             expected,
         })?;
         let header = decode_header(&head);
-        let expected = format::file_len(header.slot_count) as u64;
+        // The history ring (none in format 1) ends the file.
+        let expected =
+            (format::history_offset(header.slot_count) + header.history_slot_count as usize * format::SLOT_SIZE) as u64;
         if actual < expected {
             return Err(ReadError::Truncated { path: path.to_path_buf(), expected, actual });
         }
@@ -296,7 +342,7 @@ impl RankLog {
     }
 
     pub fn live(&self) -> LiveState {
-        let mut w = [0u8; live::DOORS + 8 - live::COMMITTED];
+        let mut w = [0u8; live::HISTORY_COMMITTED + 8 - live::COMMITTED];
         self.read_stable(live::COMMITTED, &mut w);
         let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
@@ -311,6 +357,7 @@ impl RankLog {
             current_step: field(live::CURRENT_STEP),
             current_stage: field(live::CURRENT_STAGE),
             doors: Doors::decode(field(live::DOORS)),
+            history_committed: field(live::HISTORY_COMMITTED),
         }
     }
 
@@ -371,31 +418,81 @@ impl RankLog {
             .collect()
     }
 
-    /// Every whole record still in the ring, oldest first, and what could not be read.
+    /// Every whole record still in the log, and what could not be read: the history
+    /// ring's oldest first, then the event ring's (see `scan`).
     pub fn records(&self) -> (Vec<Record>, ScanStats) {
-        let mut records = Vec::with_capacity((self.header.slot_count as usize).min(1 << 20));
+        let mut records = Vec::new();
         let stats = self.scan(|record| records.push(record));
         (records, stats)
     }
 
-    /// Hands every whole record still in the ring to `visit`, oldest first, in constant
-    /// memory, and says what could not be read. A first pass over the slots finds the
-    /// newest whole record; the second reads the ring from the slot after it, which is
-    /// sequence order. Records committed after the first pass are left to the next scan
-    /// (they would come out of order); a record they overwrote counts as missing.
+    /// The rings this log has, history first (none in a format 1 log), then events.
+    pub fn rings(&self) -> Vec<RingSpan> {
+        let h = &self.header;
+        let events = RingSpan {
+            region: Region::Events,
+            offset: format::records_offset(),
+            slot_count: h.slot_count,
+            committed_at: live::COMMITTED,
+        };
+        let history = (h.history_slot_count > 0).then(|| RingSpan {
+            region: Region::History,
+            offset: format::history_offset(h.slot_count),
+            slot_count: h.history_slot_count,
+            committed_at: live::HISTORY_COMMITTED,
+        });
+        history.into_iter().chain([events]).collect()
+    }
+
+    /// Hands every whole record of both rings to `visit`, in constant memory: the history
+    /// ring's records (step vectors, communicator creations, hang evidence, names: the
+    /// low-rate kinds of `Region::of`) oldest first, then the event ring's oldest first.
+    /// Each ring is in sequence order; the two are not interleaved (each numbers its own).
     pub fn scan(&self, mut visit: impl FnMut(Record)) -> ScanStats {
-        let slot_count = self.header.slot_count as usize;
-        let committed_at_start = self.live().committed;
+        let mut chunks = SlotChunks::new();
+        let rings = self.rings();
+        let mut history = None;
+        let mut events = ScanStats::default();
+        for ring in rings {
+            let stats = self.scan_ring(ring, &mut chunks, &mut visit);
+            match ring.region {
+                Region::History => history = Some(stats),
+                Region::Events => events = stats,
+            }
+        }
+        match history {
+            Some(history) => ScanStats::of_both(events, history),
+            None => events,
+        }
+    }
+
+    /// Hands the whole records of the ring that holds `region`'s kinds to `visit`, oldest
+    /// first: reading only the history ring is how step analyses stay proportional to
+    /// the steps held, not to the calls. In a format 1 log both regions are the one ring.
+    pub fn scan_region(&self, region: Region, mut visit: impl FnMut(Record)) -> ScanStats {
+        let rings = self.rings();
+        let ring = rings.iter().find(|r| r.region == region).unwrap_or(&rings[rings.len() - 1]);
+        self.scan_ring(*ring, &mut SlotChunks::new(), &mut visit)
+    }
+
+    /// One ring's scan. A first pass over the slots finds the newest whole record; the
+    /// second reads the ring from the slot after it, which is sequence order. Records
+    /// committed after the first pass are left to the next scan (they would come out of
+    /// order); a record they overwrote counts as missing.
+    fn scan_ring(&self, ring: RingSpan, chunks: &mut SlotChunks, visit: &mut impl FnMut(Record)) -> ScanStats {
+        let slot_count = ring.slot_count as usize;
+        let mut word = [0u8; 8];
+        self.read_stable(ring.committed_at, &mut word);
+        let committed_at_start = u64::from_le_bytes(word);
         // Until the ring wraps, seq s sits in slot s - 1: slots past the count are empty.
         let end = if committed_at_start < slot_count as u64 {
             (committed_at_start + SCAN_SLACK_SLOTS).min(slot_count as u64) as usize
         } else {
             slot_count
         };
-        let runs = self.data_slots(end);
-        let mut chunks = SlotChunks::new();
+        let runs = self.data_slots(ring.offset, end);
         let mut stats = ScanStats::default();
-        self.each_slot(&runs, &mut chunks, |i, a, b| {
+        self.each_slot(ring.offset, &runs, chunks, |i, a, b| {
             if let Some(Ok((seq, ..))) = whole_slot(i, slot_count, a, b) {
                 stats.last_seq = stats.last_seq.max(seq);
             }
@@ -406,7 +503,7 @@ impl RankLog {
         let window_end = committed_at_start.min(stats.last_seq);
         let mut held_in_window = 0;
         let start = (stats.last_seq % slot_count as u64) as usize;
-        self.each_slot(&ring_order(&runs, start), &mut chunks, |i, a, b| {
+        self.each_slot(ring.offset, &ring_order(&runs, start), chunks, |i, a, b| {
             let (seq, kind, payload) = match whole_slot(i, slot_count, a, b) {
                 None => return,
                 Some(Err(())) => {
@@ -437,13 +534,19 @@ impl RankLog {
         stats
     }
 
-    /// Reads the slots of `runs` (`[from, to)` slot indexes) in chunks, each chunk twice,
-    /// and hands `visit` every slot's index and its two copies.
-    fn each_slot(&self, runs: &[(usize, usize)], chunks: &mut SlotChunks, mut visit: impl FnMut(usize, &[u8], &[u8])) {
+    /// Reads the slots of `runs` (`[from, to)` slot indexes of the ring at `base`) in
+    /// chunks, each chunk twice, and hands `visit` every slot's index and its two copies.
+    fn each_slot(
+        &self,
+        base: usize,
+        runs: &[(usize, usize)],
+        chunks: &mut SlotChunks,
+        mut visit: impl FnMut(usize, &[u8], &[u8]),
+    ) {
         for &(from, to) in runs {
             for chunk_start in (from..to).step_by(SCAN_CHUNK_SLOTS) {
                 let n = SCAN_CHUNK_SLOTS.min(to - chunk_start);
-                let at = format::records_offset() + chunk_start * format::SLOT_SIZE;
+                let at = base + chunk_start * format::SLOT_SIZE;
                 let len = n * format::SLOT_SIZE;
                 self.read_zeroed(at, &mut chunks.first[..len]);
                 self.read_zeroed(at, &mut chunks.second[..len]);
@@ -457,11 +560,11 @@ impl RankLog {
         }
     }
 
-    /// The runs of record slots below `end` that hold data, as `[from, to)` slot indexes:
-    /// the holes of a sparse file are skipped without reading them. Where the filesystem
-    /// cannot tell (`lseek` refuses `SEEK_DATA`), everything counts as data.
-    fn data_slots(&self, end: usize) -> Vec<(usize, usize)> {
-        let base = format::records_offset() as i64;
+    /// The runs of slots below `end` of the ring at `base` that hold data, as `[from, to)`
+    /// slot indexes: the holes of a sparse file are skipped without reading them. Where
+    /// the filesystem cannot tell (`lseek` refuses `SEEK_DATA`), everything counts as data.
+    fn data_slots(&self, base: usize, end: usize) -> Vec<(usize, usize)> {
+        let base = base as i64;
         let limit = base + (end * format::SLOT_SIZE) as i64;
         let fd = self.file.as_raw_fd();
         let mut runs = Vec::new();
@@ -587,7 +690,13 @@ fn check_bounds(head: &[u8]) -> Result<(), (&'static str, i64, String)> {
         }
     };
     let world = caps::WORLD_SIZE as i64;
-    within("slot_count", u32_at(header::SLOT_COUNT), 1, caps::SLOT_COUNT as i64, "")?;
+    let slot_count = u32_at(header::SLOT_COUNT);
+    within("slot_count", slot_count, 1, caps::SLOT_COUNT as i64, "")?;
+    if u32_at(header::FORMAT_VERSION) >= 2 {
+        let history = u32_at(header::HISTORY_SLOT_COUNT);
+        within("history_slot_count", history, 1, caps::HISTORY_SLOT_COUNT as i64, "")?;
+        exactly("history_offset", u64_at(header::HISTORY_OFFSET), format::history_offset(slot_count as u32))?;
+    }
     within("ring_capacity", u32_at(header::RING_CAPACITY), 0, caps::RING_CAPACITY as i64, "")?;
     within("pid", u32_at(header::PID), 0, i32::MAX as i64, "")?;
     let world_size = i32_at(header::WORLD_SIZE);
@@ -617,6 +726,10 @@ fn decode_header(head: &[u8]) -> LogHeader {
         base_mono_ns: bytes::get_u64(head, header::BASE_MONO_NS),
         base_wall_ns: bytes::get_u64(head, header::BASE_WALL_NS),
         slot_count: bytes::get_u32(head, header::SLOT_COUNT),
+        history_slot_count: match bytes::get_u32(head, header::FORMAT_VERSION) {
+            1 => 0,
+            _ => bytes::get_u32(head, header::HISTORY_SLOT_COUNT),
+        },
         ring_capacity: bytes::get_u32(head, header::RING_CAPACITY),
         stamp: ProcessStamp {
             boot_id: head[header::BOOT_ID..header::BOOT_ID + 16].try_into().expect("16 bytes"),

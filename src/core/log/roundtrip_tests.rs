@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::format;
+use super::format::{self, Region};
 use super::reader::{RankLog, ReadError};
-use super::records::{Drops, RecordBody};
+use super::records::{Drops, RecordBody, StepVector};
 use super::writer::{HeaderInfo, LogWriter};
 use crate::core::capture::clock::{Calibration, ClockSource};
 use crate::core::capture::identity::Identity;
@@ -101,4 +101,96 @@ fn bad_files_are_named_errors() {
     let error = RankLog::open(&path).err().unwrap();
     assert!(matches!(error, ReadError::NotALog { .. }));
     assert!(error.to_string().contains("rank-00002.sflog"), "names the file: {error}");
+}
+
+fn step(step: u64) -> RecordBody {
+    RecordBody::StepVector(StepVector {
+        step,
+        t_begin_ns: step * 10,
+        wall_ns: 10,
+        overlap_ns: 0,
+        schema_hash: 7,
+        part: 0,
+        stages_total: 1,
+        nested_rejected: 0,
+        count: 1,
+        stage_ids: [0; 6],
+        durations_ns: [10, 0, 0, 0, 0, 0],
+    })
+}
+
+#[test]
+fn step_vectors_keep_their_history_while_calls_wrap() {
+    let path = temp_log("regions");
+    // 16 event slots, 32 history slots.
+    let identity = Identity { global_rank: 2, world_size: 4, local_rank: 2, job_id: "j".into(), source: "env" };
+    let calibration = Calibration::new(ClockSource::Monotonic, 0, 0, 0, 1e9);
+    let info = HeaderInfo {
+        identity: &identity,
+        pid: 1,
+        host: "h",
+        calibration: &calibration,
+        slot_count: 16,
+        ring_capacity: 8,
+    };
+    let mut writer = LogWriter::create(&path, &info).unwrap();
+    // 20 steps of 50 calls each: the event ring holds the last 16 calls, the history all 20 steps.
+    for s in 0..20 {
+        writer.append(&step(s));
+        for i in 0..50 {
+            writer.append(&drops(s * 50 + i));
+        }
+    }
+    let log = RankLog::open(&path).unwrap();
+    assert_eq!((log.header.slot_count, log.header.history_slot_count), (16, 32));
+    assert_eq!((log.live().committed, log.live().history_committed), (1000, 20));
+    let mut steps = Vec::new();
+    let stats = log.scan_region(Region::History, |r| steps.push(r.body));
+    assert_eq!(steps, (0..20).map(step).collect::<Vec<_>>(), "every step, oldest first");
+    assert_eq!((stats.valid, stats.lost_to_wrap, stats.first_seq, stats.last_seq), (20, 0, 1, 20));
+
+    let (records, stats) = log.records();
+    assert_eq!(records.len(), 36, "20 steps, then the 16 newest calls");
+    assert!(records[..20].iter().all(|r| matches!(r.body, RecordBody::StepVector(_))));
+    assert_eq!(records[20].body, drops(984));
+    assert_eq!((stats.valid, stats.lost_to_wrap, stats.first_seq, stats.last_seq), (36, 984, 985, 1000));
+    assert_eq!(stats.of_steps().lost_to_wrap, 0);
+
+    // 60 more steps wrap the history ring: the oldest 48 go, and the scan counts them.
+    for s in 20..80 {
+        writer.append(&step(s));
+    }
+    let stats = log.scan_region(Region::History, |_| {});
+    assert_eq!((stats.valid, stats.lost_to_wrap, stats.first_seq), (32, 48, 49));
+}
+
+/// A format 1 log (one ring for everything) is still read: the history region is the
+/// event ring then.
+#[test]
+fn a_format_1_log_reads_as_one_ring() {
+    let path = temp_log("v1");
+    write_log(&path, 32, 10);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(format::history_offset(32));
+    bytes[format::header::FORMAT_VERSION..format::header::FORMAT_VERSION + 4].copy_from_slice(&1u32.to_le_bytes());
+    bytes[format::header::HISTORY_SLOT_COUNT..format::header::HISTORY_OFFSET + 8].fill(0);
+    let crc = crc32fast::hash(&bytes[..format::STATIC_HEADER_LEN]);
+    bytes[format::STATIC_CRC_OFFSET..format::STATIC_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let log = RankLog::open(&path).unwrap();
+    assert_eq!((log.header.format_version, log.header.history_slot_count), (1, 0));
+    let (records, stats) = log.records();
+    assert_eq!(records.len(), 10);
+    assert!(stats.history.is_none());
+    assert_eq!(log.scan_region(Region::History, |_| {}).valid, 10, "one ring holds every kind");
+    assert_eq!(log.rings().len(), 1);
+}
+
+#[test]
+fn a_history_ring_the_file_cannot_hold_is_refused() {
+    let path = temp_log("short-history");
+    write_log(&path, 32, 3);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..format::history_offset(32) + 100]).unwrap();
+    assert!(matches!(RankLog::open(&path), Err(ReadError::Truncated { .. })));
 }

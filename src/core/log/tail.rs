@@ -2,7 +2,8 @@
 //! long-running reader (`sf exporter`) needs on each pass, at a cost proportional to the
 //! records new since the last pass rather than to the log's size.
 //!
-//! Record `s` sits in slot `(s - 1) % slot_count`, so the new records are one or two runs
+//! Each ring of the log (history and events) numbers its own records, and record `s` of a
+//! ring sits in its slot `(s - 1) % slot_count`, so the new records are one or two runs
 //! of slots. Each slot is read twice and taken only when both reads agree, it holds the
 //! sequence number expected there and its CRC matches: a slot already overwritten by a
 //! newer lap counts as lost, one still being written ends the pass (the next pass reads it).
@@ -12,7 +13,7 @@ use std::io;
 
 use super::copy::read_zeroed;
 use super::format::{self, bytes};
-use super::reader::Record;
+use super::reader::{Record, RingSpan};
 use super::records::RecordBody;
 
 /// Slots read per `pread`.
@@ -28,17 +29,17 @@ pub struct TailStats {
     pub lost: u64,
 }
 
-/// Hands `visit` every whole record with a sequence number in `(after_seq, committed]`,
-/// oldest first, from the log open as `file` with `slot_count` slots. `committed` is the
-/// log's live count, read by the caller just before.
+/// Hands `visit` every whole record of `ring` with a sequence number in
+/// `(after_seq, committed]`, oldest first, from the log open as `file`. `committed` is the
+/// ring's live count, read by the caller just before.
 pub fn read_after(
     file: &File,
-    slot_count: u32,
+    ring: &RingSpan,
     after_seq: u64,
     committed: u64,
     mut visit: impl FnMut(Record),
 ) -> io::Result<TailStats> {
-    let n = u64::from(slot_count.max(1));
+    let n = u64::from(ring.slot_count.max(1));
     let mut stats = TailStats { last_seq: after_seq, lost: 0 };
     if committed <= after_seq {
         return Ok(stats);
@@ -54,7 +55,7 @@ pub fn read_after(
         // A run of slots up to the end of the ring, the chunk or the newest record.
         let run = CHUNK_SLOTS.min(n - slot).min(committed - seq + 1);
         let len = run as usize * format::SLOT_SIZE;
-        let at = (format::records_offset() + slot as usize * format::SLOT_SIZE) as u64;
+        let at = (ring.offset + slot as usize * format::SLOT_SIZE) as u64;
         read_zeroed(file, at, &mut a[..len])?;
         read_zeroed(file, at, &mut b[..len])?;
         for (i, (x, y)) in a[..len].chunks_exact(format::SLOT_SIZE).zip(b.chunks_exact(format::SLOT_SIZE)).enumerate() {
@@ -86,7 +87,9 @@ mod tests {
     use super::*;
     use crate::core::capture::clock::{Calibration, ClockSource};
     use crate::core::capture::identity::Identity;
-    use crate::core::log::records::Drops;
+    use crate::core::log::format::Region;
+    use crate::core::log::reader::RankLog;
+    use crate::core::log::records::{CommCreated, CommOrigin, Drops};
     use crate::core::log::writer::{HeaderInfo, LogWriter};
 
     #[test]
@@ -112,19 +115,38 @@ mod tests {
             writer.append(&drop_record(t));
         }
         let file = File::open(&path).unwrap();
+        let rings = RankLog::open(&path).unwrap().rings();
+        let events = rings.iter().find(|r| r.region == Region::Events).unwrap();
         let mut seen = Vec::new();
-        let stats = read_after(&file, 1024, 0, 10, |r| seen.push(r.seq)).unwrap();
+        let stats = read_after(&file, events, 0, 10, |r| seen.push(r.seq)).unwrap();
         assert_eq!((seen.len(), stats), (10, TailStats { last_seq: 10, lost: 0 }));
         for t in 11..=1500 {
             writer.append(&drop_record(t));
         }
         seen.clear();
-        let stats = read_after(&file, 1024, 10, 1500, |r| seen.push(r.seq)).unwrap();
+        let stats = read_after(&file, events, 10, 1500, |r| seen.push(r.seq)).unwrap();
         assert_eq!(seen.first(), Some(&477), "the oldest record the ring still holds");
         assert_eq!((seen.len(), stats), (1024, TailStats { last_seq: 1500, lost: 466 }));
         // Counted but not yet committed: the pass stops before it.
-        let stats = read_after(&file, 1024, 1500, 1501, |_| panic!("nothing whole")).unwrap();
+        let stats = read_after(&file, events, 1500, 1501, |_| panic!("nothing whole")).unwrap();
         assert_eq!(stats, TailStats { last_seq: 1500, lost: 0 });
+        // A communicator creation goes to the history ring, numbered on its own.
+        writer.append(&RecordBody::CommCreated(CommCreated {
+            t_ns: 1,
+            comm_id: 9,
+            parent_id: 0,
+            rank: 0,
+            nranks: 1,
+            global_rank: 0,
+            color: 0,
+            key: 0,
+            origin: CommOrigin::InitRank,
+        }));
+        let history = rings.iter().find(|r| r.region == Region::History).unwrap();
+        let mut kinds = Vec::new();
+        let stats = read_after(&file, history, 0, 1, |r| kinds.push((r.seq, r.body.kind()))).unwrap();
+        assert_eq!(kinds, [(1, crate::core::log::records::kind::COMM_CREATED)]);
+        assert_eq!(stats, TailStats { last_seq: 1, lost: 0 });
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

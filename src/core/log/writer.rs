@@ -1,5 +1,5 @@
-//! The collector's side of a rank log: the header at creation, then records into the ring
-//! of slots, each committed last with a release store.
+//! The collector's side of a rank log: the header at creation, then records into the
+//! ring their kind belongs to (`Region::of`), each committed last with a release store.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
-use super::format::{self, bytes, header, live, WriterState};
+use super::format::{self, bytes, header, live, Region, WriterState};
 use super::mapping::SharedMap;
 use super::private_dir::PrivateDir;
 use super::records::RecordBody;
@@ -29,8 +29,17 @@ pub struct HeaderInfo<'a> {
 
 pub struct LogWriter {
     map: &'static SharedMap,
+    events: Ring,
+    history: Ring,
+}
+
+/// One ring of slots in the log: where it starts, how many slots, what it has committed,
+/// and the live header word that publishes the count.
+struct Ring {
+    offset: usize,
     slot_count: u64,
     committed: u64,
+    published_at: usize,
 }
 
 impl LogWriter {
@@ -77,22 +86,39 @@ impl LogWriter {
         dir.remove(&staging);
         placed?;
         let map = SharedMap::create(&file, len, format::records_offset())?;
-        Ok(LogWriter { map, slot_count: info.slot_count as u64, committed: 0 })
+        let events = Ring {
+            offset: format::records_offset(),
+            slot_count: info.slot_count as u64,
+            committed: 0,
+            published_at: live::COMMITTED,
+        };
+        let history = Ring {
+            offset: format::history_offset(info.slot_count),
+            slot_count: format::history_slots(info.slot_count) as u64,
+            committed: 0,
+            published_at: live::HISTORY_COMMITTED,
+        };
+        Ok(LogWriter { map, events, history })
     }
 
     pub fn map(&self) -> &'static SharedMap {
         self.map
     }
 
-    /// Appends one record; on wraparound it overwrites the oldest.
+    /// Appends one record to its kind's ring; on wraparound it overwrites that ring's
+    /// oldest.
     pub fn append(&mut self, body: &RecordBody) {
-        let seq = self.committed + 1;
+        let kind = body.kind();
+        let ring = match Region::of(kind) {
+            Region::Events => &mut self.events,
+            Region::History => &mut self.history,
+        };
+        let seq = ring.committed + 1;
         let mut payload = [0u8; format::PAYLOAD_CAPACITY];
         let len = body.encode(&mut payload);
-        let kind = body.kind();
         let crc = format::record_crc(seq, kind, &payload[..len]);
 
-        let offset = format::records_offset() + ((seq - 1) % self.slot_count) as usize * format::SLOT_SIZE;
+        let offset = ring.offset + ((seq - 1) % ring.slot_count) as usize * format::SLOT_SIZE;
         let commit = self.map.atomic_u64(offset);
         // Invalidate first, so a reader never pairs this slot's old commit word with new bytes.
         commit.store(0, Ordering::Relaxed);
@@ -105,8 +131,8 @@ impl LogWriter {
         // SAFETY: the slot's body is in bounds; only this (single) writer stores to it.
         unsafe { std::ptr::copy_nonoverlapping(slot.as_ptr(), self.map.ptr(offset + 8, slot.len()), slot.len()) };
         commit.store(seq, Ordering::Release);
-        self.committed = seq;
-        self.map.atomic_u64(live::COMMITTED).store(seq, Ordering::Release);
+        ring.committed = seq;
+        self.map.atomic_u64(ring.published_at).store(seq, Ordering::Release);
     }
 
     pub fn heartbeat(&self, mono_ns: u64, wall_ns: u64, ticks_per_sec: f64) {
@@ -163,6 +189,8 @@ fn encode_static_header(buf: &mut [u8], info: &HeaderInfo) {
     bytes::put_i32(buf, header::LOCAL_RANK, info.identity.local_rank);
     bytes::put_u32(buf, header::CLOCK_SOURCE, info.calibration.source as u32);
     bytes::put_u32(buf, header::RING_CAPACITY, info.ring_capacity);
+    bytes::put_u32(buf, header::HISTORY_SLOT_COUNT, format::history_slots(info.slot_count));
+    bytes::put_u64(buf, header::HISTORY_OFFSET, format::history_offset(info.slot_count) as u64);
     bytes::put_u64(buf, header::BASE_TICKS, info.calibration.base_ticks);
     bytes::put_u64(buf, header::BASE_MONO_NS, info.calibration.base_mono_ns);
     bytes::put_u64(buf, header::BASE_WALL_NS, info.calibration.base_wall_ns);

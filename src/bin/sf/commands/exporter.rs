@@ -23,7 +23,8 @@ use stagefrontier::analysis::frontier::{Analyzer, Context};
 use stagefrontier::analysis::hang::{self, Settings};
 use stagefrontier::core::capture::clock::monotonic_ns;
 use stagefrontier::core::capture::host as local_host;
-use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::format::Region;
+use stagefrontier::core::log::reader::{LiveState, RankLog};
 use stagefrontier::core::log::records::{QpWindow, RecordBody, StepVector};
 use stagefrontier::core::log::tail::read_after;
 
@@ -71,8 +72,10 @@ struct Watched {
     file: File,
     /// Device and inode: a log replaced under the same name (a restarted job) is watched anew.
     identity: (u64, u64),
-    /// The newest record read.
+    /// The newest record read of the event ring, and of the history ring (each ring
+    /// numbers its own records).
     last_seq: u64,
+    history_last_seq: u64,
     lost: u64,
     calls: VecDeque<RecordBody>,
     other: VecDeque<RecordBody>,
@@ -91,6 +94,7 @@ impl Watched {
             log,
             file,
             last_seq: 0,
+            history_last_seq: 0,
             lost: 0,
             calls: VecDeque::new(),
             other: VecDeque::new(),
@@ -100,35 +104,50 @@ impl Watched {
         })
     }
 
-    /// Reads the records committed since the last pass (up to `committed`).
-    fn catch_up(&mut self, committed: u64) {
-        if self.last_seq == 0 {
-            self.last_seq = committed.saturating_sub(FIRST_PASS_RECORDS);
+    /// Reads the records each ring committed since the last pass (up to the counts of
+    /// `live`), the history ring's first: step vectors and communicator creations.
+    fn catch_up(&mut self, live: &LiveState) {
+        for ring in self.log.rings() {
+            let (committed, cursor) = match ring.region {
+                Region::Events => (live.committed, self.last_seq),
+                Region::History => (live.history_committed, self.history_last_seq),
+            };
+            let after = if cursor == 0 { committed.saturating_sub(FIRST_PASS_RECORDS) } else { cursor };
+            let Watched { calls, other, parts, qps, .. } = self;
+            let stats = read_after(&self.file, &ring, after, committed, |record| {
+                match &record.body {
+                    RecordBody::StepVector(v) => parts.entry(v.step).or_default().push(*v),
+                    RecordBody::QpWindow(w) => {
+                        qps.insert((w.source.name(), w.device, w.qp_num), *w);
+                    }
+                    _ => {}
+                }
+                if let RecordBody::NcclCall(_) = record.body {
+                    if calls.len() == CALLS_KEPT {
+                        calls.pop_front();
+                    }
+                    calls.push_back(record.body);
+                } else if hang_reads(&record.body) {
+                    if other.len() == OTHER_KEPT {
+                        other.pop_front();
+                    }
+                    other.push_back(record.body);
+                }
+            });
+            let newest = stats.map_or(after, |stats| {
+                self.lost += stats.lost;
+                stats.last_seq
+            });
+            match ring.region {
+                Region::Events => self.last_seq = newest,
+                Region::History => self.history_last_seq = newest,
+            }
         }
-        let Watched { calls, other, parts, qps, .. } = self;
-        let stats = read_after(&self.file, self.log.header.slot_count, self.last_seq, committed, |record| {
-            match &record.body {
-                RecordBody::StepVector(v) => parts.entry(v.step).or_default().push(*v),
-                RecordBody::QpWindow(w) => {
-                    qps.insert((w.source.name(), w.device, w.qp_num), *w);
-                }
-                _ => {}
-            }
-            if let RecordBody::NcclCall(_) = record.body {
-                if calls.len() == CALLS_KEPT {
-                    calls.pop_front();
-                }
-                calls.push_back(record.body);
-            } else if hang_reads(&record.body) {
-                if other.len() == OTHER_KEPT {
-                    other.pop_front();
-                }
-                other.push_back(record.body);
-            }
-        });
-        let Ok(stats) = stats else { return };
-        self.last_seq = stats.last_seq;
-        self.lost += stats.lost;
+        self.complete_steps();
+    }
+
+    /// Moves the steps whose parts are all in to the window.
+    fn complete_steps(&mut self) {
         // Steps whose parts are all in move to the window; parts of steps far older than
         // the newest are given up (a part lost to the ring never comes).
         let newest = self.parts.keys().next_back().copied().unwrap_or(0);
@@ -217,7 +236,7 @@ fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str
     let mut labels_of = Vec::new();
     for w in logs.iter_mut() {
         let live = w.log.live();
-        w.catch_up(live.committed);
+        w.catch_up(&live);
         let h = &w.log.header;
         let rank_labels = vec![
             ("job_id", job.to_string()),

@@ -33,6 +33,10 @@ pub struct FrontierReport {
     /// less its `wait_seconds` (a CSV without that column cannot tell).
     pub own_time: bool,
     pub sync_wait: SyncWaitReport,
+    /// The first step the logs still hold when older steps wrapped out of some rank's
+    /// step history (the analysis starts after the job did); null when nothing wrapped,
+    /// and for a CSV.
+    pub history_starts_at_step: Option<u64>,
     pub windows: Vec<WindowReport>,
 }
 
@@ -160,15 +164,15 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (file, table, waits, inferred) = match &options.source {
+    let (file, table, waits, inferred, history_starts_at_step) = match &options.source {
         FrontierSource::Csv(path) => {
             let mut table = read_csv(path, options)?;
             let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
-            (path.display().to_string(), table, waits, None)
+            (path.display().to_string(), table, waits, None, None)
         }
         FrontierSource::Logs(dir) => {
-            let (table, waits, inferred) = frontier_waits::own_time_table(dir)?;
-            (dir.display(), table, Some(waits), inferred)
+            let (table, waits, inferred, starts_at) = frontier_waits::own_time_table(dir)?;
+            (dir.display(), table, Some(waits), inferred, starts_at)
         }
     };
     let source = match inferred {
@@ -194,6 +198,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         world: table.world().len(),
         own_time: waits.is_some(),
         sync_wait,
+        history_starts_at_step,
         windows: windows
             .iter()
             .map(|w| {

@@ -15,16 +15,21 @@ use super::inferred::{self, InferredSummary};
 use super::{step_vectors, Failure};
 use crate::discover::Dirs;
 
+/// The own-time table, its waits, the inference summary and where the history starts.
+pub type OwnTimeTable = (StageTable, Waits, Option<InferredSummary>, Option<u64>);
+
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out. With no step vectors in the logs,
-/// the stages are inferred from the NCCL schedule, and their summary comes back too.
-pub fn own_time_table(dir: &Dirs) -> Result<(StageTable, Waits, Option<InferredSummary>), Failure> {
+/// the stages are inferred from the NCCL schedule, and their summary comes back too; and
+/// the first step of the window when the step history wrapped.
+pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
     let (mut ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
+    let starts_at = step_vectors::history_starts_at(&ranks);
     let inferred = inferred::fill(dir, "frontier", &mut ranks)?;
     let mut table = step_vectors::table_of(dir, &ranks, world)?;
     let (attribution, summary) = inferred::attribution(inferred, dir, "frontier", table.schema().stages())?;
     let waits = Waits::take_out(&mut table, attribution);
-    Ok((table, waits, summary))
+    Ok((table, waits, summary, starts_at))
 }
 
 /// The model-fit indicator W_s: stages exposed through synchronization waits.

@@ -27,7 +27,7 @@ use super::Failure;
 use crate::cli::HangOptions;
 use crate::discover::{self, Dirs};
 use crate::moment::{self, Judged};
-use crate::progress::Progress;
+use crate::parallel;
 
 /// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
 /// collectives for the cadence, 4096 per communicator for mismatches), and a bound on
@@ -214,20 +214,16 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
     let files = discover::job_logs(dir, "hang").map_err(Failure::Message)?;
     let reader_host = local_host::name();
     let mut errors = Vec::new();
-    let mut progress = Progress::new(files.len());
-    // Records first: the long part.
+    // Records first: the long part. The logs stay open for their live state below.
+    parallel::allow_open_files(files.len());
     let mut logs = Vec::with_capacity(files.len());
-    for (i, file) in files.into_iter().enumerate() {
-        match RankLog::open(&file.path) {
-            Ok(log) => {
-                let history = History::of(&log);
-                logs.push((log, history, file.taken));
-            }
+    let read = parallel::read_all(&files, |file| RankLog::open(&file.path).map(|log| (History::of(&log), log)));
+    for (file, read) in files.into_iter().zip(read) {
+        match read {
+            Ok((history, log)) => logs.push((log, history, file.taken)),
             Err(e) => errors.push(FileError { file: file.path.display().to_string(), error: e.to_string() }),
         }
-        progress.done(i + 1);
     }
-    drop(progress);
     // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
     logs.sort_by_key(|(log, ..)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
     let now_mono_ns = monotonic_ns();
@@ -266,10 +262,13 @@ pub(crate) struct History {
 }
 
 impl History {
+    /// Streams the log's records (never all of them at once): the newest `CALLS_KEPT`
+    /// calls, every low-rate record, and the newest window of each QP.
     fn of(log: &RankLog) -> History {
         let drained_ns = log.live().heartbeat_mono_ns;
-        let (records, stats) = log.records();
-        History::from_records(drained_ns, records.into_iter().map(|r| r.body), stats.missing == 0, stats.last_seq)
+        let mut kept = Kept::new(drained_ns);
+        let stats = log.scan(|record| kept.push(record.body));
+        kept.finish(stats.missing == 0, stats.last_seq)
     }
 
     /// From the records of a log, oldest first (`sf exporter` keeps the ones this reads
@@ -281,33 +280,72 @@ impl History {
         complete: bool,
         newest_seq: u64,
     ) -> History {
-        let mut history = History {
+        let mut kept = Kept::new(drained_ns);
+        records.into_iter().for_each(|body| kept.push(body));
+        kept.finish(complete, newest_seq)
+    }
+}
+
+/// A `History` being gathered record by record, in bounded memory.
+struct Kept {
+    history: History,
+    /// The newest window of each QP: counters are cumulative, so it says what all the
+    /// later ones would.
+    windows: Vec<QpWindow>,
+}
+
+impl Kept {
+    fn new(drained_ns: u64) -> Kept {
+        let history = History {
             drained_ns,
             calls: Vec::new(),
             created: Vec::new(),
             injections: Vec::new(),
             hang_evidence: Vec::new(),
             stuck_qps: Vec::new(),
-            complete,
+            complete: true,
             newest_drop_ns: None,
-            newest_seq,
+            newest_seq: 0,
         };
-        let mut windows: Vec<QpWindow> = Vec::new();
-        for body in records {
-            match body {
-                RecordBody::QpStuck(q) => history.stuck_qps.push(q),
-                RecordBody::QpWindow(w) if w.completed > 0 => windows.push(w),
-                RecordBody::NcclCall(c) => history.calls.push(c),
-                RecordBody::CommCreated(c) => history.created.push(c),
-                RecordBody::Injection(i) => history.injections.push(i),
-                RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
-                RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
-                // Kinds the hang analysis does not use.
-                _ => {}
+        Kept { history, windows: Vec::new() }
+    }
+
+    fn push(&mut self, body: RecordBody) {
+        let history = &mut self.history;
+        match body {
+            RecordBody::QpStuck(q) => history.stuck_qps.push(q),
+            RecordBody::QpWindow(w) if w.completed > 0 => {
+                let key = |x: &QpWindow| (x.source, x.device, x.qp_num);
+                match self.windows.iter_mut().find(|k| key(k) == key(&w)) {
+                    Some(kept) if kept.t_ns < w.t_ns => *kept = w,
+                    Some(_) => {}
+                    None => self.windows.push(w),
+                }
             }
+            RecordBody::NcclCall(c) => {
+                // Trimmed in halves, so memory stays within twice what is kept.
+                if history.calls.len() >= 2 * CALLS_KEPT {
+                    history.calls.drain(..CALLS_KEPT);
+                }
+                history.calls.push(c)
+            }
+            RecordBody::CommCreated(c) => history.created.push(c),
+            RecordBody::Injection(i) => history.injections.push(i),
+            RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
+            RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
+            // Kinds the hang analysis does not use.
+            _ => {}
         }
+    }
+
+    fn finish(self, complete: bool, newest_seq: u64) -> History {
+        let Kept { mut history, windows } = self;
+        history.complete = complete;
+        history.newest_seq = newest_seq;
         let excess = history.calls.len().saturating_sub(CALLS_KEPT);
         history.calls.drain(..excess);
+        // Kept for the whole run: not the scan's room for twice as many.
+        history.calls.shrink_to_fit();
         let same = |q: &QpStuck, w: &QpWindow| (q.source, q.device, q.qp_num) == (w.source, w.device, w.qp_num);
         history
             .stuck_qps
@@ -316,7 +354,6 @@ impl History {
     }
 }
 
-/// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
 impl Extra {
     /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
     /// hang evidence or step: those are records, which metrics do not carry).
@@ -341,6 +378,7 @@ impl Extra {
     }
 }
 
+/// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
 pub(crate) fn hang_reads(body: &RecordBody) -> bool {
     matches!(
         body,

@@ -18,7 +18,7 @@ use super::waits::clock_of;
 use super::Failure;
 use crate::discover::{self, Dirs, LogFile};
 use crate::moment::{self, Taken};
-use crate::progress::Progress;
+use crate::parallel;
 use crate::wall::rfc3339_ms;
 use stagefrontier::core::capture::host as local_host;
 
@@ -68,6 +68,7 @@ pub struct RankRow {
     pub liveness: Liveness,
     /// `None` when the writer never beat.
     pub heartbeat_age_s: Option<f64>,
+    /// Records committed to both rings (events and history).
     pub committed: u64,
     pub held: u64,
     pub lost_to_wrap: u64,
@@ -130,18 +131,18 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let mut calls = Vec::with_capacity(files.len());
     let mut clocks = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
-    let mut progress = Progress::new(files.len());
-    for (i, file) in files.iter().enumerate() {
-        match RankLog::open(&file.path) {
-            Ok(log) => {
-                let (row, said) = row(&log, file.taken.as_ref(), &host);
-                clocks.push(clock_of(&log));
+    let read = parallel::read_all(&files, |file| {
+        RankLog::open(&file.path).map(|log| (row(&log, file.taken.as_ref(), &host), clock_of(&log)))
+    });
+    for (file, read) in files.iter().zip(read) {
+        match read {
+            Ok(((row, said), clock)) => {
+                clocks.push(clock);
                 ranks.push(row);
                 calls.push(said);
             }
             Err(e) => errors.push(FileError { file: file.path.display().to_string(), error: e.to_string() }),
         }
-        progress.done(i + 1);
     }
     // Ranked logs by rank (file names sort wrongly past 99999), then the unranked ones.
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
@@ -186,6 +187,8 @@ fn row(log: &RankLog, taken: Option<&Taken>, reader_host: &str) -> (RankRow, (i3
         }
     });
     calls.drain(..calls.len().saturating_sub(CALLS_KEPT));
+    // What is kept for the whole run: not the scan's room for twice as many.
+    calls.shrink_to_fit();
     let row = RankRow {
         file: log.path().display().to_string(),
         rank: h.global_rank,
@@ -196,7 +199,7 @@ fn row(log: &RankLog, taken: Option<&Taken>, reader_host: &str) -> (RankRow, (i3
         job_id: h.job_id.clone(),
         liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), at.process),
         heartbeat_age_s: age_ns.map(|ns| ns as f64 / 1e9),
-        committed: live.committed,
+        committed: live.committed + live.history_committed,
         held: stats.valid,
         lost_to_wrap: stats.lost_to_wrap,
         missing: stats.missing,

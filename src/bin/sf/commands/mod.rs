@@ -17,7 +17,10 @@ mod slow_waits;
 pub mod snapshot;
 pub(crate) mod step_vectors;
 pub mod steps;
+pub mod trace;
 mod waits;
+
+pub use step_vectors::history_note;
 
 use std::io;
 

@@ -31,6 +31,9 @@ pub struct SlowReport {
     pub ranks_without_steps: Vec<u32>,
     pub stages: Vec<String>,
     pub skip_steps: usize,
+    /// The first step the logs still hold when older steps wrapped out of some rank's
+    /// step history (the analysis starts after the job did); null when nothing wrapped.
+    pub history_starts_at_step: Option<u64>,
     pub group_by: &'static str,
     pub median_step_s: f64,
     pub params: Params,
@@ -220,6 +223,7 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
         report.source = inferred::INFERRED;
     }
     report.inferred = summary;
+    report.history_starts_at_step = step_vectors::history_starts_at(&logs);
     Ok(report)
 }
 
@@ -375,6 +379,7 @@ fn report(
         ranks: series.len(),
         ranks_without_steps,
         skip_steps: options.skip_steps,
+        history_starts_at_step: None,
         group_by: options.group_by.name(),
         median_step_s: blamed.median_step_s,
         params: Params {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::DeviceTime;
 use stagefrontier::core::capture::doors::{no_markers_note, Doors};
+use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{RecordBody, StepVector};
 
@@ -13,7 +14,7 @@ use super::steps::seconds;
 use super::Failure;
 use crate::discover;
 use crate::discover::Dirs;
-use crate::progress::Progress;
+use crate::parallel;
 use crate::wall::WallClock;
 
 /// One complete step of one rank: wall and overlap time, and its stages by name.
@@ -37,6 +38,8 @@ pub struct RankSteps {
     /// Which doors were open (`None`: a log of an older library).
     pub doors: Option<Doors>,
     pub steps: Vec<RankStep>,
+    /// Records the log's step history lost to wraparound: its steps begin after the job's.
+    pub history_wrapped: u64,
 }
 
 /// Every ranked log in `dir` (ascending rank) and the world size the headers record. A
@@ -47,46 +50,55 @@ pub fn read_ranks(dir: &Dirs, command: &str) -> Result<(Vec<RankSteps>, usize), 
     let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
     let mut world = 0;
     let mut ranks: Vec<RankSteps> = Vec::new();
-    let mut progress = Progress::new(logs.len());
-    for (i, path) in logs.iter().enumerate() {
+    let read = parallel::read_all(&logs, |path| {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
-        progress.done(i + 1);
-        let rank = log.header.global_rank;
-        if rank < 0 || ranks.iter().any(|r| r.rank == rank as u32) {
+        Ok::<_, Failure>(rank_steps(&log))
+    });
+    for read in read {
+        let Some((steps, header_world)) = read? else { continue };
+        if ranks.iter().any(|r| r.rank == steps.rank) {
             continue;
         }
-        world = world.max(log.header.world_size.max(rank + 1));
-        let names = log.stage_names();
-        let name = |id: u16| names.get(id as usize).cloned().flatten().unwrap_or_else(|| format!("stage#{id}"));
-        let (vectors, mut device) = complete_steps(&log);
-        let steps = vectors
-            .into_iter()
-            .map(|(step, parts)| RankStep {
-                step,
-                t_begin_ns: parts[0].t_begin_ns,
-                wall_ns: parts[0].wall_ns,
-                overlap_ns: parts[0].overlap_ns,
-                stages: parts.iter().flat_map(|p| p.stages()).map(|(id, ns)| (name(id), ns)).collect(),
-                device: device
-                    .remove(&step)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(id, d, s)| (name(id), d, s))
-                    .collect(),
-            })
-            .collect();
-        let header = &log.header;
-        ranks.push(RankSteps {
-            rank: rank as u32,
-            local_rank: header.local_rank,
-            host: header.host.clone(),
-            clock: WallClock::of(header),
-            doors: log.live().doors,
-            steps,
-        });
+        world = world.max(header_world);
+        ranks.push(steps);
     }
     ranks.sort_by_key(|r| r.rank);
     Ok((ranks, world as usize))
+}
+
+/// One log's identity and complete steps, and the world its header records; `None` for
+/// an unranked log.
+fn rank_steps(log: &RankLog) -> Option<(RankSteps, i32)> {
+    let rank = log.header.global_rank;
+    if rank < 0 {
+        return None;
+    }
+    let world = log.header.world_size.max(rank + 1);
+    let names = log.stage_names();
+    let name = |id: u16| names.get(id as usize).cloned().flatten().unwrap_or_else(|| format!("stage#{id}"));
+    let (vectors, mut device, history_wrapped) = complete_steps(log);
+    let steps = vectors
+        .into_iter()
+        .map(|(step, parts)| RankStep {
+            step,
+            t_begin_ns: parts[0].t_begin_ns,
+            wall_ns: parts[0].wall_ns,
+            overlap_ns: parts[0].overlap_ns,
+            stages: parts.iter().flat_map(|p| p.stages()).map(|(id, ns)| (name(id), ns)).collect(),
+            device: device.remove(&step).unwrap_or_default().into_iter().map(|(id, d, s)| (name(id), d, s)).collect(),
+        })
+        .collect();
+    let header = &log.header;
+    let steps = RankSteps {
+        rank: rank as u32,
+        local_rank: header.local_rank,
+        host: header.host.clone(),
+        clock: WallClock::of(header),
+        doors: log.live().doors,
+        steps,
+        history_wrapped,
+    };
+    Some((steps, world))
 }
 
 /// The complete steps of `ranks` (read from `dir`), as a frontier table. The world is the
@@ -125,23 +137,38 @@ pub fn no_step_vectors(ranks: &[RankSteps]) -> String {
     message
 }
 
+/// The first step every rank still holds when some rank's step history wrapped: the
+/// analyses' window starts there, after the job did. `None` when nothing wrapped.
+pub fn history_starts_at(ranks: &[RankSteps]) -> Option<u64> {
+    let wrapped = ranks.iter().filter(|r| r.history_wrapped > 0);
+    wrapped.map(|r| r.steps.first().map_or(0, |s| s.step)).max()
+}
+
+/// The note for a window that starts after the job did.
+pub fn history_note(first_step: u64) -> String {
+    format!(
+        "note: the logs' step history starts at step {first_step}: older steps wrapped out of the history ring \
+         (set SF_LOG_RECORDS higher to keep more)"
+    )
+}
+
 /// Per step, (stage id, device ns, spill ns) of every `stage_device` part held.
 type DeviceByStep = BTreeMap<u64, Vec<(u16, u64, u64)>>;
 
-/// Steps whose parts are all held, parts in order; and the device time of the steps the
-/// CUDA door sampled (a lost `stage_device` part loses only its stages).
-pub(super) fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep) {
+/// Steps whose parts are all held, parts in order; the device time of the steps the
+/// CUDA door sampled (a lost `stage_device` part loses only its stages); and how many
+/// records of the step history wrapped away.
+pub(super) fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep, u64) {
     let mut steps: BTreeMap<u64, Vec<StepVector>> = BTreeMap::new();
     let mut device: DeviceByStep = BTreeMap::new();
-    for record in log.records().0 {
-        match record.body {
-            RecordBody::StepVector(v) => steps.entry(v.step).or_default().push(v),
-            RecordBody::StageDevice(d) => device.entry(d.step).or_default().extend(d.stages()),
-            _ => {}
-        }
-    }
+    // Both kinds live in the history ring: the event ring's calls are not read at all.
+    let stats = log.scan_region(Region::History, |record| match record.body {
+        RecordBody::StepVector(v) => steps.entry(v.step).or_default().push(v),
+        RecordBody::StageDevice(d) => device.entry(d.step).or_default().extend(d.stages()),
+        _ => {}
+    });
     steps.retain(|_, parts| is_complete_step(parts));
-    (steps, device)
+    (steps, device, stats.lost_to_wrap)
 }
 
 /// Whether a step's parts are all held; sorts them in part order.

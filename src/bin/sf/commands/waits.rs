@@ -17,14 +17,17 @@ pub fn attribution(dir: &Dirs, command: &str, stages: &[String]) -> Result<Attri
     let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
     let mut ranks: Vec<RankTimeline> = Vec::new();
     let mut clocks: Vec<RankClock> = Vec::new();
-    for path in &logs {
+    let read = crate::parallel::read_all(&logs, |path| {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
         let rank = log.header.global_rank;
-        if rank < 0 || ranks.iter().any(|r| r.rank == rank as u32) {
-            continue;
+        Ok::<_, Failure>((rank >= 0).then(|| (timeline(&log, rank as u32, stages), clock_of(&log))))
+    });
+    for read in read {
+        let Some((timeline, clock)) = read? else { continue };
+        if !ranks.iter().any(|r| r.rank == timeline.rank) {
+            ranks.push(timeline);
+            clocks.push(clock);
         }
-        ranks.push(timeline(&log, rank as u32, stages));
-        clocks.push(clock_of(&log));
     }
     align_hosts(&mut ranks, &clocks);
     Ok(attribute(&ranks))

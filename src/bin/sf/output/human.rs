@@ -62,6 +62,9 @@ impl<W: Write> Output for Human<W> {
         if let Some(inferred) = &report.inferred {
             writeln!(self.out, "{}", inferred.line())?;
         }
+        if let Some(step) = report.history_starts_at_step {
+            writeln!(self.out, "{}", crate::commands::history_note(step))?;
+        }
         for window in &report.windows {
             writeln!(self.out)?;
             for line in window_head(window) {

@@ -17,6 +17,7 @@ pub mod slow;
 pub mod snapshot;
 pub mod steps;
 mod table;
+pub mod trace;
 
 use std::io::{self, Write};
 
@@ -60,8 +61,17 @@ pub fn new<'a, W: Write + 'a>(format: Format, out: W) -> Box<dyn Output + 'a> {
 /// mix into the records a script parses, yet an operator should see it.
 pub fn scan_summary(file: &str, stats: &ScanStats) -> String {
     let mut line = format!("{file}: {} records held", stats.valid);
-    if stats.valid > 0 {
-        line += &format!(" (seq {}..{})", stats.first_seq, stats.last_seq);
+    // Each ring numbers its own records: the event ring's range, then the history's.
+    let history = stats.history.as_deref().filter(|h| h.valid > 0);
+    let mut ranges = Vec::new();
+    if stats.valid > history.map_or(0, |h| h.valid) {
+        ranges.push(format!("seq {}..{}", stats.first_seq, stats.last_seq));
+    }
+    if let Some(h) = history {
+        ranges.push(format!("history seq {}..{}", h.first_seq, h.last_seq));
+    }
+    if !ranges.is_empty() {
+        line += &format!(" ({})", ranges.join(", "));
     }
     line += &format!(
         ", {} lost to wraparound, {} missing, {} invalid slots",

@@ -31,6 +31,9 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     if let Some(inferred) = &r.inferred {
         writeln!(out, "{}", inferred.line())?;
     }
+    if let Some(step) = r.history_starts_at_step {
+        writeln!(out, "{}", crate::commands::history_note(step))?;
+    }
     if !r.ranks_without_steps.is_empty() {
         writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
     }

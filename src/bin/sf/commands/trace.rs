@@ -1,0 +1,294 @@
+//! `sf trace`: a job's timeline as a Chrome JSON trace for Perfetto. Two passes over the
+//! logs, so memory stays bounded whatever the job's size: the first (every core) learns
+//! each rank's host and, per collective, which rank entered first and last (the flow
+//! arrows' ends); the second streams one rank at a time into the file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+
+use stagefrontier::core::log::format::Region;
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::{NcclCall, RecordBody, StepVector};
+
+use super::Failure;
+use crate::discover::{self, Dirs};
+use crate::output::trace::{FlowPhase, TraceWriter};
+use crate::parallel;
+use crate::wall::WallClock;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceOptions {
+    pub dirs: Dirs,
+    pub output: PathBuf,
+    pub steps: Option<RangeInclusive<u64>>,
+    pub ranks: Option<Vec<RangeInclusive<u32>>>,
+}
+
+/// A collective's key: communicator and sequence number.
+type Collective = (u64, u64);
+/// (wall ns, rank) of a call: the order of entry, ties broken by rank.
+type Entry = (u64, u32);
+/// A collective's first and last entry, and its flow id.
+type Ends = (Entry, Entry, u64);
+
+/// What the first pass learns of one log.
+struct Overview {
+    path: PathBuf,
+    rank: u32,
+    host: String,
+    start_wall_ns: u64,
+    /// Every kept collective call's entry, by collective.
+    entries: Vec<(Collective, Entry)>,
+}
+
+/// Writes the trace; the line to print on success.
+pub fn write(options: &TraceOptions) -> Result<String, Failure> {
+    let files = discover::job_log_paths(&options.dirs, "trace").map_err(Failure::Message)?;
+    let wanted = |rank: u32| options.ranks.as_ref().is_none_or(|list| list.iter().any(|r| r.contains(&rank)));
+    let read = parallel::read_all(&files, |path| overview(path, options));
+    let mut ranks: Vec<Overview> = Vec::new();
+    for read in read {
+        if let Some(o) = read? {
+            if wanted(o.rank) && !ranks.iter().any(|r| r.rank == o.rank) {
+                ranks.push(o);
+            }
+        }
+    }
+    if ranks.is_empty() {
+        return Err(Failure::Message(format!(
+            "{}: no ranked log left to trace (check --ranks)",
+            options.dirs.display()
+        )));
+    }
+    // Processes sorted by host, then rank: Perfetto lists them in that order.
+    ranks.sort_by(|a, b| (&a.host, a.rank).cmp(&(&b.host, b.rank)));
+    // Each collective's first and last entry, and a short id for its arrow.
+    let mut ends: HashMap<Collective, Ends> = HashMap::new();
+    for (key, entry) in ranks.iter().flat_map(|r| r.entries.iter()) {
+        let next = ends.len() as u64 + 1;
+        let e = ends.entry(*key).or_insert((*entry, *entry, next));
+        e.0 = e.0.min(*entry);
+        e.1 = e.1.max(*entry);
+    }
+    let origin_ns = ranks.iter().map(|r| r.start_wall_ns).min().unwrap_or(0);
+    let fail = |e: std::io::Error| Failure::Message(format!("{}: cannot write: {e}", options.output.display()));
+    let file = File::create(&options.output).map_err(fail)?;
+    let mut trace = TraceWriter::new(BufWriter::new(file), origin_ns).map_err(fail)?;
+    for (sort_index, overview) in ranks.iter().enumerate() {
+        let log = RankLog::open(&overview.path).map_err(|e| Failure::Message(e.to_string()))?;
+        rank_events(&log, overview, sort_index, options, &ends, &mut trace).map_err(fail)?;
+    }
+    let (events, out) = trace.finish().map_err(fail)?;
+    let bytes = out.into_inner().map_err(|e| fail(e.into_error()))?.metadata().map_or(0, |m| m.len());
+    Ok(format!(
+        "{}: {} ranks, {events} events, {:.1} MB; open it in ui.perfetto.dev or chrome://tracing",
+        options.output.display(),
+        ranks.len(),
+        bytes as f64 / 1e6
+    ))
+}
+
+/// The first pass over one log: `None` for an unranked log.
+fn overview(path: &Path, options: &TraceOptions) -> Result<Option<Overview>, Failure> {
+    let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
+    let header = &log.header;
+    if header.global_rank < 0 {
+        return Ok(None);
+    }
+    let rank = header.global_rank as u32;
+    let clock = WallClock::of(header);
+    let span = step_span(&log, options);
+    let mut entries = Vec::new();
+    log.scan_region(Region::Events, |r| {
+        if let RecordBody::NcclCall(c) = r.body {
+            if let (Some(key), true) = (collective(&c), in_span(span, c.t_enter_ns)) {
+                entries.push((key, (clock.wall_ns(c.t_enter_ns).unwrap_or(c.t_enter_ns), rank)));
+            }
+        }
+    });
+    let start_wall_ns = clock.wall_ns(header.base_mono_ns).unwrap_or(header.base_mono_ns);
+    Ok(Some(Overview { path: path.to_path_buf(), rank, host: header.host.clone(), start_wall_ns, entries }))
+}
+
+fn collective(c: &NcclCall) -> Option<Collective> {
+    (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq))
+}
+
+/// The monotonic span of `--steps` on this rank (`None`: everything).
+fn step_span(log: &RankLog, options: &TraceOptions) -> Option<(u64, u64)> {
+    let steps = options.steps.as_ref()?;
+    let (mut from, mut to) = (u64::MAX, 0);
+    log.scan_region(Region::History, |r| {
+        if let RecordBody::StepVector(v) = r.body {
+            if v.part == 0 && steps.contains(&v.step) {
+                from = from.min(v.t_begin_ns);
+                to = to.max(v.t_begin_ns.saturating_add(v.wall_ns));
+            }
+        }
+    });
+    Some((from, to))
+}
+
+fn in_span(span: Option<(u64, u64)>, t_ns: u64) -> bool {
+    span.is_none_or(|(from, to)| (from..=to).contains(&t_ns))
+}
+
+/// The second pass over one log: its process, tracks and events.
+fn rank_events<W: Write>(
+    log: &RankLog,
+    overview: &Overview,
+    sort_index: usize,
+    options: &TraceOptions,
+    ends: &HashMap<Collective, Ends>,
+    trace: &mut TraceWriter<W>,
+) -> std::io::Result<()> {
+    let pid = overview.rank;
+    let clock = WallClock::of(&log.header);
+    let wall = |mono_ns: u64| clock.wall_ns(mono_ns).unwrap_or(mono_ns);
+    trace.process(pid, &format!("{} rank {pid}", overview.host), &overview.host, sort_index)?;
+    trace.thread(pid, tracks::STEPS, "steps")?;
+    trace.thread(pid, tracks::STAGES, "stages")?;
+    let span = step_span(log, options);
+    let names = log.stage_names();
+    let mut parts: HashMap<u64, Vec<StepVector>> = HashMap::new();
+    let mut kernel_names: HashMap<u32, String> = HashMap::new();
+    let mut failed = Ok(());
+    log.scan_region(Region::History, |r| match r.body {
+        RecordBody::StepVector(v) if options.steps.as_ref().is_none_or(|s| s.contains(&v.step)) => {
+            parts.entry(v.step).or_default().push(v);
+            let list = &parts[&v.step];
+            let held: usize = list.iter().map(|p| p.count as usize).sum();
+            if held == v.stages_total as usize {
+                let mut list = parts.remove(&v.step).unwrap_or_default();
+                list.sort_by_key(|p| p.part);
+                if failed.is_ok() {
+                    failed = step_events(trace, pid, &list, &names, &wall);
+                }
+            }
+        }
+        RecordBody::KernelName(k) => {
+            kernel_names.insert(k.name_id, k.name());
+        }
+        _ => {}
+    });
+    failed?;
+    let mut comm_tracks: HashMap<u64, u32> = HashMap::new();
+    let mut gpu_tracks: HashMap<(u8, u32), u32> = HashMap::new();
+    let mut failed = Ok(());
+    log.scan_region(Region::Events, |r| {
+        if failed.is_err() {
+            return;
+        }
+        failed = match r.body {
+            RecordBody::NcclCall(c) if in_span(span, c.t_enter_ns) => {
+                call_events(trace, pid, &c, &mut comm_tracks, ends, &wall)
+            }
+            RecordBody::StreamBusy(b) if b.part == 0 || b.count > 0 => {
+                let start_ns = b.window * b.window_ms as u64 * 1_000_000;
+                let window_ns = (b.window_ms as u64 * 1_000_000).max(1);
+                if in_span(span.map(|(f, t)| (wall(f), wall(t))), start_ns) {
+                    b.entries().iter().try_for_each(|e| {
+                        let name = format!("gpu busy dev {} stream {}", e.device, e.stream);
+                        trace.counter(pid, &name, start_ns, &[("busy", e.busy_ns as f64 / window_ns as f64)])
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+            RecordBody::NcclKernels(k) => {
+                let start_ns = k.window * k.window_ms as u64 * 1_000_000;
+                if in_span(span.map(|(f, t)| (wall(f), wall(t))), start_ns) {
+                    let next = tracks::GPU + gpu_tracks.len() as u32;
+                    let tid = *gpu_tracks.entry((k.device, k.stream)).or_insert(next);
+                    let named = match tid == next {
+                        true => {
+                            trace.thread(pid, tid, &format!("gpu nccl kernels dev {} stream {}", k.device, k.stream))
+                        }
+                        false => Ok(()),
+                    };
+                    let name = kernel_names.get(&(k.name_id as u32)).map_or("nccl kernel", String::as_str);
+                    named.and_then(|()| {
+                        k.pairs().iter().try_for_each(|&(offset, duration)| {
+                            trace.slice(pid, tid, name, start_ns + offset as u64, duration as u64, &[])
+                        })
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+            RecordBody::QpWindow(q) if in_span(span, q.t_ns) => {
+                let name = format!("qp {:#x} dev {}", q.qp_num, q.device);
+                let values = [("in_flight", q.in_flight as f64), ("window_MBps", q.window_bps as f64 / 1e6)];
+                trace.counter(pid, &name, wall(q.t_ns), &values)
+            }
+            _ => Ok(()),
+        };
+    });
+    failed
+}
+
+/// Track ids within a rank's process.
+mod tracks {
+    pub const STEPS: u32 = 1;
+    pub const STAGES: u32 = 2;
+    /// Communicators' tracks from here, one each in order of first call.
+    pub const COMMS: u32 = 10;
+    /// GPU tracks from here.
+    pub const GPU: u32 = 1000;
+}
+
+fn step_events<W: Write>(
+    trace: &mut TraceWriter<W>,
+    pid: u32,
+    parts: &[StepVector],
+    names: &[Option<String>],
+    wall: &impl Fn(u64) -> u64,
+) -> std::io::Result<()> {
+    let first = &parts[0];
+    let begin = wall(first.t_begin_ns);
+    trace.slice(pid, tracks::STEPS, &format!("step {}", first.step), begin, first.wall_ns, &[])?;
+    // Stages run in vector order from the step's begin.
+    let mut t = begin;
+    for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
+        let name = names.get(id as usize).and_then(Option::as_deref).unwrap_or("stage");
+        trace.slice(pid, tracks::STAGES, name, t, ns, &[])?;
+        t = t.saturating_add(ns);
+    }
+    Ok(())
+}
+
+fn call_events<W: Write>(
+    trace: &mut TraceWriter<W>,
+    pid: u32,
+    c: &NcclCall,
+    comm_tracks: &mut HashMap<u64, u32>,
+    ends: &HashMap<Collective, Ends>,
+    wall: &impl Fn(u64) -> u64,
+) -> std::io::Result<()> {
+    let next = tracks::COMMS + comm_tracks.len() as u32;
+    let tid = *comm_tracks.entry(c.comm_id).or_insert(next);
+    if tid == next {
+        trace.thread(pid, tid, &format!("nccl {:#018x}", c.comm_id))?;
+    }
+    let enter = wall(c.t_enter_ns);
+    // The communicator names the track; the call carries its sequence number and size.
+    let args = [("seq", c.seq), ("bytes", c.bytes)];
+    trace.slice(pid, tid, c.op.name(), enter, c.t_exit_ns.saturating_sub(c.t_enter_ns), &args)?;
+    if let Some(&(first, last, id)) = collective(c).and_then(|key| ends.get(&key)) {
+        if first != last {
+            let me = (enter, pid);
+            let phase = if me == first {
+                FlowPhase::Start
+            } else if me == last {
+                FlowPhase::Finish
+            } else {
+                FlowPhase::Step
+            };
+            trace.flow(pid, tid, enter, id, c.op.name(), phase)?;
+        }
+    }
+    Ok(())
+}
