@@ -157,8 +157,12 @@ fn a_small_trace_decodes_with_flows_across_ranks_and_cuts_by_steps_and_ranks() {
         "10-14",
         "--ranks",
         "0-3,9",
+        "--json",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints one JSON object");
+    assert_eq!((written["ranks"].as_u64(), written["collectives"].as_u64()), (Some(5), Some(25)), "{written}");
+    assert_eq!(written["bytes"].as_u64(), Some(std::fs::metadata(&cut).unwrap().len()), "{written}");
     let summary = check(&cut, 1);
     assert_eq!((summary["ranks"].as_u64(), summary["steps"].as_u64()), (Some(5), Some(25)), "{summary}");
     assert_eq!(summary["flows"], 5 * 5, "{summary}");

@@ -46,8 +46,14 @@ pub enum Judgement {
 }
 
 /// Shortest episode, from its record to the last sample still showing it open, that is
-/// sustained: a descheduled second is not a bad link.
-pub const SUSTAINED_NS: u64 = 500_000_000;
+/// sustained: a descheduled moment is not a bad link.
+pub const SUSTAINED_NS: u64 = 1_000_000_000;
+
+/// The least a degraded link falls below its peers, whatever `SF_WR_DEGRADED` asks of
+/// a QP's own start: at half its peers' rate or less (a link renegotiated to a lower
+/// speed or width halves it; retransmissions cost more). A CPU-starved proxy thread on a
+/// loaded 2-core host made QPs 26-30% slower than their peers for up to a second.
+pub const MIN_SHORTFALL: f64 = 0.5;
 
 fn median(mut v: Vec<u64>) -> Option<u64> {
     v.sort_unstable();
@@ -108,9 +114,13 @@ fn judge_episode(qps: &[Qp], i: usize, e: &Episode) -> Judgement {
         let why = "as fast as its peers: the host or the traffic slowed, not the link";
         return Judgement::SlowerThanStart { own_bps, peers_bps: Some(peers_bps), peers: n, why };
     }
+    if own_bps as f64 > (1.0 - MIN_SHORTFALL.max(e.threshold)) * peers_bps as f64 {
+        let why = "slower than its peers, but not by half: a loaded host does that, a degraded link does more";
+        return Judgement::SlowerThanStart { own_bps, peers_bps: Some(peers_bps), peers: n, why };
+    }
     let sustained_ns = end_ns - e.t_ns;
     if sustained_ns < SUSTAINED_NS {
-        let why = "slower than its peers, but not for a sustained time (0.5 s or more)";
+        let why = "slower than its peers, but not for a sustained time (1 s or more)";
         return Judgement::SlowerThanStart { own_bps, peers_bps: Some(peers_bps), peers: n, why };
     }
     Judgement::Degraded { own_bps, peers_bps, peers: n, sustained_ns }
@@ -163,6 +173,20 @@ mod tests {
                 judge(&qps, i)
             );
         }
+    }
+
+    #[test]
+    fn a_dip_of_a_third_below_its_peers_is_host_noise_not_a_degraded_link() {
+        // What a CPU hog did to one rank's proxy thread: 30% below the peers for seconds.
+        let peer = samples(&[100; 6], 99);
+        let dip = samples(&[100, 100, 70, 70, 70, 70], 2);
+        let e = episode(2 * SEC + 1, 70);
+        let qps = [
+            Qp { host: "a", source: "profiler", samples: &peer, episodes: &[] },
+            Qp { host: "a", source: "profiler", samples: &dip, episodes: &e },
+        ];
+        let Some(Judgement::SlowerThanStart { why, .. }) = judge(&qps, 1) else { panic!("{:?}", judge(&qps, 1)) };
+        assert!(why.contains("not by half"), "{why}");
     }
 
     #[test]

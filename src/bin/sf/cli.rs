@@ -53,7 +53,7 @@ pub enum Command {
     /// Runs a job with the library's doors open and returns its exit status.
     Run { options: crate::commands::run::RunOptions },
     /// The job's timeline as a Chrome JSON trace, for Perfetto.
-    Trace { options: crate::commands::trace::TraceOptions },
+    Trace { options: crate::commands::trace::TraceOptions, format: Format },
 }
 
 impl Command {
@@ -76,8 +76,7 @@ impl Command {
             },
             // The job owns stdout; sf run's own lines go to stderr.
             Command::Run { .. } => Format::Human,
-            // The trace goes to a file; errors are text.
-            Command::Trace { .. } => Format::Human,
+            Command::Trace { format, .. } => *format,
         }
     }
 }
@@ -152,6 +151,7 @@ where
                 steps: a.steps,
                 ranks: a.ranks.map(|list| list.0),
             },
+            format: a.output_format.format(),
         },
     })
 }

@@ -132,9 +132,12 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             drop(stdout);
             run_job::run(&options)
         }
-        Command::Trace { options } => {
+        Command::Trace { options, format } => {
             let written = trace::write(&options)?;
-            note_line(&written);
+            match format {
+                Format::Json => output::report(format, stdout, &written, |_, _| Ok(()))?,
+                Format::Human => note_line(&written.line()),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

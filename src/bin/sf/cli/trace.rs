@@ -27,6 +27,8 @@ the earliest log's start: ranks on different hosts line up as well as their cloc
 span of those steps); --ranks keeps the ranks listed. A trace of 64 ranks x 1000 steps
 with 5 collectives a step is about 97 MB; cut big jobs down with --steps and --ranks.
 
+--json prints what was written (file, ranks, events, bytes, collectives) on stdout.
+
 Exit status: 0 written; 1 the logs cannot be read or FILE cannot be written.";
 
 pub const EXAMPLES: &str = "\
@@ -49,6 +51,8 @@ pub struct TraceArgs {
     /// Keep these ranks, e.g. 0-7,12
     #[arg(long, value_name = "LIST", value_parser = rank_list)]
     pub ranks: Option<RankList>,
+    #[command(flatten)]
+    pub output_format: super::OutputArgs,
 }
 
 /// `--ranks`: ranges of ranks (one value for clap, not a list of values).

@@ -44,8 +44,8 @@ struct Overview {
     entries: Vec<(Collective, Entry)>,
 }
 
-/// Writes the trace; the line to print on success.
-pub fn write(options: &TraceOptions) -> Result<String, Failure> {
+/// Writes the trace; what it holds.
+pub fn write(options: &TraceOptions) -> Result<TraceReport, Failure> {
     let files = discover::job_log_paths(&options.dirs, "trace").map_err(Failure::Message)?;
     let wanted = |rank: u32| options.ranks.as_ref().is_none_or(|list| list.iter().any(|r| r.contains(&rank)));
     let read = parallel::read_all(&files, |path| overview(path, options));
@@ -83,12 +83,37 @@ pub fn write(options: &TraceOptions) -> Result<String, Failure> {
     }
     let (events, out) = trace.finish().map_err(fail)?;
     let bytes = out.into_inner().map_err(|e| fail(e.into_error()))?.metadata().map_or(0, |m| m.len());
-    Ok(format!(
-        "{}: {} ranks, {events} events, {:.1} MB; open it in ui.perfetto.dev or chrome://tracing",
-        options.output.display(),
-        ranks.len(),
-        bytes as f64 / 1e6
-    ))
+    Ok(TraceReport {
+        file: options.output.display().to_string(),
+        ranks: ranks.len(),
+        events,
+        bytes,
+        collectives: ends.len(),
+    })
+}
+
+/// What `sf trace` wrote (`--json`; its field names are a contract).
+#[derive(Debug, serde::Serialize)]
+pub struct TraceReport {
+    pub file: String,
+    pub ranks: usize,
+    pub events: u64,
+    pub bytes: u64,
+    /// Collectives in the trace (an arrow joins each one more than one rank entered).
+    pub collectives: usize,
+}
+
+impl TraceReport {
+    /// The line printed on success.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {} ranks, {} events, {:.1} MB; open it in ui.perfetto.dev or chrome://tracing",
+            self.file,
+            self.ranks,
+            self.events,
+            self.bytes as f64 / 1e6
+        )
+    }
 }
 
 /// The first pass over one log: `None` for an unranked log.
