@@ -159,7 +159,7 @@ mod tests {
     use super::*;
     use crate::core::capture::clock::{Calibration, ClockSource};
     use crate::core::capture::identity::Identity;
-    use crate::core::log::records::{Drops, RecordBody, StepVector};
+    use crate::core::log::records::{Drops, RecordBody};
     use crate::core::log::writer::{HeaderInfo, LogWriter};
 
     #[test]
@@ -188,19 +188,7 @@ mod tests {
             }));
         }
         // A step vector goes to the history ring: the copy keeps that ring too.
-        writer.append(&RecordBody::StepVector(StepVector {
-            step: 7,
-            t_begin_ns: 1,
-            wall_ns: 5,
-            overlap_ns: 0,
-            schema_hash: 1,
-            part: 0,
-            stages_total: 1,
-            nested_rejected: 0,
-            count: 1,
-            stage_ids: [0; 6],
-            durations_ns: [5, 0, 0, 0, 0, 0],
-        }));
+        writer.append(&crate::core::log::roundtrip_tests::step(7));
         // Tear record 2: one payload byte changes after its CRC was computed.
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.write_all_at(&[0xff], (format::records_offset() + format::SLOT_SIZE + 20) as u64).unwrap();

@@ -103,7 +103,8 @@ fn bad_files_are_named_errors() {
     assert!(error.to_string().contains("rank-00002.sflog"), "names the file: {error}");
 }
 
-fn step(step: u64) -> RecordBody {
+/// A one-stage step vector (a history-ring record), for tests of the log.
+pub(super) fn step(step: u64) -> RecordBody {
     RecordBody::StepVector(StepVector {
         step,
         t_begin_ns: step * 10,
