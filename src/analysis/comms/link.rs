@@ -92,6 +92,27 @@ fn needs_shape(op: NcclOp) -> bool {
 /// event for them); a unit the profiler did not record (a dropped event, a type it was not
 /// asked for) leaves that call's unit unlinked, never linked to another call's record.
 pub fn link(calls: &[NcclCall], comms: &[CommCreated], ops: &[ProfOp]) -> Vec<Link> {
+    link_all(calls, comms, ops, None).0
+}
+
+/// `link`, then `next`: a call that has not returned (the preload door records a call when
+/// it returns; one in flight is only in the log's live table, with no count or root).
+/// Returns the links and the indices into `ops` of `next`'s profiler records.
+pub fn link_with_next(
+    calls: &[NcclCall],
+    comms: &[CommCreated],
+    ops: &[ProfOp],
+    next: &NcclCall,
+) -> (Vec<Link>, Vec<usize>) {
+    link_all(calls, comms, ops, Some(next))
+}
+
+fn link_all(
+    calls: &[NcclCall],
+    comms: &[CommCreated],
+    ops: &[ProfOp],
+    extra: Option<&NcclCall>,
+) -> (Vec<Link>, Vec<usize>) {
     // The profiler's units per communicator: API records where it has any, else tasks.
     let with_api: HashSet<u64> = ops.iter().filter(|p| p.api).map(|p| p.comm_hash).collect();
     let is_unit = |p: &ProfOp| !p.ce && p.api == with_api.contains(&p.comm_hash);
@@ -125,9 +146,9 @@ pub fn link(calls: &[NcclCall], comms: &[CommCreated], ops: &[ProfOp]) -> Vec<Li
         .collect();
     order.sort_by_key(|&i| (calls[i].t_enter_ns, i));
     let mut comm_order: Vec<u64> = Vec::new();
-    for &i in &order {
-        if !comm_order.contains(&calls[i].comm_id) {
-            comm_order.push(calls[i].comm_id);
+    for id in order.iter().map(|&i| calls[i].comm_id).chain(extra.map(|c| c.comm_id)) {
+        if !comm_order.contains(&id) {
+            comm_order.push(id);
         }
     }
     let hash_of: HashMap<u64, u64> = comm_order.iter().zip(&first_seen).map(|(&id, &(_, hash))| (id, hash)).collect();
@@ -135,11 +156,12 @@ pub fn link(calls: &[NcclCall], comms: &[CommCreated], ops: &[ProfOp]) -> Vec<Li
     let mut next: HashMap<(u64, u8), u64> = HashMap::new();
     let mut stopped: HashSet<u64> = HashSet::new();
     let mut links = Vec::new();
-    for i in order {
-        let call = &calls[i];
+    let mut extra_links = Vec::new();
+    let extra = extra.map(|c| (usize::MAX, c));
+    for (i, call) in order.into_iter().map(|i| (i, &calls[i])).chain(extra) {
         let Some(&hash) = hash_of.get(&call.comm_id) else { continue };
         let (n, rank) = shape.get(&call.comm_id).copied().unwrap_or((0, -1));
-        if needs_shape(call.op) && (n == 0 || (call.op.plain() != NcclOp::AlltoAll && rank < 0)) {
+        if needs_shape(call.op) && (n == 0 || (call.op.plain() != NcclOp::AlltoAll && (rank < 0 || call.peer < 0))) {
             continue; // how many units the call took is not known
         }
         let units = units(call, n, rank);
@@ -155,13 +177,16 @@ pub fn link(calls: &[NcclCall], comms: &[CommCreated], ops: &[ProfOp]) -> Vec<Li
             for _ in 0..times {
                 let k = next.entry((hash, func)).or_insert(0);
                 if let Some(&prof) = by_key.get(&(hash, func, *k)).filter(|_| !stopped.contains(&hash)) {
-                    links.push(Link { call: i, prof });
+                    match i {
+                        usize::MAX => extra_links.push(prof),
+                        call => links.push(Link { call, prof }),
+                    }
                 }
                 *k += 1;
             }
         }
     }
-    links
+    (links, extra_links)
 }
 
 #[cfg(test)]
@@ -250,6 +275,16 @@ mod tests {
         let of = |call: usize| links.iter().filter(|l| l.call == call).map(|l| l.prof).collect::<Vec<_>>();
         assert_eq!(of(0), vec![0, 2, 1, 3], "N sends, then N recvs (ordinals per function)");
         assert_eq!((of(1), of(2), of(3)), (vec![5], vec![6], vec![8]));
+    }
+
+    #[test]
+    fn a_call_in_flight_takes_the_units_after_every_returned_call() {
+        let calls = [call(NcclOp::AllReduce, 5, 1), call(NcclOp::Send, 5, 2)];
+        let ops = [prof(4, 0, 0xa, 1, true), prof(SEND, 0, 0xa, 2, true), prof(4, 1, 0xa, 3, true)];
+        let mut next = call(NcclOp::AllReduce, 5, 3);
+        next.count = 0; // unknown while in flight
+        let (links, next_ops) = link_with_next(&calls, &[comm(5, 2)], &ops, &next);
+        assert_eq!((links.len(), next_ops), (2, vec![2]));
     }
 
     #[test]

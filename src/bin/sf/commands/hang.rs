@@ -22,6 +22,7 @@ use stagefrontier::core::log::records::{
     hex_u64, CommCreated, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody,
 };
 
+use super::hang_profiler::{self, CallView, Collector, ProfilerCallReport};
 use super::ls::FileError;
 use super::Failure;
 use crate::cli::HangOptions;
@@ -167,6 +168,9 @@ pub struct RankReport {
     /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): its liveness,
     /// heartbeat age and stuck times are judged at that moment.
     pub snapshot_wall: Option<String>,
+    /// What NCCL's profiler saw of the call the rank is inside (`hang_profiler`); None
+    /// without profiler records or outside a call.
+    pub profiler: Option<ProfilerCallReport>,
 }
 
 /// An `injection` record, with its stage named.
@@ -206,6 +210,7 @@ pub(crate) struct Extra {
     injections: Vec<InjectionReport>,
     hang_evidence: Vec<HangEvidence>,
     snapshot_wall: Option<String>,
+    profiler: Vec<ProfilerCallReport>,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -263,13 +268,19 @@ pub(crate) struct History {
     newest_drop_ns: Option<u64>,
     /// The newest record the scan saw: more committed later means the rank moved on.
     newest_seq: u64,
+    /// The profiler's view of each call in flight as the scan began.
+    profiler: Vec<CallView>,
 }
 
 impl History {
     fn of(log: &RankLog) -> History {
         let drained_ns = log.live().heartbeat_mono_ns;
+        let in_flight = log.comms();
         let (records, stats) = log.records();
-        History::from_records(drained_ns, records.into_iter().map(|r| r.body), stats.missing == 0, stats.last_seq)
+        let bodies = records.into_iter().map(|r| r.body);
+        // A ring that wrapped lost the oldest calls: per-function ordinals cannot be counted.
+        let whole = stats.missing == 0 && stats.lost_to_wrap == 0;
+        History::scan(drained_ns, bodies, stats.missing == 0, stats.last_seq, whole.then_some(&in_flight[..]))
     }
 
     /// From the records of a log, oldest first (`sf exporter` keeps the ones this reads
@@ -281,6 +292,18 @@ impl History {
         complete: bool,
         newest_seq: u64,
     ) -> History {
+        History::scan(drained_ns, records, complete, newest_seq, None)
+    }
+
+    /// `from_records`, and the profiler's view of the calls in flight in `in_flight`.
+    fn scan(
+        drained_ns: u64,
+        records: impl IntoIterator<Item = RecordBody>,
+        complete: bool,
+        newest_seq: u64,
+        in_flight: Option<&[stagefrontier::core::log::reader::CommLive]>,
+    ) -> History {
+        let mut profiler = Collector::default();
         let mut history = History {
             drained_ns,
             calls: Vec::new(),
@@ -291,9 +314,13 @@ impl History {
             complete,
             newest_drop_ns: None,
             newest_seq,
+            profiler: Vec::new(),
         };
         let mut windows: Vec<QpWindow> = Vec::new();
         for body in records {
+            if in_flight.is_some() {
+                profiler.see(&body);
+            }
             match body {
                 RecordBody::QpStuck(q) => history.stuck_qps.push(q),
                 RecordBody::QpWindow(w) if w.completed > 0 => windows.push(w),
@@ -305,6 +332,9 @@ impl History {
                 // Kinds the hang analysis does not use.
                 _ => {}
             }
+        }
+        if let Some(in_flight) = in_flight {
+            history.profiler = profiler.views(&history.calls, &history.created, in_flight);
         }
         let excess = history.calls.len().saturating_sub(CALLS_KEPT);
         history.calls.drain(..excess);
@@ -337,6 +367,7 @@ impl Extra {
             injections: Vec::new(),
             hang_evidence: Vec::new(),
             snapshot_wall: None,
+            profiler: Vec::new(),
         }
     }
 }
@@ -429,6 +460,7 @@ pub(crate) fn read_live(
             .collect(),
         hang_evidence: history.hang_evidence,
         snapshot_wall,
+        profiler: hang_profiler::reports(history.profiler, rank_now),
     };
     (input, extra)
 }
@@ -552,5 +584,6 @@ fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
         injections: extra.injections,
         hang_evidence: extra.hang_evidence,
         snapshot_wall: extra.snapshot_wall,
+        profiler: hang_profiler::of_call(&extra.profiler, v.at.filter(|at| at.in_flight).map(|at| at.comm_id)),
     }
 }

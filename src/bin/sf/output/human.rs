@@ -546,6 +546,7 @@ fn hang_tail(report: &HangReport) -> Vec<String> {
             rank_noun(&ranks)
         ));
     }
+    lines.extend(super::human_hang_profiler::lines(report));
     if let Some(quiet) = report.quiet_s {
         lines.push(format!(
             "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
