@@ -13,7 +13,12 @@
 //!   rank, and a Recv from the root on every rank: how many units a call takes depends on
 //!   the caller's rank in the communicator;
 //! - from NCCL 2.29.2 a Broadcast becomes an AllGatherV task with no task event: only its
-//!   CollApi event (ABI v5+) names it.
+//!   CollApi event (ABI v5+) names it;
+//! - a copy-engine collective (an AllGather, AlltoAll, Gather or Scatter on symmetric
+//!   windows under NCCL_CTA_POLICY_ZERO) is, from 2.29 (v6), one CollApi event named for
+//!   the call and a CeColl event, no task; in 2.28 (v5) no event at all. An API record
+//!   starts inside its call, so an ordinal whose record starts after the call returned is
+//!   kept for the next call.
 //!
 //! So the link is by (communicator, function, per-function ordinal): each call is expanded
 //! into the profiler units NCCL makes of it, and the k-th unit of a function on a
@@ -80,6 +85,23 @@ pub fn units(call: &NcclCall, nranks: u32, rank: i32) -> Vec<(u8, u32)> {
         NcclOp::Scatter => vec![(RECV, 1)],
         other => func_of(other).map(|f| vec![(f, 1)]).unwrap_or_default(),
     }
+}
+
+/// The function code of a copy-engine collective's CollApi record
+/// (core::net::profiler's numbering); None for a call the copy engines never run as one.
+fn ce_func(op: NcclOp) -> Option<u8> {
+    match op.plain() {
+        NcclOp::AlltoAll => Some(8),
+        NcclOp::Gather => Some(9),
+        NcclOp::Scatter => Some(10),
+        _ => None,
+    }
+}
+
+/// Whether a record could be the call's: it did not start after the call returned (a
+/// call still in flight has `t_exit_ns` 0).
+fn within(p: &ProfOp, call: &NcclCall) -> bool {
+    call.t_exit_ns == 0 || p.t_start_ns <= call.t_exit_ns
 }
 
 /// Whether a call's units depend on the communicator's size or the caller's rank in it.
@@ -161,10 +183,21 @@ fn link_all(
     for (i, call) in order.into_iter().map(|i| (i, &calls[i])).chain(extra) {
         let Some(&hash) = hash_of.get(&call.comm_id) else { continue };
         let (n, rank) = shape.get(&call.comm_id).copied().unwrap_or((0, -1));
-        if needs_shape(call.op) && (n == 0 || (call.op.plain() != NcclOp::AlltoAll && (rank < 0 || call.peer < 0))) {
-            continue; // how many units the call took is not known
-        }
-        let units = units(call, n, rank);
+        // On the copy engines (v6+) an AlltoAll, Gather or Scatter is one CollApi record
+        // named for it: such records exist only for those calls.
+        let ce = ce_func(call.op).filter(|&code| {
+            let k = next.get(&(hash, code)).copied().unwrap_or(0);
+            by_key.get(&(hash, code, k)).is_some_and(|&p| ops[p].api && within(&ops[p], call))
+        });
+        let units = match ce {
+            Some(code) => vec![(code, 1)],
+            None if needs_shape(call.op)
+                && (n == 0 || (call.op.plain() != NcclOp::AlltoAll && (rank < 0 || call.peer < 0))) =>
+            {
+                continue; // how many units the call took is not known
+            }
+            None => units(call, n, rank),
+        };
         // A call that may own a repeated ordinal: this communicator links no further.
         let captured = units.iter().any(|&(func, times)| {
             let k = next.get(&(hash, func)).copied().unwrap_or(0);
@@ -176,6 +209,12 @@ fn link_all(
         for (func, times) in units {
             for _ in 0..times {
                 let k = next.entry((hash, func)).or_insert(0);
+                // An API record starts inside its call: one that starts after this call
+                // returned is a later call's, and this call made none (NCCL 2.28 reports no
+                // event of a copy-engine collective): the ordinal stays for the next call.
+                if by_key.get(&(hash, func, *k)).is_some_and(|&p| ops[p].api && !within(&ops[p], call)) {
+                    continue;
+                }
                 if let Some(&prof) = by_key.get(&(hash, func, *k)).filter(|_| !stopped.contains(&hash)) {
                     match i {
                         usize::MAX => extra_links.push(prof),
@@ -198,7 +237,7 @@ mod tests {
         NcclCall {
             op,
             t_enter_ns: t,
-            t_exit_ns: t + 1,
+            t_exit_ns: t + 9,
             comm_id,
             seq: 0,
             count: 4,
