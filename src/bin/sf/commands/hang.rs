@@ -236,7 +236,7 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
     // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
     logs.sort_by_key(|(log, ..)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
     let now_mono_ns = monotonic_ns();
-    let (inputs, extras): (Vec<RankInput>, Vec<Extra>) = logs
+    let (inputs, mut extras): (Vec<RankInput>, Vec<Extra>) = logs
         .into_iter()
         .map(|(log, history, taken)| {
             // A live log is judged at the clock read once, here, after every record; a
@@ -250,6 +250,7 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
         min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
         fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
     };
+    hang_profiler::rename(extras.iter_mut().map(|e| &mut e.profiler), &inputs);
     let diagnosis = hang::diagnose(&inputs, &settings);
     Ok(report(dir, now_mono_ns, diagnosis, extras, errors))
 }

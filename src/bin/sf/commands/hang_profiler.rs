@@ -18,7 +18,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
+use stagefrontier::analysis::comms::grow::Aliases;
 use stagefrontier::analysis::comms::link::{link, link_with_next};
+use stagefrontier::analysis::hang::RankInput;
 use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::CommLive;
 use stagefrontier::core::log::records::{hex_u64, CommCreated, NcclCall, ProfOp, ProfProxy, QpWindow, RecordBody};
@@ -295,6 +297,15 @@ pub(crate) fn reports(views: Vec<CallView>, now_ns: Option<u64>) -> Vec<Profiler
             }
         })
         .collect()
+}
+
+/// Names the reports' communicators as `hang::diagnose` names them (a grown communicator by
+/// its existing members' id, `analysis::comms::grow`).
+pub(crate) fn rename<'a>(reports: impl Iterator<Item = &'a mut Vec<ProfilerCallReport>>, inputs: &[RankInput]) {
+    let aliases = Aliases::of(inputs.iter().flat_map(|i| &i.created));
+    for r in reports.flatten() {
+        r.comm_id = aliases.canonical(r.comm_id);
+    }
 }
 
 /// The report of the call the rank is inside on `comm_id`, if the profiler saw it.
