@@ -117,30 +117,30 @@ fn gather_and_scatter_link_to_the_tasks_each_rank_made_of_them() {
 }
 
 /// Graph capture (FAKENCCL_GRAPH_CAPTURE marks round 1's five calls as captured into a graph
-/// launched once): from v4 (NCCL 2.26.2) the captured AllReduce's Coll event repeats the
-/// seqNumber the next AllReduce gets, so at v4 the link stops on that communicator at the
-/// captured AllReduce and never links a call to another call's record; from v5 the door's
-/// own API ordinal counts every call, and every call links. v3 (NCCL <= 2.25) advanced
-/// seqNumber on every run of a plan: every call links.
+/// launched once): from v3 (NCCL 2.26.2) the captured AllReduce's Coll event repeats the
+/// seqNumber the next AllReduce gets, so at v3-v4 the link stops on that communicator at
+/// the captured AllReduce and never links a call to another call's record; from v5 the
+/// door's own API ordinal counts every call, and every call links. v2 (NCCL <= 2.25)
+/// advanced seqNumber on every run of a plan: every call links.
 #[test]
-fn graph_captured_calls_stop_the_task_link_at_v4_and_not_the_api_link() {
+fn graph_captured_calls_stop_the_task_link_at_v3_v4_and_not_the_api_link() {
     const ROUNDS: usize = 3;
     const PER_ROUND: usize = 5; // Gather, Scatter, AllReduce, Send, Recv
     let root = log_root("capture");
     let job = compile_against_fakenccl("rooted_job.c", "sf-capture-job");
     let captured = format!("{}-{}", PER_ROUND, 2 * PER_ROUND - 1);
-    for version in [3u8, 4, 5, 7] {
+    for version in [2u8, 3, 4, 5, 7] {
         let name = format!("v{version}");
         run_ok(rooted_job(&root, &job, &name, version, ROUNDS).env("FAKENCCL_GRAPH_CAPTURE", &captured));
         for v in rank_views(&root, &name) {
             let colls: Vec<u64> = v.ops.iter().filter(|p| !p.api && !p.p2p && p.func == 4).map(|p| p.seq).collect();
-            let want: &[u64] = if version >= 4 { &[0, 1, 1] } else { &[0, 1, 2] };
+            let want: &[u64] = if version >= 3 { &[0, 1, 1] } else { &[0, 1, 2] };
             assert_eq!(colls, want, "v{version}: AllReduce Coll seqNumbers");
             let links = link(&v.calls, &v.comms, &v.ops);
             let data: Vec<usize> =
                 (0..v.calls.len()).filter(|&i| v.calls[i].op.is_collective() || v.calls[i].op.is_p2p()).collect();
             assert_eq!(data.len(), ROUNDS * PER_ROUND);
-            let stop = if version == 4 { PER_ROUND + 2 } else { data.len() }; // round 1's AllReduce
+            let stop = if matches!(version, 3 | 4) { PER_ROUND + 2 } else { data.len() }; // round 1's AllReduce
             for (k, &i) in data.iter().enumerate() {
                 let got = linked(&v, &links, i);
                 let call = &v.calls[i];

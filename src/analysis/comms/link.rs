@@ -27,10 +27,11 @@
 //! are the units where a communicator has them, else (v1–v4) the task records, whose
 //! collective `seq` is NCCL's seqNumber.
 //!
-//! Graph capture: from NCCL 2.26.2 (ABI v4) a graph-captured (persistent) plan does not
+//! Graph capture: from NCCL 2.26.2 (ABI v3) a graph-captured (persistent) plan does not
 //! advance seqNumber unless KernelCh events are asked for, yet its Coll event is reported
 //! each time the plan runs, with the seqNumber the next call will also get (profiler.cc
-//! ncclProfilerStartTaskEvents at v2.26.2-1 and v2.30.7-1). At v1–v4 a repeated
+//! ncclProfilerStartTaskEvents at v2.26.2-1 and v2.30.7-1; NCCL <= 2.25, v1–v2, advanced
+//! it on every run of the plan, so its records link in order). At v3–v4 a repeated
 //! (communicator, function, seqNumber) is therefore the mark of a capture: from the
 //! earliest call the repeat could belong to, nothing more of that communicator is linked
 //! (which call is which can no longer be told). A captured plan that never ran leaves no
