@@ -36,7 +36,7 @@ fn sf_hang(dir: &std::path::Path) -> Value {
 /// The root records the new ranks' name for the grown communicator as an alias of the
 /// existing members' one; `sf hang` then shows the grown communicator once, with the
 /// existing members at the ranks they kept and the new rank, on a finished job and while
-/// the new rank holds the job up.
+/// the new rank holds the job up, and steps inferred from the schedule match on all three.
 #[test]
 fn a_grown_communicator_is_one_communicator_with_all_its_ranks() {
     let root = log_root("grow");
@@ -70,6 +70,19 @@ fn a_grown_communicator_is_one_communicator_with_all_its_ranks() {
         .map(|m| (m["rank"].as_i64().unwrap(), m["comm_rank"].as_i64().unwrap()))
         .collect();
     assert_eq!(members, [(0, 0), (1, 1), (2, 2)], "{report}");
+
+    // Steps inferred from the NCCL schedule (no markers): the new rank follows the same
+    // pattern of collectives on the same communicator as the existing members.
+    run_ok(preloaded(&job, &root, "steps").arg("40"));
+    let out = Command::new(artifact("sf")).args(["steps", "--json"]).arg(root.join("steps")).output().unwrap();
+    let steps: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let per_rank: Vec<usize> = steps["ranks"]
+        .as_array()
+        .expect("ranks")
+        .iter()
+        .map(|r| r["steps"].as_array().map_or(0, |s| s.len()))
+        .collect();
+    assert!(per_rank.len() == 3 && per_rank.iter().all(|&n| n > 10 && n == per_rank[0]), "{per_rank:?}");
 
     // The new rank holds up the grown communicator's second AllReduce.
     let mut cmd = preloaded(&job, &root, "hung");

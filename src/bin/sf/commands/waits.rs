@@ -28,11 +28,7 @@ pub fn attribution(dir: &Dirs, command: &str, stages: &[String]) -> Result<Attri
         ranks.push(timeline(&log, rank as u32, stages, &mut aliases));
         clocks.push(clock_of(&log));
     }
-    // A grown communicator's collectives match across its existing and new members.
-    let aliases = Aliases::of(&aliases);
-    for c in ranks.iter_mut().flat_map(|r| &mut r.calls) {
-        c.key = c.key.map(|(comm, seq)| (aliases.canonical(comm), seq));
-    }
+    rename_grown(&mut ranks, &Aliases::of(&aliases));
     align_hosts(&mut ranks, &clocks);
     Ok(attribute(&ranks))
 }
@@ -68,15 +64,18 @@ pub fn clock_of(log: &RankLog) -> RankClock {
     }
 }
 
-/// Every completed NCCL call of the log, in enter order; collectives carry their
-/// (communicator, sequence) key.
-pub(super) fn calls_of(log: &RankLog) -> Vec<CallTiming> {
-    calls_and_aliases(log, &mut Vec::new())
+/// A grown communicator's collectives match across its existing and new members: every
+/// key names it as `analysis::comms::grow` does.
+pub(super) fn rename_grown(ranks: &mut [RankTimeline], aliases: &Aliases) {
+    for c in ranks.iter_mut().flat_map(|r| &mut r.calls) {
+        c.key = c.key.map(|(comm, seq)| (aliases.canonical(comm), seq));
+    }
 }
 
-/// `calls_of`, and the log's grown-communicator aliases (`analysis::comms::grow`) added to
-/// `aliases`.
-fn calls_and_aliases(log: &RankLog, aliases: &mut Vec<CommCreated>) -> Vec<CallTiming> {
+/// Every completed NCCL call of the log, in enter order; collectives carry their
+/// (communicator, sequence) key. The log's grown-communicator aliases
+/// (`analysis::comms::grow`) are added to `aliases`.
+pub(super) fn calls_and_aliases(log: &RankLog, aliases: &mut Vec<CommCreated>) -> Vec<CallTiming> {
     let mut calls = Vec::new();
     for record in log.records().0 {
         match record.body {
