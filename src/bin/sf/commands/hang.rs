@@ -585,6 +585,6 @@ fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
         injections: extra.injections,
         hang_evidence: extra.hang_evidence,
         snapshot_wall: extra.snapshot_wall,
-        profiler: hang_profiler::of_call(&extra.profiler, v.at.filter(|at| at.in_flight).map(|at| at.comm_id)),
+        profiler: hang_profiler::of_call(&extra.profiler, v.at.as_ref()),
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use stagefrontier::analysis::comms::grow::Aliases;
 use stagefrontier::analysis::comms::link::{link, link_with_next};
-use stagefrontier::analysis::hang::RankInput;
+use stagefrontier::analysis::hang::{Position, RankInput};
 use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::CommLive;
 use stagefrontier::core::log::records::{hex_u64, CommCreated, NcclCall, ProfOp, ProfProxy, QpWindow, RecordBody};
@@ -131,6 +131,10 @@ impl Collector {
         let mut views = Vec::new();
         for row in live {
             let Some(inflight) = &row.inflight else { continue };
+            // The table was read before the records: a call that returned since is in them.
+            if calls.iter().any(|c| c.comm_id == row.comm_id && c.t_enter_ns >= inflight.since_mono_ns) {
+                continue;
+            }
             let op = inflight.op;
             let linked: Vec<usize> = match op {
                 Some(op) if op.is_collective() || op.is_p2p() => {
@@ -308,7 +312,10 @@ pub(crate) fn rename<'a>(reports: impl Iterator<Item = &'a mut Vec<ProfilerCallR
     }
 }
 
-/// The report of the call the rank is inside on `comm_id`, if the profiler saw it.
-pub(crate) fn of_call(reports: &[ProfilerCallReport], comm_id: Option<u64>) -> Option<ProfilerCallReport> {
-    reports.iter().find(|r| Some(r.comm_id) == comm_id).cloned()
+/// The report of the call the rank is inside, if the profiler saw it: on `at`'s
+/// communicator, of its function (inside `ncclGroupEnd` the position names the group's
+/// newest call, the view its group).
+pub(crate) fn of_call(reports: &[ProfilerCallReport], at: Option<&Position>) -> Option<ProfilerCallReport> {
+    let at = at.filter(|at| at.in_flight)?;
+    reports.iter().find(|r| r.comm_id == at.comm_id && (at.grouped || r.op == at.op)).cloned()
 }
