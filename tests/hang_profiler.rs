@@ -114,6 +114,11 @@ fn the_stuck_call_shows_what_nccls_profiler_saw_of_it() {
         }
         let human = Command::new(artifact("sf")).args(["hang", "--fallback-stuck-s", "1"]).arg(&dir).output().unwrap();
         let text = String::from_utf8_lossy(&human.stdout);
+        let first = text.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("HUNG: rank 1 channel ") && first.contains(" send to peer 0 (proxy steps, comm 0x"),
+            "a link of proxy steps is named by channel, direction and peer, not as a QP: {first}"
+        );
         let kind = if version >= 5 { "API" } else { "task" };
         let head = "profiler, rank 1: allreduce is NCCL's AllReduce #";
         let line = text.lines().find(|l| l.starts_with(head)).unwrap_or_else(|| panic!("{text}"));
