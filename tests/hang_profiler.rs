@@ -22,12 +22,18 @@ impl Drop for Job {
 
 /// A two-rank job whose rank 1 stalls its 11th network send (profiler ABI `version`).
 fn stalled(root: &std::path::Path, job: &str, version: u32, capture: Option<&str>) -> Job {
+    stalled_after(root, job, version, capture, 10, false)
+}
+
+/// The same, stalling the send after `after` others, with `--p2p` a Send/Recv ring per step.
+fn stalled_after(root: &std::path::Path, job: &str, version: u32, capture: Option<&str>, after: u32, p2p: bool) -> Job {
     let mut cmd = preloaded(&trainer_sim(), root, job);
     cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
+        .args(p2p.then_some("--p2p"))
         .env("NCCL_PROFILER_PLUGIN", library())
         .env("FAKENCCL_PROFILER_VERSION", version.to_string())
         .env("SF_WR_TIMEOUT_MS", "200")
-        .env("FAKENCCL_QP_STALL_AFTER", "10")
+        .env("FAKENCCL_QP_STALL_AFTER", after.to_string())
         .env("FAKENCCL_QP_STALL_MS", "600000")
         .env("FAKENCCL_QP_RANK", "1")
         .stdout(Stdio::null())
@@ -125,5 +131,27 @@ fn the_stuck_call_shows_what_nccls_profiler_saw_of_it() {
         assert!(line.contains(&format!("(v{version} {kind},")), "{line}");
         assert!(text.lines().any(|l| l.starts_with("  channel ") && l.contains("in flight on the link")), "{text}");
     }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A rank inside ncclGroupEnd (its grouped Send and Recv returned; rank 1 stalls the Send
+/// of the step's point-to-point ring): its view is the group's records, a Send and a Recv.
+#[test]
+fn a_rank_inside_group_end_shows_its_groups_records() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-profiler-group");
+    let _job = stalled_after(&root, "job", 7, None, 1, true);
+    let dir = root.join("job");
+    let report = until_seen(&dir, true);
+    let rank0 = &report["ranks"][0];
+    assert_eq!((&rank0["grouped"], &rank0["in_flight"]), (&true.into(), &true.into()), "{report}");
+    let p = profiler_of(&report, 0);
+    assert!(p["op"].is_null(), "a group, no one call: {p}");
+    let mut funcs: Vec<&str> = p["records"].as_array().unwrap().iter().map(|r| r["func"].as_str().unwrap()).collect();
+    funcs.sort_unstable();
+    assert_eq!(funcs, ["Recv", "Send"], "{p}");
+    let human = Command::new(artifact("sf")).args(["hang", "--fallback-stuck-s", "1"]).arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.lines().any(|l| l.starts_with("profiler, rank 0: its group (ncclGroupEnd) is NCCL's ")), "{text}");
     let _ = std::fs::remove_dir_all(&root);
 }

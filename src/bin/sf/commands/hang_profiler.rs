@@ -122,85 +122,96 @@ impl Collector {
     }
 
     /// The view of each call in flight in `live` (the log's communicator table), linked
-    /// against every returned call (`calls`, oldest first, all of the log's). Nothing
-    /// when the rank has no profiler records.
+    /// against every returned call (`calls`, oldest first, all of the log's), and of each
+    /// group whose calls returned last on their communicator (a rank inside `ncclGroupEnd`;
+    /// `sf hang` attaches it only when it finds the rank there). Nothing when the rank has
+    /// no profiler records.
     pub(crate) fn views(self, calls: &[NcclCall], created: &[CommCreated], live: &[CommLive]) -> Vec<CallView> {
         if self.ops.is_empty() {
             return Vec::new();
         }
-        let mut views = Vec::new();
+        let mut found: Vec<(u64, Option<NcclOp>, Vec<usize>)> = Vec::new();
         for row in live {
             let Some(inflight) = &row.inflight else { continue };
             // The table was read before the records: a call that returned since is in them.
             if calls.iter().any(|c| c.comm_id == row.comm_id && c.t_enter_ns >= inflight.since_mono_ns) {
                 continue;
             }
-            let op = inflight.op;
-            let linked: Vec<usize> = match op {
-                Some(op) if op.is_collective() || op.is_p2p() => {
-                    let next = NcclCall {
-                        op,
-                        t_enter_ns: inflight.since_mono_ns,
-                        t_exit_ns: 0,
-                        comm_id: row.comm_id,
-                        seq: 0,
-                        count: 1, // not known while in flight; any count moves data
-                        bytes: 0,
-                        stream: 0,
-                        tid: 0,
-                        peer: -1, // nor a rooted call's root: its units at the root are not known
-                        dtype: -1,
-                        redop: -1,
-                        result: 0,
-                        group_depth: 0,
-                    };
-                    link_with_next(calls, created, &self.ops, &next).1
-                }
-                // Inside ncclGroupEnd: the group's calls, returned after the last ungrouped one.
-                _ => {
-                    let on_comm: Vec<usize> = (0..calls.len()).filter(|&i| calls[i].comm_id == row.comm_id).collect();
-                    let open = on_comm.iter().rev().take_while(|&&i| calls[i].group_depth > 0).count();
-                    let group = &on_comm[on_comm.len() - open..];
-                    link(calls, created, &self.ops)
-                        .into_iter()
-                        .filter(|l| group.contains(&l.call))
-                        .map(|l| l.prof)
-                        .collect()
-                }
+            let Some(op) = inflight.op.filter(|op| op.is_collective() || op.is_p2p()) else { continue };
+            let next = NcclCall {
+                op,
+                t_enter_ns: inflight.since_mono_ns,
+                t_exit_ns: 0,
+                comm_id: row.comm_id,
+                seq: 0,
+                count: 1, // not known while in flight; any count moves data
+                bytes: 0,
+                stream: 0,
+                tid: 0,
+                peer: -1, // nor a rooted call's root: its units at the root are not known
+                dtype: -1,
+                redop: -1,
+                result: 0,
+                group_depth: 0,
             };
-            let records: Vec<ProfOp> = linked.iter().map(|&i| self.ops[i]).collect();
-            let note = records.is_empty().then_some(
-                "no profiler record is this call's (not linked: a graph capture, a dropped event, or a rooted \
-                 call at its root)",
-            );
-            let tasks = self.tasks_of(&records);
-            let proxies: Vec<ProfProxy> = self
-                .proxies
-                .iter()
-                .filter(|x| {
-                    tasks.iter().any(|t| {
-                        x.comm_hash == t.comm_hash
-                            && x.seq == t.seq
-                            && x.t_start_ns >= t.t_start_ns
-                            && (!t.p2p || (x.is_send == (t.func == SEND) && x.peer == t.peer))
-                    })
-                })
-                .copied()
-                .collect();
-            let hash = records.first().map(|r| r.comm_hash);
-            let windows = hash
-                .map(|hash| {
-                    let tag = ProxyLink::new(hash, 0, false, 0).comm_tag;
-                    self.windows
-                        .values()
-                        .filter(|w| ProxyLink::of(w.source, w.device, w.qp_num).is_some_and(|l| l.comm_tag == tag))
-                        .copied()
-                        .collect()
-                })
-                .unwrap_or_default();
-            views.push(CallView { comm_id: row.comm_id, op, records, proxies, windows, note });
+            found.push((row.comm_id, Some(op), link_with_next(calls, created, &self.ops, &next).1));
         }
-        views
+        // Groups: per communicator, the grouped calls after its last ungrouped one.
+        let mut comms: Vec<u64> = calls.iter().map(|c| c.comm_id).filter(|&id| id != 0).collect();
+        comms.sort_unstable();
+        comms.dedup();
+        let open: Vec<(u64, Vec<usize>)> = comms
+            .into_iter()
+            .filter(|id| !found.iter().any(|f| f.0 == *id))
+            .filter_map(|id| {
+                let on_comm: Vec<usize> = (0..calls.len()).filter(|&i| calls[i].comm_id == id).collect();
+                let n = on_comm.iter().rev().take_while(|&&i| calls[i].group_depth > 0).count();
+                (n > 0).then(|| (id, on_comm[on_comm.len() - n..].to_vec()))
+            })
+            .collect();
+        if !open.is_empty() {
+            let links = link(calls, created, &self.ops);
+            for (id, group) in open {
+                let linked = links.iter().filter(|l| group.contains(&l.call)).map(|l| l.prof).collect();
+                found.push((id, None, linked));
+            }
+        }
+        found.into_iter().map(|(comm_id, op, linked)| self.view(comm_id, op, &linked)).collect()
+    }
+
+    /// What the profiler saw of the records `linked` (indices into `ops`) of one call or group.
+    fn view(&self, comm_id: u64, op: Option<NcclOp>, linked: &[usize]) -> CallView {
+        let records: Vec<ProfOp> = linked.iter().map(|&i| self.ops[i]).collect();
+        let note = records.is_empty().then_some(
+            "no profiler record is this call's (not linked: a graph capture, a dropped event, or a rooted \
+             call at its root)",
+        );
+        let tasks = self.tasks_of(&records);
+        let proxies: Vec<ProfProxy> = self
+            .proxies
+            .iter()
+            .filter(|x| {
+                tasks.iter().any(|t| {
+                    x.comm_hash == t.comm_hash
+                        && x.seq == t.seq
+                        && x.t_start_ns >= t.t_start_ns
+                        && (!t.p2p || (x.is_send == (t.func == SEND) && x.peer == t.peer))
+                })
+            })
+            .copied()
+            .collect();
+        let hash = records.first().map(|r| r.comm_hash);
+        let windows = hash
+            .map(|hash| {
+                let tag = ProxyLink::new(hash, 0, false, 0).comm_tag;
+                self.windows
+                    .values()
+                    .filter(|w| ProxyLink::of(w.source, w.device, w.qp_num).is_some_and(|l| l.comm_tag == tag))
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        CallView { comm_id, op, records, proxies, windows, note }
     }
 
     /// The task records of a call's linked units: the units themselves (v1-v4), or from
@@ -212,6 +223,7 @@ impl Collector {
         let api: Vec<&ProfOp> = units.iter().filter(|u| u.api).collect();
         let Some(from) = api.iter().map(|u| u.t_start_ns).min() else { return tasks };
         let mut funcs: Vec<(u64, u8)> = api.iter().map(|u| (u.comm_hash, u.func)).collect();
+        funcs.sort_unstable();
         funcs.dedup();
         for (hash, func) in funcs {
             let wanted = api.iter().filter(|u| (u.comm_hash, u.func) == (hash, func)).count();

@@ -49,16 +49,16 @@ pub(super) fn lines(report: &HangReport) -> Vec<String> {
 }
 
 fn head(rank: i32, p: &ProfilerCallReport) -> String {
-    let call = p.op.map_or("the call", |op| op.name());
+    let call = p.op.map_or("its group (ncclGroupEnd)", |op| op.name());
     if p.records.is_empty() {
         return format!("profiler, rank {rank}: {call}: {}", p.note.unwrap_or("no record"));
     }
     let first = &p.records[0];
-    let what = if p.records.len() == 1 {
-        format!("{} #{}", first.func, first.nccl_seq)
-    } else {
-        format!("{} records from {} #{}", p.records.len(), first.func, first.nccl_seq)
-    };
+    let mut what: Vec<String> = p.records.iter().take(4).map(|r| format!("{} #{}", r.func, r.nccl_seq)).collect();
+    if p.records.len() > 4 {
+        what.push(format!("{} more", p.records.len() - 4));
+    }
+    let what = what.join(", ");
     let kind = if first.api { "API" } else { "task" };
     let progress = match p.last_progress_s {
         Some(s) => format!("last network progress {} ago", age(s)),
