@@ -7,10 +7,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use stagefrontier::analysis::comms::grow::is_alias;
 use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::format::{Region, WriterState};
 use stagefrontier::core::log::reader::RankLog;
-use stagefrontier::core::log::records::{CommOrigin, NcclCall, RecordBody};
+use stagefrontier::core::log::records::{CommCreated, CommOrigin, NcclCall, RecordBody};
 
 /// (seq, op, count) of each collective on the world communicator, as one rank saw them.
 fn collective_trace(bodies: &[RecordBody], world: u64) -> Vec<(u64, NcclOp, u64)> {
@@ -282,11 +283,15 @@ fn every_entry_point_since_the_classic_api_is_recorded_and_returns_what_nccl_ret
     assert_eq!(shrunk.len(), 2, "ranks 0 and 1 remain");
     assert_eq!(shrunk[0].comm_id, shrunk[1].comm_id);
     assert_eq!((shrunk[0].parent_id, shrunk[1].parent_id), (world[0].comm_id, world[0].comm_id));
-    let grown = of(CommOrigin::Grow);
+    let (aliases, grown): (Vec<&CommCreated>, Vec<&CommCreated>) =
+        of(CommOrigin::Grow).into_iter().partition(|c| is_alias(c));
     assert_eq!(grown.len(), 3);
     let existing: Vec<_> = grown.iter().filter(|c| c.parent_id != 0).collect();
     assert_eq!(existing.len(), 2);
     assert_eq!(existing[0].comm_id, existing[1].comm_id, "existing members agree");
+    let new_rank = grown.iter().find(|c| c.parent_id == 0).expect("the new rank");
+    let alias = aliases.iter().map(|a| (a.comm_id, a.parent_id)).collect::<Vec<_>>();
+    assert_eq!(alias, [(new_rank.comm_id, existing[0].comm_id)], "the root names the new rank's id as the grown one");
     assert_eq!(existing[0].parent_id, shrunk[0].comm_id);
     assert!(grown.iter().all(|c| c.nranks == 3));
 }

@@ -36,6 +36,7 @@ pub use mismatch::{find_in as find_mismatches, FieldValue, Mismatch, MismatchFie
 pub use post_mortem::PostMortem;
 pub use qp::StuckQp;
 
+use crate::analysis::comms::grow::Aliases;
 use crate::analysis::log::liveness::Liveness;
 use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::reader::CommLive;
@@ -246,6 +247,29 @@ pub struct Diagnosis {
 }
 
 pub fn diagnose(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
+    // A grown communicator is one communicator on every member, whatever it called it.
+    let aliases = Aliases::of(ranks.iter().flat_map(|r| &r.created));
+    if aliases.is_empty() {
+        return diagnose_named(ranks, settings);
+    }
+    let renamed: Vec<RankInput> = ranks.iter().map(|r| renamed(r, &aliases)).collect();
+    diagnose_named(&renamed, settings)
+}
+
+/// A rank's input with every communicator named as the reports name it.
+fn renamed(r: &RankInput, aliases: &Aliases) -> RankInput {
+    let mut r = r.clone();
+    r.created = aliases.memberships(&r.created);
+    for c in &mut r.calls {
+        c.comm_id = aliases.canonical(c.comm_id);
+    }
+    for row in &mut r.comms {
+        row.comm_id = aliases.canonical(row.comm_id);
+    }
+    r
+}
+
+fn diagnose_named(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
     let calls: Vec<&[NcclCall]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
     let threshold = Threshold::new(cadence::estimate(&calls), settings);
     let facts: Vec<facts::Facts> = ranks.iter().map(facts::Facts::of).collect();

@@ -240,10 +240,12 @@ pub enum NewComm {
         parent: u64,
         excluded: Vec<i32>,
     },
-    /// `ncclCommGrow` by an existing member of `parent`.
+    /// `ncclCommGrow` by an existing member of `parent`; the root also passes the unique
+    /// id it gave the new ranks (nccl.h 2.32.3).
     GrowExisting {
         parent: u64,
         nranks: i32,
+        uid: Option<[u8; 128]>,
     },
     /// `ncclCommGrow` by a new rank: it has the root's unique id and no parent.
     GrowNew([u8; 128]),
@@ -252,6 +254,10 @@ pub enum NewComm {
 /// What a communicator-creating hook must remember before forwarding.
 pub struct PendingComm {
     id: u64,
+    /// The id the communicator's new ranks know it by (`ncclCommGrow`'s root only).
+    alias: Option<u64>,
+    /// The rank an existing member keeps in a grown communicator (its parent's).
+    kept_rank: Option<i32>,
     parent_id: u64,
     origin: CommOrigin,
     color: i32,
@@ -261,6 +267,7 @@ pub struct PendingComm {
 /// Called before forwarding a creation call: derives the job-wide id.
 pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
     let rt = runtime::owner()?;
+    let (mut alias, mut kept_rank) = (None, None);
     let (id, parent_id, origin, color, key) = match kind {
         NewComm::FromUniqueId(origin, uid) => (comm_identity::from_unique_id(&uid), 0, origin, -1, -1),
         NewComm::InitAll { call } => {
@@ -275,13 +282,16 @@ pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
             let (parent_id, ordinal) = child_of(rt, parent)?;
             (comm_identity::for_shrink(parent_id, ordinal, &excluded), parent_id, CommOrigin::Shrink, -1, -1)
         }
-        NewComm::GrowExisting { parent, nranks } => {
+        NewComm::GrowExisting { parent, nranks, uid } => {
             let (parent_id, ordinal) = child_of(rt, parent)?;
+            alias = uid.map(|uid| comm_identity::from_unique_id(&uid));
+            // Existing members keep their ranks (src/init.cc ncclCommGrow at v2.30.7-1).
+            kept_rank = comm_slot(rt, parent).map(|slot| slot.rank().0).filter(|&r| r >= 0);
             (comm_identity::for_grow(parent_id, ordinal, nranks), parent_id, CommOrigin::Grow, -1, -1)
         }
         NewComm::GrowNew(uid) => (comm_identity::from_unique_id(&uid), 0, CommOrigin::Grow, -1, -1),
     };
-    Some(PendingComm { id, parent_id, origin, color, key })
+    Some(PendingComm { id, alias, kept_rank, parent_id, origin, color, key })
 }
 
 /// The parent's job-wide id and the ordinal of the child being made from it: every member
@@ -300,6 +310,7 @@ pub fn next_init_all_call() -> u64 {
 /// Called after the real creation call returned a communicator.
 pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) {
     let Some(rt) = runtime::owner() else { return };
+    let rank = if rank < 0 { pending.kept_rank.unwrap_or(rank) } else { rank };
     let created = CommCreated {
         t_ns: now_ticks(),
         comm_id: pending.id,
@@ -316,6 +327,18 @@ pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) 
         let _ = rt.world_comm.compare_exchange(0, pending.id, Ordering::Relaxed, Ordering::Relaxed);
     }
     register(rt, handle, created);
+    // ncclCommGrow's root alone knows both names of the grown communicator: it records that
+    // the new ranks' (from the unique id) is this one (comm_identity::GROW_ALIAS_COLOR).
+    if let Some(alias) = pending.alias {
+        let record = CommCreated {
+            comm_id: alias,
+            parent_id: pending.id,
+            color: comm_identity::GROW_ALIAS_COLOR,
+            key: -1,
+            ..created
+        };
+        rt.ring.push(Event::Record(RecordBody::CommCreated(record)));
+    }
 }
 
 /// Called after `ncclCommDestroy`/`ncclCommAbort` returned: the handle may be reused.

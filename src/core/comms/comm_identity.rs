@@ -37,10 +37,17 @@ pub fn for_shrink(parent_id: u64, child_ordinal: u64, excluded: &[i32]) -> u64 {
 
 /// `ncclCommGrow` seen from an existing member: the parent, its child ordinal and the new
 /// size. New ranks know only the unique id the root passed them, so they name the grown
-/// communicator by `from_unique_id` instead.
+/// communicator by `from_unique_id` instead; the root, which passes both the parent and the
+/// unique id, records that alias (`GROW_ALIAS_COLOR`), and analysis names the communicator
+/// by this id on every member (`analysis::comms::grow`).
 pub fn for_grow(parent_id: u64, child_ordinal: u64, nranks: i32) -> u64 {
     hash(&[b"grow", &parent_id.to_le_bytes(), &child_ordinal.to_le_bytes(), &nranks.to_le_bytes()])
 }
+
+/// The `color` of a `comm_created` record (origin `grow`) that is no membership but an
+/// alias: its `comm_id` (the new ranks' name) is the communicator `parent_id` names.
+/// A grown communicator has no color of its own (NCCL's split colors are >= -1).
+pub const GROW_ALIAS_COLOR: i32 = i32::MIN;
 
 /// `ncclCommSplit`: the members of one new communicator share the parent and the color,
 /// and split the parent in the same order, so the parent's split ordinal tells successive

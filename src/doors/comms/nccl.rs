@@ -556,7 +556,12 @@ pub unsafe extern "C" fn ncclCommGrow(
         return missing("ncclCommGrow", &SAID);
     };
     let kind = || match (comm.is_null(), unique_id.is_null()) {
-        (false, _) => NewComm::GrowExisting { parent: comm_key(comm), nranks: n_ranks },
+        (false, no_uid) => NewComm::GrowExisting {
+            parent: comm_key(comm),
+            nranks: n_ranks,
+            // SAFETY: the root's unique id is a valid 128-byte struct (NCCL's contract).
+            uid: (!no_uid).then(|| unsafe { (*unique_id).bytes() }),
+        },
         // SAFETY: a new rank's unique id is a valid 128-byte struct (NCCL's contract).
         (true, false) => NewComm::GrowNew(unsafe { (*unique_id).bytes() }),
         // NCCL refuses this call: the id is never registered.

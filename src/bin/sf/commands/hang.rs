@@ -17,11 +17,12 @@ use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::clock::monotonic_ns;
 use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::comms::nccl_op::NcclOp;
-use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::reader::{CommLive, RankLog};
 use stagefrontier::core::log::records::{
     hex_u64, CommCreated, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody,
 };
 
+use super::hang_profiler::{self, CallView, Collector, ProfilerCallReport};
 use super::ls::FileError;
 use super::Failure;
 use crate::cli::HangOptions;
@@ -167,6 +168,9 @@ pub struct RankReport {
     /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): its liveness,
     /// heartbeat age and stuck times are judged at that moment.
     pub snapshot_wall: Option<String>,
+    /// What NCCL's profiler saw of the call the rank is inside (`hang_profiler`); None
+    /// without profiler records or outside a call.
+    pub profiler: Option<ProfilerCallReport>,
 }
 
 /// An `injection` record, with its stage named.
@@ -206,6 +210,7 @@ pub(crate) struct Extra {
     injections: Vec<InjectionReport>,
     hang_evidence: Vec<HangEvidence>,
     snapshot_wall: Option<String>,
+    profiler: Vec<ProfilerCallReport>,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -227,7 +232,7 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
     // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
     logs.sort_by_key(|(log, ..)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
     let now_mono_ns = monotonic_ns();
-    let (inputs, extras): (Vec<RankInput>, Vec<Extra>) = logs
+    let (inputs, mut extras): (Vec<RankInput>, Vec<Extra>) = logs
         .into_iter()
         .map(|(log, history, taken)| {
             // A live log is judged at the clock read once, here, after every record; a
@@ -241,6 +246,7 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
         min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
         fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
     };
+    hang_profiler::rename(extras.iter_mut().map(|e| &mut e.profiler), &inputs);
     let diagnosis = hang::diagnose(&inputs, &settings);
     Ok(report(dir, now_mono_ns, diagnosis, extras, errors))
 }
@@ -259,16 +265,22 @@ pub(crate) struct History {
     newest_drop_ns: Option<u64>,
     /// The newest record the scan saw: more committed later means the rank moved on.
     newest_seq: u64,
+    /// The profiler's view of each call in flight as the scan began.
+    profiler: Vec<CallView>,
 }
 
 impl History {
     /// Streams the log's records (never all of them at once): the newest `CALLS_KEPT`
-    /// calls, every low-rate record, and the newest window of each QP.
+    /// calls, every low-rate record, and the newest window of each QP; and what NCCL's
+    /// profiler saw of the calls in flight.
     fn of(log: &RankLog) -> History {
         let drained_ns = log.live().heartbeat_mono_ns;
-        let mut kept = Kept::new(drained_ns);
+        let in_flight = log.comms();
+        let mut kept = Kept::new(drained_ns, true);
         let stats = log.scan(|record| kept.push(record.body));
-        kept.finish(stats.missing == 0, stats.last_seq)
+        // A ring that wrapped lost the oldest calls: per-function ordinals cannot be counted.
+        let whole = stats.missing == 0 && stats.lost_to_wrap == 0;
+        kept.finish(stats.missing == 0, stats.last_seq, whole.then_some(&in_flight[..]))
     }
 
     /// From the records of a log, oldest first (`sf exporter` keeps the ones this reads
@@ -280,9 +292,9 @@ impl History {
         complete: bool,
         newest_seq: u64,
     ) -> History {
-        let mut kept = Kept::new(drained_ns);
+        let mut kept = Kept::new(drained_ns, false);
         records.into_iter().for_each(|body| kept.push(body));
-        kept.finish(complete, newest_seq)
+        kept.finish(complete, newest_seq, None)
     }
 }
 
@@ -292,10 +304,13 @@ struct Kept {
     /// The newest window of each QP: counters are cumulative, so it says what all the
     /// later ones would.
     windows: Vec<QpWindow>,
+    /// The profiler's records and every call, for the view of the calls in flight: as
+    /// many as the log holds while it has not wrapped (the only case the view is made).
+    profiler: Option<Collector>,
 }
 
 impl Kept {
-    fn new(drained_ns: u64) -> Kept {
+    fn new(drained_ns: u64, profiler: bool) -> Kept {
         let history = History {
             drained_ns,
             calls: Vec::new(),
@@ -306,11 +321,15 @@ impl Kept {
             complete: true,
             newest_drop_ns: None,
             newest_seq: 0,
+            profiler: Vec::new(),
         };
-        Kept { history, windows: Vec::new() }
+        Kept { history, windows: Vec::new(), profiler: profiler.then(Collector::default) }
     }
 
     fn push(&mut self, body: RecordBody) {
+        if let Some(profiler) = &mut self.profiler {
+            profiler.see(&body);
+        }
         let history = &mut self.history;
         match body {
             RecordBody::QpStuck(q) => history.stuck_qps.push(q),
@@ -338,10 +357,15 @@ impl Kept {
         }
     }
 
-    fn finish(self, complete: bool, newest_seq: u64) -> History {
-        let Kept { mut history, windows } = self;
+    /// The history; with `in_flight` (the log's communicator table, for a log that has
+    /// not wrapped), the profiler's view of its calls in flight.
+    fn finish(self, complete: bool, newest_seq: u64, in_flight: Option<&[CommLive]>) -> History {
+        let Kept { mut history, windows, profiler } = self;
         history.complete = complete;
         history.newest_seq = newest_seq;
+        if let (Some(profiler), Some(in_flight)) = (profiler, in_flight) {
+            history.profiler = profiler.views(&history.created, in_flight);
+        }
         let excess = history.calls.len().saturating_sub(CALLS_KEPT);
         history.calls.drain(..excess);
         // Kept for the whole run: not the scan's room for twice as many.
@@ -374,6 +398,7 @@ impl Extra {
             injections: Vec::new(),
             hang_evidence: Vec::new(),
             snapshot_wall: None,
+            profiler: Vec::new(),
         }
     }
 }
@@ -467,6 +492,7 @@ pub(crate) fn read_live(
             .collect(),
         hang_evidence: history.hang_evidence,
         snapshot_wall,
+        profiler: hang_profiler::reports(history.profiler, rank_now),
     };
     (input, extra)
 }
@@ -590,5 +616,6 @@ fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
         injections: extra.injections,
         hang_evidence: extra.hang_evidence,
         snapshot_wall: extra.snapshot_wall,
+        profiler: hang_profiler::of_call(&extra.profiler, v.at.as_ref()),
     }
 }

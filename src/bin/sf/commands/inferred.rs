@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 use stagefrontier::analysis::blame::{attribute, Attribution, RankTimeline};
+use stagefrontier::analysis::comms::grow::Aliases;
 use stagefrontier::analysis::inferred::{infer, Call, RankCalls, Signature, PHASES};
 use stagefrontier::core::capture::doors::no_markers_note;
 use stagefrontier::core::comms::nccl_op::dtype_name;
@@ -11,7 +12,7 @@ use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
 use super::step_vectors::{RankStep, RankSteps};
-use super::waits::{self, align_hosts, calls_of, clock_of, collective_key};
+use super::waits::{self, align_hosts, calls_and_aliases, clock_of, collective_key, rename_grown};
 use super::Failure;
 use crate::discover::{self, Dirs};
 
@@ -109,6 +110,7 @@ pub fn fill(dir: &Dirs, command: &str, ranks: &mut [RankSteps]) -> Result<Option
     let mut collectives: Vec<RankCalls> = Vec::new();
     let mut timelines: Vec<RankTimeline> = Vec::new();
     let mut clocks = Vec::new();
+    let mut aliases = Vec::new();
     for path in &logs {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
         let rank = log.header.global_rank;
@@ -117,8 +119,16 @@ pub fn fill(dir: &Dirs, command: &str, ranks: &mut [RankSteps]) -> Result<Option
             continue;
         }
         collectives.push(RankCalls { rank: rank as u32, calls: collectives_of(&log) });
-        timelines.push(RankTimeline { rank: rank as u32, calls: calls_of(&log), spans: Vec::new() });
+        let calls = calls_and_aliases(&log, &mut aliases);
+        timelines.push(RankTimeline { rank: rank as u32, calls, spans: Vec::new() });
         clocks.push(clock_of(&log));
+    }
+    // A grown communicator is one communicator on all its members (`analysis::comms::grow`).
+    let aliases = Aliases::of(&aliases);
+    rename_grown(&mut timelines, &aliases);
+    for c in collectives.iter_mut().flat_map(|r| &mut r.calls) {
+        c.signature.comm_id = aliases.canonical(c.signature.comm_id);
+        c.key.0 = aliases.canonical(c.key.0);
     }
     let Some(inference) = infer(&collectives) else { return Ok(None) };
     let mut off_pattern = Vec::new();

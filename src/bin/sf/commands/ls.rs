@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Serialize;
+use stagefrontier::analysis::comms::grow::{self, Aliases};
 use stagefrontier::analysis::comms::nccl_version::nccl_version_string;
 use stagefrontier::analysis::hang::{find_mismatches, Mismatch, Said};
 use stagefrontier::analysis::log::clocks::{host_clocks, HostClock};
@@ -11,7 +12,7 @@ use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::reader::{RankLog, ReadError};
-use stagefrontier::core::log::records::{hex_u64, NcclCall, RecordBody};
+use stagefrontier::core::log::records::{hex_u64, CommCreated, NcclCall, RecordBody};
 
 use super::hang::CALLS_KEPT;
 use super::waits::clock_of;
@@ -131,13 +132,19 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let mut calls = Vec::with_capacity(files.len());
     let mut clocks = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
+    let mut aliases = Vec::new();
     let read = parallel::read_all(&files, |file| {
-        RankLog::open(&file.path).map(|log| (row(&log, file.taken.as_ref(), &host), clock_of(&log)))
+        RankLog::open(&file.path).map(|log| {
+            let mut aliases = Vec::new();
+            let row = row(&log, file.taken.as_ref(), &host, &mut aliases);
+            (row, clock_of(&log), aliases)
+        })
     });
     for (file, read) in files.iter().zip(read) {
         match read {
-            Ok(((row, said), clock)) => {
+            Ok(((row, said), clock, its_aliases)) => {
                 clocks.push(clock);
+                aliases.extend(its_aliases);
                 ranks.push(row);
                 calls.push(said);
             }
@@ -148,6 +155,11 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
     let summary = summarize(&ranks);
     let missing_ranks = summary.world_size.map_or_else(Vec::new, |world| missing_ranks(world, &ranks));
+    // A grown communicator is one communicator on all its members (`analysis::comms::grow`).
+    let aliases = Aliases::of(&aliases);
+    for c in calls.iter_mut().flat_map(|(_, calls)| calls.iter_mut()) {
+        c.comm_id = aliases.canonical(c.comm_id);
+    }
     let said: Vec<Said> =
         calls.iter().map(|(rank, calls)| Said { rank: *rank, calls, in_flight: Vec::new() }).collect();
     let mismatches = find_mismatches(&said)
@@ -171,20 +183,27 @@ fn files_to_read(paths: &Dirs) -> Result<Vec<LogFile>, Failure> {
 }
 
 /// A log's row, and its rank with its newest collective records for the mismatch check.
-fn row(log: &RankLog, taken: Option<&Taken>, reader_host: &str) -> (RankRow, (i32, Vec<NcclCall>)) {
+fn row(
+    log: &RankLog,
+    taken: Option<&Taken>,
+    reader_host: &str,
+    aliases: &mut Vec<CommCreated>,
+) -> (RankRow, (i32, Vec<NcclCall>)) {
     let h = &log.header;
     let live = log.live();
     let at = moment::judge(h, taken, reader_host);
     let age_ns = heartbeat_age_ns(at.same_clock, live.heartbeat_mono_ns, live.heartbeat_wall_ns, at.clock);
     // Only the newest collective calls are kept, as `sf hang` keeps them: constant memory.
     let mut calls: Vec<NcclCall> = Vec::new();
-    let stats = log.scan(|r| {
-        if let RecordBody::NcclCall(c) = r.body {
+    let stats = log.scan(|r| match r.body {
+        RecordBody::NcclCall(c) => {
             if calls.len() == 2 * CALLS_KEPT {
                 calls.drain(..CALLS_KEPT);
             }
             calls.push(c);
         }
+        RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
+        _ => {}
     });
     calls.drain(..calls.len().saturating_sub(CALLS_KEPT));
     // What is kept for the whole run: not the scan's room for twice as many.

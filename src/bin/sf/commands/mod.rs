@@ -5,6 +5,7 @@ pub mod exporter;
 pub mod frontier;
 mod frontier_waits;
 pub mod hang;
+pub mod hang_profiler;
 mod hang_prometheus;
 pub mod inferred;
 pub mod kernels;

@@ -2,9 +2,10 @@
 //! which rank made the others wait, and how much of each stage was waiting.
 
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
+use stagefrontier::analysis::comms::grow::{self, Aliases};
 use stagefrontier::analysis::log::clocks::RankClock;
 use stagefrontier::core::log::reader::RankLog;
-use stagefrontier::core::log::records::{NcclCall, RecordBody};
+use stagefrontier::core::log::records::{CommCreated, NcclCall, RecordBody};
 
 use super::step_vectors::complete_steps;
 use super::Failure;
@@ -17,18 +18,24 @@ pub fn attribution(dir: &Dirs, command: &str, stages: &[String]) -> Result<Attri
     let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
     let mut ranks: Vec<RankTimeline> = Vec::new();
     let mut clocks: Vec<RankClock> = Vec::new();
+    let mut aliases: Vec<CommCreated> = Vec::new();
     let read = crate::parallel::read_all(&logs, |path| {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
         let rank = log.header.global_rank;
-        Ok::<_, Failure>((rank >= 0).then(|| (timeline(&log, rank as u32, stages), clock_of(&log))))
+        let mut its_aliases = Vec::new();
+        let read = (rank >= 0).then(|| (timeline(&log, rank as u32, stages, &mut its_aliases), clock_of(&log)));
+        Ok::<_, Failure>(read.map(|read| (read, its_aliases)))
     });
     for read in read {
-        let Some((timeline, clock)) = read? else { continue };
+        let Some(((timeline, clock), its_aliases)) = read? else { continue };
+        // Every log's aliases count, a second log of one rank's too (they name, not time).
+        aliases.extend(its_aliases);
         if !ranks.iter().any(|r| r.rank == timeline.rank) {
             ranks.push(timeline);
             clocks.push(clock);
         }
     }
+    rename_grown(&mut ranks, &Aliases::of(&aliases));
     align_hosts(&mut ranks, &clocks);
     Ok(attribute(&ranks))
 }
@@ -64,16 +71,26 @@ pub fn clock_of(log: &RankLog) -> RankClock {
     }
 }
 
+/// A grown communicator's collectives match across its existing and new members: every
+/// key names it as `analysis::comms::grow` does.
+pub(super) fn rename_grown(ranks: &mut [RankTimeline], aliases: &Aliases) {
+    for c in ranks.iter_mut().flat_map(|r| &mut r.calls) {
+        c.key = c.key.map(|(comm, seq)| (aliases.canonical(comm), seq));
+    }
+}
+
 /// Every completed NCCL call of the log, in enter order; collectives carry their
-/// (communicator, sequence) key.
-pub(super) fn calls_of(log: &RankLog) -> Vec<CallTiming> {
+/// (communicator, sequence) key. The log's grown-communicator aliases
+/// (`analysis::comms::grow`) are added to `aliases`.
+pub(super) fn calls_and_aliases(log: &RankLog, aliases: &mut Vec<CommCreated>) -> Vec<CallTiming> {
     let mut calls = Vec::new();
     for record in log.records().0 {
-        if let RecordBody::NcclCall(c) = record.body {
-            if c.t_exit_ns < c.t_enter_ns {
-                continue;
+        match record.body {
+            RecordBody::NcclCall(c) if c.t_exit_ns >= c.t_enter_ns => {
+                calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns })
             }
-            calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
+            RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
+            _ => {}
         }
     }
     calls.sort_by_key(|c| c.enter_ns);
@@ -86,8 +103,8 @@ pub(super) fn collective_key(c: &NcclCall) -> Option<(u64, u64)> {
     (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq))
 }
 
-fn timeline(log: &RankLog, rank: u32, stages: &[String]) -> RankTimeline {
-    let calls = calls_of(log);
+fn timeline(log: &RankLog, rank: u32, stages: &[String], aliases: &mut Vec<CommCreated>) -> RankTimeline {
+    let calls = calls_and_aliases(log, aliases);
     let names = log.stage_names();
     let index = |id: u16| {
         let name = names.get(id as usize).cloned().flatten()?;

@@ -4,6 +4,8 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 use stagefrontier::analysis::hang::Mismatch;
+use stagefrontier::core::net::proxy_progress::ProxyLink;
+use stagefrontier::core::net::work_requests::WrSource;
 
 use super::human_frontier::{frontier_columns, window_head, window_rows, window_tail};
 use super::table::{self, Align};
@@ -296,12 +298,14 @@ fn comm_verdict(c: &CommReport) -> String {
     let call = stuck_call(c);
     let mut causes = Vec::new();
     for q in &c.stuck_qps {
+        // A link of proxy steps (stock NCCL) is no QP: name its channel, direction and peer.
+        let what = match ProxyLink::of(WrSource::Proxy, q.device, q.qp_num).filter(|_| q.source == "proxy") {
+            Some(link) => link.describe(),
+            None => format!("QP {:#x} ({} door, device {})", q.qp_num, q.source, q.device),
+        };
         causes.push(format!(
-            "rank {} QP {:#x} ({} door, device {}) has had a work request in flight for {}, so {call} cannot complete",
+            "rank {} {what} has had a work request in flight for {}, so {call} cannot complete",
             q.rank,
-            q.qp_num,
-            q.source,
-            q.device,
             age(q.stuck_s)
         ));
     }
@@ -549,6 +553,7 @@ fn hang_tail(report: &HangReport) -> Vec<String> {
             rank_noun(&ranks)
         ));
     }
+    lines.extend(super::human_hang_profiler::lines(report));
     if let Some(quiet) = report.quiet_s {
         lines.push(format!(
             "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
