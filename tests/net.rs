@@ -112,6 +112,24 @@ fn default_records_are_per_qp_aggregates_matching_what_was_driven() {
     let rank1 = &json["ranks"][1];
     assert_eq!(rank1["rank"].as_i64(), Some(1));
     assert!(rank1["qps"].as_array().unwrap().iter().any(|q| q["qp_num"].as_u64() == Some(0x101)), "{rank1}");
+    assert_eq!((json["series_start"].as_str(), json["wrapped_ranks"].as_array().map(Vec::len)), (None, Some(0)));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_wrapped_event_ring_says_where_the_qp_series_start() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-wrapped");
+    // The smallest log: the profiler's records of 30 steps wrap its 1,024 event slots.
+    run_ok(job(&root, 30).env("SF_LOG_RECORDS", "1024"));
+    let (code, json) = sf_net_json(&root);
+    assert_eq!(code, 0, "wrapping is no finding: {json}");
+    assert_eq!(json["wrapped_ranks"], serde_json::json!([0, 1]), "{json}");
+    let start = json["series_start"].as_str().unwrap_or_else(|| panic!("a start time: {json}"));
+    assert!(start.ends_with('Z') && start.len() == 24, "RFC 3339 UTC: {start}");
+    let human = String::from_utf8(sf_net(&root, false).stdout).unwrap();
+    let note = format!("note: the QP series start at {start}, after the job did");
+    assert!(human.lines().nth(1).is_some_and(|l| l.starts_with(&note)), "{human}");
     let _ = std::fs::remove_dir_all(&root);
 }
 

@@ -14,8 +14,8 @@ use super::ls::FileError;
 use super::Failure;
 use crate::discover;
 use crate::discover::Dirs;
-use crate::progress::Progress;
-use crate::wall::WallClock;
+use crate::parallel;
+use crate::wall::{rfc3339_ms, WallClock};
 
 /// The `--json` object; the field names the README lists are a contract.
 #[derive(Debug, Serialize)]
@@ -30,6 +30,11 @@ pub struct NetReport {
     pub summary: Summary,
     pub ranks: Vec<RankNet>,
     pub errors: Vec<FileError>,
+    /// When the QP series start after the job did: the latest first window (UTC) among
+    /// the ranks whose event ring wrapped past older windows; null when none wrapped.
+    pub series_start: Option<String>,
+    /// Ranks whose event ring wrapped: their older QP windows are gone.
+    pub wrapped_ranks: Vec<i32>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -91,6 +96,9 @@ pub struct RankNet {
     pub qps: Vec<QpReport>,
     /// RDMA port counters from sysfs (README "RDMA port counters").
     pub ports: Vec<PortCounterSummary>,
+    /// Records of the event ring overwritten before this read: older windows are gone.
+    #[serde(skip)]
+    pub lost_to_wrap: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -194,17 +202,24 @@ pub fn build(dir: &Dirs) -> Result<NetReport, Failure> {
         summary: Summary::default(),
         ranks: Vec::new(),
         errors: Vec::new(),
+        series_start: None,
+        wrapped_ranks: Vec::new(),
     };
-    let mut progress = Progress::new(files.len());
-    for (i, file) in files.iter().enumerate() {
-        match RankLog::open(file) {
-            Ok(log) => report.ranks.push(rank_net(&log)),
+    let read = parallel::read_all(&files, |file| RankLog::open(file).map(|log| rank_net(&log)));
+    for (file, read) in files.iter().zip(read) {
+        match read {
+            Ok(rank) => report.ranks.push(rank),
             Err(e) => report.errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
         }
-        progress.done(i + 1);
     }
-    drop(progress);
     report.ranks.sort_by_key(|r| (r.rank < 0, r.rank, r.file.clone()));
+    let wrapped = report.ranks.iter().filter(|r| r.lost_to_wrap > 0);
+    report.wrapped_ranks = wrapped.clone().map(|r| r.rank).collect();
+    let first_windows = wrapped.filter_map(|r| {
+        let first = r.qps.iter().filter_map(|q| q.series.first()).map(|s| s.t_ns).min()?;
+        r.clock.wall_ns(first)
+    });
+    report.series_start = first_windows.max().map(rfc3339_ms);
     check_peers(&mut report.ranks);
     let s = &mut report.summary;
     s.ranks = report.ranks.len();
@@ -293,19 +308,23 @@ fn check_peers(ranks: &mut [RankNet]) {
 }
 
 fn rank_net(log: &RankLog) -> RankNet {
-    let (records, _) = log.records();
-    let ports = ports::summarize(records.iter().map(|r| &r.body));
+    // Streamed: only the records this command reads are kept, never the NCCL calls.
+    let mut port_records: Vec<RecordBody> = Vec::new();
     let mut windows: Vec<QpWindow> = Vec::new();
     let mut stucks: Vec<QpStuck> = Vec::new();
     let mut degradeds: Vec<QpDegraded> = Vec::new();
-    for record in records {
-        match record.body {
-            RecordBody::QpWindow(w) => windows.push(w),
-            RecordBody::QpStuck(s) => stucks.push(s),
-            RecordBody::QpDegraded(d) => degradeds.push(d),
-            _ => {}
+    let stats = log.scan(|record| match record.body {
+        RecordBody::QpWindow(w) => windows.push(w),
+        RecordBody::QpStuck(s) => stucks.push(s),
+        RecordBody::QpDegraded(d) => degradeds.push(d),
+        body @ (RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_)) => {
+            port_records.push(body)
         }
-    }
+        _ => {}
+    });
+    let ports = ports::summarize(&port_records);
+    // The event ring's own loss: the history ring (stuck and degraded evidence) keeps more.
+    let lost_to_wrap = stats.lost_to_wrap - stats.history.as_ref().map_or(0, |h| h.lost_to_wrap);
     let mut ids: Vec<QpId> = windows
         .iter()
         .map(|w| (w.source, w.device, w.qp_num))
@@ -347,6 +366,7 @@ fn rank_net(log: &RankLog) -> RankNet {
         file: log.path().display().to_string(),
         qps,
         ports,
+        lost_to_wrap,
     }
 }
 

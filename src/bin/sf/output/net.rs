@@ -71,6 +71,14 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
         }
     };
     writeln!(out, "{}: {}, {}: {verdict}", r.dir, plural(s.ranks as u64, "rank"), plural(s.qps as u64, "QP"))?;
+    if let Some(start) = &r.series_start {
+        let ranks: Vec<String> = r.wrapped_ranks.iter().map(|r| r.to_string()).collect();
+        writeln!(
+            out,
+            "note: the QP series start at {start}, after the job did: older windows wrapped out of the event ring on ranks {} (stuck and degraded evidence is kept longer; set SF_LOG_RECORDS higher to keep more)",
+            ranks.join(",")
+        )?;
+    }
     if s.qps == 0 {
         writeln!(
             out,
