@@ -1,7 +1,8 @@
 //! Collectives matched across ranks, each rank's wait inside them, and the wait each late
 //! rank caused.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// One NCCL call of one rank, as the preload door recorded it (rank-local nanoseconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,36 +53,72 @@ impl Collective {
 /// collective needs two or more participants that completed it; an unfinished call (no
 /// exit: a hang, a killed rank) is left out, as its wait is not known yet.
 pub fn match_collectives(calls: &[&[CallTiming]]) -> Vec<Collective> {
-    let mut groups: BTreeMap<(u64, u64), Vec<(usize, usize)>> = BTreeMap::new();
-    for (rank, list) in calls.iter().enumerate() {
-        for (i, call) in list.iter().enumerate() {
-            if let (Some(key), true) = (call.key, call.exit_ns >= call.enter_ns && call.exit_ns > 0) {
-                groups.entry(key).or_default().push((rank, i));
-            }
-        }
-    }
-    groups
-        .into_iter()
-        .filter(|(_, members)| members.len() >= 2)
-        .map(|((comm_id, seq), members)| {
-            let inside: Vec<f64> = members
-                .iter()
-                .map(|&(rank, i)| {
-                    let c = calls[rank][i];
-                    (c.exit_ns - c.enter_ns) as f64 / 1e9
+    let mut found = Vec::new();
+    for_each_collective(calls, |c| found.push(c.clone()));
+    found
+}
+
+/// [`match_collectives`] one collective at a time, in (communicator, sequence) order,
+/// participants in rank order then call order: a job's collectives are never all held at
+/// once. Each rank's completed collectives are ordered by key (four bytes a call), and a
+/// merge over the ranks yields each key's participants together.
+pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Collective)) {
+    let key_of = |rank: usize, i: u32| calls[rank][i as usize].key.expect("only keyed calls are ordered");
+    // Per rank, its completed collectives' call indexes in (key, call) order.
+    let ordered: Vec<Vec<u32>> = calls
+        .iter()
+        .map(|list| {
+            let mut order: Vec<u32> = (0..list.len() as u32)
+                .filter(|&i| {
+                    let call = list[i as usize];
+                    call.key.is_some() && call.exit_ns >= call.enter_ns && call.exit_ns > 0
                 })
                 .collect();
-            let shortest = inside.iter().copied().fold(f64::INFINITY, f64::min);
-            let waits: Vec<f64> = inside.iter().map(|t| t - shortest).collect();
-            let caused = caused_shares(&waits);
-            let participants = members
+            order.sort_by_key(|&i| list[i as usize].key);
+            order
+        })
+        .collect();
+    let mut next = vec![0usize; calls.len()];
+    let mut heads: BinaryHeap<Reverse<((u64, u64), usize)>> =
+        ordered.iter().enumerate().filter(|(_, o)| !o.is_empty()).map(|(r, o)| Reverse((key_of(r, o[0]), r))).collect();
+    let mut members: Vec<(usize, usize)> = Vec::new();
+    let mut inside: Vec<f64> = Vec::new();
+    let mut c = Collective { comm_id: 0, seq: 0, participants: Vec::new() };
+    while let Some(&Reverse((key, _))) = heads.peek() {
+        members.clear();
+        // Ranks pop in rank order for one key; each gives every call it made with it.
+        while let Some(Reverse((_, rank))) = heads.peek().copied().filter(|Reverse((k, _))| *k == key) {
+            heads.pop();
+            let order = &ordered[rank];
+            while let Some(&i) = order.get(next[rank]).filter(|&&i| key_of(rank, i) == key) {
+                members.push((rank, i as usize));
+                next[rank] += 1;
+            }
+            if let Some(&i) = order.get(next[rank]) {
+                heads.push(Reverse((key_of(rank, i), rank)));
+            }
+        }
+        if members.len() < 2 {
+            continue;
+        }
+        inside.clear();
+        inside.extend(members.iter().map(|&(rank, i)| {
+            let c = calls[rank][i];
+            (c.exit_ns - c.enter_ns) as f64 / 1e9
+        }));
+        let shortest = inside.iter().copied().fold(f64::INFINITY, f64::min);
+        let waits: Vec<f64> = inside.iter().map(|t| t - shortest).collect();
+        let caused = caused_shares(&waits);
+        (c.comm_id, c.seq) = key;
+        c.participants.clear();
+        c.participants.extend(
+            members
                 .iter()
                 .zip(waits.iter().zip(&caused))
-                .map(|(&(rank, call), (&wait_s, &caused_s))| Participant { rank, call, wait_s, caused_s })
-                .collect();
-            Collective { comm_id, seq, participants }
-        })
-        .collect()
+                .map(|(&(rank, call), (&wait_s, &caused_s))| Participant { rank, call, wait_s, caused_s }),
+        );
+        visit(&c);
+    }
 }
 
 /// Who caused how much of the waiting, from each participant's wait (seconds before the

@@ -3,6 +3,7 @@
 
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
 use stagefrontier::analysis::log::clocks::RankClock;
+use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{NcclCall, RecordBody};
 
@@ -68,14 +69,14 @@ pub fn clock_of(log: &RankLog) -> RankClock {
 /// (communicator, sequence) key.
 pub(super) fn calls_of(log: &RankLog) -> Vec<CallTiming> {
     let mut calls = Vec::new();
-    for record in log.records().0 {
+    // Calls live in the event ring; scanned, not collected, so no record is held beyond its call.
+    log.scan_region(Region::Events, |record| {
         if let RecordBody::NcclCall(c) = record.body {
-            if c.t_exit_ns < c.t_enter_ns {
-                continue;
+            if c.t_exit_ns >= c.t_enter_ns {
+                calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
             }
-            calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
         }
-    }
+    });
     calls.sort_by_key(|c| c.enter_ns);
     calls
 }
