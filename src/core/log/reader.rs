@@ -22,7 +22,7 @@ use super::format::{self, bytes, caps, comm, header, live, Region, WriterState};
 use super::records::{hex_u64, RecordBody};
 use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
 use crate::core::capture::doors::Doors;
-use crate::core::capture::process_stamp::ProcessStamp;
+use crate::core::capture::process_stamp::{ProcessCheck, ProcessStamp};
 use crate::core::comms::nccl_op::NcclOp;
 
 #[derive(Debug)]
@@ -492,18 +492,31 @@ impl RankLog {
         };
         let runs = self.data_slots(ring.offset, end);
         let mut stats = ScanStats::default();
-        self.each_slot(ring.offset, &runs, chunks, |i, a, b| {
-            if let Some(Ok((seq, ..))) = whole_slot(i, slot_count, a, b) {
-                stats.last_seq = stats.last_seq.max(seq);
+        // A log whose writer is gone cannot change under the scan: one read of each chunk
+        // is as good as two, and the newest record is found without a CRC per slot (the
+        // newest slot that claims a place in the ring, checked whole on its own; the
+        // full check only when that one is damaged). Every record handed on below is
+        // still CRC-checked: that is what catches a damaged file, not the second read.
+        let settled = self.settled();
+        stats.last_seq = match settled.then(|| self.newest_claimed(ring, &runs, chunks)).flatten() {
+            Some(seq) => seq,
+            None => {
+                let mut last = 0;
+                self.each_slot(ring.offset, &runs, settled, chunks, |i, a, b| {
+                    if let Some(Ok((seq, ..))) = whole_slot(i, slot_count, a, b) {
+                        last = last.max(seq);
+                    }
+                });
+                last
             }
-        });
+        };
         let oldest_held = stats.last_seq.saturating_sub(slot_count as u64) + 1;
         // A dead writer may have committed a record without publishing the count: the
         // count can trail what the scan saw, never lead it.
         let window_end = committed_at_start.min(stats.last_seq);
         let mut held_in_window = 0;
         let start = (stats.last_seq % slot_count as u64) as usize;
-        self.each_slot(ring.offset, &ring_order(&runs, start), chunks, |i, a, b| {
+        self.each_slot(ring.offset, &ring_order(&runs, start), settled, chunks, |i, a, b| {
             let (seq, kind, payload) = match whole_slot(i, slot_count, a, b) {
                 None => return,
                 Some(Err(())) => {
@@ -534,12 +547,41 @@ impl RankLog {
         stats
     }
 
+    /// Whether the log can no longer change: its writer exited through `exit()` (the
+    /// collector flushed and stopped), or the very process that wrote it is gone (the
+    /// header's process stamp, compared only where it is certain). A copy whose writer
+    /// still runs elsewhere is read as live: slower, never wrong.
+    fn settled(&self) -> bool {
+        self.live().writer_state == Some(WriterState::Exited)
+            || self.header.stamp.check(self.header.pid, false) == ProcessCheck::WriterGone
+    }
+
+    /// In a settled log, the sequence number of the ring's newest record: the largest of
+    /// the slots that hold a sequence number of their own place, when that slot is whole
+    /// (`None`: it is damaged, and the caller checks every slot).
+    fn newest_claimed(&self, ring: RingSpan, runs: &[(usize, usize)], chunks: &mut SlotChunks) -> Option<u64> {
+        let slot_count = ring.slot_count as usize;
+        let mut newest: Option<(u64, usize)> = None;
+        self.each_slot(ring.offset, runs, true, chunks, |i, a, _| {
+            let seq = bytes::get_u64(a, 0);
+            if seq != 0 && (seq - 1) % slot_count as u64 == i as u64 && newest.is_none_or(|(s, _)| seq > s) {
+                newest = Some((seq, i));
+            }
+        });
+        let Some((seq, i)) = newest else { return Some(0) };
+        let slot = &mut chunks.first[..format::SLOT_SIZE];
+        self.read_zeroed(ring.offset + i * format::SLOT_SIZE, slot);
+        matches!(whole_slot(i, slot_count, slot, slot), Some(Ok(_))).then_some(seq)
+    }
+
     /// Reads the slots of `runs` (`[from, to)` slot indexes of the ring at `base`) in
-    /// chunks, each chunk twice, and hands `visit` every slot's index and its two copies.
+    /// chunks, each chunk twice (once when the log is `settled`), and hands `visit` every
+    /// slot's index and its two copies (the one copy twice).
     fn each_slot(
         &self,
         base: usize,
         runs: &[(usize, usize)],
+        settled: bool,
         chunks: &mut SlotChunks,
         mut visit: impl FnMut(usize, &[u8], &[u8]),
     ) {
@@ -549,10 +591,13 @@ impl RankLog {
                 let at = base + chunk_start * format::SLOT_SIZE;
                 let len = n * format::SLOT_SIZE;
                 self.read_zeroed(at, &mut chunks.first[..len]);
-                self.read_zeroed(at, &mut chunks.second[..len]);
-                let slots = chunks.first[..len]
-                    .chunks_exact(format::SLOT_SIZE)
-                    .zip(chunks.second.chunks_exact(format::SLOT_SIZE));
+                let second = if settled {
+                    &chunks.first[..len]
+                } else {
+                    self.read_zeroed(at, &mut chunks.second[..len]);
+                    &chunks.second[..len]
+                };
+                let slots = chunks.first[..len].chunks_exact(format::SLOT_SIZE).zip(second.chunks_exact(format::SLOT_SIZE));
                 for (i, (a, b)) in slots.enumerate() {
                     visit(chunk_start + i, a, b);
                 }
