@@ -241,10 +241,10 @@ mod tests {
         // The call sits inside the last stage, like a bucket allreduce inside backward.
         let enter = t - 1 + delay_ms;
         spans.last_mut().unwrap().end_ns = (exit_ms + 1) * MS;
-        let set_up = CallTiming { key: None, enter_ns: 0, exit_ns: 0 };
+        let set_up = CallTiming::new(None, 0, 0);
         RankTimeline {
             rank,
-            calls: vec![set_up, CallTiming { key: Some((1, 1)), enter_ns: enter * MS, exit_ns: exit_ms * MS }],
+            calls: vec![set_up, CallTiming::new(Some((1, 1)), enter * MS, exit_ms * MS)],
             spans,
         }
     }

@@ -3,16 +3,32 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::num::NonZeroU64;
 
 /// One NCCL call of one rank, as the preload door recorded it (rank-local nanoseconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallTiming {
     /// (communicator id, per-communicator collective sequence) for a collective, which
     /// every member of the communicator makes with the same key; `None` for other calls
-    /// (point-to-point, group ends, set-up), which only bound the time around them.
-    pub key: Option<(u64, u64)>,
+    /// (point-to-point, group ends, set-up), which only bound the time around them. A
+    /// collective's sequence starts at 1, so the key fits the pair's 16 bytes: every call
+    /// of every rank is held for the attribution.
+    pub key: Option<(u64, NonZeroU64)>,
     pub enter_ns: u64,
     pub exit_ns: u64,
+}
+
+impl CallTiming {
+    /// A call with `key` (communicator, sequence); a sequence of 0 is no collective's.
+    pub fn new(key: Option<(u64, u64)>, enter_ns: u64, exit_ns: u64) -> CallTiming {
+        let key = key.and_then(|(comm, seq)| Some((comm, NonZeroU64::new(seq)?)));
+        CallTiming { key, enter_ns, exit_ns }
+    }
+
+    /// (communicator, sequence) of a collective.
+    pub fn key(&self) -> Option<(u64, u64)> {
+        self.key.map(|(comm, seq)| (comm, seq.get()))
+    }
 }
 
 /// One rank's part in a collective.
@@ -63,7 +79,7 @@ pub fn match_collectives(calls: &[&[CallTiming]]) -> Vec<Collective> {
 /// once. Each rank's completed collectives are ordered by key (four bytes a call), and a
 /// merge over the ranks yields each key's participants together.
 pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Collective)) {
-    let key_of = |rank: usize, i: u32| calls[rank][i as usize].key.expect("only keyed calls are ordered");
+    let key_of = |rank: usize, i: u32| calls[rank][i as usize].key().expect("only keyed calls are ordered");
     // Per rank, its completed collectives' call indexes in (key, call) order.
     let ordered: Vec<Vec<u32>> = calls
         .iter()
@@ -74,7 +90,7 @@ pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Colle
                     call.key.is_some() && call.exit_ns >= call.enter_ns && call.exit_ns > 0
                 })
                 .collect();
-            order.sort_by_key(|&i| list[i as usize].key);
+            order.sort_by_key(|&i| list[i as usize].key());
             order
         })
         .collect();
@@ -154,7 +170,7 @@ mod tests {
     use super::*;
 
     fn call(comm: u64, seq: u64, enter_ms: u64, exit_ms: u64) -> CallTiming {
-        CallTiming { key: Some((comm, seq)), enter_ns: enter_ms * 1_000_000, exit_ns: exit_ms * 1_000_000 }
+        CallTiming::new(Some((comm, seq)), enter_ms * 1_000_000, exit_ms * 1_000_000)
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -193,7 +209,7 @@ mod tests {
 
     #[test]
     fn calls_are_matched_by_communicator_and_sequence_not_by_position() {
-        let a = [call(1, 1, 0, 5), call(2, 1, 6, 9), CallTiming { key: None, enter_ns: 0, exit_ns: 1 }];
+        let a = [call(1, 1, 0, 5), call(2, 1, 6, 9), CallTiming::new(None, 0, 1)];
         let b = [call(2, 1, 8, 9), call(1, 1, 4, 5)];
         let c = [call(3, 1, 0, 1)];
         let found = match_collectives(&[&a, &b, &c]);
@@ -205,7 +221,7 @@ mod tests {
 
     #[test]
     fn an_unfinished_call_is_not_a_wait_yet() {
-        let a = [CallTiming { key: Some((1, 1)), enter_ns: 5, exit_ns: 0 }];
+        let a = [CallTiming::new(Some((1, 1)), 5, 0)];
         let b = [call(1, 1, 4, 5)];
         assert!(match_collectives(&[&a, &b]).is_empty());
     }

@@ -73,11 +73,13 @@ pub(super) fn calls_of(log: &RankLog) -> Vec<CallTiming> {
     log.scan_region(Region::Events, |record| {
         if let RecordBody::NcclCall(c) = record.body {
             if c.t_exit_ns >= c.t_enter_ns {
-                calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns });
+                calls.push(CallTiming::new(collective_key(&c), c.t_enter_ns, c.t_exit_ns));
             }
         }
     });
     calls.sort_by_key(|c| c.enter_ns);
+    // Held until every rank's are in: no room to spare.
+    calls.shrink_to_fit();
     calls
 }
 
