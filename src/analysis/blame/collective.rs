@@ -2,6 +2,7 @@
 //! rank caused.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 use std::num::NonZeroU64;
 
@@ -102,16 +103,23 @@ pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Colle
     let mut c = Collective { comm_id: 0, seq: 0, participants: Vec::new() };
     while let Some(&Reverse((key, _))) = heads.peek() {
         members.clear();
-        // Ranks pop in rank order for one key; each gives every call it made with it.
-        while let Some(Reverse((_, rank))) = heads.peek().copied().filter(|Reverse((k, _))| *k == key) {
-            heads.pop();
+        // Ranks come up in rank order for one key; each gives every call it made with it
+        // and goes back with its next key in one sift (not a pop and a push).
+        while let Some(mut top) = heads.peek_mut() {
+            let Reverse((k, rank)) = *top;
+            if k != key {
+                break;
+            }
             let order = &ordered[rank];
             while let Some(&i) = order.get(next[rank]).filter(|&&i| key_of(rank, i) == key) {
                 members.push((rank, i as usize));
                 next[rank] += 1;
             }
-            if let Some(&i) = order.get(next[rank]) {
-                heads.push(Reverse((key_of(rank, i), rank)));
+            match order.get(next[rank]) {
+                Some(&i) => *top = Reverse((key_of(rank, i), rank)),
+                None => {
+                    PeekMut::pop(top);
+                }
             }
         }
         if members.len() < 2 {
