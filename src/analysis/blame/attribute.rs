@@ -242,11 +242,7 @@ mod tests {
         let enter = t - 1 + delay_ms;
         spans.last_mut().unwrap().end_ns = (exit_ms + 1) * MS;
         let set_up = CallTiming::new(None, 0, 0);
-        RankTimeline {
-            rank,
-            calls: vec![set_up, CallTiming::new(Some((1, 1)), enter * MS, exit_ms * MS)],
-            spans,
-        }
+        RankTimeline { rank, calls: vec![set_up, CallTiming::new(Some((1, 1)), enter * MS, exit_ms * MS)], spans }
     }
 
     fn close(a: f64, b: f64) -> bool {

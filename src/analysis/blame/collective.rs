@@ -136,10 +136,12 @@ pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Colle
         (c.comm_id, c.seq) = key;
         c.participants.clear();
         c.participants.extend(
-            members
-                .iter()
-                .zip(waits.iter().zip(&caused))
-                .map(|(&(rank, call), (&wait_s, &caused_s))| Participant { rank, call, wait_s, caused_s }),
+            members.iter().zip(waits.iter().zip(&caused)).map(|(&(rank, call), (&wait_s, &caused_s))| Participant {
+                rank,
+                call,
+                wait_s,
+                caused_s,
+            }),
         );
         visit(&c);
     }

@@ -597,7 +597,8 @@ impl RankLog {
                     self.read_zeroed(at, &mut chunks.second[..len]);
                     &chunks.second[..len]
                 };
-                let slots = chunks.first[..len].chunks_exact(format::SLOT_SIZE).zip(second.chunks_exact(format::SLOT_SIZE));
+                let slots =
+                    chunks.first[..len].chunks_exact(format::SLOT_SIZE).zip(second.chunks_exact(format::SLOT_SIZE));
                 for (i, (a, b)) in slots.enumerate() {
                     visit(chunk_start + i, a, b);
                 }

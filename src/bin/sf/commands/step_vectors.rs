@@ -127,7 +127,12 @@ fn rank_steps(log: &RankLog) -> Option<(RankSteps, i32, Vec<Option<String>>)> {
             wall_ns: parts[0].wall_ns,
             overlap_ns: parts[0].overlap_ns,
             stages: parts.iter().flat_map(|p| p.stages()).map(|(id, ns)| (u32::from(id), ns)).collect(),
-            device: device.remove(&step).unwrap_or_default().into_iter().map(|(id, d, s)| (u32::from(id), d, s)).collect(),
+            device: device
+                .remove(&step)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(id, d, s)| (u32::from(id), d, s))
+                .collect(),
         })
         .collect();
     let header = &log.header;

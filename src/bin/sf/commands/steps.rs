@@ -116,7 +116,10 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
                         s.device
                             .into_iter()
                             .map(|(id, d, sp)| {
-                                (names.name(id).to_string(), DeviceReport { device_s: seconds(d), spill_s: seconds(sp) })
+                                (
+                                    names.name(id).to_string(),
+                                    DeviceReport { device_s: seconds(d), spill_s: seconds(sp) },
+                                )
                             })
                             .collect(),
                     ),
