@@ -230,3 +230,77 @@ fn ring_order(runs: &[(usize, usize)], start: usize) -> Vec<(usize, usize)> {
     let before = runs.iter().filter(|&&(from, _)| from < start).map(|&(from, to)| (from, to.min(start)));
     after.chain(before).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+    use std::path::Path;
+
+    use super::*;
+    use crate::core::log::format::{live, Region};
+    use crate::core::log::synth::SynthJob;
+
+    /// Every record of a scan of `path` and its counts, and whether the log read as settled.
+    fn scanned(path: &Path) -> (bool, Vec<Record>, String) {
+        let log = RankLog::open(path).unwrap();
+        let (records, stats) = log.records();
+        (log.settled(), records, format!("{stats:?}"))
+    }
+
+    #[test]
+    fn a_settled_log_scans_as_a_live_one_whole_or_damaged() {
+        let dir = std::env::temp_dir().join(format!("sf-scan-settled-{}", std::process::id()));
+        // 40 steps of 30 calls in 1024 event slots: the ring wraps.
+        let job = SynthJob {
+            job_id: "settled".into(),
+            world: 1,
+            ranks_per_host: 1,
+            steps: 40,
+            calls_per_step: 30,
+            slot_count: 1024,
+            slow_rank: None,
+            stall_us: 0,
+        };
+        let written = job.write(&dir, 0..1).unwrap().remove(0);
+        let log = RankLog::open(&written).unwrap();
+        let events = *log.rings().iter().find(|r| r.region == Region::Events).unwrap();
+        let newest = log.live().committed;
+        let slot_at =
+            |seq: u64| events.offset + ((seq - 1) % u64::from(events.slot_count)) as usize * format::SLOT_SIZE;
+        // Nothing damaged; the newest record's payload; an older one's; the newest slot's
+        // sequence number made the largest of all, in its own place, with no CRC to match
+        // (the settled scan's candidate, refused, and the full check runs).
+        let forged = (newest + 10 * u64::from(events.slot_count)).to_le_bytes().to_vec();
+        let damages = [
+            None,
+            Some((slot_at(newest) + format::SLOT_HEADER_SIZE, vec![0xff])),
+            Some((slot_at(newest - 500) + 20, vec![0x55])),
+            Some((slot_at(newest), forged)),
+        ];
+        for (i, damage) in damages.into_iter().enumerate() {
+            let settled = dir.join(format!("settled-{i}.sflog"));
+            let live = dir.join(format!("live-{i}.sflog"));
+            for path in [&settled, &live] {
+                std::fs::copy(&written, path).unwrap();
+                let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+                if let Some((at, bytes)) = &damage {
+                    file.write_all_at(bytes, *at as u64).unwrap();
+                }
+                if path == &live {
+                    file.write_all_at(&(WriterState::Running as u64).to_le_bytes(), live::WRITER_STATE as u64).unwrap();
+                }
+            }
+            let (settled, live) = (scanned(&settled), scanned(&live));
+            assert!(settled.0 && !live.0, "damage {i}: the copy with a running writer reads as live");
+            assert_eq!(settled.1, live.1, "damage {i}: the same records");
+            assert_eq!(settled.2, live.2, "damage {i}: the same counts");
+            assert_eq!(
+                settled.2.split("history").next().unwrap().contains("invalid_slots: 0,"),
+                damage.is_none(),
+                "damage {i}: {}",
+                settled.2
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
