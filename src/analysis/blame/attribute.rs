@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::collective::{match_collectives, CallTiming, Collective};
+use super::collective::{for_each_collective, CallTiming, Collective};
 
 /// One stage of one step of a rank, on that rank's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,71 +45,97 @@ impl Attribution {
     }
 }
 
-/// Matches every rank's collectives and attributes their waits.
+/// Matches every rank's collectives and attributes their waits, one collective at a time
+/// (`for_each_collective`): what is held beyond the timelines is one collective's worth.
 pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
     let calls: Vec<&[CallTiming]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
-    let collectives = match_collectives(&calls);
-    let mut a = Attribution { collectives: collectives.len(), ..Attribution::default() };
-    for c in &collectives {
+    let spans: Vec<Spans> = ranks.iter().map(|r| Spans::new(&r.spans)).collect();
+    let mut a = Attribution::default();
+    let mut scratch = Scratch::default();
+    for_each_collective(&calls, |c| {
+        a.collectives += 1;
         for p in &c.participants {
             let r = &ranks[p.rank];
             if p.wait_s > 0.0 {
-                if let Some(span) = span_at(&r.spans, r.calls[p.call].enter_ns) {
+                if let Some(span) = spans[p.rank].at(r.calls[p.call].enter_ns) {
                     *a.waits.entry((r.rank, span.step, span.stage)).or_default() += p.wait_s;
                 }
             }
         }
-        charge(ranks, c, &mut a);
-    }
+        charge(ranks, &spans, c, &mut a, &mut scratch);
+    });
     a
+}
+
+/// Buffers `charge` reuses from one collective to the next.
+#[derive(Default)]
+struct Scratch {
+    /// Every participant's own time per (step, stage), back to back; `ends[i]` closes
+    /// participant `i`'s.
+    own: Vec<((u64, usize), f64)>,
+    ends: Vec<usize>,
+    /// Per stage index, the participants' own time in it (`None`: no participant's
+    /// segment touched the stage), then its median.
+    columns: Vec<Option<Vec<f64>>>,
+    medians: Vec<f64>,
 }
 
 /// Charges each late participant's caused wait to the stages where its own time since its
 /// previous call ran over the participants' median, in proportion to the overrun; with
 /// no overrun (it was late because it left its previous call late), to the stage it
 /// entered the call from.
-fn charge(ranks: &[RankTimeline], c: &Collective, a: &mut Attribution) {
+fn charge(ranks: &[RankTimeline], spans: &[Spans], c: &Collective, a: &mut Attribution, s: &mut Scratch) {
     // Own time per (step, stage) in each participant's segment before the call.
-    let segments: Vec<Vec<((u64, usize), f64)>> = c
-        .participants
-        .iter()
-        .map(|p| {
-            let r = &ranks[p.rank];
-            let enter = r.calls[p.call].enter_ns;
-            let start = p.call.checked_sub(1).map_or(enter, |i| r.calls[i].exit_ns.min(enter));
-            own_time(&r.spans, start, enter)
-        })
-        .collect();
+    s.own.clear();
+    s.ends.clear();
+    for p in &c.participants {
+        let r = &ranks[p.rank];
+        let enter = r.calls[p.call].enter_ns;
+        let start = p.call.checked_sub(1).map_or(enter, |i| r.calls[i].exit_ns.min(enter));
+        spans[p.rank].own_time(start, enter, &mut s.own);
+        s.ends.push(s.own.len());
+    }
     // The participants' median own time per stage (a stage is compared by its index
     // alone: the segment rarely spans two steps' copies of one stage). Once per
     // collective, so a large job stays linear in its ranks.
-    let mut per_stage: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for (i, seg) in segments.iter().enumerate() {
-        for &((_, stage), t) in seg {
-            let column = per_stage.entry(stage).or_insert_with(|| vec![0.0; segments.len()]);
+    let n = c.participants.len();
+    for column in s.columns.iter_mut().flatten() {
+        column.clear();
+    }
+    let mut from = 0;
+    for (i, &to) in s.ends.iter().enumerate() {
+        for &((_, stage), t) in &s.own[from..to] {
+            if s.columns.len() <= stage {
+                s.columns.resize_with(stage + 1, || None);
+                s.medians.resize(stage + 1, 0.0);
+            }
+            let column = s.columns[stage].get_or_insert_with(Vec::new);
+            if column.is_empty() {
+                column.resize(n, 0.0);
+            }
             column[i] += t;
         }
+        from = to;
     }
-    let medians: BTreeMap<usize, f64> =
-        per_stage.into_iter().map(|(stage, mut column)| (stage, median(&mut column))).collect();
+    for (column, median_of) in s.columns.iter_mut().zip(&mut s.medians) {
+        if let Some(column) = column.as_mut().filter(|c| !c.is_empty()) {
+            *median_of = median(column);
+        }
+    }
     for (i, p) in c.participants.iter().enumerate() {
         if p.caused_s <= 0.0 {
             continue;
         }
-        let overruns: Vec<((u64, usize), f64)> = segments[i]
-            .iter()
-            .map(|&(key, own)| (key, (own - medians[&key.1]).max(0.0)))
-            .filter(|&(_, over)| over > 0.0)
-            .collect();
-        let total: f64 = overruns.iter().map(|(_, o)| o).sum();
+        let segment = &s.own[if i == 0 { 0 } else { s.ends[i - 1] }..s.ends[i]];
+        let overrun = |&(key, own): &((u64, usize), f64)| (key, (own - s.medians[key.1]).max(0.0));
+        let total: f64 = segment.iter().map(overrun).map(|(_, o)| o).filter(|&o| o > 0.0).sum();
         let rank = ranks[p.rank].rank;
         if total > 0.0 {
-            for ((step, stage), over) in overruns {
+            for ((step, stage), over) in segment.iter().map(overrun).filter(|&(_, o)| o > 0.0) {
                 *a.caused.entry((rank, step, stage)).or_default() += p.caused_s * over / total;
             }
         } else {
-            let r = &ranks[p.rank];
-            match span_at(&r.spans, r.calls[p.call].enter_ns) {
+            match spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns) {
                 Some(span) => *a.caused.entry((rank, span.step, span.stage)).or_default() += p.caused_s,
                 None => a.unstaged_s += p.caused_s,
             }
@@ -117,21 +143,71 @@ fn charge(ranks: &[RankTimeline], c: &Collective, a: &mut Attribution) {
     }
 }
 
-/// The span holding instant `t`.
-fn span_at(spans: &[StageSpan], t: u64) -> Option<&StageSpan> {
-    let i = spans.partition_point(|s| s.end_ns <= t);
-    spans.get(i).filter(|s| s.begin_ns <= t)
+/// One rank's spans with a cursor: collectives come in key order, which for one
+/// communicator is time order, so the next lookup usually lands near the last.
+struct Spans<'a> {
+    spans: &'a [StageSpan],
+    /// Whether the ends rise with the begins (not overlapping, as an undamaged log's
+    /// spans are): only then may a lookup start from the cursor and find the very span a
+    /// binary search over the whole list finds.
+    ordered: bool,
+    cursor: std::cell::Cell<usize>,
 }
 
-/// Seconds of each (step, stage) inside [start, end).
-fn own_time(spans: &[StageSpan], start: u64, end: u64) -> Vec<((u64, usize), f64)> {
-    let first = spans.partition_point(|s| s.end_ns <= start);
-    spans[first..]
-        .iter()
-        .take_while(|s| s.begin_ns < end)
-        // Saturating: a damaged log may hold overlapping spans, breaking the sort this assumes.
-        .map(|s| ((s.step, s.stage), s.end_ns.min(end).saturating_sub(s.begin_ns.max(start)) as f64 / 1e9))
-        .collect()
+impl<'a> Spans<'a> {
+    fn new(spans: &'a [StageSpan]) -> Spans<'a> {
+        let ordered = spans.windows(2).all(|w| w[0].end_ns <= w[1].end_ns);
+        Spans { spans, ordered, cursor: std::cell::Cell::new(0) }
+    }
+
+    /// The index of the first span ending after `t`.
+    fn first_ending_after(&self, t: u64) -> usize {
+        let spans = self.spans;
+        if !self.ordered {
+            return spans.partition_point(|s| s.end_ns <= t);
+        }
+        // Gallop from the cursor towards `t`, then search the bracket found.
+        let at = self.cursor.get().min(spans.len());
+        let (mut lo, mut hi) = (at, at);
+        if at < spans.len() && spans[at].end_ns <= t {
+            let mut step = 1;
+            lo = at + 1;
+            hi = (at + step).min(spans.len());
+            while hi < spans.len() && spans[hi].end_ns <= t {
+                lo = hi + 1;
+                step *= 2;
+                hi = (hi + step).min(spans.len());
+            }
+        } else {
+            let mut step = 1;
+            while lo > 0 && spans[lo - 1].end_ns > t {
+                hi = lo - 1;
+                lo = lo.saturating_sub(step);
+                step *= 2;
+            }
+        }
+        let found = lo + spans[lo..hi].partition_point(|s| s.end_ns <= t);
+        self.cursor.set(found);
+        found
+    }
+
+    /// The span holding instant `t`.
+    fn at(&self, t: u64) -> Option<&'a StageSpan> {
+        let spans = self.spans;
+        spans.get(self.first_ending_after(t)).filter(|s| s.begin_ns <= t)
+    }
+
+    /// Seconds of each (step, stage) inside [start, end), appended to `out`.
+    fn own_time(&self, start: u64, end: u64, out: &mut Vec<((u64, usize), f64)>) {
+        let first = self.first_ending_after(start);
+        out.extend(
+            self.spans[first..]
+                .iter()
+                .take_while(|s| s.begin_ns < end)
+                // Saturating: a damaged log may hold overlapping spans, breaking the sort this assumes.
+                .map(|s| ((s.step, s.stage), s.end_ns.min(end).saturating_sub(s.begin_ns.max(start)) as f64 / 1e9)),
+        );
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -165,16 +241,34 @@ mod tests {
         // The call sits inside the last stage, like a bucket allreduce inside backward.
         let enter = t - 1 + delay_ms;
         spans.last_mut().unwrap().end_ns = (exit_ms + 1) * MS;
-        let set_up = CallTiming { key: None, enter_ns: 0, exit_ns: 0 };
-        RankTimeline {
-            rank,
-            calls: vec![set_up, CallTiming { key: Some((1, 1)), enter_ns: enter * MS, exit_ns: exit_ms * MS }],
-            spans,
-        }
+        let set_up = CallTiming::new(None, 0, 0);
+        RankTimeline { rank, calls: vec![set_up, CallTiming::new(Some((1, 1)), enter * MS, exit_ms * MS)], spans }
     }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn the_cursor_finds_the_span_a_binary_search_finds_in_any_query_order() {
+        let mut rng = crate::core::rng::SplitMix64::new(14);
+        for overlapping in [false, true] {
+            let mut spans = Vec::new();
+            let mut t = 0;
+            for i in 0..200 {
+                let len = 1 + rng.below(50);
+                let begin = if overlapping && i % 7 == 3 { t - t.min(rng.below(80)) } else { t + rng.below(3) };
+                spans.push(StageSpan { step: i / 4, stage: (i % 4) as usize, begin_ns: begin, end_ns: begin + len });
+                t = begin + len;
+            }
+            spans.sort_by_key(|s| s.begin_ns);
+            let cursor = Spans::new(&spans);
+            assert_eq!(cursor.ordered, !overlapping);
+            for _ in 0..5000 {
+                let q = rng.below(t + 20);
+                assert_eq!(cursor.first_ending_after(q), spans.partition_point(|s| s.end_ns <= q), "t = {q}");
+            }
+        }
     }
 
     #[test]

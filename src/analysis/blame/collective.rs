@@ -1,17 +1,35 @@
 //! Collectives matched across ranks, each rank's wait inside them, and the wait each late
 //! rank caused.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
+use std::collections::BinaryHeap;
+use std::num::NonZeroU64;
 
 /// One NCCL call of one rank, as the preload door recorded it (rank-local nanoseconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallTiming {
     /// (communicator id, per-communicator collective sequence) for a collective, which
     /// every member of the communicator makes with the same key; `None` for other calls
-    /// (point-to-point, group ends, set-up), which only bound the time around them.
-    pub key: Option<(u64, u64)>,
+    /// (point-to-point, group ends, set-up), which only bound the time around them. A
+    /// collective's sequence starts at 1, so the key fits the pair's 16 bytes: every call
+    /// of every rank is held for the attribution.
+    pub key: Option<(u64, NonZeroU64)>,
     pub enter_ns: u64,
     pub exit_ns: u64,
+}
+
+impl CallTiming {
+    /// A call with `key` (communicator, sequence); a sequence of 0 is no collective's.
+    pub fn new(key: Option<(u64, u64)>, enter_ns: u64, exit_ns: u64) -> CallTiming {
+        let key = key.and_then(|(comm, seq)| Some((comm, NonZeroU64::new(seq)?)));
+        CallTiming { key, enter_ns, exit_ns }
+    }
+
+    /// (communicator, sequence) of a collective.
+    pub fn key(&self) -> Option<(u64, u64)> {
+        self.key.map(|(comm, seq)| (comm, seq.get()))
+    }
 }
 
 /// One rank's part in a collective.
@@ -52,36 +70,81 @@ impl Collective {
 /// collective needs two or more participants that completed it; an unfinished call (no
 /// exit: a hang, a killed rank) is left out, as its wait is not known yet.
 pub fn match_collectives(calls: &[&[CallTiming]]) -> Vec<Collective> {
-    let mut groups: BTreeMap<(u64, u64), Vec<(usize, usize)>> = BTreeMap::new();
-    for (rank, list) in calls.iter().enumerate() {
-        for (i, call) in list.iter().enumerate() {
-            if let (Some(key), true) = (call.key, call.exit_ns >= call.enter_ns && call.exit_ns > 0) {
-                groups.entry(key).or_default().push((rank, i));
-            }
-        }
-    }
-    groups
-        .into_iter()
-        .filter(|(_, members)| members.len() >= 2)
-        .map(|((comm_id, seq), members)| {
-            let inside: Vec<f64> = members
-                .iter()
-                .map(|&(rank, i)| {
-                    let c = calls[rank][i];
-                    (c.exit_ns - c.enter_ns) as f64 / 1e9
+    let mut found = Vec::new();
+    for_each_collective(calls, |c| found.push(c.clone()));
+    found
+}
+
+/// [`match_collectives`] one collective at a time, in (communicator, sequence) order,
+/// participants in rank order then call order: a job's collectives are never all held at
+/// once. Each rank's completed collectives are ordered by key (four bytes a call), and a
+/// merge over the ranks yields each key's participants together.
+pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Collective)) {
+    let key_of = |rank: usize, i: u32| calls[rank][i as usize].key().expect("only keyed calls are ordered");
+    // Per rank, its completed collectives' call indexes in (key, call) order.
+    let ordered: Vec<Vec<u32>> = calls
+        .iter()
+        .map(|list| {
+            let mut order: Vec<u32> = (0..list.len() as u32)
+                .filter(|&i| {
+                    let call = list[i as usize];
+                    call.key.is_some() && call.exit_ns >= call.enter_ns && call.exit_ns > 0
                 })
                 .collect();
-            let shortest = inside.iter().copied().fold(f64::INFINITY, f64::min);
-            let waits: Vec<f64> = inside.iter().map(|t| t - shortest).collect();
-            let caused = caused_shares(&waits);
-            let participants = members
-                .iter()
-                .zip(waits.iter().zip(&caused))
-                .map(|(&(rank, call), (&wait_s, &caused_s))| Participant { rank, call, wait_s, caused_s })
-                .collect();
-            Collective { comm_id, seq, participants }
+            order.sort_by_key(|&i| list[i as usize].key());
+            order
         })
-        .collect()
+        .collect();
+    let mut next = vec![0usize; calls.len()];
+    let mut heads: BinaryHeap<Reverse<((u64, u64), usize)>> =
+        ordered.iter().enumerate().filter(|(_, o)| !o.is_empty()).map(|(r, o)| Reverse((key_of(r, o[0]), r))).collect();
+    let mut members: Vec<(usize, usize)> = Vec::new();
+    let mut inside: Vec<f64> = Vec::new();
+    let mut c = Collective { comm_id: 0, seq: 0, participants: Vec::new() };
+    while let Some(&Reverse((key, _))) = heads.peek() {
+        members.clear();
+        // Ranks come up in rank order for one key; each gives every call it made with it
+        // and goes back with its next key in one sift (not a pop and a push).
+        while let Some(mut top) = heads.peek_mut() {
+            let Reverse((k, rank)) = *top;
+            if k != key {
+                break;
+            }
+            let order = &ordered[rank];
+            while let Some(&i) = order.get(next[rank]).filter(|&&i| key_of(rank, i) == key) {
+                members.push((rank, i as usize));
+                next[rank] += 1;
+            }
+            match order.get(next[rank]) {
+                Some(&i) => *top = Reverse((key_of(rank, i), rank)),
+                None => {
+                    PeekMut::pop(top);
+                }
+            }
+        }
+        if members.len() < 2 {
+            continue;
+        }
+        inside.clear();
+        inside.extend(members.iter().map(|&(rank, i)| {
+            let c = calls[rank][i];
+            (c.exit_ns - c.enter_ns) as f64 / 1e9
+        }));
+        let shortest = inside.iter().copied().fold(f64::INFINITY, f64::min);
+        let waits: Vec<f64> = inside.iter().map(|t| t - shortest).collect();
+        let caused = caused_shares(&waits);
+        (c.comm_id, c.seq) = key;
+        c.participants.clear();
+        c.participants.extend(
+            members.iter().zip(waits.iter().zip(&caused)).map(|(&(rank, call), (&wait_s, &caused_s))| Participant {
+                rank,
+                call,
+                wait_s,
+                caused_s,
+            }),
+        );
+        visit(&c);
+    }
 }
 
 /// Who caused how much of the waiting, from each participant's wait (seconds before the
@@ -117,7 +180,7 @@ mod tests {
     use super::*;
 
     fn call(comm: u64, seq: u64, enter_ms: u64, exit_ms: u64) -> CallTiming {
-        CallTiming { key: Some((comm, seq)), enter_ns: enter_ms * 1_000_000, exit_ns: exit_ms * 1_000_000 }
+        CallTiming::new(Some((comm, seq)), enter_ms * 1_000_000, exit_ms * 1_000_000)
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -156,7 +219,7 @@ mod tests {
 
     #[test]
     fn calls_are_matched_by_communicator_and_sequence_not_by_position() {
-        let a = [call(1, 1, 0, 5), call(2, 1, 6, 9), CallTiming { key: None, enter_ns: 0, exit_ns: 1 }];
+        let a = [call(1, 1, 0, 5), call(2, 1, 6, 9), CallTiming::new(None, 0, 1)];
         let b = [call(2, 1, 8, 9), call(1, 1, 4, 5)];
         let c = [call(3, 1, 0, 1)];
         let found = match_collectives(&[&a, &b, &c]);
@@ -168,7 +231,7 @@ mod tests {
 
     #[test]
     fn an_unfinished_call_is_not_a_wait_yet() {
-        let a = [CallTiming { key: Some((1, 1)), enter_ns: 5, exit_ns: 0 }];
+        let a = [CallTiming::new(Some((1, 1)), 5, 0)];
         let b = [call(1, 1, 4, 5)];
         assert!(match_collectives(&[&a, &b]).is_empty());
     }

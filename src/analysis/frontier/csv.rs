@@ -376,24 +376,45 @@ pub fn from_durations(
     devices: impl IntoIterator<Item = (u64, u32, String, DeviceTime)>,
 ) -> Result<StageTable, CsvError> {
     let mut names: Vec<String> = Vec::new();
+    let mut id_of = |name: String| match names.iter().position(|s| *s == name) {
+        Some(id) => id as u32,
+        None => {
+            names.push(name);
+            names.len() as u32 - 1
+        }
+    };
+    let durations: Vec<_> = durations.into_iter().map(|(step, rank, name, s)| (step, rank, id_of(name), s)).collect();
+    let devices: Vec<_> = devices.into_iter().map(|(step, rank, name, d)| (step, rank, id_of(name), d)).collect();
+    from_stage_ids(world, &names, durations, overlaps, devices)
+}
+
+/// [`from_durations`] with each stage given as an index into `names` (a job-wide name
+/// table: the logs' values carry no name of their own), the same table out.
+pub fn from_stage_ids(
+    world: Vec<u32>,
+    names: &[String],
+    durations: impl IntoIterator<Item = (u64, u32, u32, f64)>,
+    overlaps: impl IntoIterator<Item = (u64, u32, f64)>,
+    devices: impl IntoIterator<Item = (u64, u32, u32, DeviceTime)>,
+) -> Result<StageTable, CsvError> {
+    // The table's stage of each name id, by first appearance in `durations`.
+    let mut stage_of: Vec<Option<u32>> = vec![None; names.len()];
+    let mut stages: Vec<String> = Vec::new();
     let mut rows = Vec::new();
-    for (i, (step, rank, stage_name, seconds)) in durations.into_iter().enumerate() {
+    for (i, (step, rank, id, seconds)) in durations.into_iter().enumerate() {
         if !seconds.is_finite() || seconds < 0.0 {
             return Err(CsvError::BadSeconds { line: i + 1, text: seconds.to_string() });
         }
-        let stage = match names.iter().position(|s| *s == stage_name) {
-            Some(s) => s,
-            None => {
-                names.push(stage_name);
-                names.len() - 1
-            }
-        };
-        rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage: stage as u32, device: None });
+        let stage = *stage_of[id as usize].get_or_insert_with(|| {
+            stages.push(names[id as usize].clone());
+            stages.len() as u32 - 1
+        });
+        rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage, device: None });
     }
-    let mut table = assemble(rows, names, Some(world))?;
-    for (step, rank, stage_name, device) in devices {
-        let Some(stage) = table.schema.index(&stage_name) else { continue };
-        let key = (step, rank, stage as u32);
+    let mut table = assemble(rows, stages, Some(world))?;
+    for (step, rank, id, device) in devices {
+        let Some(stage) = stage_of.get(id as usize).copied().flatten() else { continue };
+        let key = (step, rank, stage);
         if let Ok(i) = table.rows.binary_search_by_key(&key, |r| (r.step, r.rank, r.stage)) {
             if !(device.spill_s >= 0.0 && device.spill_s <= device.device_s && device.device_s.is_finite()) {
                 return Err(CsvError::BadDevice { line: table.rows[i].line, text: format!("{device:?}") });

@@ -12,7 +12,6 @@
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +23,9 @@ use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
 use crate::core::capture::doors::Doors;
 use crate::core::capture::process_stamp::ProcessStamp;
 use crate::core::comms::nccl_op::NcclOp;
+
+mod scan;
+use scan::SlotChunks;
 
 #[derive(Debug)]
 pub enum ReadError {
@@ -254,12 +256,6 @@ pub struct RankLog {
     pub header: LogHeader,
 }
 
-/// Slots read per `pread`: big enough that a scan is a few dozen calls, small enough that
-/// the two buffers stay at half a megabyte whatever the header claims.
-const SCAN_CHUNK_SLOTS: usize = 2048;
-/// Slots past the published count that a scan still reads: a writer killed between
-/// committing a record and publishing the count, or one writing while the scan runs.
-const SCAN_SLACK_SLOTS: u64 = SCAN_CHUNK_SLOTS as u64;
 /// Extra reads of a live region before a word that keeps changing is taken as last read.
 const STABLE_READS: usize = 4;
 
@@ -474,169 +470,6 @@ impl RankLog {
         let ring = rings.iter().find(|r| r.region == region).unwrap_or(&rings[rings.len() - 1]);
         self.scan_ring(*ring, &mut SlotChunks::new(), &mut visit)
     }
-
-    /// One ring's scan. A first pass over the slots finds the newest whole record; the
-    /// second reads the ring from the slot after it, which is sequence order. Records
-    /// committed after the first pass are left to the next scan (they would come out of
-    /// order); a record they overwrote counts as missing.
-    fn scan_ring(&self, ring: RingSpan, chunks: &mut SlotChunks, visit: &mut impl FnMut(Record)) -> ScanStats {
-        let slot_count = ring.slot_count as usize;
-        let mut word = [0u8; 8];
-        self.read_stable(ring.committed_at, &mut word);
-        let committed_at_start = u64::from_le_bytes(word);
-        // Until the ring wraps, seq s sits in slot s - 1: slots past the count are empty.
-        let end = if committed_at_start < slot_count as u64 {
-            (committed_at_start + SCAN_SLACK_SLOTS).min(slot_count as u64) as usize
-        } else {
-            slot_count
-        };
-        let runs = self.data_slots(ring.offset, end);
-        let mut stats = ScanStats::default();
-        self.each_slot(ring.offset, &runs, chunks, |i, a, b| {
-            if let Some(Ok((seq, ..))) = whole_slot(i, slot_count, a, b) {
-                stats.last_seq = stats.last_seq.max(seq);
-            }
-        });
-        let oldest_held = stats.last_seq.saturating_sub(slot_count as u64) + 1;
-        // A dead writer may have committed a record without publishing the count: the
-        // count can trail what the scan saw, never lead it.
-        let window_end = committed_at_start.min(stats.last_seq);
-        let mut held_in_window = 0;
-        let start = (stats.last_seq % slot_count as u64) as usize;
-        self.each_slot(ring.offset, &ring_order(&runs, start), chunks, |i, a, b| {
-            let (seq, kind, payload) = match whole_slot(i, slot_count, a, b) {
-                None => return,
-                Some(Err(())) => {
-                    stats.invalid_slots += 1;
-                    return;
-                }
-                Some(Ok(whole)) => whole,
-            };
-            // Newer than the first pass saw, or older than the ring holds.
-            if seq > stats.last_seq || seq < oldest_held {
-                return;
-            }
-            held_in_window += u64::from(seq <= window_end);
-            match RecordBody::decode(kind, payload) {
-                Some(body) => {
-                    if stats.valid == 0 {
-                        stats.first_seq = seq;
-                    }
-                    stats.valid += 1;
-                    visit(Record { seq, body });
-                }
-                None => stats.unknown_kind += 1,
-            }
-        });
-        stats.lost_to_wrap = oldest_held.saturating_sub(1);
-        let window = window_end.saturating_add(1).saturating_sub(oldest_held);
-        stats.missing = window.saturating_sub(held_in_window);
-        stats
-    }
-
-    /// Reads the slots of `runs` (`[from, to)` slot indexes of the ring at `base`) in
-    /// chunks, each chunk twice, and hands `visit` every slot's index and its two copies.
-    fn each_slot(
-        &self,
-        base: usize,
-        runs: &[(usize, usize)],
-        chunks: &mut SlotChunks,
-        mut visit: impl FnMut(usize, &[u8], &[u8]),
-    ) {
-        for &(from, to) in runs {
-            for chunk_start in (from..to).step_by(SCAN_CHUNK_SLOTS) {
-                let n = SCAN_CHUNK_SLOTS.min(to - chunk_start);
-                let at = base + chunk_start * format::SLOT_SIZE;
-                let len = n * format::SLOT_SIZE;
-                self.read_zeroed(at, &mut chunks.first[..len]);
-                self.read_zeroed(at, &mut chunks.second[..len]);
-                let slots = chunks.first[..len]
-                    .chunks_exact(format::SLOT_SIZE)
-                    .zip(chunks.second.chunks_exact(format::SLOT_SIZE));
-                for (i, (a, b)) in slots.enumerate() {
-                    visit(chunk_start + i, a, b);
-                }
-            }
-        }
-    }
-
-    /// The runs of slots below `end` of the ring at `base` that hold data, as `[from, to)`
-    /// slot indexes: the holes of a sparse file are skipped without reading them. Where
-    /// the filesystem cannot tell (`lseek` refuses `SEEK_DATA`), everything counts as data.
-    fn data_slots(&self, base: usize, end: usize) -> Vec<(usize, usize)> {
-        let base = base as i64;
-        let limit = base + (end * format::SLOT_SIZE) as i64;
-        let fd = self.file.as_raw_fd();
-        let mut runs = Vec::new();
-        let mut pos = base;
-        while pos < limit {
-            // SAFETY: lseek on a descriptor this log owns; reads use pread, which ignores
-            // the file offset lseek moves.
-            let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
-            if data < 0 {
-                if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) && runs.is_empty() {
-                    runs.push((0, end)); // no SEEK_DATA here: scan it all
-                }
-                break;
-            }
-            // SAFETY: as above.
-            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-            let hole = if hole < data { limit } else { hole.min(limit) };
-            let slot_of = |offset: i64| ((offset.max(base) - base) as usize) / format::SLOT_SIZE;
-            let (from, to) = (slot_of(data), slot_of(hole + format::SLOT_SIZE as i64 - 1).min(end));
-            if from < to {
-                match runs.last_mut() {
-                    Some((_, last_to)) if *last_to >= from => *last_to = (*last_to).max(to),
-                    _ => runs.push((from, to)),
-                }
-            }
-            pos = hole.max(pos + 1);
-        }
-        runs
-    }
-}
-
-/// What a record scan has found so far.
-/// The two read buffers of a scan, allocated once per scan.
-struct SlotChunks {
-    first: Vec<u8>,
-    second: Vec<u8>,
-}
-
-impl SlotChunks {
-    fn new() -> SlotChunks {
-        SlotChunks {
-            first: vec![0u8; SCAN_CHUNK_SLOTS * format::SLOT_SIZE],
-            second: vec![0u8; SCAN_CHUNK_SLOTS * format::SLOT_SIZE],
-        }
-    }
-}
-
-/// A whole record's slot: its sequence number, kind and payload.
-type WholeSlot<'a> = (u64, u16, &'a [u8]);
-
-/// Slot `i` of `slot_count`, read twice as `a` and `b`: `None` when empty, `Err` when the
-/// two copies differ, it sits in the wrong slot or its CRC fails.
-fn whole_slot<'a>(i: usize, slot_count: usize, a: &'a [u8], b: &[u8]) -> Option<Result<WholeSlot<'a>, ()>> {
-    let seq = bytes::get_u64(a, 0);
-    if seq == 0 {
-        return None;
-    }
-    let kind = bytes::get_u16(a, 8);
-    let len = (bytes::get_u16(a, 10) as usize).min(format::PAYLOAD_CAPACITY);
-    let payload = &a[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + len];
-    let whole = a == b
-        && (seq - 1) % slot_count as u64 == i as u64
-        && bytes::get_u32(a, 12) == format::record_crc(seq, kind, payload);
-    Some(if whole { Ok((seq, kind, payload)) } else { Err(()) })
-}
-
-/// `runs` (sorted slot ranges) reordered to start at slot `start` and wrap around, so a
-/// scan from there meets the records in sequence order.
-fn ring_order(runs: &[(usize, usize)], start: usize) -> Vec<(usize, usize)> {
-    let after = runs.iter().filter(|&&(_, to)| to > start).map(|&(from, to)| (from.max(start), to));
-    let before = runs.iter().filter(|&&(from, _)| from < start).map(|&(from, to)| (from, to.min(start)));
-    after.chain(before).collect()
 }
 
 /// `pread` until `buf` is full or the file ends; the bytes read.

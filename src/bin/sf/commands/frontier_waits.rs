@@ -23,10 +23,10 @@ pub type OwnTimeTable = (StageTable, Waits, Option<InferredSummary>, Option<u64>
 /// the stages are inferred from the NCCL schedule, and their summary comes back too; and
 /// the first step of the window when the step history wrapped.
 pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
-    let (mut ranks, world) = step_vectors::read_ranks(dir, "frontier")?;
+    let (mut ranks, world, mut names) = step_vectors::read_ranks(dir, "frontier")?;
     let starts_at = step_vectors::history_starts_at(&ranks);
-    let inferred = inferred::fill(dir, "frontier", &mut ranks)?;
-    let mut table = step_vectors::table_of(dir, &ranks, world)?;
+    let inferred = inferred::fill(dir, "frontier", &mut ranks, &mut names)?;
+    let mut table = step_vectors::table_of(dir, &ranks, world, &names)?;
     let (attribution, summary) = inferred::attribution(inferred, dir, "frontier", table.schema().stages())?;
     let waits = Waits::take_out(&mut table, attribution);
     Ok((table, waits, summary, starts_at))

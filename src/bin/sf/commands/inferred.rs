@@ -11,7 +11,7 @@ use stagefrontier::core::comms::nccl_op::dtype_name;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
-use super::step_vectors::{RankStep, RankSteps};
+use super::step_vectors::{RankStep, RankSteps, StageNames};
 use super::waits::{self, align_hosts, calls_and_aliases, clock_of, collective_key, rename_grown};
 use super::Failure;
 use crate::discover::{self, Dirs};
@@ -102,7 +102,12 @@ pub fn attribution(
 /// When no rank of `ranks` (read from `dir` by `step_vectors::read_ranks`) has a step,
 /// infers them from the logs' collectives and fills them in. `None` (and `ranks`
 /// untouched) when some rank has steps, or the collectives show no repeating pattern.
-pub fn fill(dir: &Dirs, command: &str, ranks: &mut [RankSteps]) -> Result<Option<Inferred>, Failure> {
+pub fn fill(
+    dir: &Dirs,
+    command: &str,
+    ranks: &mut [RankSteps],
+    names: &mut StageNames,
+) -> Result<Option<Inferred>, Failure> {
     if ranks.iter().any(|r| !r.steps.is_empty()) {
         return Ok(None);
     }
@@ -132,6 +137,7 @@ pub fn fill(dir: &Dirs, command: &str, ranks: &mut [RankSteps]) -> Result<Option
     }
     let Some(inference) = infer(&collectives) else { return Ok(None) };
     let mut off_pattern = Vec::new();
+    let phases: Vec<u32> = PHASES.iter().map(|name| names.id(name)).collect();
     for (r, timeline) in inference.ranks.iter().zip(&mut timelines) {
         timeline.spans = r.spans.clone();
         let Some(steps) = ranks.iter_mut().find(|s| s.rank == r.rank) else { continue };
@@ -147,7 +153,7 @@ pub fn fill(dir: &Dirs, command: &str, ranks: &mut [RankSteps]) -> Result<Option
                 wall_ns: s.end_ns - s.begin_ns,
                 overlap_ns: 0,
                 // Every phase, zeros included, so the stage list is PHASES in order.
-                stages: PHASES.iter().zip(s.phases_ns).map(|(name, ns)| (name.to_string(), ns)).collect(),
+                stages: phases.iter().copied().zip(s.phases_ns).collect(),
                 device: Vec::new(),
             })
             .collect();

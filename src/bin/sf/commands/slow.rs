@@ -11,7 +11,7 @@ use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
 use super::inferred::{self, InferredSummary};
 use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
-use super::step_vectors::{self, RankSteps};
+use super::step_vectors::{self, RankSteps, StageNames};
 use super::Failure;
 use crate::cli::SlowOptions;
 use crate::discover::Dirs;
@@ -198,10 +198,10 @@ pub struct ExpectedReport {
 }
 
 pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
-    let (mut logs, world) = step_vectors::read_ranks(dir, "slow")?;
+    let (mut logs, world, mut names) = step_vectors::read_ranks(dir, "slow")?;
     // No step vectors anywhere: the stages inferred from the NCCL schedule, if it repeats.
-    let inferred = inferred::fill(dir, "slow", &mut logs)?;
-    let (stages, mut series, ranks_without_steps) = series_of(&logs, options);
+    let inferred = inferred::fill(dir, "slow", &mut logs, &mut names)?;
+    let (stages, mut series, ranks_without_steps) = series_of(&logs, &names, options);
     if series.is_empty() {
         let why = if logs.iter().any(|r| !r.steps.is_empty()) {
             format!(
@@ -241,13 +241,20 @@ fn params_of(o: &SlowOptions) -> SlowParams {
 
 /// The job's stage list (first appearance), each rank's series over it, and the ranks
 /// left with no step.
-fn series_of(logs: &[RankSteps], options: &SlowOptions) -> (Vec<String>, Vec<RankSeries>, Vec<u32>) {
+fn series_of(
+    logs: &[RankSteps],
+    names: &StageNames,
+    options: &SlowOptions,
+) -> (Vec<String>, Vec<RankSeries>, Vec<u32>) {
+    // The series' column of each name id, by first appearance.
+    let mut column: Vec<Option<usize>> = vec![None; names.all().len()];
     let mut stages: Vec<String> = Vec::new();
     for s in logs.iter().flat_map(|r| r.steps.iter().skip(options.skip_steps)) {
-        for (name, _) in &s.stages {
-            if !stages.contains(name) {
-                stages.push(name.clone());
-            }
+        for &(id, _) in &s.stages {
+            column[id as usize].get_or_insert_with(|| {
+                stages.push(names.name(id).to_string());
+                stages.len() - 1
+            });
         }
     }
     let (mut series, mut without) = (Vec::new(), Vec::new());
@@ -262,9 +269,9 @@ fn series_of(logs: &[RankSteps], options: &SlowOptions) -> (Vec<String>, Vec<Ran
             .iter()
             .map(|s| {
                 let mut row = vec![0.0; stages.len()];
-                for (name, ns) in &s.stages {
-                    if let Some(i) = stages.iter().position(|n| n == name) {
-                        row[i] += *ns as f64 / 1e9;
+                for &(id, ns) in &s.stages {
+                    if let Some(i) = column[id as usize] {
+                        row[i] += ns as f64 / 1e9;
                     }
                 }
                 row

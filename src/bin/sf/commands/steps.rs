@@ -62,13 +62,13 @@ pub fn seconds(ns: u64) -> f64 {
 }
 
 pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
-    let (mut ranks, world) = step_vectors::read_ranks(dir, "steps")?;
+    let (mut ranks, world, mut names) = step_vectors::read_ranks(dir, "steps")?;
     // No step vectors anywhere: the stages inferred from the NCCL schedule, if it repeats.
-    let inferred = inferred::fill(dir, "steps", &mut ranks)?;
-    let mut steps: Vec<(u64, u32, &String)> = Vec::new();
+    let inferred = inferred::fill(dir, "steps", &mut ranks, &mut names)?;
+    let mut steps: Vec<(u64, u32, &str)> = Vec::new();
     for r in &ranks {
         for s in &r.steps {
-            steps.extend(s.stages.iter().map(|(name, _)| (s.step, r.rank, name)));
+            steps.extend(s.stages.iter().map(|&(id, _)| (s.step, r.rank, names.name(id))));
         }
     }
     if steps.is_empty() {
@@ -78,16 +78,18 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
     steps.sort_by_key(|&(step, rank, _)| (step, rank));
     let mut stages: Vec<String> = Vec::new();
     for (_, _, name) in steps {
-        if !stages.contains(name) {
-            stages.push(name.clone());
+        if !stages.iter().any(|s| s == name) {
+            stages.push(name.to_string());
         }
     }
     let (attribution, _) = inferred::attribution(inferred, dir, "steps", &stages)?;
     // The attribution's entries of a rank's step, by stage name in the vector's order.
     let entries = |map: &BTreeMap<(u32, u64, usize), f64>, rank: u32, step: &step_vectors::RankStep| {
-        let at = |name: &String| stages.iter().position(|s| s == name);
-        let found =
-            step.stages.iter().filter_map(|(name, _)| Some((name.clone(), *map.get(&(rank, step.step, at(name)?))?)));
+        let at = |name: &str| stages.iter().position(|s| s == name);
+        let found = step.stages.iter().filter_map(|&(id, _)| {
+            let name = names.name(id);
+            Some((name.to_string(), *map.get(&(rank, step.step, at(name)?))?))
+        });
         StageMap(found.collect())
     };
     let ranks = ranks
@@ -107,11 +109,18 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
                     start: r.clock.wall_ns(s.t_begin_ns).map(crate::wall::rfc3339_ms),
                     wall_s: seconds(s.wall_ns),
                     overlap_s: seconds(s.overlap_ns),
-                    stages: StageMap(s.stages.into_iter().map(|(name, ns)| (name, seconds(ns))).collect()),
+                    stages: StageMap(
+                        s.stages.into_iter().map(|(id, ns)| (names.name(id).to_string(), seconds(ns))).collect(),
+                    ),
                     device: StageMap(
                         s.device
                             .into_iter()
-                            .map(|(name, d, sp)| (name, DeviceReport { device_s: seconds(d), spill_s: seconds(sp) }))
+                            .map(|(id, d, sp)| {
+                                (
+                                    names.name(id).to_string(),
+                                    DeviceReport { device_s: seconds(d), spill_s: seconds(sp) },
+                                )
+                            })
                             .collect(),
                     ),
                 })

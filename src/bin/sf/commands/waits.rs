@@ -84,16 +84,18 @@ pub(super) fn rename_grown(ranks: &mut [RankTimeline], aliases: &Aliases) {
 /// (`analysis::comms::grow`) are added to `aliases`.
 pub(super) fn calls_and_aliases(log: &RankLog, aliases: &mut Vec<CommCreated>) -> Vec<CallTiming> {
     let mut calls = Vec::new();
-    for record in log.records().0 {
-        match record.body {
-            RecordBody::NcclCall(c) if c.t_exit_ns >= c.t_enter_ns => {
-                calls.push(CallTiming { key: collective_key(&c), enter_ns: c.t_enter_ns, exit_ns: c.t_exit_ns })
-            }
-            RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
-            _ => {}
+    // Scanned, not collected, so no record is held beyond its call: the calls from the
+    // event ring, the aliases from the history ring.
+    log.scan(|record| match record.body {
+        RecordBody::NcclCall(c) if c.t_exit_ns >= c.t_enter_ns => {
+            calls.push(CallTiming::new(collective_key(&c), c.t_enter_ns, c.t_exit_ns))
         }
-    }
+        RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
+        _ => {}
+    });
     calls.sort_by_key(|c| c.enter_ns);
+    // Held until every rank's are in: no room to spare.
+    calls.shrink_to_fit();
     calls
 }
 
