@@ -194,13 +194,17 @@ fn agreeing_median(mut steps: Vec<u64>, p: usize) -> Option<(u64, usize)> {
     if steps.is_empty() {
         return None;
     }
-    steps.sort_unstable();
     let n = steps.len();
     // In a short history the percentiles would be the extremes: one late step must not
     // hide the cadence.
-    let p1 = steps[(n / 100).max(p).min(n - 1)];
-    let p99 = steps[(n * 99 / 100).min(n.saturating_sub(p + 1))];
-    let median = steps[(n - 1) / 2];
+    let (at_p1, at_median, at_p99) =
+        ((n / 100).max(p).min(n - 1), (n - 1) / 2, (n * 99 / 100).min(n.saturating_sub(p + 1)));
+    // Three order statistics, each selected in linear time rather than sorting every
+    // period's steps (the exporter estimates the cadence on every scrape).
+    let order = |steps: &mut Vec<u64>, k: usize| *steps.select_nth_unstable(k).1;
+    let median = order(&mut steps, at_median);
+    let p1 = order(&mut steps, at_p1);
+    let p99 = order(&mut steps, at_p99);
     let agree = p99 <= median.saturating_mul(MAX_SPREAD) && median <= p1.saturating_mul(MAX_SPREAD);
     (median > 0 && agree).then_some((median, n))
 }
