@@ -12,7 +12,7 @@ use super::{parse, text, Columns, CsvError, DeviceTime, Row, StageTable, WAIT_CO
 use crate::analysis::blame::Attribution;
 
 /// The most input held in memory at once (law 5: the file's size is not trusted). A larger
-/// file is streamed by the RFC 4180 reader, which holds only its rows.
+/// file goes to the RFC 4180 reader, which streams the rest after what was read.
 pub(super) const MAX_IN_MEMORY: u64 = 1 << 30;
 
 /// Below this many bytes one thread parses everything: threads would cost more than they save.
