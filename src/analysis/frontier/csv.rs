@@ -257,10 +257,21 @@ fn read_error(e: csv::Error) -> CsvError {
 /// Reads the whole input, a CSV as RFC 4180 writes it (quoted fields may hold commas,
 /// quotes and newlines; fields are trimmed). `stages`, when given, fixes the stage order
 /// and rejects any other stage; otherwise stages are ordered by first appearance.
-pub fn read(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
+/// A file as `sf steps --csv` writes it takes the fast path (csv_fast.rs); what that path
+/// declines, the general reader below takes, with the same results.
+pub fn read<R: BufRead>(input: R, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
     if let Some(stages) = stages {
         Schema::new(stages.to_vec()).map_err(CsvError::StageList)?;
     }
+    match fast::read(input, stages) {
+        fast::Outcome::Done(result) => result,
+        fast::Outcome::Declined(input) => read_rfc4180(input, stages),
+    }
+}
+
+/// The general reader, record by record through the `csv` crate: what [`read`] hands a
+/// file its fast path declines (public so that benches can compare the two).
+pub fn read_rfc4180(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
     // `\n` alone ends a record (a `\r` before it is trimmed with the field), so the
     // parser's line numbers are the file's.
     let mut reader = csv::ReaderBuilder::new()
@@ -352,8 +363,9 @@ fn assemble(mut rows: Vec<Row>, names: Vec<String>, world: Option<Vec<u32>>) -> 
     if let Some(e) = first_duplicate(&rows, &names) {
         return Err(e);
     }
-    let mut world = world.unwrap_or_else(|| rows.iter().map(|r| r.rank).collect());
-    world.extend(rows.iter().map(|r| r.rank));
+    // Sorted by step, then rank: one rank per run of rows, far fewer to sort than rows.
+    let mut world = world.unwrap_or_default();
+    world.extend(rows.chunk_by(|a, b| a.rank == b.rank).map(|run| run[0].rank));
     world.sort_unstable();
     world.dedup();
     // Checked above when given; first appearance never repeats or blanks a name.
@@ -576,6 +588,9 @@ impl StageTable {
         Ok(())
     }
 }
+
+#[path = "csv_fast.rs"]
+mod fast;
 
 #[cfg(test)]
 #[path = "csv_tests.rs"]

@@ -194,14 +194,24 @@ fn agreeing_median(mut steps: Vec<u64>, p: usize) -> Option<(u64, usize)> {
     if steps.is_empty() {
         return None;
     }
-    steps.sort_unstable();
     let n = steps.len();
     // In a short history the percentiles would be the extremes: one late step must not
     // hide the cadence.
-    let p1 = steps[(n / 100).max(p).min(n - 1)];
-    let p99 = steps[(n * 99 / 100).min(n.saturating_sub(p + 1))];
-    let median = steps[(n - 1) / 2];
-    let agree = p99 <= median.saturating_mul(MAX_SPREAD) && median <= p1.saturating_mul(MAX_SPREAD);
+    let (at_p1, at_median, at_p99) =
+        ((n / 100).max(p).min(n - 1), (n - 1) / 2, (n * 99 / 100).min(n.saturating_sub(p + 1)));
+    // The median selected in linear time, and the two percentiles judged by counting
+    // rather than sorted for (the exporter estimates the cadence on every scrape): the
+    // value at sorted index k is at most t exactly when more than k values are, and at
+    // least t exactly when at most k values are below t. So p99 <= 2 x median and
+    // median <= 2 x p1, as before.
+    let median = *steps.select_nth_unstable(at_median).1;
+    let (high, low) = (median.saturating_mul(MAX_SPREAD), median.div_ceil(MAX_SPREAD));
+    let (mut at_most_high, mut below_low) = (0usize, 0usize);
+    for &v in &steps {
+        at_most_high += usize::from(v <= high);
+        below_low += usize::from(v < low);
+    }
+    let agree = at_most_high > at_p99 && below_low <= at_p1;
     (median > 0 && agree).then_some((median, n))
 }
 
@@ -258,6 +268,49 @@ mod tests {
     use crate::analysis::hang::testkit::*;
 
     const MS: u64 = 1_000_000;
+
+    /// The percentiles by sorting, as the estimate first took them.
+    fn agreeing_median_by_sorting(mut steps: Vec<u64>, p: usize) -> Option<(u64, usize)> {
+        if steps.is_empty() {
+            return None;
+        }
+        steps.sort_unstable();
+        let n = steps.len();
+        let p1 = steps[(n / 100).max(p).min(n - 1)];
+        let p99 = steps[(n * 99 / 100).min(n.saturating_sub(p + 1))];
+        let median = steps[(n - 1) / 2];
+        let agree = p99 <= median.saturating_mul(MAX_SPREAD) && median <= p1.saturating_mul(MAX_SPREAD);
+        (median > 0 && agree).then_some((median, n))
+    }
+
+    #[test]
+    fn counting_the_percentiles_agrees_with_sorting() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut agreed = 0;
+        for case in 0..4000 {
+            let n = (next() % 300) as usize;
+            let p = (next() % 8) as usize + 1;
+            let base = next() % 1000;
+            let steps: Vec<u64> = (0..n)
+                .map(|_| match case % 4 {
+                    0 => base + next() % (base / 2 + 1),
+                    1 => next() % 7,
+                    2 => u64::MAX - next() % 3,
+                    _ => base * (1 + next() % 3),
+                })
+                .collect();
+            let want = agreeing_median_by_sorting(steps.clone(), p);
+            agreed += usize::from(want.is_some());
+            assert_eq!(agreeing_median(steps.clone(), p), want, "{steps:?} p={p}");
+        }
+        assert!(agreed > 500, "{agreed}");
+    }
 
     /// A DDP-like rank: a broadcast, then per step `compute_ms` of forward pass and the
     /// collectives of `pattern`, `gap_ms` apart.

@@ -78,6 +78,14 @@ fn value(field: MismatchField, call: &NcclCall) -> Option<FieldValue> {
 /// The fields that differ among the ranks' entries for one collective. Once the op
 /// differs the other fields compare different things, so only the op is reported.
 fn differences(entries: &BTreeMap<i32, Entry>) -> Vec<(MismatchField, BTreeMap<i32, FieldValue>)> {
+    // Most collectives agree in every field the comparison below could look at: say so
+    // without building its maps (the exporter runs this on every scrape).
+    let first = entries.values().next();
+    let fields = |e: &Entry| e.call.map(|c| (c.count, c.dtype, c.peer, c.redop));
+    let first_call = entries.values().find_map(fields);
+    if entries.values().all(|e| Some(e.op) == first.map(|f| f.op) && e.call.is_none_or(|_| fields(e) == first_call)) {
+        return Vec::new();
+    }
     let differs = |values: &BTreeMap<i32, FieldValue>| values.values().any(|v| Some(v) != values.values().next());
     let ops: BTreeMap<i32, FieldValue> = entries.iter().map(|(&r, e)| (r, FieldValue::Name(e.op.name()))).collect();
     if differs(&ops) {

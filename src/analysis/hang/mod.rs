@@ -271,7 +271,13 @@ fn renamed(r: &RankInput, aliases: &Aliases) -> RankInput {
 
 fn diagnose_named(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
     let calls: Vec<&[NcclCall]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
-    let threshold = Threshold::new(cadence::estimate(&calls), settings);
+    diagnose_paced(ranks, settings, cadence::estimate(&calls))
+}
+
+/// [`diagnose`] with the job's cadence given: [`cadence::estimate`] over these ranks'
+/// calls, which a caller that sees the same calls again (the exporter) keeps.
+pub fn diagnose_paced(ranks: &[RankInput], settings: &Settings, cadence: Option<Cadence>) -> Diagnosis {
+    let threshold = Threshold::new(cadence, settings);
     let facts: Vec<facts::Facts> = ranks.iter().map(facts::Facts::of).collect();
     let mut verdict = classify::classify(ranks, &facts, threshold.threshold_ns);
     let mut mismatches = mismatch::find(ranks, &facts);

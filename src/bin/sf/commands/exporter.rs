@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use stagefrontier::analysis::frontier::csv::from_durations;
 use stagefrontier::analysis::frontier::{Analyzer, Context};
-use stagefrontier::analysis::hang::{self, Settings};
+use stagefrontier::analysis::hang::{self, Cadence, Settings};
 use stagefrontier::core::capture::clock::monotonic_ns;
 use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::{LiveState, RankLog};
-use stagefrontier::core::log::records::{QpWindow, RecordBody, StepVector};
+use stagefrontier::core::log::records::{NcclCall, QpWindow, RecordBody, StepVector};
 use stagefrontier::core::log::tail::read_after;
 
 use super::hang::{hang_reads, read_live, report as hang_report, History, CALLS_KEPT};
@@ -174,10 +174,24 @@ fn identity(file: &File) -> Option<(u64, u64)> {
     Some((meta.dev(), meta.ino()))
 }
 
+/// What a job's cadence was estimated from: per rank, its rank, how many calls the hang
+/// analysis got, and the first and the newest of them. The calls only ever gain newer
+/// records at the back and lose the oldest at the front, so the same marks are the same
+/// calls.
+type CallsMark = Vec<(i32, usize, Option<(u64, u64, u64)>, Option<(u64, u64, u64)>)>;
+
+fn calls_mark(inputs: &[hang::RankInput]) -> CallsMark {
+    let mark = |c: &NcclCall| (c.comm_id, c.seq, c.t_enter_ns);
+    inputs.iter().map(|r| (r.rank, r.calls.len(), r.calls.first().map(mark), r.calls.last().map(mark))).collect()
+}
+
 /// The exporter's memory of the node's logs, by path.
 #[derive(Default)]
 pub struct Exporter {
     watched: BTreeMap<PathBuf, Watched>,
+    /// Per job, the cadence of the calls last analysed: estimating it is most of a
+    /// scrape's analysis, and a hung or finished job's calls do not change.
+    cadences: BTreeMap<String, (CallsMark, Option<Cadence>)>,
     scrapes: u64,
     last_cpu_s: f64,
     last_wall_s: f64,
@@ -198,8 +212,10 @@ impl Exporter {
         }
         for (job, mut logs) in jobs {
             logs.sort_by_key(|w| (w.log.header.global_rank < 0, w.log.header.global_rank));
-            job_metrics(&mut m, &job, &mut logs, &host, settings);
+            let cadence = self.cadences.entry(job.clone()).or_default();
+            job_metrics(&mut m, &job, &mut logs, &host, settings, cadence);
         }
+        self.cadences.retain(|job, _| self.watched.values().any(|w| w.log.header.job_id == *job));
         self.scrapes += 1;
         let exporter = [("host", host.clone())];
         m.family(EXPORTER_LOGS).push(&exporter, self.watched.len() as f64);
@@ -230,7 +246,14 @@ impl Exporter {
 }
 
 /// The families of one job's logs.
-fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str, options: &HangOptions) {
+fn job_metrics(
+    m: &mut Metrics,
+    job: &str,
+    logs: &mut [&mut Watched],
+    host: &str,
+    options: &HangOptions,
+    cadence: &mut (CallsMark, Option<Cadence>),
+) {
     let mut inputs = Vec::new();
     let mut extras = Vec::new();
     let mut labels_of = Vec::new();
@@ -342,7 +365,12 @@ fn job_metrics(m: &mut Metrics, job: &str, logs: &mut [&mut Watched], host: &str
         min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
         fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
     };
-    let diagnosis = hang::diagnose(&inputs, &settings);
+    let mark = calls_mark(&inputs);
+    if cadence.0.is_empty() || cadence.0 != mark {
+        let calls: Vec<&[NcclCall]> = inputs.iter().map(|r| r.calls.as_slice()).collect();
+        *cadence = (mark, hang::cadence::estimate(&calls));
+    }
+    let diagnosis = hang::diagnose_paced(&inputs, &settings, cadence.1);
     let report = hang_report(&Dirs(Vec::new()), monotonic_ns(), diagnosis, extras, Vec::new());
     let job_labels = [("job_id", job.to_string())];
     m.family(HANG_HUNG).push(&job_labels, f64::from(u8::from(report.hung)));

@@ -1,0 +1,119 @@
+//! `sf frontier --csv` reading throughput: a file as `sf steps --csv` writes it (step,
+//! rank, stage, seconds, overlap, wait and caused wait), RANKS × STEPS × 6 stages rows
+//! (default 1,000 × 500: 3 million values, about 100 MB), read by the general RFC 4180
+//! reader (`read_rfc4180`, the reader before the fast path) and by `read` (the fast path),
+//! each alone and followed by the analysis `sf frontier` runs on it (own time out of the
+//! waits, then the analyzer over every step).
+//!
+//!     cargo run --release --example csv_bench [-- RANKS STEPS [fast|general]]
+//!
+//! Durations are whole nanoseconds, as the logs hold them; one stage in six carries a wait
+//! and one a caused wait, sums of several waits as the logs' attribution makes them. The
+//! file is written to the temporary directory before any clock starts and read back from
+//! the page cache. Times are the best of three runs, wall and process CPU (all threads).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::Path;
+use std::time::Instant;
+
+use stagefrontier::analysis::frontier::csv::{self, CsvError, StageTable};
+use stagefrontier::analysis::frontier::{Analyzer, Context};
+
+const STAGES: [&str; 6] = ["data", "forward", "backward", "callbacks", "optimizer", "step.other_cpu_wall"];
+/// Stage means in nanoseconds, before jitter.
+const BASE_NS: [f64; 6] = [20e6, 50e6, 90e6, 4e6, 30e6, 2e6];
+
+fn process_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+fn write_file(path: &Path, ranks: u32, steps: u64) -> std::io::Result<()> {
+    let mut out = BufWriter::new(File::create(path)?);
+    writeln!(out, "step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds")?;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut unit = move || {
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for step in 0..steps {
+        for rank in 0..ranks {
+            for (s, (stage, base)) in STAGES.iter().zip(BASE_NS).enumerate() {
+                let ns = (base * (0.9 + 0.2 * unit())).round();
+                let seconds = ns / 1e9;
+                // Waits summed over a few collectives, as the attribution sums them.
+                let sum = |u: f64| (0..3).map(|k| (u * 1e5).round() * (k + 1) as f64 / 1e9).sum::<f64>();
+                let wait = if s == 2 { sum(unit()).to_string() } else { String::new() };
+                let caused = if s == 0 { sum(unit()).to_string() } else { String::new() };
+                writeln!(out, "{step},{rank},{stage},{seconds},0,{wait},{caused}")?;
+            }
+        }
+    }
+    out.flush()
+}
+
+type Reader = fn(BufReader<File>, Option<&[String]>) -> Result<StageTable, CsvError>;
+
+/// Reads the file, then with `analyze` runs the analysis; returns (wall, CPU) seconds.
+fn run(path: &Path, reader: Reader, analyze: bool) -> (f64, f64) {
+    let (start, cpu_start) = (Instant::now(), process_cpu_s());
+    let mut table = reader(BufReader::new(File::open(path).expect("open the file")), None).expect("a valid file");
+    if analyze {
+        if let Some(attribution) = table.take_attribution() {
+            table.take_out_waits(&attribution);
+        }
+        let mut analyzer = Analyzer::new(Context::default(), None);
+        let mut windows = 0;
+        table
+            .for_each_step(|step| {
+                windows += usize::from(analyzer.push(step)?.is_some());
+                Ok::<(), stagefrontier::analysis::frontier::StepError>(())
+            })
+            .expect("valid steps");
+        windows += usize::from(analyzer.finish().is_some());
+        assert!(windows > 0);
+    }
+    (start.elapsed().as_secs_f64(), process_cpu_s() - cpu_start)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number =
+        |i: usize, default: u64| args.get(i).map_or(default, |a| a.parse().expect("RANKS and STEPS are integers"));
+    let (ranks, steps) = (number(0, 1_000) as u32, number(1, 500));
+    // A third argument runs that reader alone (for a profiler).
+    let only = args.get(2).map(String::as_str);
+    let path = std::env::temp_dir().join(format!("sf-csv-bench-{}.csv", std::process::id()));
+    write_file(&path, ranks, steps).expect("write the file");
+    let values = ranks as f64 * steps as f64 * STAGES.len() as f64;
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "{ranks} ranks x {steps} steps x {} stages = {values} values, {:.1} MB; {cores} cores, load average {}",
+        STAGES.len(),
+        bytes as f64 / 1e6,
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    let readers: [(&str, Reader); 2] = [("general (csv crate)", csv::read_rfc4180), ("fast", csv::read)];
+    for analyze in [false, true] {
+        for (name, reader) in readers.into_iter().filter(|(name, _)| only.is_none_or(|o| name.starts_with(o))) {
+            let runs: Vec<(f64, f64)> = (0..3).map(|_| run(&path, reader, analyze)).collect();
+            let wall = runs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+            let cpu = runs.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+            println!(
+                "{:<32} {wall:.3} s wall, {cpu:.3} s CPU: {:.1} M values/s (wall), {:.1} (CPU)",
+                format!("{}{name}", if analyze { "parse+analysis, " } else { "parse, " }),
+                values / wall / 1e6,
+                values / cpu / 1e6
+            );
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}

@@ -1,0 +1,214 @@
+use super::super::read_rfc4180;
+use super::*;
+
+/// Everything a table holds, numbers as bits, so two readers compare exactly.
+type Snapshot = (Vec<String>, Vec<u32>, Vec<(u64, u32, u32, usize, u64, Option<(u64, u64)>)>, Vec<u8>);
+
+fn snapshot(t: &StageTable) -> Snapshot {
+    let rows = t
+        .rows
+        .iter()
+        .map(|r| {
+            let device = r.device.map(|d| (d.device_s.to_bits(), d.spill_s.to_bits()));
+            (r.step, r.rank, r.stage, r.line, r.seconds.to_bits(), device)
+        })
+        .collect();
+    // The rest, compared through its debug form: bits of every f64 show there too.
+    let rest = format!("{:?} {} {:?}", t.overlaps, t.has_device, t.attribution).into_bytes();
+    (t.schema.stages().to_vec(), t.world.clone(), rows, rest)
+}
+
+/// Both readers on `text`: the same table or the same error. Returns whether the fast
+/// path took the file.
+fn same(text: &[u8], stages: Option<&[String]>) -> bool {
+    let general = read_rfc4180(text, stages);
+    let (fast, took) = match read(text, stages) {
+        Outcome::Done(result) => (result, true),
+        Outcome::Declined(input) => (read_rfc4180(input, stages), false),
+    };
+    match (&general, &fast) {
+        (Ok(a), Ok(b)) => assert!(snapshot(a) == snapshot(b), "tables differ for {:?}", String::from_utf8_lossy(text)),
+        (Err(a), Err(b)) => assert_eq!(a, b, "{:?}", String::from_utf8_lossy(text)),
+        _ => panic!(
+            "{:?}: general {:?}, fast {:?}",
+            String::from_utf8_lossy(text),
+            general.as_ref().err(),
+            fast.as_ref().err()
+        ),
+    }
+    took
+}
+
+const HEADER: &str = "step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds\n";
+
+#[test]
+fn real_steps_csv_takes_the_fast_path_with_the_general_readers_table() {
+    // `sf steps --csv` on an 8-rank job written by the real writer (examples/synth_logs).
+    let sample = include_bytes!("csv_fast_sample.csv");
+    assert!(same(sample, None));
+    let stages: Vec<String> = read_rfc4180(&sample[..], None).unwrap().schema.stages().to_vec();
+    assert!(same(sample, Some(&stages)));
+    assert!(same(&sample.replace_newlines_with_crlf(), None));
+}
+
+trait Crlf {
+    fn replace_newlines_with_crlf(&self) -> Vec<u8>;
+}
+
+impl Crlf for [u8] {
+    fn replace_newlines_with_crlf(&self) -> Vec<u8> {
+        self.iter().flat_map(|&b| if b == b'\n' { vec![b'\r', b'\n'] } else { vec![b] }).collect()
+    }
+}
+
+#[test]
+fn edge_cases_give_the_same_table_or_error_on_the_same_line() {
+    let taken = [
+        "",
+        "\n\n",
+        "step,rank,stage,seconds\n",
+        "step,rank,stage,seconds",
+        "\u{feff}step,rank,stage,seconds\r\n0,0,data,1\r\n\r\n1,0,data,2",
+        "\n  \nseconds , stage,rank,step,extra\n1,data,0,0,x\n \t\n2,data,1,0\n",
+        "step,rank,stage,seconds\n0,0,data,0.5\n0,0,data,0.5\n",
+        "step,rank,stage,seconds\n0,0,data,1\n0,x,data,1\n",
+        "step,rank,stage,seconds\n0,0,data,1\n0,99999999999,data,1\n",
+        "step,rank,stage,seconds\n0,0,data,1\n0,0,,1\n",
+        "step,rank,stage,seconds\n0,0,data,1\n0,0,fwd\n",
+        "step,rank,stage,seconds\n0,0,data,-0.5\n",
+        "step,rank,stage,seconds\n0,0,data,-0\n0,1,data,NaN\n",
+        "step,rank,stage,seconds\n0,0,data,1e400\n",
+        "step,rank,stage,seconds\n0,0,\"data,io\",0.5\r\n0,1,\"say \"\"hi\"\"\",0.25\n0,2,\"data,io\",1\r\n",
+        "step,rank,seconds,stage\r\n0,0,1,\"a,b\"\r\n0,1,2,\"a,b\"\r\n",
+        "step,rank,stage,seconds\n0,0,\"\",0.5\n",
+        "step,rank,stage,seconds,\"overlap_seconds\"\n0,0,a,1,0.5\n0,0,b,1,0.25\n0,1,a,1,\n",
+        "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,-1\n",
+        "step,rank,stage,seconds,device_seconds,spill_seconds\n0,0,fwd,0.1,0.08,0.02\n0,1,fwd,0.1,,\n",
+        "step,rank,stage,seconds,device_seconds,spill_seconds\n0,0,fwd,0.1,0.01,0.02\n",
+        "step,rank,stage,seconds,device_seconds\n0,0,fwd,0.1,x\n",
+        "step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,0.25,\n0,0,b,2,,0.5\n0,1,a,1,0,\n",
+        "step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,,\n\n0,1,a,1,,inf\n",
+        "step,rank,stage,seconds,wait_seconds\n0,0,a,1\n",
+    ];
+    for text in taken {
+        assert!(same(text.as_bytes(), None), "declined {text:?}");
+    }
+    // Quotes the fast path cannot place, and stage names that are not UTF-8, go to the
+    // general reader, which gives its own answer.
+    let declined: [&[u8]; 6] = [
+        b"step,rank,stage,seconds\n0,1,\"data\" ,0.25\n",
+        b"step,rank,stage,seconds\n0,0,\"multi\nline\",1\n0,1,x,1\n",
+        b"step,rank,stage,seconds\n0,0,da\"ta,1\n",
+        b"step,rank,stage,seconds\n0,0,\"data\"x,1\n",
+        b"step,rank,stage,seconds\n0,0, \"data\",1\n",
+        b"step,rank,stage,seconds\n0,0,d\xffa,1\n0,1,d\xffa,1\n",
+    ];
+    for text in declined {
+        assert!(!same(text, None), "took {:?}", String::from_utf8_lossy(text));
+    }
+    let fixed = ["data".to_string()];
+    assert!(same(b"step,rank,stage,seconds\n0,0,data,1\n0,0,fwd,1\n", Some(&fixed)));
+}
+
+#[test]
+fn numbers_read_bit_for_bit_as_str_parse_reads_them() {
+    let mut forms: Vec<String> = [
+        "0",
+        "1",
+        "0.5",
+        "5.",
+        ".5",
+        "+1",
+        "-0",
+        "1e5",
+        "1E-3",
+        "007.250",
+        "0.1",
+        "0.30000000000000004",
+        "9007199254740993",
+        "9007199254740992.5",
+        "123456789012345678",
+        "1234567890123456789",
+        "12345678901234567890",
+        "0.000000000000000000001",
+        "1.7976931348623157e308",
+        "inf",
+        "nan",
+        "1_0",
+        "",
+        " 1",
+        "1 ",
+        "1.2.3",
+        "0x10",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20_000 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let v = (rng >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((rng % 9) as i32 - 6);
+        forms.push(v.to_string());
+        forms.push(format!("{v:.6}"));
+    }
+    for text in &forms {
+        let want: Option<f64> = text.parse().ok();
+        assert_eq!(number(text.as_bytes()).map(f64::to_bits), want.map(f64::to_bits), "{text:?}");
+    }
+    for text in ["0", "18446744073709551615", "18446744073709551616", "4294967296", "+3", "12a"] {
+        assert_eq!(integer(text.as_bytes(), 19).or_else(|| parse::<u64>(text.as_bytes())), text.parse().ok());
+        let rank = integer(text.as_bytes(), 9).map(|r| r as u32).or_else(|| parse::<u32>(text.as_bytes()));
+        assert_eq!(rank, text.parse().ok(), "{text}");
+    }
+}
+
+/// A file as `sf steps --csv` writes it, large enough to be parsed on every core; `late`
+/// adds a stage that first appears in its last rows. The second half lists each rank's
+/// stages in reverse, so a later chunk meets them in another order than the first.
+fn generated(ranks: u32, steps: u64, late: bool) -> Vec<u8> {
+    use std::io::Write;
+    let mut out = HEADER.as_bytes().to_vec();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for step in 0..steps {
+        for rank in 0..ranks {
+            let mut stages: Vec<(usize, &str)> =
+                ["data", "forward", "backward", "optimizer"].into_iter().enumerate().collect();
+            if step >= steps / 2 {
+                stages.reverse();
+            }
+            for (s, stage) in stages {
+                rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let seconds = (rng >> 11) as f64 / (1u64 << 53) as f64 * 0.1;
+                let wait = if s == 2 { (seconds / 3.0).to_string() } else { String::new() };
+                writeln!(out, "{step},{rank},{stage},{seconds},0,{wait},").unwrap();
+            }
+            if late && step + 1 == steps {
+                writeln!(out, "{step},{rank},late,0.001,0,,0.5").unwrap();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn large_files_parsed_on_every_core_match_the_general_reader() {
+    let text = generated(200, 200, true);
+    assert!(text.len() > PARALLEL_FROM);
+    assert!(same(&text, None));
+    let mut table = read_rfc4180(&text[..], None).unwrap();
+    assert_eq!(table.schema.stages().last().map(String::as_str), Some("late"));
+    assert_eq!(table.take_attribution().unwrap().caused.len(), 200);
+    // An error in a later chunk names its line in the file.
+    let mut bad = text.clone();
+    let at = bad[..bad.len() - 100].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+    let line = bad[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+    bad.splice(at..at, b"0,0,data,bad\n".iter().copied());
+    assert!(same(&bad, None));
+    assert_eq!(read_rfc4180(&bad[..], None).err().and_then(|e| e.line()), Some(line));
+    // A quote the fast path declines, in a later chunk, still reads.
+    let mut quoted = text;
+    let at = quoted[..quoted.len() - 100].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+    quoted.splice(at..at, b"9,9,\"a\nb\",1\n".iter().copied());
+    assert!(!same(&quoted, None));
+}
