@@ -6,16 +6,10 @@
  * windows, AllGather on plain buffers, AlltoAll on the windows, Gather (root 0) on the
  * windows, AllReduce on the windows, Scatter (root 1) from a plain buffer into a window.
  * Every result is checked. Exits 0 when every rank succeeded. Argument: rounds (default 1). */
+#include "fake_job.h"
 #include <limits.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-typedef struct { char internal[128]; } ncclUniqueId;
-typedef void *ncclComm_t;
 typedef void *ncclWindow_t;
-typedef int ncclResult_t;
 enum { ncclFloat32 = 7, ncclSum = 0, RANKS = 2, N = 4 };
 /* nccl.h 2.32.3's ncclConfig_t, NCCL_CONFIG_INITIALIZER's magic, NCCL_CTA_POLICY_ZERO and
  * NCCL_WIN_COLL_SYMMETRIC. */
@@ -33,7 +27,6 @@ typedef struct {
 #define CTA_POLICY_ZERO 0x02
 #define WIN_COLL_SYMMETRIC 0x01
 
-extern ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 extern ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 extern ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *c);
 extern ncclResult_t ncclCommDestroy(ncclComm_t comm);
@@ -45,14 +38,6 @@ extern ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, int dtype, nc
 extern ncclResult_t ncclGather(const void *s, void *r, size_t n, int dtype, int root, ncclComm_t c, void *stream);
 extern ncclResult_t ncclScatter(const void *s, void *r, size_t n, int dtype, int root, ncclComm_t c, void *stream);
 
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        ncclResult_t rc_ = (call);                                               \
-        if (rc_ != 0) {                                                          \
-            fprintf(stderr, "rank %d: %s -> %d\n", rank, #call, (int)rc_);       \
-            return 1;                                                            \
-        }                                                                        \
-    } while (0)
 #define EXPECT(cond)                                                             \
     do {                                                                         \
         if (!(cond)) {                                                           \
@@ -98,39 +83,4 @@ static int run_rank(ncclUniqueId id, int rank, int rounds) {
     return 0;
 }
 
-/* argv: [rounds] to launch the job; rounds rank hex-id for one rank. */
-int main(int argc, char **argv) {
-    const char *rounds = argc > 1 ? argv[1] : "1";
-    ncclUniqueId id;
-    if (argc == 4) {
-        for (size_t i = 0; i < sizeof id.internal; i++) {
-            unsigned byte = 0;
-            if (sscanf(argv[3] + 2 * i, "%2x", &byte) != 1) return 2;
-            id.internal[i] = (char)byte;
-        }
-        return run_rank(id, atoi(argv[2]), atoi(rounds));
-    }
-    if (ncclGetUniqueId(&id) != 0) return 2;
-    char hex[2 * sizeof id.internal + 1];
-    for (size_t i = 0; i < sizeof id.internal; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
-    pid_t pids[RANKS];
-    for (int r = 0; r < RANKS; r++) {
-        char rank[8];
-        snprintf(rank, sizeof rank, "%d", r);
-        pids[r] = fork();
-        if (pids[r] < 0) return 2;
-        if (pids[r] == 0) {
-            setenv("RANK", rank, 1);
-            setenv("WORLD_SIZE", "2", 1);
-            execl("/proc/self/exe", argv[0], rounds, rank, hex, (char *)NULL);
-            _exit(127);
-        }
-    }
-    int failed = 0;
-    for (int r = 0; r < RANKS; r++) {
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    }
-    return failed;
-}
+int main(int argc, char **argv) { return job_main(argc, argv, RANKS, "1", run_rank); }

@@ -4,22 +4,14 @@
  * root) with its communicator and the id, rank 1 with its communicator alone, rank 2 with
  * the id and its new rank. Then `rounds` AllReduces run on the grown communicator, their
  * sums checked. Each rank is a fork+exec of this program with RANK and WORLD_SIZE=3 set.
- * Arguments: rounds (default 3); a rank gets rounds rank parent-hex-id grow-id-file. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <signal.h>
+ * Arguments: rounds (default 3); a rank gets rounds parent-hex-id grow-id-file rank. */
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
-typedef struct { char internal[128]; } ncclUniqueId;
-typedef void *ncclComm_t;
-typedef int ncclResult_t;
+#include "fake_job.h"
+
 enum { ncclFloat32 = 7, ncclSum = 0, RANKS = 3, OLD = 2 };
 
-extern ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 extern ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 extern ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *id);
 extern ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *id, int rank, ncclComm_t *newcomm,
@@ -27,35 +19,13 @@ extern ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId
 extern ncclResult_t ncclCommDestroy(ncclComm_t comm);
 extern ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int dtype, int op, ncclComm_t c, void *stream);
 
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        ncclResult_t rc_ = (call);                                               \
-        if (rc_ != 0) {                                                          \
-            fprintf(stderr, "rank %d: %s -> %d\n", rank, #call, (int)rc_);       \
-            return 1;                                                            \
-        }                                                                        \
-    } while (0)
-
-static void to_hex(const ncclUniqueId *id, char *hex) {
-    for (size_t i = 0; i < sizeof id->internal; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->internal[i]);
-}
-
-static int from_hex(const char *hex, ncclUniqueId *id) {
-    for (size_t i = 0; i < sizeof id->internal; i++) {
-        unsigned byte = 0;
-        if (sscanf(hex + 2 * i, "%2x", &byte) != 1) return -1;
-        id->internal[i] = (char)byte;
-    }
-    return 0;
-}
-
 static int run_rank(int rank, int rounds, const char *parent_hex, const char *grow_file) {
     ncclUniqueId grow_id;
     ncclComm_t grown = NULL, parent = NULL;
     char hex[2 * sizeof grow_id.internal + 1];
     if (rank < OLD) {
         ncclUniqueId id;
-        if (from_hex(parent_hex, &id) != 0) return 2;
+        if (job_id_from_hex(parent_hex, &id) != 0) return 2;
         CHECK(ncclCommInitRank(&parent, OLD, id, rank));
         if (rank == 0) {
             CHECK(ncclCommGetUniqueId(parent, &grow_id));
@@ -63,7 +33,7 @@ static int run_rank(int rank, int rounds, const char *parent_hex, const char *gr
             snprintf(tmp, sizeof tmp, "%s.tmp", grow_file);
             FILE *f = fopen(tmp, "w");
             if (!f) return 2;
-            to_hex(&grow_id, hex);
+            job_id_to_hex(&grow_id, hex);
             fputs(hex, f);
             fclose(f);
             if (rename(tmp, grow_file) != 0) return 2;
@@ -77,7 +47,7 @@ static int run_rank(int rank, int rounds, const char *parent_hex, const char *gr
             f = fopen(grow_file, "r");
             if (!f) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
         }
-        if (!f || !fgets(hex, sizeof hex, f) || from_hex(hex, &grow_id) != 0) return 2;
+        if (!f || !fgets(hex, sizeof hex, f) || job_id_from_hex(hex, &grow_id) != 0) return 2;
         fclose(f);
         CHECK(ncclCommGrow(NULL, RANKS, &grow_id, rank, &grown, NULL));
     }
@@ -96,33 +66,15 @@ static int run_rank(int rank, int rounds, const char *parent_hex, const char *gr
 
 int main(int argc, char **argv) {
     const char *rounds = argc > 1 ? argv[1] : "3";
-    if (argc == 5) return run_rank(atoi(argv[2]), atoi(rounds), argv[3], argv[4]);
+    if (argc == 5) return run_rank(atoi(argv[4]), atoi(rounds), argv[2], argv[3]);
     ncclUniqueId id;
     if (ncclGetUniqueId(&id) != 0) return 2;
     char hex[2 * sizeof id.internal + 1], grow_file[256];
-    to_hex(&id, hex);
+    job_id_to_hex(&id, hex);
     snprintf(grow_file, sizeof grow_file, "/tmp/sf-grow-id-%d", (int)getpid());
     unlink(grow_file);
-    pid_t pids[RANKS];
-    for (int r = 0; r < RANKS; r++) {
-        char rank[8];
-        snprintf(rank, sizeof rank, "%d", r);
-        pids[r] = fork();
-        if (pids[r] < 0) return 2;
-        if (pids[r] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that kills the launcher ends the job */
-            setenv("RANK", rank, 1);
-            setenv("WORLD_SIZE", "3", 1);
-            execl("/proc/self/exe", argv[0], rounds, rank, hex, grow_file, (char *)NULL);
-            _exit(127);
-        }
-    }
-    int failed = 0;
-    for (int r = 0; r < RANKS; r++) {
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    }
+    const char *args[] = {rounds, hex, grow_file};
+    int failed = job_launch(argv, RANKS, args, 3);
     unlink(grow_file);
     return failed;
 }

@@ -4,17 +4,10 @@
  * one group, so the profiler door's records can be checked against the calls the
  * application made. Every Gather and Scatter checks the data it received. Exits 0 when
  * every call succeeded in every rank. Argument: the number of rounds (default 2). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "fake_job.h"
 
-typedef struct { char internal[128]; } ncclUniqueId;
-typedef void *ncclComm_t;
-typedef int ncclResult_t;
 enum { ncclFloat32 = 7, ncclSum = 0, RANKS = 3, ROOT = 1, N = 4 };
 
-extern ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 extern ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 extern ncclResult_t ncclCommDestroy(ncclComm_t comm);
 extern ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int dtype, int op, ncclComm_t c, void *stream);
@@ -25,14 +18,6 @@ extern ncclResult_t ncclRecv(void *r, size_t n, int dtype, int peer, ncclComm_t 
 extern ncclResult_t ncclGroupStart(void);
 extern ncclResult_t ncclGroupEnd(void);
 
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        ncclResult_t rc_ = (call);                                               \
-        if (rc_ != 0) {                                                          \
-            fprintf(stderr, "rank %d: %s -> %d\n", rank, #call, (int)rc_);       \
-            return 1;                                                            \
-        }                                                                        \
-    } while (0)
 
 static int run_rank(ncclUniqueId id, int rank, int rounds) {
     ncclComm_t comm = NULL;
@@ -62,39 +47,4 @@ static int run_rank(ncclUniqueId id, int rank, int rounds) {
     return 0;
 }
 
-/* argv: [rounds] to launch the job; rounds rank hex-id for one rank. */
-int main(int argc, char **argv) {
-    const char *rounds = argc > 1 ? argv[1] : "2";
-    ncclUniqueId id;
-    if (argc == 4) {
-        for (size_t i = 0; i < sizeof id.internal; i++) {
-            unsigned byte = 0;
-            if (sscanf(argv[3] + 2 * i, "%2x", &byte) != 1) return 2;
-            id.internal[i] = (char)byte;
-        }
-        return run_rank(id, atoi(argv[2]), atoi(rounds));
-    }
-    if (ncclGetUniqueId(&id) != 0) return 2;
-    char hex[2 * sizeof id.internal + 1];
-    for (size_t i = 0; i < sizeof id.internal; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
-    pid_t pids[RANKS];
-    for (int r = 0; r < RANKS; r++) {
-        char rank[8];
-        snprintf(rank, sizeof rank, "%d", r);
-        pids[r] = fork();
-        if (pids[r] < 0) return 2;
-        if (pids[r] == 0) {
-            setenv("RANK", rank, 1);
-            setenv("WORLD_SIZE", "3", 1);
-            execl("/proc/self/exe", argv[0], rounds, rank, hex, (char *)NULL);
-            _exit(127);
-        }
-    }
-    int failed = 0;
-    for (int r = 0; r < RANKS; r++) {
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    }
-    return failed;
-}
+int main(int argc, char **argv) { return job_main(argc, argv, RANKS, "2", run_rank); }
