@@ -2,6 +2,7 @@
 
 pub mod dump;
 pub mod exporter;
+mod exporter_metrics;
 pub mod frontier;
 mod frontier_waits;
 pub mod hang;
