@@ -4,6 +4,7 @@ pub mod dump;
 mod error;
 mod human;
 mod human_frontier;
+mod human_hang;
 mod human_hang_profiler;
 mod human_kernels;
 mod human_ports;

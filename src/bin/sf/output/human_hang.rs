@@ -1,0 +1,375 @@
+//! `sf hang`'s human output: the headline, the stuck communicators, the rank table and
+//! the lines under it.
+
+use std::io::{self, Write};
+
+use stagefrontier::analysis::hang::Mismatch;
+use stagefrontier::core::net::proxy_progress::ProxyLink;
+use stagefrontier::core::net::work_requests::WrSource;
+
+use super::human::{age, json_name, plural, ranges, LIST_AT_MOST};
+use super::table::{self, Align};
+use crate::commands::hang::{CommReport, HangReport, InjectionReport, PostMortemReport, RankReport};
+
+/// The report as a person reads it.
+pub(super) fn write<W: Write>(out: &mut W, report: &HangReport) -> io::Result<()> {
+    for line in hang_head(report) {
+        writeln!(out, "{line}")?;
+    }
+    let stuck: Vec<Vec<String>> = stuck_comms(report).map(stuck_comm_cells).collect();
+    if !stuck.is_empty() {
+        writeln!(out)?;
+        table::write(out, &STUCK_COMM_COLUMNS, &stuck)?;
+    }
+    let (rows, ok_hidden) = hang_rank_rows(report);
+    writeln!(out)?;
+    table::write(out, &HANG_RANK_COLUMNS, &rows)?;
+    if ok_hidden > 0 {
+        writeln!(out, "and {} ok (--json lists every rank)", plural(ok_hidden as u64, "more rank"))?;
+    }
+    for line in hang_tail(report) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// Communicators on which some wait is stuck.
+fn stuck_comms(report: &HangReport) -> impl Iterator<Item = &CommReport> {
+    report.communicators.iter().filter(|c| c.stuck_s.is_some())
+}
+
+/// `allreduce #41`, `collective #41`, or `send/recv` for a communicator's stuck call.
+fn stuck_call(c: &CommReport) -> String {
+    match (c.stuck_seq, c.stuck_op) {
+        (Some(seq), Some(op)) => format!("{} #{seq}", op.name()),
+        (Some(seq), None) => format!("collective #{seq}"),
+        (None, _) => "send/recv".to_string(),
+    }
+}
+
+fn rank_noun(ranks: &[i32]) -> String {
+    format!("{} {}", if ranks.len() == 1 { "rank" } else { "ranks" }, ranges(ranks))
+}
+
+/// One sentence per stuck communicator: who holds it up, and who waits.
+fn comm_verdict(c: &CommReport) -> String {
+    let call = stuck_call(c);
+    let mut causes = Vec::new();
+    for q in &c.stuck_qps {
+        // A link of proxy steps (stock NCCL) is no QP: name its channel, direction and peer.
+        let what = match ProxyLink::of(WrSource::Proxy, q.device, q.qp_num).filter(|_| q.source == "proxy") {
+            Some(link) => link.describe(),
+            None => format!("QP {:#x} ({} door, device {})", q.qp_num, q.source, q.device),
+        };
+        causes.push(format!(
+            "rank {} {what} has had a work request in flight for {}, so {call} cannot complete",
+            q.rank,
+            age(q.stuck_s)
+        ));
+    }
+    let gone = [
+        (&c.dead_ranks, "dead"),
+        (&c.stalled_ranks, "stopped (stalled)"),
+        (&c.exited_ranks, "exited"),
+        (&c.disabled_ranks, "not recording (disabled), so unknown"),
+    ];
+    // The culprit first: a rank that never entered, and what became of it since.
+    if !c.missing_ranks.is_empty() {
+        let mut line = format!("{} never entered {call}", rank_noun(&c.missing_ranks));
+        for (ranks, what) in gone {
+            let since: Vec<i32> = c.missing_ranks.iter().copied().filter(|r| ranks.contains(r)).collect();
+            if since == c.missing_ranks {
+                let verb = if since.len() == 1 { "is" } else { "are" };
+                line += &format!(" and {verb} {what} since");
+            } else if !since.is_empty() {
+                let verb = if since.len() == 1 { "is" } else { "are" };
+                line += &format!(" ({} {verb} {what} since)", rank_noun(&since));
+            }
+        }
+        causes.push(line);
+    }
+    for (ranks, what) in gone {
+        let others: Vec<i32> = ranks.iter().copied().filter(|r| !c.missing_ranks.contains(r)).collect();
+        if !others.is_empty() {
+            let verb = if others.len() == 1 { "is" } else { "are" };
+            causes.push(format!("{} {verb} {what}", rank_noun(&others)));
+        }
+    }
+    if !c.no_log_comm_ranks.is_empty() {
+        causes.push(format!("communicator {} no log", rank_noun(&c.no_log_comm_ranks) + " with"));
+    }
+    if !c.wedged_ranks.is_empty() {
+        causes
+            .push(format!("{call} does not complete though its ranks are there ({} wedged)", ranges(&c.wedged_ranks)));
+    }
+    if !c.slow_ranks.is_empty() {
+        causes.push(format!("{} behind but still making progress (slow)", rank_noun(&c.slow_ranks)));
+    }
+    let mut line = format!("{} on {:#018x}", causes.join("; "), c.comm_id);
+    if !c.waiting_ranks.is_empty() {
+        let n = c.waiting_ranks.len();
+        let have = if n == 1 { "has" } else { "have" };
+        line += &format!("; {} {have} waited {}", plural(n as u64, "rank"), age(c.stuck_s.unwrap_or(0.0)));
+    } else if let Some(stuck) = c.stuck_s {
+        line += &format!("; stuck for {}", age(stuck));
+    }
+    line
+}
+
+/// The hang a torn-down job's logs saw last, ahead of "ranks 0-7 are dead".
+fn post_mortem_line(p: &PostMortemReport) -> String {
+    let call = match (p.op, p.comm_seq, p.comm_id) {
+        (Some(op), Some(seq), Some(comm)) => format!("{} #{seq} on {comm:#018x}", op.name()),
+        (None, Some(seq), Some(comm)) => format!("collective #{seq} on {comm:#018x}"),
+        _ => "the stuck call".to_string(),
+    };
+    let held = if p.culprit_ranks.is_empty() {
+        "no rank the logs can name held it up".to_string()
+    } else {
+        format!("{} held up {call}", rank_noun(&p.culprit_ranks))
+    };
+    let waited = if p.waiting_ranks.is_empty() {
+        String::new()
+    } else {
+        format!(", {} waiting in it", rank_noun(&p.waiting_ranks))
+    };
+    format!(
+        "HUNG (post-mortem: all {} ranks are gone; from their last live tables): {held}{waited}",
+        p.gone_ranks.len()
+    )
+}
+
+fn hang_head(report: &HangReport) -> Vec<String> {
+    // A mismatch first: it is the usual cause of the hang that follows it.
+    let mut lines =
+        mismatch_lines(report.communicators.iter().map(|c| (c.comm_id, &c.mismatches[..], c.mismatches_total)));
+    let hung = lines.len();
+    lines.extend(stuck_comms(report).map(|c| {
+        let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
+        format!("{verdict}: {}", comm_verdict(c))
+    }));
+    let t = &report.threshold;
+    if lines.len() == hung {
+        lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
+    }
+    if let Some(p) = &report.post_mortem {
+        lines.insert(0, post_mortem_line(p));
+    }
+    // The same nanoseconds on both sides when the floor decides.
+    let floor = t.threshold_s <= t.min_stuck_s;
+    lines.push(match (t.step_s, t.period, t.cadence_comm_id, t.longest_call_s, t.longest_gap_s) {
+        (Some(step), Some(period), Some(comm), Some(call), Some(gap)) => {
+            let pace = format!(
+                "{} x the longest of: step {step:.3}s ({} per step on {comm:#018x}), call {call:.3}s, \
+                 gap between calls {gap:.3}s",
+                t.factor,
+                plural(period as u64, "collective")
+            );
+            if floor {
+                format!("threshold {:.3}s, the --min-stuck-s floor, over {pace}", t.threshold_s)
+            } else {
+                format!("threshold {:.3}s = {pace}", t.threshold_s)
+            }
+        }
+        _ if floor => {
+            format!("threshold {:.3}s, the --min-stuck-s floor: the logs hold too few steps to time one", t.threshold_s)
+        }
+        _ => format!("threshold {:.3}s (--fallback-stuck-s): the logs hold too few steps to time one", t.threshold_s),
+    });
+    lines
+}
+
+const STUCK_COMM_COLUMNS: [(&str, Align); 7] = [
+    ("COMMUNICATOR", Align::Left),
+    ("NRANKS", Align::Right),
+    ("STUCK AT", Align::Left),
+    ("FOR", Align::Right),
+    ("MISSING", Align::Left),
+    ("WAITING", Align::Left),
+    ("OTHERS", Align::Left),
+];
+
+fn stuck_comm_cells(c: &CommReport) -> Vec<String> {
+    let listed = |ranks: &[i32]| if ranks.is_empty() { "-".to_string() } else { ranges(ranks) };
+    let others: Vec<String> = [
+        ("wedged", &c.wedged_ranks),
+        ("dead", &c.dead_ranks),
+        ("stalled", &c.stalled_ranks),
+        ("exited", &c.exited_ranks),
+        ("slow", &c.slow_ranks),
+        ("disabled", &c.disabled_ranks),
+        ("no log: comm rank", &c.no_log_comm_ranks),
+    ]
+    .iter()
+    .filter(|(_, ranks)| !ranks.is_empty())
+    .map(|(what, ranks)| format!("{what} {}", ranges(ranks)))
+    .collect();
+    vec![
+        format!("{:#018x}", c.comm_id),
+        c.nranks.to_string(),
+        stuck_call(c),
+        c.stuck_s.map_or("-".to_string(), age),
+        listed(&c.missing_ranks),
+        listed(&c.waiting_ranks),
+        if others.is_empty() { "-".to_string() } else { others.join("; ") },
+    ]
+}
+
+const HANG_RANK_COLUMNS: [(&str, Align); 9] = [
+    ("RANK", Align::Right),
+    ("STATE", Align::Left),
+    ("STEP", Align::Right),
+    ("STAGE", Align::Left),
+    ("STUCK", Align::Right),
+    ("WHERE", Align::Left),
+    ("COMM", Align::Left),
+    ("HEARTBEAT", Align::Right),
+    ("WAITING FOR", Align::Left),
+];
+
+/// Every rank of a small job; of a large one, those not ok. Returns the rows and how many
+/// ok ranks were left out.
+fn hang_rank_rows(report: &HangReport) -> (Vec<Vec<String>>, usize) {
+    const SHOW_ALL_UP_TO: usize = 32;
+    let all = report.ranks.len() <= SHOW_ALL_UP_TO;
+    let shown: Vec<Vec<String>> =
+        report.ranks.iter().filter(|r| all || json_name(&r.state) != "ok").map(hang_rank_cells).collect();
+    let hidden = report.ranks.len() - shown.len();
+    (shown, hidden)
+}
+
+/// Where a rank is: `in allreduce #41`, `before allreduce #41` (not entered), `past
+/// allreduce #41` (entered, returned, now blocked outside NCCL).
+fn where_cell(r: &RankReport) -> String {
+    let call = match (r.op, r.comm_seq) {
+        (Some(op), Some(seq)) => format!("{} #{seq}", op.name()),
+        (None, Some(seq)) => format!("collective #{seq}"),
+        (Some(op), None) => op.name().to_string(),
+        (None, None) if r.comm_id.is_some() => "send/recv".to_string(),
+        (None, None) => return "-".to_string(),
+    };
+    match (r.in_flight, json_name(&r.role).as_str()) {
+        (true, _) if r.grouped => format!("in {call} (group end)"),
+        (true, _) => format!("in {call}"),
+        (false, "waiting") => format!("past {call}"),
+        (false, _) => format!("before {call}"),
+    }
+}
+
+fn hang_rank_cells(r: &RankReport) -> Vec<String> {
+    let (state, role) = (json_name(&r.state), json_name(&r.role));
+    let waiting_for: Vec<String> =
+        r.waiting_for.iter().map(|&w| if w < 0 { "no-log".to_string() } else { w.to_string() }).collect();
+    vec![
+        r.rank.to_string(),
+        if role == "ok" || role == state { state } else { format!("{state} (was {role})") },
+        r.step.map_or("-".to_string(), |s| s.to_string()),
+        r.stage.clone().unwrap_or_else(|| "-".to_string()),
+        r.stuck_s.map_or("-".to_string(), age),
+        where_cell(r),
+        r.comm_id.map_or("-".to_string(), |c| format!("{c:#018x}")),
+        r.heartbeat_age_s.map_or("never".to_string(), age),
+        if waiting_for.is_empty() { "-".to_string() } else { compact(&r.waiting_for, &waiting_for) },
+    ]
+}
+
+/// Rank runs when every entry is a rank, the plain list otherwise.
+fn compact(ranks: &[i32], words: &[String]) -> String {
+    if ranks.iter().all(|&r| r >= 0) {
+        ranges(ranks)
+    } else {
+        words.join(", ")
+    }
+}
+
+fn hang_tail(report: &HangReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    for r in &report.ranks {
+        if let Some(last) = r.injections.last() {
+            let times =
+                if r.injections.len() > 1 { format!(" {} times, last", r.injections.len()) } else { String::new() };
+            lines.push(format!("injected on rank {}{times}: {}", r.rank, injection(last)));
+        }
+    }
+    // The watchdog reports one stuck collective on every rank waiting in it: one line each.
+    /// (op, comm_seq, comm_id, threshold_ns) of a watchdog report.
+    type Evidence = (&'static str, u64, u64, u64);
+    let mut evidence: Vec<(Evidence, Vec<i32>)> = Vec::new();
+    for r in &report.ranks {
+        if let Some(h) = r.hang_evidence.last() {
+            let key = (h.op.name(), h.comm_seq, h.comm_id, h.threshold_ns);
+            match evidence.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, ranks)) => ranks.push(r.rank),
+                None => evidence.push((key, vec![r.rank])),
+            }
+        }
+    }
+    for ((op, seq, comm, threshold_ns), ranks) in evidence {
+        lines.push(format!(
+            "watchdog: {op} #{seq} on {comm:#018x} in flight over {} on {}",
+            age(threshold_ns as f64 / 1e9),
+            rank_noun(&ranks)
+        ));
+    }
+    lines.extend(super::human_hang_profiler::lines(report));
+    if let Some(quiet) = report.quiet_s {
+        lines.push(format!(
+            "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
+             phase without collectives (checkpoint, evaluation); the logs cannot tell which",
+            age(quiet)
+        ));
+    }
+    if !lines.is_empty() {
+        lines.insert(0, String::new());
+    }
+    lines
+}
+
+/// `MISMATCH on 0x.. #21: count differs: 1048576 on ranks 0-1, 3; 524288 on rank 2`, one
+/// per mismatch of each (communicator, mismatches listed, mismatches in all), up to
+/// `LIST_AT_MOST` in all.
+pub(super) fn mismatch_lines<'a>(comms: impl Iterator<Item = (u64, &'a [Mismatch], usize)>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut listed = 0;
+    for (comm_id, mismatches, total) in comms {
+        for m in mismatches.iter().take(LIST_AT_MOST.saturating_sub(listed)) {
+            let mut by_value: Vec<(String, Vec<i32>)> = Vec::new();
+            for (rank, value) in &m.values {
+                let value = serde_json::to_string(value).unwrap_or_default().trim_matches('"').to_string();
+                match by_value.iter_mut().find(|(v, _)| *v == value) {
+                    Some((_, ranks)) => ranks.push(*rank),
+                    None => by_value.push((value, vec![*rank])),
+                }
+            }
+            let values: Vec<String> =
+                by_value.iter().map(|(v, ranks)| format!("{v} on {}", rank_noun(ranks))).collect();
+            lines.push(format!(
+                "MISMATCH on {comm_id:#018x} #{}: {} differs: {}",
+                m.comm_seq,
+                json_name(&m.field),
+                values.join("; ")
+            ));
+            listed += 1;
+        }
+        if total > mismatches.len() {
+            lines.push(format!("and {} more on {comm_id:#018x} (--json lists them)", total - mismatches.len()));
+        }
+    }
+    lines
+}
+
+fn injection(i: &InjectionReport) -> String {
+    let r = &i.record;
+    let mut text = format!("{} (rule {})", json_name(&r.action), r.rule);
+    if r.delay_ns > 0 {
+        text += &format!(" of {:.0} ms", r.delay_ns as f64 / 1e6);
+    }
+    match r.op {
+        Some(op) => text += &format!(" before {} #{} on {:#018x}", op.name(), r.comm_seq, r.comm_id),
+        None => text += &format!(" at the end of stage {}", i.stage_name.as_deref().unwrap_or("?")),
+    }
+    if let Some(step) = r.step {
+        text += &format!(" in step {step}");
+    }
+    text
+}
