@@ -15,12 +15,11 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use super::format::{self, bytes};
+use super::pread::{read_stable, read_zeroed};
 use super::reader::{RankLog, RingSpan};
 
 /// Slots read per `pread`, as the reader's scan reads them.
 const CHUNK_SLOTS: usize = 2048;
-/// Extra reads of the header before a word that keeps changing is taken as last read.
-const STABLE_READS: usize = 4;
 
 /// What a copy holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,7 +39,7 @@ pub fn copy_log(log: &RankLog, dest: &Path, header_read: impl FnOnce()) -> io::R
     let src = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(log.path())?;
     let rings = log.rings();
     let mut head = vec![0u8; format::records_offset()];
-    read_stable(&src, &mut head)?;
+    read_stable(&src, 0, &mut head)?;
     header_read();
 
     let tmp = dest.with_extension("sflog.partial");
@@ -114,44 +113,6 @@ fn is_whole(i: usize, slot_count: usize, a: &[u8], b: &[u8]) -> bool {
         && a == b
         && (seq - 1) % slot_count as u64 == i as u64
         && bytes::get_u32(a, 12) == format::record_crc(seq, bytes::get_u16(a, 8), payload)
-}
-
-/// `buf.len()` bytes at `offset`, each 8-byte word taken once two consecutive reads agree
-/// on it (a word still changing after `STABLE_READS` is taken as last read): the writer
-/// updates the live state and the tables word by word while the copy runs.
-fn read_stable(file: &File, out: &mut [u8]) -> io::Result<()> {
-    read_zeroed(file, 0, out)?;
-    let mut again = vec![0u8; out.len()];
-    for _ in 0..STABLE_READS {
-        read_zeroed(file, 0, &mut again)?;
-        let mut settled = true;
-        for (word, newer) in out.chunks_mut(8).zip(again.chunks(8)) {
-            if word != newer {
-                word.copy_from_slice(newer);
-                settled = false;
-            }
-        }
-        if settled {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// `pread` until `buf` is full; what lies past the end of the file reads as zeros (shared with
-/// `tail`).
-pub(super) fn read_zeroed(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf[got..].fill(0);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub mod copy;
 pub mod format;
 pub mod mapping;
 pub mod place;
+pub(crate) mod pread;
 pub mod private_dir;
 pub mod reader;
 pub mod records;

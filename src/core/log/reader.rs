@@ -12,12 +12,13 @@
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::format::{self, bytes, caps, comm, header, live, Region, WriterState};
+use super::pread;
 use super::records::{hex_u64, RecordBody};
 use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
 use crate::core::capture::doors::Doors;
@@ -256,9 +257,6 @@ pub struct RankLog {
     pub header: LogHeader,
 }
 
-/// Extra reads of a live region before a word that keeps changing is taken as last read.
-const STABLE_READS: usize = 4;
-
 impl RankLog {
     pub fn open(path: &Path) -> Result<RankLog, ReadError> {
         let unreadable = |error| ReadError::Unreadable { path: path.to_path_buf(), error };
@@ -270,7 +268,7 @@ impl RankLog {
         }
         let actual = meta.len();
         let mut head = [0u8; format::STATIC_CRC_OFFSET + 4];
-        let got = read_full(&file, 0, &mut head).map_err(unreadable)?;
+        let got = pread::read_full(&file, 0, &mut head).map_err(unreadable)?;
         if got < 8 || head[..8] != format::MAGIC {
             return Err(ReadError::NotALog { path: path.to_path_buf() });
         }
@@ -312,28 +310,16 @@ impl RankLog {
     /// `buf.len()` bytes at `offset`; what lies past the end of the file (truncated while
     /// read) or cannot be read reads as zeros, which every reader treats as "nothing here".
     fn read_zeroed(&self, offset: usize, buf: &mut [u8]) {
-        let got = read_full(&self.file, offset as u64, buf).unwrap_or(0);
-        buf[got..].fill(0);
+        if pread::read_zeroed(&self.file, offset as u64, buf).is_err() {
+            buf.fill(0);
+        }
     }
 
-    /// A region the writer keeps changing, each 8-byte word taken once two consecutive
-    /// reads agree on it (a word still changing after `STABLE_READS` is taken as last read):
-    /// `pread` copies bytes, it promises no atomic word.
+    /// A region the writer keeps changing, read word by word until it holds still
+    /// (`pread::read_stable`); zeros where it cannot be read.
     fn read_stable(&self, offset: usize, out: &mut [u8]) {
-        self.read_zeroed(offset, out);
-        let mut again = vec![0u8; out.len()];
-        for _ in 0..STABLE_READS {
-            self.read_zeroed(offset, &mut again);
-            let mut settled = true;
-            for (word, newer) in out.chunks_mut(8).zip(again.chunks(8)) {
-                if word != newer {
-                    word.copy_from_slice(newer);
-                    settled = false;
-                }
-            }
-            if settled {
-                break;
-            }
+        if pread::read_stable(&self.file, offset as u64, out).is_err() {
+            out.fill(0);
         }
     }
 
@@ -470,20 +456,6 @@ impl RankLog {
         let ring = rings.iter().find(|r| r.region == region).unwrap_or(&rings[rings.len() - 1]);
         self.scan_ring(*ring, &mut SlotChunks::new(), &mut visit)
     }
-}
-
-/// `pread` until `buf` is full or the file ends; the bytes read.
-fn read_full(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// A communicator rank and size as the table holds them, or (-1, -1) when they are not

@@ -11,8 +11,8 @@
 use std::fs::File;
 use std::io;
 
-use super::copy::read_zeroed;
 use super::format::{self, bytes};
+use super::pread::read_zeroed;
 use super::reader::{Record, RingSpan};
 use super::records::RecordBody;
 
