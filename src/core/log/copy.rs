@@ -118,28 +118,14 @@ fn is_whole(i: usize, slot_count: usize, a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::capture::clock::{Calibration, ClockSource};
-    use crate::core::capture::identity::Identity;
     use crate::core::log::records::{Drops, RecordBody};
-    use crate::core::log::writer::{HeaderInfo, LogWriter};
 
     #[test]
     fn a_torn_slot_is_left_out_and_whole_records_are_kept() {
         let dir = std::env::temp_dir().join(format!("sf-copy-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let identity =
-            Identity { global_rank: 1, world_size: 2, local_rank: 1, job_id: "j".into(), source: "torchrun" };
-        let calibration = Calibration::new(ClockSource::Monotonic, 1, 1, 1, 1e9);
-        let info = HeaderInfo {
-            identity: &identity,
-            pid: 1,
-            host: "h",
-            calibration: &calibration,
-            slot_count: 1024,
-            ring_capacity: 1024,
-        };
         let path = dir.join("rank-00001.sflog");
-        let mut writer = LogWriter::create(&path, &info).unwrap();
+        let mut writer = crate::core::log::roundtrip_tests::small_writer(&path, 1);
         for t in 1..=3 {
             writer.append(&RecordBody::Drops(Drops {
                 t_ns: t,

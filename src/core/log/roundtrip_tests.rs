@@ -16,6 +16,23 @@ fn temp_log(name: &str) -> PathBuf {
     dir.join("rank-00002.sflog")
 }
 
+/// A writer of a small log (1,024 slots) at `path` for `rank` of a 2-rank job: what the
+/// copy and tail tests write through.
+pub(super) fn small_writer(path: &Path, rank: i32) -> LogWriter {
+    let identity =
+        Identity { global_rank: rank, world_size: 2, local_rank: rank, job_id: "j".into(), source: "torchrun" };
+    let calibration = Calibration::new(ClockSource::Monotonic, 1, 1, 1, 1e9);
+    let info = HeaderInfo {
+        identity: &identity,
+        pid: 1,
+        host: "h",
+        calibration: &calibration,
+        slot_count: 1024,
+        ring_capacity: 1024,
+    };
+    LogWriter::create(path, &info).unwrap()
+}
+
 fn write_log(path: &Path, slot_count: u32, records: u64) -> Calibration {
     let identity =
         Identity { global_rank: 2, world_size: 4, local_rank: 2, job_id: "job-7".into(), source: "torchrun" };

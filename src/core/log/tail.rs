@@ -85,30 +85,16 @@ pub fn read_after(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::capture::clock::{Calibration, ClockSource};
-    use crate::core::capture::identity::Identity;
     use crate::core::log::format::Region;
     use crate::core::log::reader::RankLog;
     use crate::core::log::records::{CommCreated, CommOrigin, Drops};
-    use crate::core::log::writer::{HeaderInfo, LogWriter};
 
     #[test]
     fn reads_only_what_is_new_and_counts_what_wrapped_away() {
         let dir = std::env::temp_dir().join(format!("sf-tail-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let identity =
-            Identity { global_rank: 0, world_size: 1, local_rank: 0, job_id: "j".into(), source: "torchrun" };
-        let calibration = Calibration::new(ClockSource::Monotonic, 1, 1, 1, 1e9);
-        let info = HeaderInfo {
-            identity: &identity,
-            pid: 1,
-            host: "h",
-            calibration: &calibration,
-            slot_count: 1024,
-            ring_capacity: 1024,
-        };
         let path = dir.join("rank-00000.sflog");
-        let mut writer = LogWriter::create(&path, &info).unwrap();
+        let mut writer = crate::core::log::roundtrip_tests::small_writer(&path, 0);
         let drop_record =
             |t| RecordBody::Drops(Drops { t_ns: t, dropped_total: t, ring_capacity: 16, profiler_dropped: 0 });
         for t in 1..=10 {
