@@ -203,20 +203,22 @@ fn a_stalled_qp_is_reported_stuck_within_twice_the_timeout() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// 2 ms requests that take 4 x as long after the first 120 (on FAKENCCL_QP_RANK, else
+/// every rank), judged over windows of 16. The 8 ms requests stay under a 2 s timeout: a
+/// rank the crowded 2-core CI host freezes for half a second mid-request would be stuck by
+/// the default 500 ms; not what these tests are about.
+fn slowed_after_120(cmd: &mut Command) -> &mut Command {
+    cmd.env("SF_WR_WINDOW", "16")
+        .env("SF_WR_TIMEOUT_MS", "2000")
+        .env("FAKENCCL_QP_US", "2000")
+        .env("FAKENCCL_QP_SLOW_AFTER", "120:4")
+}
+
 #[test]
 fn a_slowed_qp_is_degraded_and_a_healthy_one_is_not() {
     let _serial = one_at_a_time();
     let root = log_root("net-slow");
-    let out = run_ok(
-        job(&root, 40)
-            .env("SF_WR_WINDOW", "16")
-            // 8 ms requests: a rank the crowded 2-core CI host freezes for half a second
-            // mid-request would be stuck by the default 500 ms; not what this test is about.
-            .env("SF_WR_TIMEOUT_MS", "2000")
-            .env("FAKENCCL_QP_US", "2000")
-            .env("FAKENCCL_QP_SLOW_AFTER", "120:4")
-            .env("FAKENCCL_QP_RANK", "1"),
-    );
+    let out = run_ok(slowed_after_120(&mut job(&root, 40)).env("FAKENCCL_QP_RANK", "1"));
     let logs = rank_logs(&root, "job");
     let (healthy, slowed) = (net(&logs[0]), net(&logs[1]));
     // The library's own-start evidence is a statistic, not a finding: on a loaded 2-core host
@@ -259,13 +261,7 @@ fn every_qp_slowing_alike_is_slower_than_its_start_not_degraded() {
     // Every rank's requests take 4 x as long after the first 120, as a loaded host or a
     // heavier phase of the job would make them: each QP is slower than its own start, none
     // slower than its peers.
-    run_ok(
-        job(&root, 40)
-            .env("SF_WR_WINDOW", "16")
-            .env("SF_WR_TIMEOUT_MS", "2000")
-            .env("FAKENCCL_QP_US", "2000")
-            .env("FAKENCCL_QP_SLOW_AFTER", "120:4"),
-    );
+    run_ok(slowed_after_120(&mut job(&root, 40)));
     let logs = rank_logs(&root, "job");
     assert!(logs.iter().all(|l| !net(l).degraded.is_empty()), "the library saw each slow down from its start");
     let (code, json) = sf_net_json(&root);
@@ -416,14 +412,7 @@ fn receive_qp_events_without_a_length_have_an_unknown_bandwidth_not_zero() {
 fn on_stock_nccl_a_slowed_send_link_is_degraded_against_its_peers() {
     let _serial = one_at_a_time();
     let root = log_root("net-stock-slow");
-    run_ok(
-        stock_job(&root, 40)
-            .env("SF_WR_WINDOW", "16")
-            .env("SF_WR_TIMEOUT_MS", "2000")
-            .env("FAKENCCL_QP_US", "2000")
-            .env("FAKENCCL_QP_SLOW_AFTER", "120:4")
-            .env("FAKENCCL_QP_RANK", "1"),
-    );
+    run_ok(slowed_after_120(&mut stock_job(&root, 40)).env("FAKENCCL_QP_RANK", "1"));
     let logs = rank_logs(&root, "job");
     let slowed = net(&logs[1]);
     let d = slowed.degraded.iter().find(|d| ProxyLink::of(d.source, d.device, d.qp_num).is_some_and(|l| l.is_send));
