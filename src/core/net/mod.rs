@@ -4,6 +4,7 @@
 
 pub mod port_counters;
 pub mod profiler;
+mod profiler_abi;
 mod profiler_contexts;
 mod profiler_names;
 pub mod proxy_progress;
