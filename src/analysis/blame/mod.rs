@@ -9,7 +9,7 @@
 //! and the rank with the shortest is the last to arrive. Only rank-local differences are
 //! read, so no clock agreement between ranks (or hosts) is needed.
 //!
-//! - [`collective`]: matching calls into collectives, each rank's wait, and how much of the
+//! - `collective`: matching calls into collectives, each rank's wait, and how much of the
 //!   others' waiting each late rank caused (shared among the ranks still to arrive).
 //! - [`attribute`]: each rank's wait placed in the stage it entered the call from, and each
 //!   late rank's caused wait charged to the stage that made it late: the stage where its

@@ -1,5 +1,9 @@
 //! `sf`: reads the rank logs libstagefrontier.so records.
 
+// The argument structs' doc comments are `--help` text, where `<host>` and `<job id>` are
+// placeholders, not HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 mod cli;
 mod commands;
 mod discover;
