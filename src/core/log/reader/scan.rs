@@ -45,7 +45,7 @@ impl RankLog {
         // full check only when that one is damaged). Every record handed on below is
         // still CRC-checked: that is what catches a damaged file, not the second read.
         let settled = self.settled();
-        stats.last_seq = match settled.then(|| self.newest_claimed(ring, &runs, chunks)).flatten() {
+        stats.last_seq = match settled.then(|| self.newest_published(ring, committed_at_start)).flatten() {
             Some(seq) => seq,
             None => {
                 let mut last = 0;
@@ -103,22 +103,27 @@ impl RankLog {
             || self.header.stamp.check(self.header.pid, false) == ProcessCheck::WriterGone
     }
 
-    /// In a settled log, the sequence number of the ring's newest record: the largest of
-    /// the slots that hold a sequence number of their own place, when that slot is whole
-    /// (`None`: it is damaged, and the caller checks every slot).
-    fn newest_claimed(&self, ring: RingSpan, runs: &[(usize, usize)], chunks: &mut SlotChunks) -> Option<u64> {
-        let slot_count = ring.slot_count as usize;
-        let mut newest: Option<(u64, usize)> = None;
-        self.each_slot(ring.offset, runs, true, chunks, |i, a, _| {
-            let seq = bytes::get_u64(a, 0);
-            if seq != 0 && (seq - 1) % slot_count as u64 == i as u64 && newest.is_none_or(|(s, _)| seq > s) {
-                newest = Some((seq, i));
-            }
-        });
-        let Some((seq, i)) = newest else { return Some(0) };
-        let slot = &mut chunks.first[..format::SLOT_SIZE];
-        self.read_zeroed(ring.offset + i * format::SLOT_SIZE, slot);
-        matches!(whole_slot(i, slot_count, slot, slot), Some(Ok(_))).then_some(seq)
+    /// In a settled log, the sequence number of the ring's newest record, found without
+    /// reading the ring: the record the published count names, whole in its slot, and any
+    /// the writer committed after it without publishing (a kill between the two), each
+    /// whole and next in sequence. `None` when the count names no such record (damaged,
+    /// or a count that leads the records): the caller then checks every slot.
+    fn newest_published(&self, ring: RingSpan, committed: u64) -> Option<u64> {
+        let slot_count = ring.slot_count as u64;
+        let mut slot = [0u8; format::SLOT_SIZE];
+        let mut whole_at = |seq: u64| {
+            let i = ((seq - 1) % slot_count) as usize;
+            self.read_zeroed(ring.offset + i * format::SLOT_SIZE, &mut slot);
+            matches!(whole_slot(i, slot_count as usize, &slot, &slot), Some(Ok((s, ..))) if s == seq)
+        };
+        if committed > 0 && !whole_at(committed) {
+            return None;
+        }
+        let mut newest = committed;
+        while newest - committed < SCAN_SLACK_SLOTS && whole_at(newest + 1) {
+            newest += 1;
+        }
+        Some(newest)
     }
 
     /// Reads the slots of `runs` (`[from, to)` slot indexes of the ring at `base`) in
@@ -217,7 +222,8 @@ fn whole_slot<'a>(i: usize, slot_count: usize, a: &'a [u8], b: &[u8]) -> Option<
     let kind = bytes::get_u16(a, 8);
     let len = (bytes::get_u16(a, 10) as usize).min(format::PAYLOAD_CAPACITY);
     let payload = &a[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + len];
-    let whole = a == b
+    // A settled log's one read is handed on as both copies: nothing to compare.
+    let whole = (std::ptr::eq(a, b) || a == b)
         && (seq - 1) % slot_count as u64 == i as u64
         && bytes::get_u32(a, 12) == format::record_crc(seq, kind, payload);
     Some(if whole { Ok((seq, kind, payload)) } else { Err(()) })
