@@ -209,6 +209,9 @@ pub struct ScanStats {
     /// scan ran. Records committed during the scan are read where the scan still finds
     /// them, and never counted as missing: the scan passed their slots before they existed.
     pub missing: u64,
+    /// Records held older than a scan of the newest records read (0 in a whole scan).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_read: u64,
     /// Slots whose content failed the commit or CRC check.
     pub invalid_slots: u64,
     /// Slots with a valid CRC but a kind this reader does not know.
@@ -224,6 +227,7 @@ impl ScanStats {
         ScanStats {
             valid: events.valid + history.valid,
             lost_to_wrap: events.lost_to_wrap + history.lost_to_wrap,
+            not_read: events.not_read + history.not_read,
             missing: events.missing + history.missing,
             invalid_slots: events.invalid_slots + history.invalid_slots,
             unknown_kind: events.unknown_kind + history.unknown_kind,
@@ -436,7 +440,7 @@ impl RankLog {
         let mut history = None;
         let mut events = ScanStats::default();
         for ring in rings {
-            let stats = self.scan_ring(ring, &mut chunks, &mut visit);
+            let stats = self.scan_ring(ring, u64::MAX, &mut chunks, &mut visit);
             match ring.region {
                 Region::History => history = Some(stats),
                 Region::Events => events = stats,
@@ -451,11 +455,23 @@ impl RankLog {
     /// Hands the whole records of the ring that holds `region`'s kinds to `visit`, oldest
     /// first: reading only the history ring is how step analyses stay proportional to
     /// the steps held, not to the calls. In a format 1 log both regions are the one ring.
-    pub fn scan_region(&self, region: Region, mut visit: impl FnMut(Record)) -> ScanStats {
+    pub fn scan_region(&self, region: Region, visit: impl FnMut(Record)) -> ScanStats {
+        self.scan_newest(region, u64::MAX, visit)
+    }
+
+    /// `scan_region` of the newest `keep` records of that ring, oldest first: an analysis
+    /// that needs only the recent past (which call each rank is in, what it said last)
+    /// reads those slots and no others, whatever the ring holds. `not_read` counts the
+    /// held records older than that.
+    pub fn scan_newest(&self, region: Region, keep: u64, mut visit: impl FnMut(Record)) -> ScanStats {
         let rings = self.rings();
         let ring = rings.iter().find(|r| r.region == region).unwrap_or(&rings[rings.len() - 1]);
-        self.scan_ring(*ring, &mut SlotChunks::new(), &mut visit)
+        self.scan_ring(*ring, keep.max(1), &mut SlotChunks::new(), &mut visit)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A communicator rank and size as the table holds them, or (-1, -1) when they are not

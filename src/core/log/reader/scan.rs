@@ -17,13 +17,16 @@ const SCAN_CHUNK_SLOTS: usize = 2048;
 const SCAN_SLACK_SLOTS: u64 = SCAN_CHUNK_SLOTS as u64;
 
 impl RankLog {
-    /// One ring's scan. A first pass over the slots finds the newest whole record; the
-    /// second reads the ring from the slot after it, which is sequence order. Records
-    /// committed after the first pass are left to the next scan (they would come out of
-    /// order); a record they overwrote counts as missing.
+    /// One ring's scan, of its newest `keep` records (`u64::MAX`: all it holds). A first
+    /// pass over the slots finds the newest whole record; the second reads the ring from
+    /// the slot after it, which is sequence order. Records committed after the first pass
+    /// are left to the next scan (they would come out of order); a record they overwrote
+    /// counts as missing. A scan of the newest records reads only their slots: what it
+    /// costs follows `keep`, not the ring's size.
     pub(super) fn scan_ring(
         &self,
         ring: RingSpan,
+        keep: u64,
         chunks: &mut SlotChunks,
         visit: &mut impl FnMut(Record),
     ) -> ScanStats {
@@ -37,7 +40,8 @@ impl RankLog {
         } else {
             slot_count
         };
-        let runs = self.data_slots(ring.offset, end);
+        let runs =
+            within(&self.data_slots(ring.offset, end), newest_slots(committed_at_start, keep, slot_count as u64));
         let mut stats = ScanStats::default();
         // A log whose writer is gone cannot change under the scan: one read of each chunk
         // is as good as two, and the newest record is found without a CRC per slot (the
@@ -58,22 +62,30 @@ impl RankLog {
             }
         };
         let oldest_held = stats.last_seq.saturating_sub(slot_count as u64) + 1;
+        // The oldest record this scan hands on: older ones are held, only not read.
+        let oldest_kept = oldest_held.max(stats.last_seq.saturating_sub(keep.saturating_sub(1)));
         // A dead writer may have committed a record without publishing the count: the
         // count can trail what the scan saw, never lead it.
         let window_end = committed_at_start.min(stats.last_seq);
         let mut held_in_window = 0;
+        // Whether slot `i` is one of the kept records' (every slot, when they fill the ring
+        // or there are none to place a window by).
+        let (n, kept) = (slot_count as u64, (stats.last_seq + 1).saturating_sub(oldest_kept));
+        let first_kept = (oldest_kept - 1) % n;
+        let kept_slot = |i: usize| kept == 0 || kept >= n || (i as u64 + n - first_kept) % n < kept;
         let start = (stats.last_seq % slot_count as u64) as usize;
         self.each_slot(ring.offset, &ring_order(&runs, start), settled, chunks, |i, a, b| {
             let (seq, kind, payload) = match whole_slot(i, slot_count, a, b) {
                 None => return,
+                // Damaged where a record this scan hands on would sit.
                 Some(Err(())) => {
-                    stats.invalid_slots += 1;
+                    stats.invalid_slots += u64::from(kept_slot(i));
                     return;
                 }
                 Some(Ok(whole)) => whole,
             };
-            // Newer than the first pass saw, or older than the ring holds.
-            if seq > stats.last_seq || seq < oldest_held {
+            // Newer than the first pass saw, or older than the ring holds (or than kept).
+            if seq > stats.last_seq || seq < oldest_kept {
                 return;
             }
             held_in_window += u64::from(seq <= window_end);
@@ -89,7 +101,8 @@ impl RankLog {
             }
         });
         stats.lost_to_wrap = oldest_held.saturating_sub(1);
-        let window = window_end.saturating_add(1).saturating_sub(oldest_held);
+        stats.not_read = oldest_kept - oldest_held;
+        let window = window_end.saturating_add(1).saturating_sub(oldest_kept);
         stats.missing = window.saturating_sub(held_in_window);
         stats
     }
@@ -229,6 +242,38 @@ fn whole_slot<'a>(i: usize, slot_count: usize, a: &'a [u8], b: &[u8]) -> Option<
     Some(if whole { Ok((seq, kind, payload)) } else { Err(()) })
 }
 
+/// The slots that may hold the newest `keep` records of a ring of `slot_count` slots whose
+/// count said `committed`, and the slack after it, as `[from, to)` slot ranges; `None`
+/// when that is every slot.
+fn newest_slots(committed: u64, keep: u64, slot_count: u64) -> Option<[(usize, usize); 2]> {
+    let span = keep.saturating_add(SCAN_SLACK_SLOTS);
+    if span >= slot_count {
+        return None;
+    }
+    // Seq s sits in slot (s - 1) % n: the first is the slot of seq committed - keep + 1
+    // (wrapping below zero is the same slot arithmetic modulo n).
+    let first = (committed + slot_count - keep % slot_count) % slot_count;
+    let last = first + span;
+    Some(if last <= slot_count {
+        [(first as usize, last as usize), (0, 0)]
+    } else {
+        [(first as usize, slot_count as usize), (0, (last - slot_count) as usize)]
+    })
+}
+
+/// `runs` (sorted slot ranges) cut to the ranges of `keep` (all of them when `None`),
+/// still sorted.
+fn within(runs: &[(usize, usize)], keep: Option<[(usize, usize); 2]>) -> Vec<(usize, usize)> {
+    let Some(keep) = keep else { return runs.to_vec() };
+    let mut cut: Vec<(usize, usize)> = runs
+        .iter()
+        .flat_map(|&(from, to)| keep.iter().map(move |&(k_from, k_to)| (from.max(k_from), to.min(k_to))))
+        .filter(|(from, to)| from < to)
+        .collect();
+    cut.sort_unstable();
+    cut
+}
+
 /// `runs` (sorted slot ranges) reordered to start at slot `start` and wrap around, so a
 /// scan from there meets the records in sequence order.
 fn ring_order(runs: &[(usize, usize)], start: usize) -> Vec<(usize, usize)> {
@@ -307,6 +352,61 @@ mod tests {
                 settled.2
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_scan_of_the_newest_records_is_the_tail_of_the_whole_scan() {
+        let dir = std::env::temp_dir().join(format!("sf-scan-newest-{}", std::process::id()));
+        // 1024 event slots: 40 steps of 30 calls wrap, 10 steps of 30 do not.
+        let job = |steps| SynthJob {
+            job_id: format!("newest-{steps}"),
+            world: 1,
+            ranks_per_host: 1,
+            steps,
+            calls_per_step: 30,
+            slot_count: 1024,
+            slow_rank: None,
+            stall_us: 0,
+        };
+        for steps in [10, 40] {
+            let written = job(steps).write(&dir, 0..1).unwrap().remove(0);
+            let live = dir.join(format!("live-{steps}.sflog"));
+            std::fs::copy(&written, &live).unwrap();
+            let file = std::fs::OpenOptions::new().write(true).open(&live).unwrap();
+            file.write_all_at(&(WriterState::Running as u64).to_le_bytes(), live::WRITER_STATE as u64).unwrap();
+            for path in [&written, &live] {
+                let log = RankLog::open(path).unwrap();
+                let mut all = Vec::new();
+                let whole = log.scan_region(Region::Events, |r| all.push(r));
+                assert_eq!((whole.not_read, whole.missing), (0, 0));
+                for keep in [1, 5, 300, 1023, 1024, 5000, u64::MAX] {
+                    let mut newest = Vec::new();
+                    let stats = log.scan_newest(Region::Events, keep, |r| newest.push(r));
+                    let tail = &all[all.len().saturating_sub(keep.min(all.len() as u64) as usize)..];
+                    assert_eq!(newest, tail, "{steps} steps, keep {keep}");
+                    assert_eq!(stats.valid, tail.len() as u64);
+                    assert_eq!(
+                        (stats.last_seq, stats.lost_to_wrap, stats.missing),
+                        (whole.last_seq, whole.lost_to_wrap, 0)
+                    );
+                    assert_eq!(stats.not_read, whole.valid - stats.valid, "{steps} steps, keep {keep}");
+                }
+            }
+        }
+        // A damaged record inside the newest counts there; one older than them is not read.
+        let written = job(40).write(&dir, 0..1).unwrap().remove(0);
+        let log = RankLog::open(&written).unwrap();
+        let events = *log.rings().iter().find(|r| r.region == Region::Events).unwrap();
+        let newest = log.live().committed;
+        let slot_at =
+            |seq: u64| events.offset + ((seq - 1) % u64::from(events.slot_count)) as usize * format::SLOT_SIZE;
+        let file = std::fs::OpenOptions::new().write(true).open(&written).unwrap();
+        for seq in [newest - 3, newest - 500] {
+            file.write_all_at(&[0x55], (slot_at(seq) + 20) as u64).unwrap();
+        }
+        let stats = log.scan_newest(Region::Events, 10, |_| {});
+        assert_eq!((stats.valid, stats.missing, stats.invalid_slots, stats.not_read), (9, 1, 1, 1014));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
