@@ -57,16 +57,27 @@ fn net(path: &Path) -> Net {
 }
 
 fn sf_net(root: &Path, json: bool) -> Output {
+    sf_net_reading(root, json, None)
+}
+
+/// `sf net` with `SF_READ_BUDGET` set to `budget` (records across the job) when given.
+fn sf_net_reading(root: &Path, json: bool, budget: Option<u64>) -> Output {
     let mut cmd = Command::new(artifact("sf"));
     cmd.arg("net").arg(root.join("job"));
     if json {
         cmd.arg("--json");
     }
+    if let Some(budget) = budget {
+        cmd.env("SF_READ_BUDGET", budget.to_string());
+    }
     cmd.output().expect("run sf")
 }
 
 fn sf_net_json(root: &Path) -> (i32, serde_json::Value) {
-    let out = sf_net(root, true);
+    json_of(sf_net(root, true))
+}
+
+fn json_of(out: Output) -> (i32, serde_json::Value) {
     let json =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     (out.status.code().unwrap(), json)
@@ -130,6 +141,38 @@ fn a_wrapped_event_ring_says_where_the_qp_series_start() {
     let human = String::from_utf8(sf_net(&root, false).stdout).unwrap();
     let note = format!("note: the QP series start at {start}, after the job did");
     assert!(human.lines().nth(1).is_some_and(|l| l.starts_with(&note)), "{human}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_read_budget_reads_the_newest_records_and_says_where_the_series_start() {
+    let _serial = one_at_a_time();
+    let root = log_root("net-budget");
+    // About 60 records a step: 150 steps hold more than the smallest budget reads.
+    run_ok(&mut job(&root, 150));
+    let (code, whole) = sf_net_json(&root);
+    assert_eq!(
+        (code, &whole["unread_ranks"], &whole["series_start"]),
+        (0, &serde_json::json!([]), &serde_json::Value::Null)
+    );
+    assert!(whole["records_read_per_rank"].as_u64() >= Some(65_536), "{whole}");
+    // The smallest budget: each rank's newest 4,096 records, fewer than the steps made.
+    let (code, cut) = json_of(sf_net_reading(&root, true, Some(1)));
+    assert_eq!(code, 0, "a short window is no finding: {cut}");
+    assert_eq!((cut["records_read_per_rank"].as_u64(), &cut["unread_ranks"]), (Some(4096), &serde_json::json!([0, 1])));
+    assert_eq!(cut["wrapped_ranks"], serde_json::json!([]), "nothing wrapped: {cut}");
+    let start = cut["series_start"].as_str().unwrap_or_else(|| panic!("a start time: {cut}"));
+    // The newest windows read are the same; the budgeted series is the tail of the whole.
+    for (w, c) in whole["ranks"].as_array().unwrap().iter().zip(cut["ranks"].as_array().unwrap()) {
+        for (wq, cq) in w["qps"].as_array().unwrap().iter().zip(c["qps"].as_array().unwrap()) {
+            let (ws, cs) = (wq["series"].as_array().unwrap(), cq["series"].as_array().unwrap());
+            assert!(!cs.is_empty() && cs.len() < ws.len(), "{} of {}", cs.len(), ws.len());
+            assert_eq!(cs[..], ws[ws.len() - cs.len()..], "rank {} qp {}", c["rank"], cq["qp_num"]);
+        }
+    }
+    let human = String::from_utf8(sf_net_reading(&root, false, Some(1)).stdout).unwrap();
+    let note = format!("note: the QP series start at {start}, after the job did: only the newest 4096 records");
+    assert!(human.lines().nth(1).is_some_and(|l| l.starts_with(&note) && l.contains("SF_READ_BUDGET")), "{human}");
     let _ = std::fs::remove_dir_all(&root);
 }
 

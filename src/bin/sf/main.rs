@@ -12,6 +12,7 @@ mod moment;
 mod output;
 mod parallel;
 mod progress;
+mod read_budget;
 mod wall;
 
 use std::io::{self, BufWriter, Write};

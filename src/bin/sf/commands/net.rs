@@ -5,7 +5,8 @@
 use serde::Serialize;
 use stagefrontier::analysis::net::peers::{self, Judgement};
 use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
-use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::format::Region;
+use stagefrontier::core::log::reader::{RankLog, Record};
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
 use stagefrontier::core::net::proxy_progress::ProxyLink;
 use stagefrontier::core::net::work_requests::WrSource;
@@ -15,6 +16,7 @@ use super::Failure;
 use crate::discover;
 use crate::discover::Dirs;
 use crate::parallel;
+use crate::read_budget;
 use crate::wall::{rfc3339_ms, WallClock};
 
 /// The `--json` object; the field names the README lists are a contract.
@@ -35,6 +37,11 @@ pub struct NetReport {
     pub series_start: Option<String>,
     /// Ranks whose event ring wrapped: their older QP windows are gone.
     pub wrapped_ranks: Vec<i32>,
+    /// The newest event records read of each rank (`SF_READ_BUDGET` shared by the ranks;
+    /// every record held up to 1,024 ranks of default logs).
+    pub records_read_per_rank: u64,
+    /// Ranks whose older records were held but not read, within that budget.
+    pub unread_ranks: Vec<i32>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -99,6 +106,10 @@ pub struct RankNet {
     /// Records of the event ring overwritten before this read: older windows are gone.
     #[serde(skip)]
     pub lost_to_wrap: u64,
+    /// Records the event ring still held, older than the newest this read took
+    /// (`read_budget`): their windows are not in the series.
+    #[serde(skip)]
+    pub not_read: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -204,8 +215,11 @@ pub fn build(dir: &Dirs) -> Result<NetReport, Failure> {
         errors: Vec::new(),
         series_start: None,
         wrapped_ranks: Vec::new(),
+        records_read_per_rank: read_budget::per_rank(files.len()),
+        unread_ranks: Vec::new(),
     };
-    let read = parallel::read_all(&files, |file| RankLog::open(file).map(|log| rank_net(&log)));
+    let keep = report.records_read_per_rank;
+    let read = parallel::read_all(&files, |file| RankLog::open(file).map(|log| rank_net(&log, keep)));
     for (file, read) in files.iter().zip(read) {
         match read {
             Ok(rank) => report.ranks.push(rank),
@@ -213,8 +227,9 @@ pub fn build(dir: &Dirs) -> Result<NetReport, Failure> {
         }
     }
     report.ranks.sort_by_key(|r| (r.rank < 0, r.rank, r.file.clone()));
-    let wrapped = report.ranks.iter().filter(|r| r.lost_to_wrap > 0);
-    report.wrapped_ranks = wrapped.clone().map(|r| r.rank).collect();
+    report.wrapped_ranks = report.ranks.iter().filter(|r| r.lost_to_wrap > 0).map(|r| r.rank).collect();
+    report.unread_ranks = report.ranks.iter().filter(|r| r.not_read > 0).map(|r| r.rank).collect();
+    let wrapped = report.ranks.iter().filter(|r| r.lost_to_wrap > 0 || r.not_read > 0);
     let first_windows = wrapped.filter_map(|r| {
         let first = r.qps.iter().filter_map(|q| q.series.first()).map(|s| s.t_ns).min()?;
         r.clock.wall_ns(first)
@@ -307,13 +322,15 @@ fn check_peers(ranks: &mut [RankNet]) {
     }
 }
 
-fn rank_net(log: &RankLog) -> RankNet {
+/// What one log says of its QPs and ports: the history ring whole (stuck and degraded
+/// evidence, names), and the newest `keep` records of the event ring (QP windows).
+fn rank_net(log: &RankLog, keep: u64) -> RankNet {
     // Streamed: only the records this command reads are kept, never the NCCL calls.
     let mut port_records: Vec<RecordBody> = Vec::new();
     let mut windows: Vec<QpWindow> = Vec::new();
     let mut stucks: Vec<QpStuck> = Vec::new();
     let mut degradeds: Vec<QpDegraded> = Vec::new();
-    let stats = log.scan(|record| match record.body {
+    let mut take = |record: Record| match record.body {
         RecordBody::QpWindow(w) => windows.push(w),
         RecordBody::QpStuck(s) => stucks.push(s),
         RecordBody::QpDegraded(d) => degradeds.push(d),
@@ -321,10 +338,13 @@ fn rank_net(log: &RankLog) -> RankNet {
             port_records.push(body)
         }
         _ => {}
-    });
+    };
+    let events = log.scan_newest(Region::Events, keep, &mut take);
+    // A format 1 log has one ring: scanned above, and not again.
+    if log.header.history_slot_count > 0 {
+        log.scan_region(Region::History, &mut take);
+    }
     let ports = ports::summarize(&port_records);
-    // The event ring's own loss: the history ring (stuck and degraded evidence) keeps more.
-    let lost_to_wrap = stats.lost_to_wrap - stats.history.as_ref().map_or(0, |h| h.lost_to_wrap);
     let mut ids: Vec<QpId> = windows
         .iter()
         .map(|w| (w.source, w.device, w.qp_num))
@@ -366,7 +386,9 @@ fn rank_net(log: &RankLog) -> RankNet {
         file: log.path().display().to_string(),
         qps,
         ports,
-        lost_to_wrap,
+        // The event ring's own loss: the history ring (stuck and degraded evidence) keeps more.
+        lost_to_wrap: events.lost_to_wrap,
+        not_read: events.not_read,
     }
 }
 

@@ -72,11 +72,25 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
     };
     writeln!(out, "{}: {}, {}: {verdict}", r.dir, plural(s.ranks as u64, "rank"), plural(s.qps as u64, "QP"))?;
     if let Some(start) = &r.series_start {
-        let ranks: Vec<String> = r.wrapped_ranks.iter().map(|r| r.to_string()).collect();
+        let list = |ranks: &[i32]| ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",");
+        let mut why = Vec::new();
+        if !r.wrapped_ranks.is_empty() {
+            why.push(format!(
+                "older windows wrapped out of the event ring on ranks {} (set SF_LOG_RECORDS higher to keep more)",
+                list(&r.wrapped_ranks)
+            ));
+        }
+        if !r.unread_ranks.is_empty() {
+            why.push(format!(
+                "only the newest {} records of each rank were read, and ranks {} hold older ones (SF_READ_BUDGET, records across the job, reads more)",
+                r.records_read_per_rank,
+                list(&r.unread_ranks)
+            ));
+        }
         writeln!(
             out,
-            "note: the QP series start at {start}, after the job did: older windows wrapped out of the event ring on ranks {} (stuck and degraded evidence is kept longer; set SF_LOG_RECORDS higher to keep more)",
-            ranks.join(",")
+            "note: the QP series start at {start}, after the job did: {}; stuck and degraded evidence is kept longer and read whole",
+            why.join("; ")
         )?;
     }
     if s.qps == 0 {
