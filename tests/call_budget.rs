@@ -92,7 +92,7 @@ fn a_budgeted_run_names_where_its_window_starts_and_agrees_step_by_step_with_a_w
     }
 
     // The human reports say where and why, and how to widen it.
-    for command in ["frontier", "slow"] {
+    for command in ["frontier", "slow", "steps"] {
         let out = sf(budget, &[command], &dir);
         let text = String::from_utf8_lossy(&out.stdout);
         let said = format!("the analysis starts at step {start}: the wait attribution read each rank's newest 400");
