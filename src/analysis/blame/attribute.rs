@@ -46,10 +46,13 @@ impl Attribution {
 }
 
 /// Matches every rank's collectives and attributes their waits, one collective at a time
-/// (`for_each_collective`): what is held beyond the timelines is one collective's worth.
+/// (`for_each_collective`): what is held beyond the timelines is one collective's worth,
+/// and two sums per stage span (waited, caused), added up in place of a map lookup per
+/// participant. The maps are filled once at the end, with the spans that have some.
 pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
     let calls: Vec<&[CallTiming]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
     let spans: Vec<Spans> = ranks.iter().map(|r| Spans::new(&r.spans)).collect();
+    let mut sums: Vec<SpanSums> = ranks.iter().map(|r| SpanSums::new(r.spans.len())).collect();
     let mut a = Attribution::default();
     let mut scratch = Scratch::default();
     for_each_collective(&calls, |c| {
@@ -58,21 +61,47 @@ pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
             let r = &ranks[p.rank];
             if p.wait_s > 0.0 {
                 if let Some(span) = spans[p.rank].at(r.calls[p.call].enter_ns) {
-                    *a.waits.entry((r.rank, span.step, span.stage)).or_default() += p.wait_s;
+                    sums[p.rank].waits[span] += p.wait_s;
                 }
             }
         }
-        charge(ranks, &spans, c, &mut a, &mut scratch);
+        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch);
     });
+    for ((r, sums), rank_spans) in ranks.iter().zip(&sums).zip(&spans) {
+        for ((span, &waited), &caused) in rank_spans.spans.iter().zip(&sums.waits).zip(&sums.caused) {
+            let key = (r.rank, span.step, span.stage);
+            // Only a span that some collective added to has an entry, as a map filled per
+            // participant would (every amount added is positive).
+            if waited > 0.0 {
+                *a.waits.entry(key).or_default() += waited;
+            }
+            if caused > 0.0 {
+                *a.caused.entry(key).or_default() += caused;
+            }
+        }
+    }
     a
+}
+
+/// One rank's waited and caused seconds per stage span (the index of the span in its
+/// timeline): 16 bytes a span, and no lookup beyond the span's own.
+struct SpanSums {
+    waits: Vec<f64>,
+    caused: Vec<f64>,
+}
+
+impl SpanSums {
+    fn new(spans: usize) -> SpanSums {
+        SpanSums { waits: vec![0.0; spans], caused: vec![0.0; spans] }
+    }
 }
 
 /// Buffers `charge` reuses from one collective to the next.
 #[derive(Default)]
 struct Scratch {
-    /// Every participant's own time per (step, stage), back to back; `ends[i]` closes
-    /// participant `i`'s.
-    own: Vec<((u64, usize), f64)>,
+    /// Every participant's own time per stage span (its index), back to back; `ends[i]`
+    /// closes participant `i`'s.
+    own: Vec<(usize, f64)>,
     ends: Vec<usize>,
     /// Per stage index, the participants' own time in it (`None`: no participant's
     /// segment touched the stage), then its median.
@@ -84,7 +113,14 @@ struct Scratch {
 /// previous call ran over the participants' median, in proportion to the overrun; with
 /// no overrun (it was late because it left its previous call late), to the stage it
 /// entered the call from.
-fn charge(ranks: &[RankTimeline], spans: &[Spans], c: &Collective, a: &mut Attribution, s: &mut Scratch) {
+fn charge(
+    ranks: &[RankTimeline],
+    spans: &[Spans],
+    c: &Collective,
+    sums: &mut [SpanSums],
+    unstaged_s: &mut f64,
+    s: &mut Scratch,
+) {
     // Own time per (step, stage) in each participant's segment before the call.
     s.own.clear();
     s.ends.clear();
@@ -104,7 +140,9 @@ fn charge(ranks: &[RankTimeline], spans: &[Spans], c: &Collective, a: &mut Attri
     }
     let mut from = 0;
     for (i, &to) in s.ends.iter().enumerate() {
-        for &((_, stage), t) in &s.own[from..to] {
+        let rank_spans = spans[c.participants[i].rank].spans;
+        for &(span, t) in &s.own[from..to] {
+            let stage = rank_spans[span].stage;
             if s.columns.len() <= stage {
                 s.columns.resize_with(stage + 1, || None);
                 s.medians.resize(stage + 1, 0.0);
@@ -127,17 +165,18 @@ fn charge(ranks: &[RankTimeline], spans: &[Spans], c: &Collective, a: &mut Attri
             continue;
         }
         let segment = &s.own[if i == 0 { 0 } else { s.ends[i - 1] }..s.ends[i]];
-        let overrun = |&(key, own): &((u64, usize), f64)| (key, (own - s.medians[key.1]).max(0.0));
+        let rank_spans = spans[p.rank].spans;
+        let overrun = |&(span, own): &(usize, f64)| (span, (own - s.medians[rank_spans[span].stage]).max(0.0));
         let total: f64 = segment.iter().map(overrun).map(|(_, o)| o).filter(|&o| o > 0.0).sum();
-        let rank = ranks[p.rank].rank;
+        let caused = &mut sums[p.rank].caused;
         if total > 0.0 {
-            for ((step, stage), over) in segment.iter().map(overrun).filter(|&(_, o)| o > 0.0) {
-                *a.caused.entry((rank, step, stage)).or_default() += p.caused_s * over / total;
+            for (span, over) in segment.iter().map(overrun).filter(|&(_, o)| o > 0.0) {
+                caused[span] += p.caused_s * over / total;
             }
         } else {
             match spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns) {
-                Some(span) => *a.caused.entry((rank, span.step, span.stage)).or_default() += p.caused_s,
-                None => a.unstaged_s += p.caused_s,
+                Some(span) => caused[span] += p.caused_s,
+                None => *unstaged_s += p.caused_s,
             }
         }
     }
@@ -191,21 +230,22 @@ impl<'a> Spans<'a> {
         found
     }
 
-    /// The span holding instant `t`.
-    fn at(&self, t: u64) -> Option<&'a StageSpan> {
-        let spans = self.spans;
-        spans.get(self.first_ending_after(t)).filter(|s| s.begin_ns <= t)
+    /// The index of the span holding instant `t`.
+    fn at(&self, t: u64) -> Option<usize> {
+        let at = self.first_ending_after(t);
+        self.spans.get(at).filter(|s| s.begin_ns <= t).map(|_| at)
     }
 
-    /// Seconds of each (step, stage) inside [start, end), appended to `out`.
-    fn own_time(&self, start: u64, end: u64, out: &mut Vec<((u64, usize), f64)>) {
+    /// Seconds of each span (its index) inside [start, end), appended to `out`.
+    fn own_time(&self, start: u64, end: u64, out: &mut Vec<(usize, f64)>) {
         let first = self.first_ending_after(start);
         out.extend(
             self.spans[first..]
                 .iter()
                 .take_while(|s| s.begin_ns < end)
+                .enumerate()
                 // Saturating: a damaged log may hold overlapping spans, breaking the sort this assumes.
-                .map(|s| ((s.step, s.stage), s.end_ns.min(end).saturating_sub(s.begin_ns.max(start)) as f64 / 1e9)),
+                .map(|(i, s)| (first + i, s.end_ns.min(end).saturating_sub(s.begin_ns.max(start)) as f64 / 1e9)),
         );
     }
 }

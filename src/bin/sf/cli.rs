@@ -262,6 +262,13 @@ gives sf frontier DIR's answer. Without them, seconds are analyzed as recorded.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
 telemetry_limited.
+CALL BUDGET: the wait attribution holds the calls of every rank at once (32 bytes a
+  call), so it reads at most SF_CALL_BUDGET calls over the whole job (default 16777216,
+  512 MiB: every call of 256 default logs), each rank's newest share of it. When that
+  leaves older calls unread, the analysis starts at the first step every rank's calls
+  cover, and a note (\"call_window\" in --json) says which step, why, and the budget
+  that would read every call held. A larger job sees its recent steps; raise
+  SF_CALL_BUDGET to see further back, at 32 bytes and some reading time a call.
 
 Per window: exposed time; each stage's advance and SHARE of exposed time; the routing
 set (fewest stages whose shares reach 0.80), top-1 and top-2; GAIN, the share of exposed

@@ -106,6 +106,13 @@ WAIT ATTRIBUTION, from the NCCL calls in the logs: each collective is matched ac
   stage grew only by waiting for a late peer is never named. A (rank, stage) whose caused
   waiting costs each peer at least max(1 ms, 2% of the step) per step, in 3 or more steps
   and 20% of them, and 3x the median rank's in that stage, is a CULPRIT: a finding alone.
+CALL BUDGET: the wait attribution holds the calls of every rank at once (32 bytes a
+  call), so it reads at most SF_CALL_BUDGET calls over the whole job (default 16777216,
+  512 MiB: every call of 256 default logs), each rank's newest share of it. When that
+  leaves older calls unread, the analysis starts at the first step every rank's calls
+  cover, and a note (\"call_window\" in --json) says which step, why, and the budget
+  that would read every call held. A larger job sees its recent steps; raise
+  SF_CALL_BUDGET to see further back, at 32 bytes and some reading time a call.
 
 SLOW lists culprits first (with the waiting they caused), then each (rank, stage) named
 by L2 or expected time, by the waiting it caused and with every detector that agrees:

@@ -10,6 +10,7 @@ use serde::Serialize as DeriveSerialize;
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::{ranked, Analyzer, Context, Window, DEFAULT_FORWARD_STAGE};
 
+use super::call_window::CallWindow;
 use super::frontier_waits::{self, BlameEntry, CulpritEntry, SyncWaitReport};
 use super::inferred::{self, InferredSummary};
 use super::Failure;
@@ -37,6 +38,10 @@ pub struct FrontierReport {
     /// step history (the analysis starts after the job did); null when nothing wrapped,
     /// and for a CSV.
     pub history_starts_at_step: Option<u64>,
+    /// When the NCCL call budget (`SF_CALL_BUDGET`) left older calls unread: the first step
+    /// the calls read cover, where the analysis starts, and the budget; null when every
+    /// call the logs hold was read, and for a CSV.
+    pub call_window: Option<CallWindow>,
     pub windows: Vec<WindowReport>,
 }
 
@@ -164,15 +169,15 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (file, table, waits, inferred, history_starts_at_step) = match &options.source {
+    let (file, table, waits, inferred, history_starts_at_step, call_window) = match &options.source {
         FrontierSource::Csv(path) => {
             let mut table = read_csv(path, options)?;
             let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
-            (path.display().to_string(), table, waits, None, None)
+            (path.display().to_string(), table, waits, None, None, None)
         }
         FrontierSource::Logs(dir) => {
-            let (table, waits, inferred, starts_at) = frontier_waits::own_time_table(dir)?;
-            (dir.display(), table, Some(waits), inferred, starts_at)
+            let t = frontier_waits::own_time_table(dir)?;
+            (dir.display(), t.table, Some(t.waits), t.inferred, t.history_starts_at, t.call_window)
         }
     };
     let source = match inferred {
@@ -199,6 +204,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         own_time: waits.is_some(),
         sync_wait,
         history_starts_at_step,
+        call_window,
         windows: windows
             .iter()
             .map(|w| {

@@ -10,26 +10,44 @@ use stagefrontier::analysis::blame::{
 use stagefrontier::analysis::frontier::csv::StageTable;
 use stagefrontier::analysis::frontier::Window;
 
+use super::call_window::CallWindow;
 use super::frontier::{StageMap, WindowReport};
 use super::inferred::{self, InferredSummary};
-use super::{step_vectors, Failure};
+use super::step_vectors::JobSteps;
+use super::{step_vectors, waits, Failure};
 use crate::discover::Dirs;
 
-/// The own-time table, its waits, the inference summary and where the history starts.
-pub type OwnTimeTable = (StageTable, Waits, Option<InferredSummary>, Option<u64>);
+/// The frontier table of a job's logs on own time, and what it came from.
+pub struct OwnTimeTable {
+    pub table: StageTable,
+    /// The waits taken out.
+    pub waits: Waits,
+    /// What the inference found, when the logs hold no step vectors.
+    pub inferred: Option<InferredSummary>,
+    /// The first step the step history holds when it wrapped.
+    pub history_starts_at: Option<u64>,
+    /// The steps the calls cover when the call budget left some unread: the table's.
+    pub call_window: Option<CallWindow>,
+}
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out. With no step vectors in the logs,
-/// the stages are inferred from the NCCL schedule, and their summary comes back too; and
-/// the first step of the window when the step history wrapped.
+/// the stages are inferred from the NCCL schedule, and their summary comes back too.
 pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
-    let (mut ranks, world, mut names) = step_vectors::read_ranks(dir, "frontier")?;
-    let starts_at = step_vectors::history_starts_at(&ranks);
+    let JobSteps { mut ranks, world, mut names, window } = step_vectors::read_ranks(dir, "frontier")?;
+    let history_starts_at = step_vectors::history_starts_at(&ranks);
+    let timelines = waits::timelines(&mut ranks);
+    if let Some(w) = &window {
+        w.trim(&mut ranks);
+    }
     let inferred = inferred::fill(dir, "frontier", &mut ranks, &mut names)?;
     let mut table = step_vectors::table_of(dir, &ranks, world, &names)?;
-    let (attribution, summary) = inferred::attribution(inferred, dir, "frontier", table.schema().stages())?;
+    drop(ranks);
+    let stages = table.schema().stages().to_vec();
+    let (attribution, inferred) =
+        inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
     let waits = Waits::take_out(&mut table, attribution);
-    Ok((table, waits, summary, starts_at))
+    Ok(OwnTimeTable { table, waits, inferred, history_starts_at, call_window: window })
 }
 
 /// The model-fit indicator W_s: stages exposed through synchronization waits.

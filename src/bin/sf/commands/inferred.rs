@@ -12,7 +12,7 @@ use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
 use super::step_vectors::{RankStep, RankSteps, StageNames};
-use super::waits::{self, align_hosts, calls_and_aliases, clock_of, collective_key, rename_grown};
+use super::waits::{align_hosts, calls_and_aliases, clock_of, collective_key, rename_grown};
 use super::Failure;
 use crate::discover::{self, Dirs};
 
@@ -86,16 +86,14 @@ pub struct Inferred {
 }
 
 /// The job's wait attribution: the inferred phases' when `inferred`, else the marked
-/// stages' (indexed as `stages`) from the logs in `dir`; and the inference's summary.
+/// stages' (`marked`); and the inference's summary.
 pub fn attribution(
     inferred: Option<Inferred>,
-    dir: &Dirs,
-    command: &str,
-    stages: &[String],
-) -> Result<(Attribution, Option<InferredSummary>), Failure> {
+    marked: impl FnOnce() -> Attribution,
+) -> (Attribution, Option<InferredSummary>) {
     match inferred {
-        Some(i) => Ok((i.attribution, Some(i.summary))),
-        None => Ok((waits::attribution(dir, command, stages)?, None)),
+        Some(i) => (i.attribution, Some(i.summary)),
+        None => (marked(), None),
     }
 }
 

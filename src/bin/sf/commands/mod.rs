@@ -1,5 +1,6 @@
 //! Each command computes its report once; `output` only formats it.
 
+mod call_window;
 pub mod dump;
 pub mod exporter;
 mod exporter_metrics;

@@ -9,10 +9,11 @@ use stagefrontier::analysis::slow::job::{analyze_job, JobSlow, RankSeries, SlowP
 use stagefrontier::analysis::slow::l1::L1Class;
 use stagefrontier::analysis::slow::stragglers::{Imbalance, StragglerParams};
 
+use super::call_window::CallWindow;
 use super::inferred::{self, InferredSummary};
 use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
-use super::step_vectors::{self, RankSteps, StageNames};
-use super::Failure;
+use super::step_vectors::{self, JobSteps, RankSteps, StageNames};
+use super::{waits, Failure};
 use crate::cli::SlowOptions;
 use crate::discover::Dirs;
 
@@ -34,6 +35,10 @@ pub struct SlowReport {
     /// The first step the logs still hold when older steps wrapped out of some rank's
     /// step history (the analysis starts after the job did); null when nothing wrapped.
     pub history_starts_at_step: Option<u64>,
+    /// When the NCCL call budget (`SF_CALL_BUDGET`) left older calls unread: the first step
+    /// the calls read cover, where the analysis starts, and the budget; null when every
+    /// call the logs hold was read.
+    pub call_window: Option<CallWindow>,
     pub group_by: &'static str,
     pub median_step_s: f64,
     pub params: Params,
@@ -198,7 +203,13 @@ pub struct ExpectedReport {
 }
 
 pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
-    let (mut logs, world, mut names) = step_vectors::read_ranks(dir, "slow")?;
+    let JobSteps { ranks: mut logs, world, mut names, window } = step_vectors::read_ranks(dir, "slow")?;
+    let history_starts_at_step = step_vectors::history_starts_at(&logs);
+    let timelines = waits::timelines(&mut logs);
+    // The steps the calls read cover, when the call budget left older ones unread.
+    if let Some(w) = &window {
+        w.trim(&mut logs);
+    }
     // No step vectors anywhere: the stages inferred from the NCCL schedule, if it repeats.
     let inferred = inferred::fill(dir, "slow", &mut logs, &mut names)?;
     let (stages, mut series, ranks_without_steps) = series_of(&logs, &names, options);
@@ -214,7 +225,8 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
         return Err(Failure::Message(format!("{}: {why}", dir.display())));
     }
     let params = params_of(options);
-    let (attribution, summary) = inferred::attribution(inferred, dir, "slow", &stages)?;
+    let (attribution, summary) =
+        inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
     let waits = slow_waits::take_out_waits(attribution, &mut series);
     let job = analyze_job(&series, stages.len(), &params);
     let blamed = slow_waits::blamed(waits, &series, &stages, &job);
@@ -223,7 +235,8 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
         report.source = inferred::INFERRED;
     }
     report.inferred = summary;
-    report.history_starts_at_step = step_vectors::history_starts_at(&logs);
+    report.history_starts_at_step = history_starts_at_step;
+    report.call_window = window;
     Ok(report)
 }
 
@@ -387,6 +400,7 @@ fn report(
         ranks_without_steps,
         skip_steps: options.skip_steps,
         history_starts_at_step: None,
+        call_window: None,
         group_by: options.group_by.name(),
         median_step_s: blamed.median_step_s,
         params: Params {

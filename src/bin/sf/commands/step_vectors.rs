@@ -3,14 +3,19 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use stagefrontier::analysis::blame::CallTiming;
+use stagefrontier::analysis::comms::grow;
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::DeviceTime;
+use stagefrontier::analysis::log::clocks::RankClock;
 use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::RankLog;
-use stagefrontier::core::log::records::{RecordBody, StepVector};
+use stagefrontier::core::log::records::{CommCreated, RecordBody, StepVector};
 
+use super::call_window::{self, CallWindow, HeldCalls};
 use super::steps::seconds;
+use super::waits::{clock_of, collective_key};
 use super::Failure;
 use crate::discover;
 use crate::discover::Dirs;
@@ -70,25 +75,39 @@ pub struct RankSteps {
     pub steps: Vec<RankStep>,
     /// Records the log's step history lost to wraparound: its steps begin after the job's.
     pub history_wrapped: u64,
+    /// Its newest completed NCCL calls within the budget, in enter order, for the wait
+    /// attribution (`waits::timelines` takes them), and what the budget left of them.
+    pub calls: Vec<CallTiming>,
+    pub held: HeldCalls,
+    /// Its grown-communicator aliases (`analysis::comms::grow`), a second log's of the
+    /// same rank's too (they name, not time).
+    pub aliases: Vec<CommCreated>,
+    /// Its clock readings, to put several hosts' times on one timeline.
+    pub readings: RankClock,
 }
 
-/// Every ranked log in `dir` (ascending rank), the world size the headers record and the
-/// stage names the steps' ids index. A step is complete when all its parts are held (a
+/// Every ranked log in `dir` (ascending rank), the world size the headers record, the
+/// stage names the steps' ids index, and the window of steps the calls cover when the call
+/// budget (`call_window`) left some unread (its steps not yet dropped: the attribution
+/// reads the ones just before it). A step is complete when all its parts are held (a
 /// wrapped-away part drops the step for that rank). Unranked logs and a second log
 /// claiming a rank are skipped (sf ls warns). `command` names the sf command in the hint
-/// when `dir` holds job directories instead.
-pub fn read_ranks(dir: &Dirs, command: &str) -> Result<(Vec<RankSteps>, usize, StageNames), Failure> {
+/// when `dir` holds job directories instead. Each log is read once, on every core.
+pub fn read_ranks(dir: &Dirs, command: &str) -> Result<JobSteps, Failure> {
     let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
+    let budget = call_window::call_budget()?;
+    let keep = call_window::per_log(budget, logs.len());
     let mut world = 0;
     let mut ranks: Vec<RankSteps> = Vec::new();
     let mut names = StageNames::default();
     let read = parallel::read_all(&logs, |path| {
         let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
-        Ok::<_, Failure>(rank_steps(&log))
+        Ok::<_, Failure>(rank_steps(&log, keep))
     });
     for read in read {
         let Some((mut steps, header_world, log_names)) = read? else { continue };
-        if ranks.iter().any(|r| r.rank == steps.rank) {
+        if let Some(first) = ranks.iter_mut().find(|r| r.rank == steps.rank) {
+            first.aliases.append(&mut steps.aliases);
             continue;
         }
         // The log's own ids (its stage-name table) become the job's.
@@ -107,20 +126,34 @@ pub fn read_ranks(dir: &Dirs, command: &str) -> Result<(Vec<RankSteps>, usize, S
         ranks.push(steps);
     }
     ranks.sort_by_key(|r| r.rank);
-    Ok((ranks, world as usize, names))
+    let window = CallWindow::of(&ranks, budget, logs.len())?;
+    Ok(JobSteps { ranks, world: world as usize, names, window })
 }
 
-/// One log's identity and complete steps (stage ids of the log's own table), the world
-/// its header records and its stage-name table; `None` for an unranked log.
-fn rank_steps(log: &RankLog) -> Option<(RankSteps, i32, Vec<Option<String>>)> {
+/// What `read_ranks` read of a job.
+pub struct JobSteps {
+    pub ranks: Vec<RankSteps>,
+    pub world: usize,
+    pub names: StageNames,
+    pub window: Option<CallWindow>,
+}
+
+/// One log's identity, complete steps (stage ids of the log's own table) and newest `keep`
+/// event records' calls, the world its header records and its stage-name table; `None`
+/// for an unranked log.
+fn rank_steps(log: &RankLog, keep: u64) -> Option<(RankSteps, i32, Vec<Option<String>>)> {
     let rank = log.header.global_rank;
     if rank < 0 {
         return None;
     }
     let world = log.header.world_size.max(rank + 1);
-    let (vectors, mut device, history_wrapped) = complete_steps(log);
+    let History { steps: vectors, mut device, wrapped: history_wrapped, aliases } = complete_steps(log);
+    let (calls, held) = newest_calls(log, keep);
     let steps = vectors
         .into_iter()
+        // Budgeted: a step over before the oldest call read ended is no window's, nor the
+        // lead-in of one (`call_window`).
+        .filter(|(_, parts)| held.not_read == 0 || held.from_ns.is_none_or(|t| step_end(parts) > t))
         .map(|(step, parts)| RankStep {
             step,
             t_begin_ns: parts[0].t_begin_ns,
@@ -144,10 +177,40 @@ fn rank_steps(log: &RankLog) -> Option<(RankSteps, i32, Vec<Option<String>>)> {
         doors: log.live().doors,
         steps,
         history_wrapped,
+        calls,
+        held,
+        aliases,
+        readings: clock_of(log),
     };
     Some((steps, world, log.stage_names()))
 }
 
+/// When a step's stages end: its begin plus its stages, as the spans lay them out.
+fn step_end(parts: &[StepVector]) -> u64 {
+    parts.iter().flat_map(|p| p.stages()).fold(parts[0].t_begin_ns, |t, (_, ns)| t.saturating_add(ns))
+}
+
+/// The completed NCCL calls among the newest `keep` records of the log's event ring, in
+/// enter order (collectives with their (communicator, sequence) key), and what was left.
+fn newest_calls(log: &RankLog, keep: u64) -> (Vec<CallTiming>, HeldCalls) {
+    let mut calls = Vec::new();
+    let mut oldest_exit = None;
+    let stats = log.scan_newest(Region::Events, keep, |record| {
+        if let RecordBody::NcclCall(c) = record.body {
+            if c.t_exit_ns >= c.t_enter_ns {
+                // Records come oldest first: the first call is the oldest held.
+                oldest_exit.get_or_insert(c.t_exit_ns);
+                calls.push(CallTiming::new(collective_key(&c), c.t_enter_ns, c.t_exit_ns));
+            }
+        }
+    });
+    calls.sort_by_key(|c| c.enter_ns);
+    // Held until every rank's are in: no room to spare.
+    calls.shrink_to_fit();
+    let gone = stats.not_read > 0 || stats.lost_to_wrap > 0;
+    let held = HeldCalls { not_read: stats.not_read, read: stats.valid, from_ns: oldest_exit.filter(|_| gone) };
+    (calls, held)
+}
 /// The complete steps of `ranks` (read from `dir`), as a frontier table. The world is the
 /// largest world size the headers record.
 pub fn table_of(dir: &Dirs, ranks: &[RankSteps], world: usize, names: &StageNames) -> Result<StageTable, Failure> {
@@ -203,20 +266,34 @@ pub fn history_note(first_step: u64) -> String {
 /// Per step, (stage id, device ns, spill ns) of every `stage_device` part held.
 type DeviceByStep = BTreeMap<u64, Vec<(u16, u64, u64)>>;
 
-/// Steps whose parts are all held, parts in order; the device time of the steps the
-/// CUDA door sampled (a lost `stage_device` part loses only its stages); and how many
-/// records of the step history wrapped away.
-pub(super) fn complete_steps(log: &RankLog) -> (BTreeMap<u64, Vec<StepVector>>, DeviceByStep, u64) {
+/// What a log's history ring holds for the step analyses.
+pub(super) struct History {
+    /// Steps whose parts are all held, parts in order.
+    pub steps: BTreeMap<u64, Vec<StepVector>>,
+    /// The device time of the steps the CUDA door sampled (a lost `stage_device` part
+    /// loses only its stages).
+    pub device: DeviceByStep,
+    /// Records of the step history that wrapped away.
+    pub wrapped: u64,
+    /// Grown-communicator aliases (`analysis::comms::grow`).
+    pub aliases: Vec<CommCreated>,
+}
+
+/// The log's history ring, read once.
+pub(super) fn complete_steps(log: &RankLog) -> History {
     let mut steps: BTreeMap<u64, Vec<StepVector>> = BTreeMap::new();
     let mut device: DeviceByStep = BTreeMap::new();
-    // Both kinds live in the history ring: the event ring's calls are not read at all.
+    let mut aliases = Vec::new();
+    // All three kinds live in the history ring: the event ring's calls are read apart,
+    // within the budget.
     let stats = log.scan_region(Region::History, |record| match record.body {
         RecordBody::StepVector(v) => steps.entry(v.step).or_default().push(v),
         RecordBody::StageDevice(d) => device.entry(d.step).or_default().extend(d.stages()),
+        RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
         _ => {}
     });
     steps.retain(|_, parts| is_complete_step(parts));
-    (steps, device, stats.lost_to_wrap)
+    History { steps, device, wrapped: stats.lost_to_wrap, aliases }
 }
 
 /// Whether a step's parts are all held; sorts them in part order.

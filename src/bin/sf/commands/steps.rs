@@ -4,9 +4,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::call_window::CallWindow;
 use super::frontier::StageMap;
+use super::step_vectors::JobSteps;
 use super::Failure;
-use super::{inferred, step_vectors};
+use super::{inferred, step_vectors, waits};
 use crate::discover::Dirs;
 
 /// The `--json` object; `--csv` and the table are written from it too.
@@ -18,6 +20,9 @@ pub struct StepsReport {
     /// Every stage, in order of first appearance (step, then rank, then the vector's order):
     /// the order `sf frontier` uses.
     pub stages: Vec<String>,
+    /// When the NCCL call budget (`SF_CALL_BUDGET`) left older calls unread: the first step
+    /// the calls read cover, where the steps listed start; null when every call was read.
+    pub call_window: Option<CallWindow>,
     pub ranks: Vec<RankReport>,
 }
 
@@ -62,7 +67,13 @@ pub fn seconds(ns: u64) -> f64 {
 }
 
 pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
-    let (mut ranks, world, mut names) = step_vectors::read_ranks(dir, "steps")?;
+    let JobSteps { mut ranks, world, mut names, window } = step_vectors::read_ranks(dir, "steps")?;
+    let timelines = waits::timelines(&mut ranks);
+    // The steps the calls read cover, when the call budget left older ones unread: a
+    // step's waits are known there only.
+    if let Some(w) = &window {
+        w.trim(&mut ranks);
+    }
     // No step vectors anywhere: the stages inferred from the NCCL schedule, if it repeats.
     let inferred = inferred::fill(dir, "steps", &mut ranks, &mut names)?;
     let mut steps: Vec<(u64, u32, &str)> = Vec::new();
@@ -82,7 +93,8 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
             stages.push(name.to_string());
         }
     }
-    let (attribution, _) = inferred::attribution(inferred, dir, "steps", &stages)?;
+    let (attribution, _) =
+        inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
     // The attribution's entries of a rank's step, by stage name in the vector's order.
     let entries = |map: &BTreeMap<(u32, u64, usize), f64>, rank: u32, step: &step_vectors::RankStep| {
         let at = |name: &str| stages.iter().position(|s| s == name);
@@ -127,5 +139,5 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
                 .collect(),
         })
         .collect();
-    Ok(StepsReport { dir: dir.display().to_string(), world, stages, ranks })
+    Ok(StepsReport { dir: dir.display().to_string(), world, stages, call_window: window, ranks })
 }

@@ -1,5 +1,10 @@
 //! The rank logs' NCCL calls and stage spans, for wait attribution (`analysis::blame`):
-//! which rank made the others wait, and how much of each stage was waiting.
+//! which rank made the others wait, and how much of each stage was waiting. The calls come
+//! with the steps (`step_vectors::read_ranks`, one read of each log, within the call
+//! budget of `call_window`); a job without step markers reads its whole logs
+//! (`calls_and_aliases`) to infer them.
+
+use std::collections::BTreeMap;
 
 use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
 use stagefrontier::analysis::comms::grow::{self, Aliases};
@@ -7,37 +12,46 @@ use stagefrontier::analysis::log::clocks::RankClock;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{CommCreated, NcclCall, RecordBody};
 
-use super::step_vectors::complete_steps;
-use super::Failure;
-use crate::discover;
-use crate::discover::Dirs;
+use super::call_window::CallWindow;
+use super::step_vectors::{RankSteps, StageNames};
 
-/// Attributes the waits of the job in `dir`, stages indexed as in `stages` (a stage not
-/// in it has no span). `command` names the sf command in a hint, as `read_ranks` does.
-pub fn attribution(dir: &Dirs, command: &str, stages: &[String]) -> Result<Attribution, Failure> {
-    let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
-    let mut ranks: Vec<RankTimeline> = Vec::new();
-    let mut clocks: Vec<RankClock> = Vec::new();
-    let mut aliases: Vec<CommCreated> = Vec::new();
-    let read = crate::parallel::read_all(&logs, |path| {
-        let log = RankLog::open(path).map_err(|e| Failure::Message(e.to_string()))?;
-        let rank = log.header.global_rank;
-        let mut its_aliases = Vec::new();
-        let read = (rank >= 0).then(|| (timeline(&log, rank as u32, stages, &mut its_aliases), clock_of(&log)));
-        Ok::<_, Failure>(read.map(|read| (read, its_aliases)))
-    });
-    for read in read {
-        let Some(((timeline, clock), its_aliases)) = read? else { continue };
-        // Every log's aliases count, a second log of one rank's too (they name, not time).
-        aliases.extend(its_aliases);
-        if !ranks.iter().any(|r| r.rank == timeline.rank) {
-            ranks.push(timeline);
-            clocks.push(clock);
-        }
-    }
-    rename_grown(&mut ranks, &Aliases::of(&aliases));
-    align_hosts(&mut ranks, &clocks);
-    Ok(attribute(&ranks))
+/// What the attribution reads of every rank: its calls and its steps' stage spans (stages
+/// by the job's name ids), on one timeline, grown communicators under one name.
+pub struct Timelines(Vec<RankTimeline>);
+
+/// Takes the calls out of `ranks` (read by `step_vectors::read_ranks`) and lays their
+/// steps out as stage spans: call before dropping the steps before a call window, whose
+/// first step's caused wait is charged over a segment that starts in the step before.
+pub fn timelines(ranks: &mut [RankSteps]) -> Timelines {
+    let aliases: Vec<CommCreated> = ranks.iter_mut().flat_map(|r| std::mem::take(&mut r.aliases)).collect();
+    let mut timelines: Vec<RankTimeline> = ranks.iter_mut().map(timeline).collect();
+    let clocks: Vec<RankClock> = ranks.iter().map(|r| r.readings.clone()).collect();
+    rename_grown(&mut timelines, &Aliases::of(&aliases));
+    align_hosts(&mut timelines, &clocks);
+    Timelines(timelines)
+}
+
+/// Attributes the waits of `timelines`, stages indexed as in `stages` (by name: a stage not
+/// in it has no entry), keeping the steps of the call window (every step without one).
+pub fn attribution(
+    timelines: Timelines,
+    names: &StageNames,
+    stages: &[String],
+    window: Option<&CallWindow>,
+) -> Attribution {
+    let mut a = attribute(&timelines.0);
+    drop(timelines);
+    let index: Vec<Option<usize>> = names.all().iter().map(|n| stages.iter().position(|s| s == n)).collect();
+    let first = window.map_or(0, |w| w.starts_at_step);
+    let keyed = |map: BTreeMap<(u32, u64, usize), f64>| {
+        map.into_iter()
+            .filter(|&((_, step, _), _)| step >= first)
+            .filter_map(|((rank, step, id), s)| Some(((rank, step, index.get(id).copied().flatten()?), s)))
+            .collect()
+    };
+    a.waits = keyed(std::mem::take(&mut a.waits));
+    a.caused = keyed(std::mem::take(&mut a.caused));
+    a
 }
 
 /// Ranks of several hosts: each one's monotonic times mean nothing to the others', so
@@ -79,7 +93,8 @@ pub(super) fn rename_grown(ranks: &mut [RankTimeline], aliases: &Aliases) {
     }
 }
 
-/// Every completed NCCL call of the log, in enter order; collectives carry their
+/// Every completed NCCL call of the log (all it holds: the steps inferred from them need
+/// the whole schedule), in enter order; collectives carry their
 /// (communicator, sequence) key. The log's grown-communicator aliases
 /// (`analysis::comms::grow`) are added to `aliases`.
 pub(super) fn calls_and_aliases(log: &RankLog, aliases: &mut Vec<CommCreated>) -> Vec<CallTiming> {
@@ -105,25 +120,17 @@ pub(super) fn collective_key(c: &NcclCall) -> Option<(u64, u64)> {
     (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq))
 }
 
-fn timeline(log: &RankLog, rank: u32, stages: &[String], aliases: &mut Vec<CommCreated>) -> RankTimeline {
-    let calls = calls_and_aliases(log, aliases);
-    let names = log.stage_names();
-    let index = |id: u16| {
-        let name = names.get(id as usize).cloned().flatten()?;
-        stages.iter().position(|s| *s == name)
-    };
-    // A step's stages run in vector order from its begin; the residual (last) fills the
-    // rest of the step's wall time.
+/// A rank's calls (taken) and spans: a step's stages run in vector order from its begin;
+/// the residual (last) fills the rest of the step's wall time.
+fn timeline(r: &mut RankSteps) -> RankTimeline {
     let mut spans = Vec::new();
-    for (step, parts) in complete_steps(log).0 {
-        let mut t = parts[0].t_begin_ns;
-        for (id, ns) in parts.iter().flat_map(|p| p.stages()) {
-            if let Some(stage) = index(id) {
-                spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t.saturating_add(ns) });
-            }
+    for s in &r.steps {
+        let mut t = s.t_begin_ns;
+        for &(id, ns) in &s.stages {
+            spans.push(StageSpan { step: s.step, stage: id as usize, begin_ns: t, end_ns: t.saturating_add(ns) });
             t = t.saturating_add(ns);
         }
     }
     spans.sort_by_key(|s| s.begin_ns);
-    RankTimeline { rank, calls, spans }
+    RankTimeline { rank: r.rank, calls: std::mem::take(&mut r.calls), spans }
 }

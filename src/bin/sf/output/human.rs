@@ -65,6 +65,9 @@ impl<W: Write> Output for Human<W> {
         if let Some(step) = report.history_starts_at_step {
             writeln!(self.out, "{}", crate::commands::history_note(step))?;
         }
+        if let Some(window) = &report.call_window {
+            writeln!(self.out, "{}", window.note())?;
+        }
         for window in &report.windows {
             writeln!(self.out)?;
             for line in window_head(window) {

@@ -34,6 +34,9 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     if let Some(step) = r.history_starts_at_step {
         writeln!(out, "{}", crate::commands::history_note(step))?;
     }
+    if let Some(window) = &r.call_window {
+        writeln!(out, "{}", window.note())?;
+    }
     if !r.ranks_without_steps.is_empty() {
         writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
     }

@@ -18,6 +18,9 @@ pub fn write<W: Write>(format: StepsFormat, out: W, report: &StepsReport) -> io:
 fn human<W: Write>(out: &mut W, report: &StepsReport) -> io::Result<()> {
     let steps: usize = report.ranks.iter().map(|r| r.steps.len()).sum();
     writeln!(out, "{}: {} ranks, {steps} rank steps, {} stages", report.dir, report.ranks.len(), report.stages.len())?;
+    if let Some(window) = &report.call_window {
+        writeln!(out, "{}", window.note())?;
+    }
     let mut columns: Vec<(&str, Align)> =
         vec![("RANK", Align::Right), ("STEP", Align::Right), ("START", Align::Left), ("WALL_S", Align::Right)];
     columns.extend(report.stages.iter().map(|s| (s.as_str(), Align::Right)));

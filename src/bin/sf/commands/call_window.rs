@@ -1,0 +1,146 @@
+//! The job-wide budget of NCCL calls the wait attribution holds, and the steps those calls
+//! cover.
+//!
+//! The attribution (`analysis::blame`) matches every held call of every rank, so it holds
+//! them all at once: 32 bytes a call, and a default log's event ring holds 65,536. That is
+//! 512 MiB for 256 ranks but 8 GiB for 4,096, and reading and checking every slot of 4,096
+//! rings (32 GiB) takes minutes on a small machine. So the calls are budgeted: each log
+//! gives its newest `budget / logs` records of the event ring (`RankLog::scan_newest`, which
+//! reads those slots and no others), and `sf` says where the steps those calls cover begin.
+//!
+//! The trade-off: a large job's waits are known over its recent steps only, and `frontier`
+//! and `slow` then analyse only those steps (never a table whose old steps carry their
+//! waits and whose recent ones do not: own time and wait-including time do not compare).
+//! The default budget, 2^24 calls (512 MiB of calls), holds every record of 256 default
+//! logs, so jobs up to that size read exactly what they did before; a 4,096-rank job gets
+//! 4,096 calls per rank, some 60 steps of a job making 70 calls a step. `SF_CALL_BUDGET`
+//! raises or lowers it (memory grows by 32 bytes a call, time with the calls read).
+//!
+//! The window is exact: every call a rank makes in a window step is held (the rank's held
+//! calls are its newest, so all it made after the oldest held call ended), and so is the
+//! call before the step's first (the oldest held one ended before the step began), whose
+//! exit starts the segment the caused wait is charged over. A record the collector commits
+//! out of call order (calls overlapping on several threads) could blur the first step.
+
+use serde::Serialize;
+
+use super::step_vectors::RankSteps;
+use super::Failure;
+
+/// The NCCL calls (event-ring records) the attribution reads over the whole job, unless
+/// `SF_CALL_BUDGET` says otherwise: every record of 256 default-size logs.
+pub const DEFAULT_CALL_BUDGET: u64 = 1 << 24;
+
+/// The environment variable that sets the budget.
+pub const BUDGET_VAR: &str = "SF_CALL_BUDGET";
+
+/// The budget `SF_CALL_BUDGET` sets, else the default.
+pub fn call_budget() -> Result<u64, Failure> {
+    match std::env::var(BUDGET_VAR) {
+        Err(_) => Ok(DEFAULT_CALL_BUDGET),
+        Ok(text) => text.trim().parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            Failure::Message(format!(
+                "{BUDGET_VAR}={text:?}: not a number of NCCL calls; give a positive integer (default {DEFAULT_CALL_BUDGET})"
+            ))
+        }),
+    }
+}
+
+/// Event-ring records each of `logs` logs may give: its share of `budget` (at least one).
+pub fn per_log(budget: u64, logs: usize) -> u64 {
+    (budget / logs.max(1) as u64).max(1)
+}
+
+/// What one rank's log gave of its calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldCalls {
+    /// Records of the event ring the budget left unread (older than those read).
+    pub not_read: u64,
+    /// Records read (the budget's share, or all the ring held).
+    pub read: u64,
+    /// When the oldest call read ended, on the rank's clock, if older calls are gone (not
+    /// read, or wrapped out of the ring): the rank's waits are known from then on.
+    pub from_ns: Option<u64>,
+}
+
+/// The steps whose waits every rank's held calls cover, when the budget left calls unread:
+/// the reports' `call_window`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CallWindow {
+    /// The first step of the analysis.
+    pub starts_at_step: u64,
+    /// The job-wide budget, and each log's share of it.
+    pub budget: u64,
+    pub per_rank: u64,
+    /// Ranks whose older calls were not read, and how many records that left unread.
+    pub ranks_cut: usize,
+    pub calls_not_read: u64,
+    /// The logs that shared the budget.
+    pub logs: usize,
+    /// The budget that would read every record the logs hold.
+    pub budget_for_all: u64,
+}
+
+impl CallWindow {
+    /// The window of `ranks` (read with `per_rank` of `budget` calls each, over `logs`
+    /// logs), `None` when every rank's calls were read whole: then nothing changes, the
+    /// event ring's own wraparound included. An error when the calls read cover no step.
+    pub fn of(ranks: &[RankSteps], budget: u64, logs: usize) -> Result<Option<CallWindow>, Failure> {
+        let per_rank = per_log(budget, logs);
+        let cut = ranks.iter().filter(|r| r.held.not_read > 0).count();
+        // No step anywhere: the steps are inferred from the calls (`inferred`), which read
+        // their own.
+        if cut == 0 || ranks.iter().all(|r| r.steps.is_empty()) {
+            return Ok(None);
+        }
+        // Each rank's first step that began after its oldest held call ended; the window
+        // starts at the latest of them. A rank that held no call limits nothing.
+        let mut starts_at_step = 0;
+        for r in ranks {
+            let Some(from) = r.held.from_ns else { continue };
+            match r.steps.iter().find(|s| s.t_begin_ns >= from) {
+                Some(s) => starts_at_step = starts_at_step.max(s.step),
+                None => {
+                    return Err(Failure::Message(format!(
+                        "rank {}: its newest {per_rank} NCCL calls ({BUDGET_VAR}={budget} shared by {logs} logs) \
+                         cover no whole step; raise {BUDGET_VAR} (each call costs 32 bytes of memory)",
+                        r.rank
+                    )))
+                }
+            }
+        }
+        let most_held = ranks.iter().map(|r| r.held.read + r.held.not_read).max().unwrap_or(0);
+        Ok(Some(CallWindow {
+            starts_at_step,
+            budget,
+            per_rank,
+            ranks_cut: cut,
+            calls_not_read: ranks.iter().map(|r| r.held.not_read).sum(),
+            logs,
+            budget_for_all: most_held.saturating_mul(logs as u64),
+        }))
+    }
+
+    /// Drops the steps before the window from `ranks`.
+    pub fn trim(&self, ranks: &mut [RankSteps]) {
+        for r in ranks {
+            r.steps.retain(|s| s.step >= self.starts_at_step);
+        }
+    }
+
+    /// The human note.
+    pub fn note(&self) -> String {
+        format!(
+            "note: the analysis starts at step {}: the wait attribution read each rank's newest {} NCCL calls \
+             ({BUDGET_VAR}={} shared by the ranks; {} of {} ranks hold older calls, {} unread), and those cover the \
+             steps from there on; {BUDGET_VAR}={} reads every call held (32 bytes each)",
+            self.starts_at_step,
+            self.per_rank,
+            self.budget,
+            self.ranks_cut,
+            self.logs,
+            self.calls_not_read,
+            self.budget_for_all
+        )
+    }
+}
