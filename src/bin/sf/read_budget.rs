@@ -1,38 +1,52 @@
 //! How many event-ring records a command reads of each rank when a job is too big to read
-//! whole within seconds. Reading and checking a record costs about 0.1 µs of CPU here, so a
-//! job's whole event rings (65,536 records a rank by default) are read within seconds up
-//! to a few hundred ranks; past that, each rank gets an equal share of a job-wide budget
-//! and the command reads its rank's newest records (`RankLog::scan_newest`), saying where
-//! the window it read starts. `SF_READ_BUDGET` (records, job-wide) widens or narrows it.
+//! whole within seconds and bounded memory. Reading and checking a record costs about
+//! 0.1 µs of CPU here, so a job's whole event rings (65,536 records a rank by default) are
+//! read within seconds up to a few hundred ranks; past that, each rank gets an equal share
+//! of a job-wide budget and the command reads its rank's newest records
+//! (`RankLog::scan_newest`), saying where the window it read starts. Each budget has its
+//! environment variable to widen or narrow it.
 
-/// Records read across the job: about 7 s of CPU, every rank's whole default event ring
-/// up to 1,024 ranks, the newest 16,384 a rank at 4,096.
-pub const JOB_RECORDS: u64 = 1 << 26;
-/// The fewest records a rank is read for, whatever the budget says: enough for a few
-/// seconds of a busy rank's QP windows and calls.
-const MIN_PER_RANK: u64 = 4096;
+use crate::commands::Failure;
 
-/// The newest event records to read of each of `ranks` logs.
-pub fn per_rank(ranks: usize) -> u64 {
-    per_rank_of(job_records(std::env::var("SF_READ_BUDGET").ok().as_deref()), ranks)
+/// A job-wide number of event records, shared equally by the logs read.
+pub struct Budget {
+    /// The environment variable that sets it.
+    pub var: &'static str,
+    pub default: u64,
+    /// What the records are, for messages.
+    what: &'static str,
+    /// The fewest records a log is read for, whatever the budget says.
+    floor: u64,
 }
 
-fn job_records(setting: Option<&str>) -> u64 {
-    match setting.map(|s| s.trim().replace('_', "").parse::<u64>()) {
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!(
-                "sf: SF_READ_BUDGET={:?} is not a positive record count; using {JOB_RECORDS}",
-                setting.unwrap_or("")
-            );
-            JOB_RECORDS
-        }
-        None => JOB_RECORDS,
+/// `sf net`'s QP windows, which it keeps only as summaries: about 7 s of CPU, every record
+/// of 1,024 default logs, the newest 16,384 a rank at 4,096.
+pub const RECORDS: Budget = Budget { var: "SF_READ_BUDGET", default: 1 << 26, what: "records", floor: 4096 };
+
+/// The NCCL calls the wait attribution of `frontier`, `slow` and `steps` holds all at once
+/// (32 bytes each, `call_window`): every record of 256 default logs, 512 MiB.
+pub const CALLS: Budget = Budget { var: "SF_CALL_BUDGET", default: 1 << 24, what: "NCCL calls", floor: 1 };
+
+impl Budget {
+    /// The budget its variable sets, else the default.
+    pub fn total(&self) -> Result<u64, Failure> {
+        self.total_of(std::env::var(self.var).ok().as_deref())
     }
-}
 
-fn per_rank_of(job_records: u64, ranks: usize) -> u64 {
-    (job_records / ranks.max(1) as u64).max(MIN_PER_RANK)
+    fn total_of(&self, setting: Option<&str>) -> Result<u64, Failure> {
+        let Some(text) = setting else { return Ok(self.default) };
+        text.trim().replace('_', "").parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            Failure::Message(format!(
+                "{}={text:?}: not a number of {}; give a positive integer (default {})",
+                self.var, self.what, self.default
+            ))
+        })
+    }
+
+    /// Records each of `logs` logs may give of `total`: its share, at least the floor.
+    pub fn per_log(&self, total: u64, logs: usize) -> u64 {
+        (total / logs.max(1) as u64).max(self.floor)
+    }
 }
 
 #[cfg(test)]
@@ -40,14 +54,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_budget_is_shared_by_the_ranks_with_a_floor() {
-        assert_eq!(per_rank_of(JOB_RECORDS, 1024), 65_536);
-        assert_eq!(per_rank_of(JOB_RECORDS, 4096), 16_384);
-        assert_eq!(per_rank_of(JOB_RECORDS, 1 << 20), MIN_PER_RANK);
-        assert_eq!(per_rank_of(JOB_RECORDS, 0), JOB_RECORDS);
-        assert_eq!(job_records(Some("1_000_000")), 1_000_000);
-        assert_eq!(job_records(Some("0")), JOB_RECORDS);
-        assert_eq!(job_records(Some("lots")), JOB_RECORDS);
-        assert_eq!(job_records(None), JOB_RECORDS);
+    fn a_budget_is_shared_by_the_logs_with_a_floor() {
+        let total = RECORDS.default;
+        assert_eq!(RECORDS.per_log(total, 1024), 65_536);
+        assert_eq!(RECORDS.per_log(total, 4096), 16_384);
+        assert_eq!(RECORDS.per_log(total, 1 << 20), 4096);
+        assert_eq!(RECORDS.per_log(total, 0), total);
+        assert_eq!(CALLS.per_log(CALLS.default, 256), 65_536);
+        assert_eq!(CALLS.per_log(10, 100), 1);
+    }
+
+    #[test]
+    fn a_setting_is_a_positive_count() {
+        assert_eq!(RECORDS.total_of(Some("1_000_000")).ok(), Some(1_000_000));
+        assert_eq!(RECORDS.total_of(None).ok(), Some(RECORDS.default));
+        for bad in ["0", "lots", "-5", ""] {
+            let Err(Failure::Message(m)) = CALLS.total_of(Some(bad)) else { panic!("{bad} taken") };
+            assert!(m.starts_with(&format!("SF_CALL_BUDGET={bad:?}: not a number of NCCL calls")), "{m}");
+        }
     }
 }

@@ -26,30 +26,7 @@ use serde::Serialize;
 
 use super::step_vectors::RankSteps;
 use super::Failure;
-
-/// The NCCL calls (event-ring records) the attribution reads over the whole job, unless
-/// `SF_CALL_BUDGET` says otherwise: every record of 256 default-size logs.
-pub const DEFAULT_CALL_BUDGET: u64 = 1 << 24;
-
-/// The environment variable that sets the budget.
-pub const BUDGET_VAR: &str = "SF_CALL_BUDGET";
-
-/// The budget `SF_CALL_BUDGET` sets, else the default.
-pub fn call_budget() -> Result<u64, Failure> {
-    match std::env::var(BUDGET_VAR) {
-        Err(_) => Ok(DEFAULT_CALL_BUDGET),
-        Ok(text) => text.trim().parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
-            Failure::Message(format!(
-                "{BUDGET_VAR}={text:?}: not a number of NCCL calls; give a positive integer (default {DEFAULT_CALL_BUDGET})"
-            ))
-        }),
-    }
-}
-
-/// Event-ring records each of `logs` logs may give: its share of `budget` (at least one).
-pub fn per_log(budget: u64, logs: usize) -> u64 {
-    (budget / logs.max(1) as u64).max(1)
-}
+use crate::read_budget::CALLS;
 
 /// What one rank's log gave of its calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,7 +63,7 @@ impl CallWindow {
     /// logs), `None` when every rank's calls were read whole: then nothing changes, the
     /// event ring's own wraparound included. An error when the calls read cover no step.
     pub fn of(ranks: &[RankSteps], budget: u64, logs: usize) -> Result<Option<CallWindow>, Failure> {
-        let per_rank = per_log(budget, logs);
+        let per_rank = CALLS.per_log(budget, logs);
         let cut = ranks.iter().filter(|r| r.held.not_read > 0).count();
         // No step anywhere: the steps are inferred from the calls (`inferred`), which read
         // their own.
@@ -102,9 +79,10 @@ impl CallWindow {
                 Some(s) => starts_at_step = starts_at_step.max(s.step),
                 None => {
                     return Err(Failure::Message(format!(
-                        "rank {}: its newest {per_rank} NCCL calls ({BUDGET_VAR}={budget} shared by {logs} logs) \
-                         cover no whole step; raise {BUDGET_VAR} (each call costs 32 bytes of memory)",
-                        r.rank
+                        "rank {}: its newest {per_rank} NCCL calls ({var}={budget} shared by {logs} logs) \
+                         cover no whole step; raise {var} (each call costs 32 bytes of memory)",
+                        r.rank,
+                        var = CALLS.var
                     )))
                 }
             }
@@ -132,15 +110,16 @@ impl CallWindow {
     pub fn note(&self) -> String {
         format!(
             "note: the analysis starts at step {}: the wait attribution read each rank's newest {} NCCL calls \
-             ({BUDGET_VAR}={} shared by the ranks; {} of {} ranks hold older calls, {} unread), and those cover the \
-             steps from there on; {BUDGET_VAR}={} reads every call held (32 bytes each)",
+             ({var}={} shared by the ranks; {} of {} ranks hold older calls, {} unread), and those cover the \
+             steps from there on; {var}={} reads every call held (32 bytes each)",
             self.starts_at_step,
             self.per_rank,
             self.budget,
             self.ranks_cut,
             self.logs,
             self.calls_not_read,
-            self.budget_for_all
+            self.budget_for_all,
+            var = CALLS.var
         )
     }
 }

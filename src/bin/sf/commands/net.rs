@@ -215,7 +215,7 @@ pub fn build(dir: &Dirs) -> Result<NetReport, Failure> {
         errors: Vec::new(),
         series_start: None,
         wrapped_ranks: Vec::new(),
-        records_read_per_rank: read_budget::per_rank(files.len()),
+        records_read_per_rank: read_budget::RECORDS.per_log(read_budget::RECORDS.total()?, files.len()),
         unread_ranks: Vec::new(),
     };
     let keep = report.records_read_per_rank;

@@ -13,13 +13,14 @@ use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{CommCreated, RecordBody, StepVector};
 
-use super::call_window::{self, CallWindow, HeldCalls};
+use super::call_window::{CallWindow, HeldCalls};
 use super::steps::seconds;
 use super::waits::{clock_of, collective_key};
 use super::Failure;
 use crate::discover;
 use crate::discover::Dirs;
 use crate::parallel;
+use crate::read_budget;
 use crate::wall::WallClock;
 
 /// The job's stage names, each held once: a step's stages carry an index into it, not a
@@ -95,8 +96,8 @@ pub struct RankSteps {
 /// when `dir` holds job directories instead. Each log is read once, on every core.
 pub fn read_ranks(dir: &Dirs, command: &str) -> Result<JobSteps, Failure> {
     let logs = discover::job_log_paths(dir, command).map_err(Failure::Message)?;
-    let budget = call_window::call_budget()?;
-    let keep = call_window::per_log(budget, logs.len());
+    let budget = read_budget::CALLS.total()?;
+    let keep = read_budget::CALLS.per_log(budget, logs.len());
     let mut world = 0;
     let mut ranks: Vec<RankSteps> = Vec::new();
     let mut names = StageNames::default();
