@@ -1,9 +1,7 @@
 //! Collectives matched across ranks, each rank's wait inside them, and the wait each late
 //! rank caused.
 
-use std::cmp::Reverse;
-use std::collections::binary_heap::PeekMut;
-use std::collections::BinaryHeap;
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 /// One NCCL call of one rank, as the preload door recorded it (rank-local nanoseconds).
@@ -77,51 +75,18 @@ pub fn match_collectives(calls: &[&[CallTiming]]) -> Vec<Collective> {
 
 /// [`match_collectives`] one collective at a time, in (communicator, sequence) order,
 /// participants in rank order then call order: a job's collectives are never all held at
-/// once. Each rank's completed collectives are ordered by key (four bytes a call), and a
-/// merge over the ranks yields each key's participants together.
+/// once. The ranks' completed collectives are grouped by key in one counting sort (eight
+/// bytes a call): each rank's calls are read in order once, and each collective's members
+/// then lie together, where a merge over thousands of ranks' lists would miss the cache on
+/// every member.
 pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Collective)) {
-    let key_of = |rank: usize, i: u32| calls[rank][i as usize].key().expect("only keyed calls are ordered");
-    // Per rank, its completed collectives' call indexes in (key, call) order.
-    let ordered: Vec<Vec<u32>> = calls
-        .iter()
-        .map(|list| {
-            let mut order: Vec<u32> = (0..list.len() as u32)
-                .filter(|&i| {
-                    let call = list[i as usize];
-                    call.key.is_some() && call.exit_ns >= call.enter_ns && call.exit_ns > 0
-                })
-                .collect();
-            order.sort_by_key(|&i| list[i as usize].key());
-            order
-        })
-        .collect();
-    let mut next = vec![0usize; calls.len()];
-    let mut heads: BinaryHeap<Reverse<((u64, u64), usize)>> =
-        ordered.iter().enumerate().filter(|(_, o)| !o.is_empty()).map(|(r, o)| Reverse((key_of(r, o[0]), r))).collect();
+    let groups = Groups::of(calls);
     let mut members: Vec<(usize, usize)> = Vec::new();
     let mut inside: Vec<f64> = Vec::new();
     let mut c = Collective { comm_id: 0, seq: 0, participants: Vec::new() };
-    while let Some(&Reverse((key, _))) = heads.peek() {
+    for (key, group) in groups.iter() {
         members.clear();
-        // Ranks come up in rank order for one key; each gives every call it made with it
-        // and goes back with its next key in one sift (not a pop and a push).
-        while let Some(mut top) = heads.peek_mut() {
-            let Reverse((k, rank)) = *top;
-            if k != key {
-                break;
-            }
-            let order = &ordered[rank];
-            while let Some(&i) = order.get(next[rank]).filter(|&&i| key_of(rank, i) == key) {
-                members.push((rank, i as usize));
-                next[rank] += 1;
-            }
-            match order.get(next[rank]) {
-                Some(&i) => *top = Reverse((key_of(rank, i), rank)),
-                None => {
-                    PeekMut::pop(top);
-                }
-            }
-        }
+        members.extend(group.iter().map(|&(rank, i)| (rank as usize, i as usize)));
         if members.len() < 2 {
             continue;
         }
@@ -144,6 +109,102 @@ pub fn for_each_collective(calls: &[&[CallTiming]], mut visit: impl FnMut(&Colle
             }),
         );
         visit(&c);
+    }
+}
+
+/// A collective's (communicator, sequence) and its members as (rank, call index).
+type Group<'a> = ((u64, u64), &'a [(u32, u32)]);
+
+/// Every rank's completed collectives grouped by key: (rank, call index) pairs, each
+/// key's together in rank then call order, keys ascending.
+struct Groups {
+    /// (communicator, first sequence, first slot in `starts`) per communicator, ascending.
+    comms: Vec<(u64, u64, usize)>,
+    /// Where each key's members start in `members` (one more entry than keys); a key whose
+    /// sequence no rank completed has none.
+    starts: Vec<u32>,
+    members: Vec<(u32, u32)>,
+    /// Keys in order, when their sequences are too sparse for `starts` (then empty).
+    sparse: Vec<(u64, u64)>,
+}
+
+impl Groups {
+    fn of(calls: &[&[CallTiming]]) -> Groups {
+        // A call without an exit (a hang, a killed rank) has no known wait yet.
+        let keyed = || {
+            calls.iter().enumerate().flat_map(|(rank, list)| {
+                list.iter().enumerate().filter_map(move |(i, c)| {
+                    let completed = c.exit_ns >= c.enter_ns && c.exit_ns > 0;
+                    Some((c.key().filter(|_| completed)?, rank as u32, i as u32))
+                })
+            })
+        };
+        let mut spans: HashMap<u64, (u64, u64)> = HashMap::new();
+        let mut total = 0usize;
+        for ((comm, seq), ..) in keyed() {
+            let span = spans.entry(comm).or_insert((seq, seq));
+            *span = (span.0.min(seq), span.1.max(seq));
+            total += 1;
+        }
+        let mut comms: Vec<(u64, u64, usize)> = Vec::with_capacity(spans.len());
+        let mut slots = 0usize;
+        let mut sorted: Vec<(u64, (u64, u64))> = spans.into_iter().collect();
+        sorted.sort_unstable();
+        for (comm, (first, last)) in sorted {
+            comms.push((comm, first, slots));
+            slots = slots.saturating_add((last - first).saturating_add(1).min(usize::MAX as u64) as usize);
+        }
+        // Sequences a log claims are not trusted to be dense: a counting sort only where
+        // the slots stay within a few per call, a plain sort otherwise.
+        if slots > 4 * total + 4096 || total >= u32::MAX as usize {
+            let mut all: Vec<((u64, u64), u32, u32)> = keyed().collect();
+            all.sort_unstable();
+            let sparse = all.iter().map(|&(key, ..)| key).collect();
+            let members = all.into_iter().map(|(_, rank, i)| (rank, i)).collect();
+            return Groups { comms: Vec::new(), starts: Vec::new(), members, sparse };
+        }
+        let slot_of = |comm: u64, seq: u64| {
+            let at = comms.binary_search_by_key(&comm, |&(c, ..)| c).expect("every communicator was spanned");
+            comms[at].2 + (seq - comms[at].1) as usize
+        };
+        let mut starts = vec![0u32; slots + 1];
+        for ((comm, seq), ..) in keyed() {
+            starts[slot_of(comm, seq) + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut fill = starts.clone();
+        let mut members = vec![(0u32, 0u32); total];
+        for ((comm, seq), rank, i) in keyed() {
+            let at = &mut fill[slot_of(comm, seq)];
+            members[*at as usize] = (rank, i);
+            *at += 1;
+        }
+        Groups { comms, starts, members, sparse: Vec::new() }
+    }
+
+    /// Each key with its members, keys ascending.
+    fn iter(&self) -> Box<dyn Iterator<Item = Group<'_>> + '_> {
+        if self.comms.is_empty() {
+            let mut rest = &self.members[..];
+            let mut keys = &self.sparse[..];
+            return Box::new(std::iter::from_fn(move || {
+                let key = *keys.first()?;
+                let n = keys.iter().take_while(|&&k| k == key).count();
+                let group;
+                (group, rest) = rest.split_at(n);
+                keys = &keys[n..];
+                Some((key, group))
+            }));
+        }
+        Box::new(self.comms.iter().enumerate().flat_map(move |(c, &(comm, first, from))| {
+            let to = self.comms.get(c + 1).map_or(self.starts.len() - 1, |&(.., next)| next);
+            (from..to).filter_map(move |slot| {
+                let (a, b) = (self.starts[slot] as usize, self.starts[slot + 1] as usize);
+                (a < b).then(|| ((comm, first + (slot - from) as u64), &self.members[a..b]))
+            })
+        }))
     }
 }
 
@@ -234,5 +295,51 @@ mod tests {
         let a = [CallTiming::new(Some((1, 1)), 5, 0)];
         let b = [call(1, 1, 4, 5)];
         assert!(match_collectives(&[&a, &b]).is_empty());
+    }
+
+    type Key = (u64, u64);
+
+    /// Each key's members, keys ascending: the grouping `for_each_collective` must make,
+    /// written the obvious way.
+    fn grouped_plainly(calls: &[Vec<CallTiming>]) -> Vec<(Key, Vec<(usize, usize)>)> {
+        let mut by_key: std::collections::BTreeMap<(u64, u64), Vec<(usize, usize)>> = Default::default();
+        for (rank, list) in calls.iter().enumerate() {
+            for (i, c) in list.iter().enumerate() {
+                if let Some(key) = c.key().filter(|_| c.exit_ns >= c.enter_ns && c.exit_ns > 0) {
+                    by_key.entry(key).or_default().push((rank, i));
+                }
+            }
+        }
+        by_key.into_iter().filter(|(_, m)| m.len() >= 2).collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn collectives_group_as_a_plain_map_does(
+            ranks in proptest::collection::vec(
+                proptest::collection::vec((0u64..3, 0u64..40, 0u64..50, 0u64..60, proptest::bool::ANY), 0..40),
+                1..6,
+            ),
+            sparse in proptest::bool::ANY,
+        ) {
+            // Sparse: sequence numbers far apart, which the plain sort takes instead.
+            let calls: Vec<Vec<CallTiming>> = ranks
+                .iter()
+                .map(|list| {
+                    list.iter()
+                        .map(|&(comm, seq, enter, exit, keyed)| {
+                            let seq = if sparse { seq << 40 } else { seq };
+                            CallTiming::new(keyed.then_some((comm * 1000, seq)), enter, exit)
+                        })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[CallTiming]> = calls.iter().map(|v| v.as_slice()).collect();
+            let mut seen = Vec::new();
+            for_each_collective(&refs, |c| {
+                seen.push(((c.comm_id, c.seq), c.participants.iter().map(|p| (p.rank, p.call)).collect::<Vec<_>>()))
+            });
+            proptest::prop_assert_eq!(seen, grouped_plainly(&calls));
+        }
     }
 }
