@@ -557,9 +557,12 @@ mod tests {
         NcclCall { op, comm_id, seq, count, dtype, peer, redop, ..coll(1, 1, NcclOp::AllReduce, SEC) }
     }
 
+    /// A log's rank, calls and calls in flight.
+    type RandomLog = (i32, Vec<NcclCall>, Vec<(u64, u64, NcclOp)>);
+
     /// Random ranks' words on a few collectives: duplicated and unranked logs, records
     /// repeated and out of order, calls in flight with and without a record.
-    fn random_job(rng: &mut SplitMix64) -> Vec<(i32, Vec<NcclCall>, Vec<(u64, u64, NcclOp)>)> {
+    fn random_job(rng: &mut SplitMix64) -> Vec<RandomLog> {
         let logs = 1 + rng.below(6);
         let base = [0, WINDOW - 20][rng.below(2) as usize];
         let (disagree, span) = (rng.below(4), [40, 100][rng.below(2) as usize]);
@@ -589,67 +592,32 @@ mod tests {
             .collect()
     }
 
-    /// The check as it was: every rank's entry of every collective in one map.
-    fn find_by_maps(ranks: &[Said]) -> BTreeMap<u64, (Vec<Mismatch>, usize)> {
-        let mut newest: BTreeMap<u64, u64> = BTreeMap::new();
-        for c in ranks.iter().flat_map(|r| r.calls.iter().filter(collective)) {
-            let seq = newest.entry(c.comm_id).or_default();
-            *seq = (*seq).max(c.seq);
-        }
-        let in_window = |comm_id: u64, seq: u64| seq + WINDOW > newest.get(&comm_id).copied().unwrap_or(0);
-        let mut by_seq: BTreeMap<(u64, u64), BTreeMap<i32, Entry>> = BTreeMap::new();
-        for r in ranks {
-            for c in r.calls.iter().filter(collective).filter(|c| in_window(c.comm_id, c.seq)) {
-                by_seq.entry((c.comm_id, c.seq)).or_default().entry(r.rank).or_insert(Entry::of(c));
-            }
-            for &(comm_id, seq, op) in &r.in_flight {
-                by_seq.entry((comm_id, seq)).or_default().entry(r.rank).or_insert(Entry::in_flight(op));
-            }
-        }
-        let mut found: BTreeMap<u64, (Vec<Mismatch>, usize)> = BTreeMap::new();
-        for (&(comm_id, seq), entries) in by_seq.iter().filter(|(_, e)| e.len() > 1) {
-            let differs =
-                |values: &BTreeMap<i32, FieldValue>| values.values().any(|v| Some(v) != values.values().next());
-            let ops: BTreeMap<i32, FieldValue> =
-                entries.iter().map(|(&r, e)| (r, FieldValue::Name(e.op.name()))).collect();
-            let fields: Vec<(MismatchField, BTreeMap<i32, FieldValue>)> = if differs(&ops) {
-                vec![(MismatchField::Op, ops)]
-            } else {
-                MismatchField::ALL[1..]
-                    .iter()
-                    .filter_map(|&field| {
-                        let values: BTreeMap<i32, FieldValue> =
-                            entries.iter().filter_map(|(&r, e)| Some((r, value(field, e)?))).collect();
-                        differs(&values).then_some((field, values))
-                    })
-                    .collect()
-            };
-            for (field, values) in fields {
-                let (list, total) = found.entry(comm_id).or_default();
-                *total += 1;
-                if list.len() < LIST_AT_MOST {
-                    list.push(Mismatch { comm_seq: seq, field, values });
-                }
-            }
-        }
-        found
-    }
-
+    /// `sf ls` folds each rank as a worker finishes reading it: in any order.
     #[test]
-    fn the_tally_finds_what_every_entry_in_one_map_found() {
+    fn ranks_folded_in_any_order_find_the_same() {
         let mut rng = SplitMix64::new(0x5eed);
         let (mut mismatched, mut cut) = (0, 0);
-        for case in 0..2000 {
+        for case in 0..1000 {
             let job = random_job(&mut rng);
             let said: Vec<Said> = job
                 .iter()
                 .map(|(rank, calls, in_flight)| Said { rank: *rank, calls, in_flight: in_flight.clone() })
                 .collect();
             let found = find_in(&said);
-            assert_eq!(found, find_by_maps(&said), "case {case}");
+            let mut by_rank: BTreeMap<i32, Vec<&Said>> = BTreeMap::new();
+            for s in &said {
+                by_rank.entry(s.rank).or_default().push(s);
+            }
+            let mut tally = Tally::default();
+            for logs in by_rank.values().rev() {
+                tally.add(Say::of(logs.iter().copied()));
+            }
+            let mut gather = tally.finish().gather();
+            said.iter().for_each(|s| gather.add(s));
+            assert_eq!(gather.finish(), found, "case {case}");
             mismatched += usize::from(!found.is_empty());
             cut += usize::from(found.values().any(|&(_, total)| total > LIST_AT_MOST));
         }
-        assert!(mismatched > 300 && cut > 10, "{mismatched} cases disagree on something, {cut} past the list");
+        assert!(mismatched > 150 && cut > 5, "{mismatched} cases disagree on something, {cut} past the list");
     }
 }
