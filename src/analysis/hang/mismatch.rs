@@ -234,6 +234,8 @@ pub struct Say {
     records: Vec<(Key, Entry)>,
     /// Calls in flight, each with whether a record of the rank named it first.
     in_flight: Vec<(Key, Entry, bool)>,
+    /// Per communicator, the newest collective the rank recorded.
+    newest: Vec<(u64, u64)>,
 }
 
 impl Say {
@@ -241,7 +243,7 @@ impl Say {
     /// record already says more than its op.
     pub fn of<'s, 'c: 's>(said: impl IntoIterator<Item = &'s Said<'c>>) -> Say {
         let mut claims: KeyMap<Key, Claim> = KeyMap::default();
-        let mut say = Say { records: Vec::new(), in_flight: Vec::new() };
+        let mut say = Say { records: Vec::new(), in_flight: Vec::new(), newest: Vec::new() };
         for s in said {
             for c in s.calls.iter().filter(collective) {
                 let key = (c.comm_id, c.seq);
@@ -265,6 +267,15 @@ impl Say {
                 }
             }
         }
+        // A collective out of this rank's window is out of the job's (whose newest is at
+        // least the rank's): fold only the rest. Its claim above still stands.
+        let mut newest: KeyMap<u64, u64> = KeyMap::default();
+        for &((comm_id, seq), _) in &say.records {
+            let n = newest.entry(comm_id).or_default();
+            *n = (*n).max(seq);
+        }
+        say.records.retain(|&((comm_id, seq), _)| seq + WINDOW > newest[&comm_id]);
+        say.newest = newest.into_iter().collect();
         say
     }
 }
@@ -281,11 +292,16 @@ pub struct Tally {
 
 impl Tally {
     pub fn add(&mut self, say: Say) {
-        for &((comm_id, seq), _) in &say.records {
+        for (comm_id, seq) in say.newest {
             let newest = self.newest.entry(comm_id).or_default();
             *newest = (*newest).max(seq);
         }
+        let newest = &self.newest;
         for (key, entry) in say.records {
+            // Out of the window as far as the ranks folded so far say: out for good.
+            if key.1 + WINDOW <= newest[&key.0] {
+                continue;
+            }
             let said = Agreement::of(entry);
             self.records.entry(key).and_modify(|a| a.add(&said)).or_insert(said);
         }

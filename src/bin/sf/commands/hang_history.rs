@@ -2,6 +2,8 @@
 //! creations, injections, hang evidence, stuck queue pairs: low-rate, and needed from the
 //! job's start), and of the event ring only its newest records, however many it holds.
 
+use std::collections::VecDeque;
+
 use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::{CommLive, RankLog, ScanStats};
 use stagefrontier::core::log::records::{
@@ -54,8 +56,11 @@ impl History {
         let drained_ns = live.heartbeat_mono_ns;
         let in_flight = log.comms();
         let two_rings = log.header.history_slot_count > 0;
+        // A ring that has not wrapped is read whole (at most its slot count): the
+        // profiler's view counts each function's calls from the first.
+        let wrapped = live.committed > u64::from(log.header.slot_count);
         let read_events = |keep: u64| {
-            let mut kept = Kept::new(drained_ns, true);
+            let mut kept = Kept::new(drained_ns, !wrapped);
             let stats = if two_rings {
                 log.scan_newest(Region::Events, keep, |record| kept.push(record.body))
             } else {
@@ -64,11 +69,8 @@ impl History {
             };
             (kept, stats)
         };
-        // A ring that has not wrapped is read whole (at most its slot count): the
-        // profiler's view counts each function's calls from the first.
-        let wrapped = live.committed > u64::from(log.header.slot_count);
         let (mut kept, mut stats) = read_events(if wrapped { events_read } else { u64::MAX });
-        if (kept.history.calls.len() as u64) < events_read / 4 && stats.not_read > 0 {
+        if kept.calls_read < events_read / 4 && stats.not_read > 0 {
             // Other kinds crowded the calls out of the newest records: read them all.
             (kept, stats) = read_events(u64::MAX);
         }
@@ -109,6 +111,9 @@ impl History {
 /// A `History` being gathered record by record, in bounded memory.
 struct Kept {
     history: History,
+    /// The newest `CALLS_KEPT` calls, and how many were read.
+    calls: VecDeque<NcclCall>,
+    calls_read: u64,
     /// The newest window of each QP: counters are cumulative, so it says what all the
     /// later ones would.
     windows: Vec<QpWindow>,
@@ -131,7 +136,13 @@ impl Kept {
             newest_seq: 0,
             profiler: Vec::new(),
         };
-        Kept { history, windows: Vec::new(), profiler: profiler.then(Collector::default) }
+        Kept {
+            history,
+            calls: VecDeque::new(),
+            calls_read: 0,
+            windows: Vec::new(),
+            profiler: profiler.then(Collector::default),
+        }
     }
 
     fn push(&mut self, body: RecordBody) {
@@ -143,11 +154,11 @@ impl Kept {
             RecordBody::QpStuck(q) => history.stuck_qps.push(q),
             RecordBody::QpWindow(w) => self.window(w),
             RecordBody::NcclCall(c) => {
-                // Trimmed in halves, so memory stays within twice what is kept.
-                if history.calls.len() >= 2 * CALLS_KEPT {
-                    history.calls.drain(..CALLS_KEPT);
+                if self.calls.len() == CALLS_KEPT {
+                    self.calls.pop_front();
                 }
-                history.calls.push(c)
+                self.calls.push_back(c);
+                self.calls_read += 1;
             }
             RecordBody::CommCreated(c) => history.created.push(c),
             RecordBody::Injection(i) => history.injections.push(i),
@@ -181,16 +192,15 @@ impl Kept {
     /// not wrapped), the profiler's view of its calls in flight.
     fn finish(self, complete: bool, newest_seq: u64, in_flight: Option<&[CommLive]>) -> History {
         let undismissed: Vec<QpStuck> = self.history.stuck_qps.iter().filter(|q| !self.dismissed(q)).copied().collect();
-        let Kept { mut history, profiler, .. } = self;
+        let Kept { mut history, calls, profiler, .. } = self;
+        history.calls = calls.into();
         history.stuck_qps = undismissed;
         history.complete = complete;
         history.newest_seq = newest_seq;
         if let (Some(profiler), Some(in_flight)) = (profiler, in_flight) {
             history.profiler = profiler.views(&history.created, in_flight);
         }
-        let excess = history.calls.len().saturating_sub(CALLS_KEPT);
-        history.calls.drain(..excess);
-        // Kept for the whole run: not the scan's room for twice as many.
+        // Kept for the whole run: not a growing deque's room.
         history.calls.shrink_to_fit();
         history
     }

@@ -1,6 +1,6 @@
 //! `sf ls`: one row per rank log of a job, and what the job as a whole is missing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -256,18 +256,16 @@ impl CallWindow {
     }
 
     fn newest(log: &RankLog, keep: u64, aliases: &Aliases) -> CallWindow {
-        // Trimmed in halves, so memory stays within twice what is kept.
-        let mut calls: Vec<(u64, NcclCall)> = Vec::new();
+        let mut calls: VecDeque<(u64, NcclCall)> = VecDeque::new();
         let stats = log.scan_newest(Region::Events, keep, |r| {
             if let RecordBody::NcclCall(c) = r.body {
-                if calls.len() == 2 * CALLS_KEPT {
-                    calls.drain(..CALLS_KEPT);
+                if calls.len() == CALLS_KEPT {
+                    calls.pop_front();
                 }
-                calls.push((r.seq, c));
+                calls.push_back((r.seq, c));
             }
         });
-        calls.drain(..calls.len().saturating_sub(CALLS_KEPT));
-        let oldest_seq = calls.first().map_or(stats.last_seq, |&(seq, _)| seq);
+        let oldest_seq = calls.front().map_or(stats.last_seq, |&(seq, _)| seq);
         let calls = calls.into_iter().map(|(_, c)| NcclCall { comm_id: aliases.canonical(c.comm_id), ..c }).collect();
         CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq }
     }
