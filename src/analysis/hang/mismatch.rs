@@ -242,8 +242,10 @@ impl Say {
     /// `said`: every log of one rank number, in input order (normally one). A call with a
     /// record already says more than its op.
     pub fn of<'s, 'c: 's>(said: impl IntoIterator<Item = &'s Said<'c>>) -> Say {
-        let mut claims: KeyMap<Key, Claim> = KeyMap::default();
-        let mut say = Say { records: Vec::new(), in_flight: Vec::new(), newest: Vec::new() };
+        let said: Vec<&Said> = said.into_iter().collect();
+        let calls = said.iter().map(|s| s.calls.len()).sum();
+        let mut claims: KeyMap<Key, Claim> = KeyMap::with_capacity_and_hasher(calls, Default::default());
+        let mut say = Say { records: Vec::with_capacity(calls), in_flight: Vec::new(), newest: Vec::new() };
         for s in said {
             for c in s.calls.iter().filter(collective) {
                 let key = (c.comm_id, c.seq);
