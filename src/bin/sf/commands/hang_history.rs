@@ -14,7 +14,7 @@ use super::hang_profiler::{CallView, Collector};
 
 /// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
 /// collectives for the cadence, 4096 per communicator for mismatches), and a bound on
-/// memory for big jobs (about 0.8 MB a rank).
+/// memory for big jobs (80 bytes a call, 640 KiB a rank).
 pub const CALLS_KEPT: usize = 8_192;
 
 /// Newest event-ring records read of a ring that wrapped. Calls are most of that ring (a
