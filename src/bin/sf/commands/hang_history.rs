@@ -225,6 +225,9 @@ mod tests {
     use stagefrontier::core::capture::clock::select;
     use stagefrontier::core::capture::identity::Identity;
     use stagefrontier::core::comms::nccl_op::NcclOp;
+    use std::path::PathBuf;
+
+    use stagefrontier::core::log::format::{self, header};
     use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
     use stagefrontier::core::net::work_requests::WrSource;
 
@@ -287,6 +290,26 @@ mod tests {
         })
     }
 
+    /// A fresh log of 1,024 event slots in a directory of its own.
+    fn new_log(name: &str) -> (PathBuf, LogWriter) {
+        let dir = std::env::temp_dir().join(format!("sf-hang-history-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rank-00000.sflog");
+        let identity =
+            Identity { global_rank: 0, world_size: 1, local_rank: 0, job_id: "j".into(), source: "torchrun" };
+        let calibration = select(false);
+        let info = HeaderInfo {
+            identity: &identity,
+            pid: 1,
+            host: "h",
+            calibration: &calibration,
+            slot_count: 1024,
+            ring_capacity: 64,
+        };
+        let writer = LogWriter::create(&path, &info).unwrap();
+        (path, writer)
+    }
+
     #[test]
     fn a_qp_that_recovered_before_the_newest_records_stays_dismissed() {
         let dir = std::env::temp_dir().join(format!("sf-hang-history-{}", std::process::id()));
@@ -323,6 +346,31 @@ mod tests {
         assert_eq!(stuck_qps, [2], "QP 1 completed after it was reported stuck");
         let seqs: Vec<u64> = history.calls.iter().map(|c| c.seq).collect();
         assert_eq!(seqs, (1437..=1500).collect::<Vec<u64>>(), "the newest 64 records, and no older");
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    /// A format 1 log has one ring for every kind: `hang` and `ls` read it once, whole.
+    #[test]
+    fn a_format_1_log_is_read_once() {
+        let (path, mut writer) = new_log("v1");
+        // Calls only: the writer puts other kinds in the history ring, which format 1 has not.
+        for seq in 1..=10 {
+            writer.append(&call(seq));
+        }
+        drop(writer);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.truncate(format::history_offset(1024));
+        bytes[header::FORMAT_VERSION..header::FORMAT_VERSION + 4].copy_from_slice(&1u32.to_le_bytes());
+        bytes[header::HISTORY_SLOT_COUNT..header::HISTORY_OFFSET + 8].fill(0);
+        let crc = crc32fast::hash(&bytes[..format::STATIC_HEADER_LEN]);
+        bytes[format::STATIC_CRC_OFFSET..format::STATIC_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let log = RankLog::open(&path).unwrap();
+        assert_eq!(log.header.history_slot_count, 0);
+        let history = History::of(&log);
+        assert_eq!(history.calls.len(), 10, "each call once");
+        let ls = super::super::ls::build(&crate::discover::Dirs(vec![path.clone()])).unwrap();
+        assert_eq!((ls.ranks[0].held, ls.ranks[0].missing, ls.ranks[0].lost_to_wrap), (10, 0, 0));
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }
