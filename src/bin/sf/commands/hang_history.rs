@@ -352,12 +352,14 @@ mod tests {
     /// A format 1 log has one ring for every kind: `hang` and `ls` read it once, whole.
     #[test]
     fn a_format_1_log_is_read_once() {
-        let (path, mut writer) = new_log("v1");
-        // Calls only: the writer puts other kinds in the history ring, which format 1 has not.
-        for seq in 1..=10 {
-            writer.append(&call(seq));
-        }
-        drop(writer);
+        let path = {
+            let (path, mut writer) = new_log("v1");
+            // Calls only: the writer puts other kinds in the history ring, which format 1 has not.
+            for seq in 1..=10 {
+                writer.append(&call(seq));
+            }
+            path
+        };
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.truncate(format::history_offset(1024));
         bytes[header::FORMAT_VERSION..header::FORMAT_VERSION + 4].copy_from_slice(&1u32.to_le_bytes());
