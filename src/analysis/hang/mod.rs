@@ -32,7 +32,7 @@ mod testkit;
 use serde::Serialize;
 
 pub use cadence::{Cadence, Threshold};
-pub use mismatch::{find_in as find_mismatches, FieldValue, Mismatch, MismatchField, Said};
+pub use mismatch::{FieldValue, Findings, Gather, Mismatch, MismatchField, Said, Say, Tally};
 pub use post_mortem::PostMortem;
 pub use qp::StuckQp;
 

@@ -222,8 +222,9 @@ pub struct ScanStats {
 }
 
 impl ScanStats {
-    /// `events` with the counts of `history` added, and `history` kept whole.
-    fn of_both(events: ScanStats, history: ScanStats) -> ScanStats {
+    /// `events` with the counts of `history` added, and `history` kept whole: what `scan`
+    /// returns, for a reader that scanned the two rings apart (`scan_region`).
+    pub fn of_both(events: ScanStats, history: ScanStats) -> ScanStats {
         ScanStats {
             valid: events.valid + history.valid,
             lost_to_wrap: events.lost_to_wrap + history.lost_to_wrap,

@@ -17,12 +17,10 @@ use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::clock::monotonic_ns;
 use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::comms::nccl_op::NcclOp;
-use stagefrontier::core::log::reader::{CommLive, RankLog};
-use stagefrontier::core::log::records::{
-    hex_u64, CommCreated, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody,
-};
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::{hex_u64, HangEvidence, Injection};
 
-use super::hang_profiler::{self, CallView, Collector, ProfilerCallReport};
+use super::hang_profiler::{self, ProfilerCallReport};
 use super::ls::FileError;
 use super::Failure;
 use crate::cli::HangOptions;
@@ -30,10 +28,7 @@ use crate::discover::{self, Dirs};
 use crate::moment::{self, Judged};
 use crate::parallel;
 
-/// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
-/// collectives for the cadence, 4096 per communicator for mismatches), and a bound on
-/// memory for big jobs (about 0.8 MB a rank).
-pub const CALLS_KEPT: usize = 8_192;
+pub(crate) use super::hang_history::{hang_reads, History, CALLS_KEPT};
 
 /// How far a converted tick time may stray from `CLOCK_MONOTONIC` as the collector refines
 /// the tick frequency.
@@ -251,133 +246,6 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
     Ok(report(dir, now_mono_ns, diagnosis, extras, errors))
 }
 
-/// What a log's records say.
-pub(crate) struct History {
-    /// The heartbeat read just before the records: every call returned before it is in them.
-    drained_ns: u64,
-    calls: Vec<NcclCall>,
-    created: Vec<CommCreated>,
-    injections: Vec<Injection>,
-    hang_evidence: Vec<HangEvidence>,
-    /// `qp_stuck` records no later `qp_window` of the same QP shows completions after.
-    stuck_qps: Vec<QpStuck>,
-    complete: bool,
-    newest_drop_ns: Option<u64>,
-    /// The newest record the scan saw: more committed later means the rank moved on.
-    newest_seq: u64,
-    /// The profiler's view of each call in flight as the scan began.
-    profiler: Vec<CallView>,
-}
-
-impl History {
-    /// Streams the log's records (never all of them at once): the newest `CALLS_KEPT`
-    /// calls, every low-rate record, and the newest window of each QP; and what NCCL's
-    /// profiler saw of the calls in flight.
-    fn of(log: &RankLog) -> History {
-        let drained_ns = log.live().heartbeat_mono_ns;
-        let in_flight = log.comms();
-        let mut kept = Kept::new(drained_ns, true);
-        let stats = log.scan(|record| kept.push(record.body));
-        // A ring that wrapped lost the oldest calls: per-function ordinals cannot be counted.
-        let whole = stats.missing == 0 && stats.lost_to_wrap == 0;
-        kept.finish(stats.missing == 0, stats.last_seq, whole.then_some(&in_flight[..]))
-    }
-
-    /// From the records of a log, oldest first (`sf exporter` keeps the ones this reads
-    /// between its passes): `drained_ns` is the heartbeat read before them, `complete`
-    /// whether none is missing between the oldest and `newest_seq`.
-    pub(crate) fn from_records(
-        drained_ns: u64,
-        records: impl IntoIterator<Item = RecordBody>,
-        complete: bool,
-        newest_seq: u64,
-    ) -> History {
-        let mut kept = Kept::new(drained_ns, false);
-        records.into_iter().for_each(|body| kept.push(body));
-        kept.finish(complete, newest_seq, None)
-    }
-}
-
-/// A `History` being gathered record by record, in bounded memory.
-struct Kept {
-    history: History,
-    /// The newest window of each QP: counters are cumulative, so it says what all the
-    /// later ones would.
-    windows: Vec<QpWindow>,
-    /// The profiler's records and every call, for the view of the calls in flight: as
-    /// many as the log holds while it has not wrapped (the only case the view is made).
-    profiler: Option<Collector>,
-}
-
-impl Kept {
-    fn new(drained_ns: u64, profiler: bool) -> Kept {
-        let history = History {
-            drained_ns,
-            calls: Vec::new(),
-            created: Vec::new(),
-            injections: Vec::new(),
-            hang_evidence: Vec::new(),
-            stuck_qps: Vec::new(),
-            complete: true,
-            newest_drop_ns: None,
-            newest_seq: 0,
-            profiler: Vec::new(),
-        };
-        Kept { history, windows: Vec::new(), profiler: profiler.then(Collector::default) }
-    }
-
-    fn push(&mut self, body: RecordBody) {
-        if let Some(profiler) = &mut self.profiler {
-            profiler.see(&body);
-        }
-        let history = &mut self.history;
-        match body {
-            RecordBody::QpStuck(q) => history.stuck_qps.push(q),
-            RecordBody::QpWindow(w) if w.completed > 0 => {
-                let key = |x: &QpWindow| (x.source, x.device, x.qp_num);
-                match self.windows.iter_mut().find(|k| key(k) == key(&w)) {
-                    Some(kept) if kept.t_ns < w.t_ns => *kept = w,
-                    Some(_) => {}
-                    None => self.windows.push(w),
-                }
-            }
-            RecordBody::NcclCall(c) => {
-                // Trimmed in halves, so memory stays within twice what is kept.
-                if history.calls.len() >= 2 * CALLS_KEPT {
-                    history.calls.drain(..CALLS_KEPT);
-                }
-                history.calls.push(c)
-            }
-            RecordBody::CommCreated(c) => history.created.push(c),
-            RecordBody::Injection(i) => history.injections.push(i),
-            RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
-            RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
-            // Kinds the hang analysis does not use.
-            _ => {}
-        }
-    }
-
-    /// The history; with `in_flight` (the log's communicator table, for a log that has
-    /// not wrapped), the profiler's view of its calls in flight.
-    fn finish(self, complete: bool, newest_seq: u64, in_flight: Option<&[CommLive]>) -> History {
-        let Kept { mut history, windows, profiler } = self;
-        history.complete = complete;
-        history.newest_seq = newest_seq;
-        if let (Some(profiler), Some(in_flight)) = (profiler, in_flight) {
-            history.profiler = profiler.views(&history.created, in_flight);
-        }
-        let excess = history.calls.len().saturating_sub(CALLS_KEPT);
-        history.calls.drain(..excess);
-        // Kept for the whole run: not the scan's room for twice as many.
-        history.calls.shrink_to_fit();
-        let same = |q: &QpStuck, w: &QpWindow| (q.source, q.device, q.qp_num) == (w.source, w.device, w.qp_num);
-        history
-            .stuck_qps
-            .retain(|q| !windows.iter().any(|w| same(q, w) && w.t_ns > q.t_ns && w.completed > q.completed));
-        history
-    }
-}
-
 impl Extra {
     /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
     /// hang evidence or step: those are records, which metrics do not carry).
@@ -401,20 +269,6 @@ impl Extra {
             profiler: Vec::new(),
         }
     }
-}
-
-/// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
-pub(crate) fn hang_reads(body: &RecordBody) -> bool {
-    matches!(
-        body,
-        RecordBody::QpStuck(_)
-            | RecordBody::QpWindow(_)
-            | RecordBody::NcclCall(_)
-            | RecordBody::CommCreated(_)
-            | RecordBody::Injection(_)
-            | RecordBody::HangEvidence(_)
-            | RecordBody::Drops(_)
-    )
 }
 
 pub(crate) fn read_live(

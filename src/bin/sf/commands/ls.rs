@@ -1,17 +1,19 @@
 //! `sf ls`: one row per rank log of a job, and what the job as a whole is missing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
+use std::sync::Mutex;
 
 use serde::Serialize;
 use stagefrontier::analysis::comms::grow::{self, Aliases};
 use stagefrontier::analysis::comms::nccl_version::nccl_version_string;
-use stagefrontier::analysis::hang::{find_mismatches, Mismatch, Said};
-use stagefrontier::analysis::log::clocks::{host_clocks, HostClock};
+use stagefrontier::analysis::hang::{Mismatch, Said, Say, Tally};
+use stagefrontier::analysis::log::clocks::{host_clocks, HostClock, RankClock};
 use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
 use stagefrontier::core::capture::doors::{no_markers_note, Doors};
-use stagefrontier::core::log::reader::{RankLog, ReadError};
+use stagefrontier::core::log::format::Region;
+use stagefrontier::core::log::reader::{LiveState, RankLog, ReadError, ScanStats};
 use stagefrontier::core::log::records::{hex_u64, CommCreated, NcclCall, RecordBody};
 
 use super::hang::CALLS_KEPT;
@@ -128,44 +130,70 @@ pub struct Gap {
 pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let files = files_to_read(paths)?;
     let host = local_host::name();
-    let mut ranks = Vec::with_capacity(files.len());
-    let mut calls = Vec::with_capacity(files.len());
-    let mut clocks = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
-    let mut aliases = Vec::new();
-    let read = parallel::read_all(&files, |file| {
-        RankLog::open(&file.path).map(|log| {
-            let mut aliases = Vec::new();
-            let row = row(&log, file.taken.as_ref(), &host, &mut aliases);
-            (row, clock_of(&log), aliases)
-        })
-    });
-    for (file, read) in files.iter().zip(read) {
+    // First pass: each log's live words and its history ring, where the alias records
+    // are; the logs stay open for the second.
+    parallel::allow_open_files(files.len());
+    let mut opened = Vec::with_capacity(files.len());
+    for (file, read) in files.iter().zip(parallel::read_all(&files, |file| RankLog::open(&file.path).map(Opened::of))) {
         match read {
-            Ok(((row, said), clock, its_aliases)) => {
-                clocks.push(clock);
-                aliases.extend(its_aliases);
-                ranks.push(row);
-                calls.push(said);
-            }
+            Ok(log) => opened.push((log, file.taken.as_ref())),
             Err(e) => errors.push(FileError { file: file.path.display().to_string(), error: e.to_string() }),
         }
     }
+    // A grown communicator is one communicator on all its members (`analysis::comms::grow`).
+    let aliases = Aliases::of(opened.iter().flat_map(|(o, _)| &o.aliases));
+    // Second pass: each log's event ring, its newest calls folded into the mismatch tally
+    // as it is read (the logs of one rank together: its first word counts), so no rank's
+    // calls are held once it is read.
+    let mut by_rank: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for (i, (o, _)) in opened.iter().enumerate() {
+        by_rank.entry(o.log.header.global_rank).or_default().push(i);
+    }
+    let groups: Vec<Vec<usize>> = by_rank.into_values().collect();
+    let tally = Mutex::new(Tally::default());
+    let mut events: Vec<Option<(ScanStats, u64)>> = (0..opened.len()).map(|_| None).collect();
+    let read = parallel::read_all(&groups, |group| {
+        let windows: Vec<CallWindow> = group.iter().map(|&i| CallWindow::read(&opened[i].0.log, &aliases)).collect();
+        let said: Vec<Said> = windows.iter().map(|w| w.said()).collect();
+        let say = Say::of(&said);
+        tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).add(say);
+        windows.into_iter().map(|w| (w.stats, w.oldest_seq)).collect::<Vec<_>>()
+    });
+    for (group, read) in groups.iter().zip(read) {
+        for (&i, read) in group.iter().zip(read) {
+            events[i] = Some(read);
+        }
+    }
+    let events: Vec<(ScanStats, u64)> = events.into_iter().map(|e| e.expect("every log was read")).collect();
+    let findings = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()).finish();
+    let mismatches = if findings.is_empty() {
+        Vec::new()
+    } else {
+        // Every rank's values of the few collectives listed: their windows read again.
+        let mut gather = findings.gather();
+        let wanted =
+            parallel::read_all(&opened.iter().zip(&events).collect::<Vec<_>>(), |((o, _), (stats, oldest))| {
+                let mut w = CallWindow::reread(&o.log, stats.last_seq, *oldest, &aliases);
+                w.calls.retain(|c| gather.wants(c));
+                w
+            });
+        for w in &wanted {
+            gather.add(&w.said());
+        }
+        gather
+            .finish()
+            .into_iter()
+            .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
+            .collect()
+    };
+    let clocks: Vec<RankClock> = opened.iter().map(|(o, _)| o.clock.clone()).collect();
+    let mut ranks: Vec<RankRow> =
+        opened.iter().zip(events).map(|((o, taken), (stats, _))| row(o, stats, *taken, &host)).collect();
     // Ranked logs by rank (file names sort wrongly past 99999), then the unranked ones.
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
     let summary = summarize(&ranks);
     let missing_ranks = summary.world_size.map_or_else(Vec::new, |world| missing_ranks(world, &ranks));
-    // A grown communicator is one communicator on all its members (`analysis::comms::grow`).
-    let aliases = Aliases::of(&aliases);
-    for c in calls.iter_mut().flat_map(|(_, calls)| calls.iter_mut()) {
-        c.comm_id = aliases.canonical(c.comm_id);
-    }
-    let said: Vec<Said> =
-        calls.iter().map(|(rank, calls)| Said { rank: *rank, calls, in_flight: Vec::new() }).collect();
-    let mismatches = find_mismatches(&said)
-        .into_iter()
-        .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
-        .collect();
     let attempts = paths.0.iter().flat_map(|dir| discover::attempts_in(dir)).collect();
     let clocks = host_clocks(&clocks);
     Ok(LsReport { dir: paths.display(), ranks, missing_ranks, errors, attempts, mismatches, clocks, summary })
@@ -182,33 +210,79 @@ fn files_to_read(paths: &Dirs) -> Result<Vec<LogFile>, Failure> {
     discover::job_logs(paths, "ls").map_err(Failure::Message)
 }
 
-/// A log's row, and its rank with its newest collective records for the mismatch check.
-fn row(
-    log: &RankLog,
-    taken: Option<&Taken>,
-    reader_host: &str,
-    aliases: &mut Vec<CommCreated>,
-) -> (RankRow, (i32, Vec<NcclCall>)) {
+/// What the first pass keeps of a log: the log, open for the second; its live words as
+/// the read began; its history ring's figures, clock and alias records.
+struct Opened {
+    log: RankLog,
+    live: LiveState,
+    history: ScanStats,
+    clock: RankClock,
+    aliases: Vec<CommCreated>,
+}
+
+impl Opened {
+    fn of(log: RankLog) -> Opened {
+        let live = log.live();
+        let clock = clock_of(&log);
+        let mut aliases = Vec::new();
+        let history = log.scan_region(Region::History, |r| match r.body {
+            RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
+            _ => {}
+        });
+        Opened { log, live, history, clock, aliases }
+    }
+}
+
+/// A log's newest `CALLS_KEPT` calls (as `sf hang` keeps them), for the mismatch check,
+/// communicators named as the reports name them. Held while its log is read, not after.
+struct CallWindow {
+    rank: i32,
+    calls: Vec<NcclCall>,
+    /// The event ring's figures.
+    stats: ScanStats,
+    /// The sequence number of the oldest call kept: where a second read starts.
+    oldest_seq: u64,
+}
+
+impl CallWindow {
+    fn read(log: &RankLog, aliases: &Aliases) -> CallWindow {
+        Self::newest(log, u64::MAX, aliases)
+    }
+
+    /// The same window again: the records from `oldest_seq` to `last_seq` (of a log
+    /// still written, the newest that many).
+    fn reread(log: &RankLog, last_seq: u64, oldest_seq: u64, aliases: &Aliases) -> CallWindow {
+        Self::newest(log, last_seq.saturating_sub(oldest_seq) + 1, aliases)
+    }
+
+    fn newest(log: &RankLog, keep: u64, aliases: &Aliases) -> CallWindow {
+        let mut calls: VecDeque<(u64, NcclCall)> = VecDeque::new();
+        let stats = log.scan_newest(Region::Events, keep, |r| {
+            if let RecordBody::NcclCall(c) = r.body {
+                if calls.len() == CALLS_KEPT {
+                    calls.pop_front();
+                }
+                calls.push_back((r.seq, c));
+            }
+        });
+        let oldest_seq = calls.front().map_or(stats.last_seq, |&(seq, _)| seq);
+        let calls = calls.into_iter().map(|(_, c)| NcclCall { comm_id: aliases.canonical(c.comm_id), ..c }).collect();
+        CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq }
+    }
+
+    fn said(&self) -> Said<'_> {
+        Said { rank: self.rank, calls: &self.calls, in_flight: Vec::new() }
+    }
+}
+
+/// A log's row. A format 1 log has one ring, which the second pass read whole.
+fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) -> RankRow {
+    let (log, live) = (&o.log, &o.live);
     let h = &log.header;
-    let live = log.live();
     let at = moment::judge(h, taken, reader_host);
     let age_ns = heartbeat_age_ns(at.same_clock, live.heartbeat_mono_ns, live.heartbeat_wall_ns, at.clock);
-    // Only the newest collective calls are kept, as `sf hang` keeps them: constant memory.
-    let mut calls: Vec<NcclCall> = Vec::new();
-    let stats = log.scan(|r| match r.body {
-        RecordBody::NcclCall(c) => {
-            if calls.len() == 2 * CALLS_KEPT {
-                calls.drain(..CALLS_KEPT);
-            }
-            calls.push(c);
-        }
-        RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
-        _ => {}
-    });
-    calls.drain(..calls.len().saturating_sub(CALLS_KEPT));
-    // What is kept for the whole run: not the scan's room for twice as many.
-    calls.shrink_to_fit();
-    let row = RankRow {
+    let stats = if h.history_slot_count > 0 { ScanStats::of_both(events, o.history.clone()) } else { events };
+    RankRow {
         file: log.path().display().to_string(),
         rank: h.global_rank,
         world_size: h.world_size,
@@ -230,10 +304,9 @@ fn row(
         nccl_version: nccl_version_string(live.nccl_version),
         clock_source: h.clock_source,
         heartbeat_wall: (live.heartbeat_wall_ns != 0).then(|| rfc3339_ms(live.heartbeat_wall_ns)),
-        doors: live.doors,
+        doors: live.doors.clone(),
         snapshot_wall: taken.map(|t| rfc3339_ms(t.wall_ns)),
-    };
-    (row, (h.global_rank, calls))
+    }
 }
 
 fn summarize(ranks: &[RankRow]) -> Summary {

@@ -7,6 +7,7 @@ mod exporter_metrics;
 pub mod frontier;
 mod frontier_waits;
 pub mod hang;
+mod hang_history;
 pub mod hang_profiler;
 mod hang_prometheus;
 pub mod inferred;
