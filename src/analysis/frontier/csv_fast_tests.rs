@@ -1,4 +1,4 @@
-use super::super::read_rfc4180;
+use super::super::{read_general, read_rfc4180};
 use super::*;
 
 /// Everything a table holds, numbers as bits, so two readers compare exactly.
@@ -8,23 +8,31 @@ fn snapshot(t: &StageTable) -> Snapshot {
     let rows = t
         .rows
         .iter()
-        .map(|r| {
-            let device = r.device.map(|d| (d.device_s.to_bits(), d.spill_s.to_bits()));
+        .enumerate()
+        .map(|(i, r)| {
+            let device = t.devices.get(i).copied().flatten().map(|d| (d.device_s.to_bits(), d.spill_s.to_bits()));
             (r.step, r.rank, r.stage, r.line, r.seconds.to_bits(), device)
         })
         .collect();
     // The rest, compared through its debug form: bits of every f64 show there too.
-    let rest = format!("{:?} {} {:?}", t.overlaps, t.has_device, t.attribution).into_bytes();
+    let rest = format!("{:?} {} {:?}", t.overlaps, t.devices.len(), t.attribution).into_bytes();
     (t.schema.stages().to_vec(), t.world.clone(), rows, rest)
 }
 
-/// Both readers on `text`: the same table or the same error. Returns whether the fast
-/// path took the file.
+/// Both readers on `text`: the same table or the same error, whatever the blocks the fast
+/// path reads (lines cut at every place). Returns whether the fast path took the whole file.
 fn same(text: &[u8], stages: Option<&[String]>) -> bool {
+    let blocks: &[usize] = if text.len() < 4096 { &[1, 2, 3, 7, 64, BLOCK] } else { &[4093, 65536, BLOCK] };
+    let took: Vec<bool> = blocks.iter().map(|&block| same_in_blocks(text, stages, block)).collect();
+    assert!(took.iter().all(|&t| t == took[0]), "{:?}: taken {took:?}", String::from_utf8_lossy(text));
+    took[0]
+}
+
+fn same_in_blocks(text: &[u8], stages: Option<&[String]>, block: usize) -> bool {
     let general = read_rfc4180(text, stages);
-    let (fast, took) = match read(text, stages) {
+    let (fast, took) = match read_blocks(text, stages, block) {
         Outcome::Done(result) => (result, true),
-        Outcome::Declined(input) => (read_rfc4180(input, stages), false),
+        Outcome::Declined(rest, resume) => (read_general(rest, stages, resume), false),
     };
     match (&general, &fast) {
         (Ok(a), Ok(b)) => assert!(snapshot(a) == snapshot(b), "tables differ for {:?}", String::from_utf8_lossy(text)),
@@ -163,9 +171,8 @@ fn numbers_read_bit_for_bit_as_str_parse_reads_them() {
     }
 }
 
-/// A file as `sf steps --csv` writes it, large enough to be parsed on every core; `late`
-/// adds a stage that first appears in its last rows. The second half lists each rank's
-/// stages in reverse, so a later chunk meets them in another order than the first.
+/// A file as `sf steps --csv` writes it, larger than a block; `late` adds a stage that
+/// first appears in its last rows. The second half lists each rank's stages in reverse.
 fn generated(ranks: u32, steps: u64, late: bool) -> Vec<u8> {
     use std::io::Write;
     let mut out = HEADER.as_bytes().to_vec();
@@ -192,21 +199,22 @@ fn generated(ranks: u32, steps: u64, late: bool) -> Vec<u8> {
 }
 
 #[test]
-fn large_files_parsed_on_every_core_match_the_general_reader() {
+fn large_files_read_block_by_block_match_the_general_reader() {
     let text = generated(200, 200, true);
-    assert!(text.len() > PARALLEL_FROM);
+    assert!(text.len() > 2 * BLOCK);
     assert!(same(&text, None));
     let mut table = read_rfc4180(&text[..], None).unwrap();
     assert_eq!(table.schema.stages().last().map(String::as_str), Some("late"));
     assert_eq!(table.take_attribution().unwrap().caused.len(), 200);
-    // An error in a later chunk names its line in the file.
+    // An error in a later block names its line in the file.
     let mut bad = text.clone();
     let at = bad[..bad.len() - 100].iter().rposition(|&b| b == b'\n').unwrap() + 1;
     let line = bad[..at].iter().filter(|&&b| b == b'\n').count() + 1;
     bad.splice(at..at, b"0,0,data,bad\n".iter().copied());
     assert!(same(&bad, None));
     assert_eq!(read_rfc4180(&bad[..], None).err().and_then(|e| e.line()), Some(line));
-    // A quote the fast path declines, in a later chunk, still reads.
+    // A quote the fast path declines, in a later block, still reads: the general reader
+    // goes on from that line with what was read before it.
     let mut quoted = text;
     let at = quoted[..quoted.len() - 100].iter().rposition(|&b| b == b'\n').unwrap() + 1;
     quoted.splice(at..at, b"9,9,\"a\nb\",1\n".iter().copied());
