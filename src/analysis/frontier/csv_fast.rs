@@ -250,6 +250,8 @@ struct Chunk {
     /// One per row when the file has a device column, else empty.
     devices: Vec<Option<DeviceTime>>,
     names: Vec<String>,
+    /// Per name, whether the quick path may match it without finding the field's end.
+    plain: Vec<bool>,
     overlaps: Vec<((u64, u32), f64)>,
     waits: Vec<WaitKeyed>,
     caused: Vec<WaitKeyed>,
@@ -265,6 +267,7 @@ impl Chunk {
         Chunk {
             rows: Vec::new(),
             devices: Vec::new(),
+            plain: stages.unwrap_or_default().iter().map(|n| quick::plain(n.as_bytes())).collect(),
             names: stages.map(<[String]>::to_vec).unwrap_or_default(),
             overlaps: Vec::new(),
             waits: Vec::new(),
@@ -361,6 +364,7 @@ impl Chunk {
                 // A name that is not UTF-8 would be stored lossily and never match again.
                 let name = std::str::from_utf8(stage_name).map_err(|_| Decline)?;
                 self.names.push(name.to_string());
+                self.plain.push(quick::plain(name.as_bytes()));
                 self.names.len() - 1
             }
         };

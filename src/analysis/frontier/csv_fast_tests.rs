@@ -97,6 +97,27 @@ fn edge_cases_give_the_same_table_or_error_on_the_same_line() {
         "step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,0.25,\n0,0,b,2,,0.5\n0,1,a,1,0,\n",
         "step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,,\n\n0,1,a,1,,inf\n",
         "step,rank,stage,seconds,wait_seconds\n0,0,a,1\n",
+        // Blanks around values and names, other number forms: the one-pass read leaves
+        // these lines to the split-and-check path, with the same results.
+        "step,rank,stage,seconds,wait_seconds\n0,0,a,1,\n0,1,a, 1 ,\n0,2,a,1\t,0.5\n0,3, a,1,\n0,4,a ,1,\n",
+        "step,rank,stage,seconds,x\n0,0,a,12345678.123456789,y\n0,0,b,1e-3,z\n0,1,a,+1,\n0,1,b,-0,\n",
+        "step,rank,stage,seconds,overlap_seconds\r\n0,0,a,0.1,\r\n0,0,b,0.2,0.5\r\n0,1,a,00000000001.5000000000,\r\n",
+        "step,rank,stage,seconds,caused_seconds\n0,0,a,0.30000000000000004,0.1000000000000000055511151231257827\n",
+        // Rows out of order, and a duplicate found after sorting them.
+        "step,rank,stage,seconds\n1,0,a,1\n0,1,a,2\n0,0,b,3\n0,0,a,4\n1,1,a,5\n",
+        "step,rank,stage,seconds\n1,0,a,1\n0,1,a,2\n0,0,b,3\n0,0,a,4\n1,0,a,5\n",
+        "step,rank,stage,seconds,wait_seconds,caused_seconds,device_seconds,spill_seconds\n\
+         1,1,a,1,0.5,,0.2,0.1\n0,1,a,1,,0.25,,\n1,0,a,2,0.1,0.1,0.3,\n0,0,a,1,,,,\n",
+        // Ranks far apart (no bitset), and not in order.
+        "step,rank,stage,seconds\n0,5,a,1\n0,4000000000,a,1\n1,7,a,1\n1,3,a,1\n",
+        // A name with a comma, then a line whose fields split it.
+        "step,rank,stage,seconds\n0,0,\"a,b\",1\n0,1,a,b,1\n",
+        "step,rank,stage,seconds,wait_seconds\n0,0,a,1,,extra,\"q\"\n",
+        // Missing cells and short lines at every column.
+        "step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds\n0,0,a,1,0,,\n0,1,a,1,0,\n",
+        "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,0\n0,1,a\n",
+        "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,0\n0,1,a,\n",
+        "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,0\n0,1,,1,\n",
     ];
     for text in taken {
         assert!(same(text.as_bytes(), None), "declined {text:?}");

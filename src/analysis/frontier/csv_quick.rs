@@ -35,6 +35,9 @@ pub(super) struct Plan {
     device: bool,
     /// The file has a wait column: rows carry the attribution.
     waits: bool,
+    /// The required columns come first, in order, as `sf steps --csv` writes them: read
+    /// without looking their roles up.
+    ordered: bool,
 }
 
 pub(super) fn plan(columns: &Columns) -> Plan {
@@ -48,7 +51,8 @@ pub(super) fn plan(columns: &Columns) -> Plan {
             roles[*at] = Role::Cell(cell);
         }
     }
-    Plan { roles, device: columns.device[0].is_some(), waits: columns.waits.iter().any(Option::is_some) }
+    let ordered = columns.required == [0, 1, 2, 3];
+    Plan { roles, device: columns.device[0].is_some(), waits: columns.waits.iter().any(Option::is_some), ordered }
 }
 
 /// At most `most` ASCII digits from `at`, as a number, and where they stop; none when
@@ -167,18 +171,24 @@ impl Chunk {
         let mut cells: Cells = [None; 5];
         let mut p = at;
         let last = roles.len() - 1;
-        for (j, &role) in roles.iter().enumerate() {
+        let mut from = 0;
+        if plan.ordered && last > 3 {
+            (step, p) = digits_at(bytes, p, 19)?;
+            let (r, end) = digits_at(bytes, comma(bytes, p)?, 9)?;
+            rank = r as u32;
+            (stage, p) = self.stage_at(bytes, comma(bytes, end)?)?;
+            (seconds, p) = value_at(bytes, comma(bytes, p)?)?;
+            p = comma(bytes, p)?;
+            from = 4;
+        }
+        for (j, &role) in roles.iter().enumerate().skip(from) {
             match role {
                 Role::Step => (step, p) = digits_at(bytes, p, 19)?,
                 Role::Rank => {
                     let (r, end) = digits_at(bytes, p, 9)?;
                     (rank, p) = (r as u32, end);
                 }
-                Role::Stage => {
-                    let end = field_end(bytes, p)?;
-                    stage = self.stage_named(&bytes[p..end])?;
-                    p = end;
-                }
+                Role::Stage => (stage, p) = self.stage_at(bytes, p)?,
                 Role::Seconds => (seconds, p) = value_at(bytes, p)?,
                 Role::Cell(cell) => {
                     // Blank (a CRLF line's `\r` trims away): no value.
@@ -235,19 +245,40 @@ impl Chunk {
         Some(p + 1)
     }
 
-    /// The index of the stage named by a field, when it is a name already known and
-    /// needs no trimming. The next stage after the previous row's is tried first.
+    /// The stage named by the field from `at`, when it is a name already known that needs
+    /// no trimming, and where the field ends. The stage after the previous row's is tried
+    /// first, without finding the field's end: a name without a comma, quote or line end
+    /// followed by a comma is the whole field.
     #[inline]
-    fn stage_named(&self, name: &[u8]) -> Option<usize> {
+    fn stage_at(&self, bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+        let next = if self.last_stage + 1 < self.names.len() { self.last_stage + 1 } else { 0 };
+        if let Some(name) = self.names.get(next).map(String::as_bytes) {
+            let end = at + name.len();
+            if self.plain[next] && bytes.get(at..end) == Some(name) && bytes.get(end) == Some(&b',') {
+                return Some((next, end));
+            }
+        }
+        let end = field_end(bytes, at)?;
+        let name = &bytes[at..end];
         let (first, last) = (name.first()?, name.last()?);
         if first.is_ascii_whitespace() || last.is_ascii_whitespace() {
             return None;
         }
-        let next = if self.last_stage + 1 < self.names.len() { self.last_stage + 1 } else { 0 };
-        let is = |s: usize| self.names.get(s).is_some_and(|n| n.as_bytes() == name);
-        if is(next) {
-            return Some(next);
-        }
-        self.names.iter().position(|n| n.as_bytes() == name)
+        Some((self.names.iter().position(|n| n.as_bytes() == name)?, end))
     }
+}
+
+/// A name the field splitting cannot cut short or trim.
+#[inline]
+pub(super) fn plain(name: &[u8]) -> bool {
+    let (first, last) = (name.first().copied().unwrap_or(b' '), name.last().copied().unwrap_or(b' '));
+    !first.is_ascii_whitespace()
+        && !last.is_ascii_whitespace()
+        && !name.iter().any(|b| matches!(b, b',' | b'"' | b'\n'))
+}
+
+/// Past the comma at `at`.
+#[inline]
+fn comma(bytes: &[u8], at: usize) -> Option<usize> {
+    (bytes.get(at) == Some(&b',')).then_some(at + 1)
 }
