@@ -264,8 +264,8 @@ fn read_error(e: csv::Error) -> CsvError {
 /// Reads the whole input, a CSV as RFC 4180 writes it (quoted fields may hold commas,
 /// quotes and newlines; fields are trimmed). `stages`, when given, fixes the stage order
 /// and rejects any other stage; otherwise stages are ordered by first appearance.
-/// A file as `sf steps --csv` writes it takes the fast path (csv_fast.rs); what that path
-/// declines, the general reader below takes, with the same results.
+/// A file as `sf steps --csv` writes it takes the fast path (csv_fast.rs); from a line that
+/// path declines on, the general reader below goes on, with the same results.
 pub fn read<R: BufRead>(input: R, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
     if let Some(stages) = stages {
         Schema::new(stages.to_vec()).map_err(CsvError::StageList)?;
