@@ -6,6 +6,9 @@
 //! waits, then the analyzer over every step).
 //!
 //!     cargo run --release --example csv_bench [-- RANKS STEPS [fast|general]]
+//!     cargo run --release --example csv_bench -- RANKS STEPS write FILE
+//!
+//! The second form only writes the file (to time `sf frontier --csv FILE` on it).
 //!
 //! Durations are whole nanoseconds, as the logs hold them; one stage in six carries a wait
 //! and one a caused wait, sums of several waits as the logs' attribution makes them. The
@@ -87,8 +90,13 @@ fn main() {
     let number =
         |i: usize, default: u64| args.get(i).map_or(default, |a| a.parse().expect("RANKS and STEPS are integers"));
     let (ranks, steps) = (number(0, 1_000) as u32, number(1, 500));
-    // A third argument runs that reader alone (for a profiler).
+    // A third argument runs that reader alone (for a profiler), or writes the file only.
     let only = args.get(2).map(String::as_str);
+    if only == Some("write") {
+        let path = args.get(3).expect("write FILE");
+        write_file(Path::new(path), ranks, steps).expect("write the file");
+        return;
+    }
     let path = std::env::temp_dir().join(format!("sf-csv-bench-{}.csv", std::process::id()));
     write_file(&path, ranks, steps).expect("write the file");
     let values = ranks as f64 * steps as f64 * STAGES.len() as f64;

@@ -19,6 +19,7 @@
 //! missing from that step; a step whose ranks all lack a stage has a shorter schema. Both
 //! close the analyzer's window, as Sec. 3 requires.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::BufRead;
 use std::sync::Arc;
@@ -134,13 +135,19 @@ impl fmt::Display for CsvError {
 
 impl std::error::Error for CsvError {}
 
+/// One value: 32 bytes, the rare device time kept beside the rows (`StageTable::devices`).
 struct Row {
     step: u64,
     seconds: f64,
     line: usize,
     rank: u32,
     stage: u32,
-    device: Option<DeviceTime>,
+}
+
+impl Row {
+    fn key(&self) -> (u64, u32, u32) {
+        (self.step, self.rank, self.stage)
+    }
 }
 
 /// A parsed file: its stage list, its ranks, and its rows sorted by step, rank and stage.
@@ -150,8 +157,8 @@ pub struct StageTable {
     rows: Vec<Row>,
     /// ((step, rank), overlap seconds), sorted; empty when the source has no such telemetry.
     overlaps: Vec<((u64, u32), f64)>,
-    /// Whether any row carries device time.
-    has_device: bool,
+    /// Each row's device time, one per row; empty when no row carries any.
+    devices: Vec<Option<DeviceTime>>,
     /// The waits and caused waits of a file with the wait columns, stages indexed as in
     /// the schema.
     attribution: Option<Attribution>,
@@ -257,48 +264,82 @@ fn read_error(e: csv::Error) -> CsvError {
 /// Reads the whole input, a CSV as RFC 4180 writes it (quoted fields may hold commas,
 /// quotes and newlines; fields are trimmed). `stages`, when given, fixes the stage order
 /// and rejects any other stage; otherwise stages are ordered by first appearance.
-/// A file as `sf steps --csv` writes it takes the fast path (csv_fast.rs); what that path
-/// declines, the general reader below takes, with the same results.
+/// A file as `sf steps --csv` writes it takes the fast path (csv_fast.rs); from a line that
+/// path declines on, the general reader below goes on, with the same results.
 pub fn read<R: BufRead>(input: R, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
     if let Some(stages) = stages {
         Schema::new(stages.to_vec()).map_err(CsvError::StageList)?;
     }
     match fast::read(input, stages) {
         fast::Outcome::Done(result) => result,
-        fast::Outcome::Declined(input) => read_rfc4180(input, stages),
+        fast::Outcome::Declined(rest, resume) => read_general(rest, stages, resume),
     }
 }
 
-/// The general reader, record by record through the `csv` crate: what [`read`] hands a
-/// file its fast path declines (public so that benches can compare the two).
+/// A wait or caused wait keyed as `Attribution` keys them.
+type WaitKeyed = ((u32, u64, usize), f64);
+
+/// What the fast path read before the line it declined: the lines before it, and when it
+/// had read the header, the columns, stage names, rows (and their device times), overlaps,
+/// waits and caused waits.
+struct Resume {
+    lines: usize,
+    #[allow(clippy::type_complexity)]
+    read: Option<(
+        Columns,
+        Vec<String>,
+        Vec<Row>,
+        Vec<Option<DeviceTime>>,
+        Vec<((u64, u32), f64)>,
+        Vec<WaitKeyed>,
+        Vec<WaitKeyed>,
+    )>,
+}
+
+/// The general reader, record by record through the `csv` crate: what [`read`] hands the
+/// rest of a file from the line its fast path declines (public so that benches can
+/// compare the two).
 pub fn read_rfc4180(input: impl BufRead, stages: Option<&[String]>) -> Result<StageTable, CsvError> {
+    read_general(input, stages, Resume { lines: 0, read: None })
+}
+
+/// [`read_rfc4180`] on the input after `resume.lines` lines, going on from what was read.
+fn read_general(input: impl BufRead, stages: Option<&[String]>, resume: Resume) -> Result<StageTable, CsvError> {
     // `\n` alone ends a record (a `\r` before it is trimmed with the field), so the
-    // parser's line numbers are the file's.
+    // parser's line numbers are the file's, less the lines before the input.
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .terminator(csv::Terminator::Any(b'\n'))
         .from_reader(KeepEmptyLines::new(input));
     let mut record = csv::ByteRecord::new();
-    let columns = loop {
-        if !reader.read_byte_record(&mut record).map_err(read_error)? {
-            return Err(CsvError::Empty);
-        }
-        if !blank(&record) {
-            break Columns::of(&record)?;
+    let (columns, mut names, mut rows, mut devices, mut overlaps, waits, caused) = match resume.read {
+        Some(read) => read,
+        None => {
+            let columns = loop {
+                if !reader.read_byte_record(&mut record).map_err(read_error)? {
+                    return Err(CsvError::Empty);
+                }
+                if !blank(&record) {
+                    break Columns::of(&record)?;
+                }
+            };
+            let names = stages.map(<[String]>::to_vec).unwrap_or_default();
+            (columns, names, Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new())
         }
     };
-    let mut names = stages.map(<[String]>::to_vec).unwrap_or_default();
     let fixed = stages.is_some();
     let [step_at, rank_at, stage_at, seconds_at] = columns.required;
-    let mut rows = Vec::new();
-    let mut overlaps = Vec::new();
-    let mut attribution = columns.waits.iter().any(Option::is_some).then(Attribution::default);
+    let mut attribution = columns.waits.iter().any(Option::is_some).then(|| Attribution {
+        waits: BTreeMap::from_iter(waits),
+        caused: BTreeMap::from_iter(caused),
+        ..Attribution::default()
+    });
     while reader.read_byte_record(&mut record).map_err(read_error)? {
         if blank(&record) {
             continue;
         }
-        let n = record.position().map_or(0, |p| p.line() as usize);
+        let n = resume.lines + record.position().map_or(0, |p| p.line() as usize);
         if record.len() < columns.want {
             return Err(CsvError::FieldCount { line: n, got: record.len(), want: columns.want });
         }
@@ -342,9 +383,12 @@ pub fn read_rfc4180(input: impl BufRead, stages: Option<&[String]>) -> Result<St
             a.caused.extend(caused.map(|s| (key, s)));
         }
         // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
-        rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32, device });
+        rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32 });
+        if columns.device[0].is_some() {
+            devices.push(device);
+        }
     }
-    let mut table = assemble(rows, names, None)?;
+    let mut table = assemble(rows, devices, names, None)?;
     table.attribution = attribution;
     // One overlap per (step, rank): the rows of its stages repeat it; the first counts.
     overlaps.sort_by_key(|(key, _)| *key);
@@ -353,25 +397,67 @@ pub fn read_rfc4180(input: impl BufRead, stages: Option<&[String]>) -> Result<St
     Ok(table)
 }
 
-/// Sorts, checks and indexes rows. `world` is every rank of the job when the source knows
-/// it (rank logs' headers); a CSV's world is the ranks it names.
-fn assemble(mut rows: Vec<Row>, names: Vec<String>, world: Option<Vec<u32>>) -> Result<StageTable, CsvError> {
+/// Sorts, checks and indexes rows. `devices` is empty or holds one entry per row. `world`
+/// is every rank of the job when the source knows it (rank logs' headers); a CSV's world
+/// is the ranks it names.
+fn assemble(
+    mut rows: Vec<Row>,
+    mut devices: Vec<Option<DeviceTime>>,
+    names: Vec<String>,
+    world: Option<Vec<u32>>,
+) -> Result<StageTable, CsvError> {
     if rows.is_empty() {
         return Err(CsvError::NoRows);
     }
-    rows.sort_by_key(|r| (r.step, r.rank, r.stage, r.line));
-    if let Some(e) = first_duplicate(&rows, &names) {
-        return Err(e);
+    // Rows as `sf steps --csv` writes them, and the logs' step vectors, come in order
+    // already: one pass finds that there is nothing to sort and no duplicate.
+    if !rows.windows(2).all(|p| p[0].key() < p[1].key()) {
+        if devices.is_empty() {
+            rows.sort_by_key(|r| (r.key(), r.line));
+        } else {
+            let mut both: Vec<(Row, Option<DeviceTime>)> = rows.into_iter().zip(devices).collect();
+            both.sort_by_key(|(r, _)| (r.key(), r.line));
+            (rows, devices) = both.into_iter().unzip();
+        }
+        if let Some(e) = first_duplicate(&rows, &names) {
+            return Err(e);
+        }
     }
-    // Sorted by step, then rank: one rank per run of rows, far fewer to sort than rows.
-    let mut world = world.unwrap_or_default();
-    world.extend(rows.chunk_by(|a, b| a.rank == b.rank).map(|run| run[0].rank));
-    world.sort_unstable();
-    world.dedup();
+    let world = world_of(&rows, world.unwrap_or_default());
     // Checked above when given; first appearance never repeats or blanks a name.
     let schema = Schema::new(names).map_err(CsvError::StageList)?;
-    let has_device = rows.iter().any(|r| r.device.is_some());
-    Ok(StageTable { schema: Arc::new(schema), world, rows, overlaps: Vec::new(), has_device, attribution: None })
+    if devices.iter().all(Option::is_none) {
+        devices = Vec::new();
+    }
+    Ok(StageTable { schema: Arc::new(schema), world, rows, overlaps: Vec::new(), devices, attribution: None })
+}
+
+/// `known` and every rank of `rows` (sorted by step, then rank), ascending, once each.
+fn world_of(rows: &[Row], mut known: Vec<u32>) -> Vec<u32> {
+    // One rank per run of rows; at most one run per row.
+    let runs = || rows.chunk_by(|a, b| a.rank == b.rank).map(|run| run[0].rank);
+    let top = runs().chain(known.iter().copied()).max().unwrap_or(0) as usize;
+    // Ranks numbered from 0 up (every job's): a bit per rank up to the highest, a size
+    // bounded by the rows read, instead of sorting a rank per run.
+    if top < 64 * (rows.len() + known.len()) {
+        let mut seen = vec![0u64; top / 64 + 1];
+        for rank in runs().chain(known.iter().copied()) {
+            seen[rank as usize / 64] |= 1 << (rank % 64);
+        }
+        known.clear();
+        for (word, bits) in seen.into_iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                known.push((word * 64) as u32 + bits.trailing_zeros());
+                bits &= bits - 1;
+            }
+        }
+        return known;
+    }
+    known.extend(runs());
+    known.sort_unstable();
+    known.dedup();
+    known
 }
 
 /// A table from durations that did not come from a CSV file: the rank logs' step vectors.
@@ -421,18 +507,19 @@ pub fn from_stage_ids(
             stages.push(names[id as usize].clone());
             stages.len() as u32 - 1
         });
-        rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage, device: None });
+        rows.push(Row { step, seconds: seconds + 0.0, line: i + 1, rank, stage });
     }
-    let mut table = assemble(rows, stages, Some(world))?;
+    let mut table = assemble(rows, Vec::new(), stages, Some(world))?;
     for (step, rank, id, device) in devices {
         let Some(stage) = stage_of.get(id as usize).copied().flatten() else { continue };
-        let key = (step, rank, stage);
-        if let Ok(i) = table.rows.binary_search_by_key(&key, |r| (r.step, r.rank, r.stage)) {
+        if let Ok(i) = table.rows.binary_search_by_key(&(step, rank, stage), Row::key) {
             if !(device.spill_s >= 0.0 && device.spill_s <= device.device_s && device.device_s.is_finite()) {
                 return Err(CsvError::BadDevice { line: table.rows[i].line, text: format!("{device:?}") });
             }
-            table.rows[i].device = Some(device);
-            table.has_device = true;
+            if table.devices.is_empty() {
+                table.devices = vec![None; table.rows.len()];
+            }
+            table.devices[i] = Some(device);
         }
     }
     table.overlaps = overlaps.into_iter().map(|(step, rank, seconds)| ((step, rank), seconds)).collect();
@@ -481,16 +568,13 @@ fn wait_cells(
 
 /// The duplicate whose second row comes first in the file.
 fn first_duplicate(rows: &[Row], names: &[String]) -> Option<CsvError> {
-    rows.windows(2)
-        .filter(|p| (p[0].step, p[0].rank, p[0].stage) == (p[1].step, p[1].rank, p[1].stage))
-        .min_by_key(|p| p[1].line)
-        .map(|p| CsvError::Duplicate {
-            line: p[1].line,
-            first_line: p[0].line,
-            step: p[0].step,
-            rank: p[0].rank,
-            stage: names[p[0].stage as usize].clone(),
-        })
+    rows.windows(2).filter(|p| p[0].key() == p[1].key()).min_by_key(|p| p[1].line).map(|p| CsvError::Duplicate {
+        line: p[1].line,
+        first_line: p[0].line,
+        step: p[0].step,
+        rank: p[0].rank,
+        stage: names[p[0].stage as usize].clone(),
+    })
 }
 
 impl StageTable {
@@ -515,12 +599,14 @@ impl StageTable {
     /// wait columns) get own time, summed in row order: the same inputs give the same bits.
     pub fn take_out_waits(&mut self, a: &Attribution) -> Vec<f64> {
         let mut stage_time_s = vec![0.0; self.schema.len()];
-        for row in &mut self.rows {
-            let stage = row.stage as usize;
-            stage_time_s[stage] += row.seconds;
-            // A call entered in this stage may outlast it: own time stops at zero.
-            row.seconds = (row.seconds - a.wait(row.rank, row.step, stage)).max(0.0);
+        for row in &self.rows {
+            stage_time_s[row.stage as usize] += row.seconds;
         }
+        // A row without a wait keeps its time: `seconds - 0` is `seconds`, never negative.
+        waits::for_each_wait(&mut self.rows, &a.waits, |row, wait| {
+            // A call entered in this stage may outlast it: own time stops at zero.
+            row.seconds = (row.seconds - wait).max(0.0);
+        });
         stage_time_s
     }
 
@@ -531,7 +617,10 @@ impl StageTable {
         let (mut ranks, mut missing, mut durations, mut overlap) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut device = Vec::new();
         let mut missing_for: Option<Vec<u32>> = None;
+        let mut at = 0;
         for step_rows in self.rows.chunk_by(|a, b| a.step == b.step) {
+            let step_at = at;
+            at += step_rows.len();
             let mut used = vec![false; all];
             for row in step_rows {
                 used[row.stage as usize] = true;
@@ -549,14 +638,16 @@ impl StageTable {
             ranks.clear();
             durations.clear();
             device.clear();
+            let mut rank_at = step_at;
             for rank_rows in step_rows.chunk_by(|a, b| a.rank == b.rank) {
                 if rank_rows.len() == width {
                     ranks.push(rank_rows[0].rank);
                     durations.extend(rank_rows.iter().map(|r| r.seconds));
-                    if self.has_device {
-                        device.extend(rank_rows.iter().map(|r| r.device));
+                    if !self.devices.is_empty() {
+                        device.extend_from_slice(&self.devices[rank_at..rank_at + width]);
                     }
                 }
+                rank_at += rank_rows.len();
             }
             // The world comes from log headers and may be large: recompute the ranks it
             // misses only when the ranks present change, not at every step.
@@ -591,6 +682,9 @@ impl StageTable {
 
 #[path = "csv_fast.rs"]
 mod fast;
+
+#[path = "csv_waits.rs"]
+mod waits;
 
 #[cfg(test)]
 #[path = "csv_tests.rs"]

@@ -1,124 +1,115 @@
-//! The fast path of [`super::read`]: the whole input in memory, split into lines on bytes,
-//! numbers in the forms `sf steps --csv` writes parsed by hand, chunks of lines parsed on
-//! every core. It gives exactly what the RFC 4180 reader gives (the same rows, errors and
-//! line numbers) or declines, and that reader takes the file: a quote anywhere but around
-//! a whole one-line field, a stage name that is not UTF-8, or an input over
-//! [`MAX_IN_MEMORY`].
+//! The fast path of [`super::read`]: the input read block by block into one reused buffer
+//! (the file is never held whole), split into lines on bytes, a line in the form
+//! `sf steps --csv` writes read in one pass (csv_quick.rs), numbers in the forms it writes
+//! parsed by hand. It gives exactly what the RFC 4180 reader gives (the same rows, errors
+//! and line numbers). At a line it does not take (a quote anywhere but around a whole
+//! one-line field, a stage name that is not UTF-8, a line over [`MAX_LINE`] bytes) it
+//! hands that reader what it has read and the input from that line on, and the reader goes
+//! on from there.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read};
 
-use super::{parse, text, Columns, CsvError, DeviceTime, Row, StageTable, WAIT_COLUMNS};
+use super::{parse, text, Columns, CsvError, DeviceTime, Resume, Row, StageTable, WaitKeyed, WAIT_COLUMNS};
 use crate::analysis::blame::Attribution;
 
-/// The most input held in memory at once (law 5: the file's size is not trusted). A larger
-/// file goes to the RFC 4180 reader, which streams the rest after what was read.
-pub(super) const MAX_IN_MEMORY: u64 = 1 << 30;
+/// Bytes read at a time into the reused buffer.
+const BLOCK: usize = 1 << 20;
 
-/// Below this many bytes one thread parses everything: threads would cost more than they save.
-const PARALLEL_FROM: usize = 4 << 20;
+/// The longest line the buffer holds (law 5: nothing in the file is trusted): a longer one
+/// goes to the RFC 4180 reader, which streams.
+pub(super) const MAX_LINE: usize = 1 << 20;
 
 /// What the fast path made of the input: a table or an error the RFC 4180 reader would
-/// give too, or the input handed back (what was read, then the rest) for that reader.
+/// give too, or the input from the line it declined on (what was read, then the rest) and
+/// what it read before that line, for that reader to go on.
 pub(super) enum Outcome<R> {
     Done(Result<StageTable, CsvError>),
-    Declined(std::io::Chain<std::io::Cursor<Vec<u8>>, R>),
+    Declined(std::io::Chain<std::io::Cursor<Vec<u8>>, R>, Resume),
 }
 
 /// A line the fast path does not take.
 struct Decline;
 
 /// Parses `input` when it can. `stages` is the checked `--stages` list.
-pub(super) fn read<R: BufRead>(mut input: R, stages: Option<&[String]>) -> Outcome<R> {
-    let mut bytes = Vec::new();
-    if let Err(e) = (&mut input).take(MAX_IN_MEMORY + 1).read_to_end(&mut bytes) {
-        return Outcome::Done(Err(CsvError::Io(e.to_string())));
-    }
-    if bytes.len() as u64 > MAX_IN_MEMORY {
-        return Outcome::Declined(std::io::Cursor::new(bytes).chain(input));
-    }
-    match parse_all(&bytes, stages) {
-        Ok(result) => Outcome::Done(result),
-        Err(Decline) => Outcome::Declined(std::io::Cursor::new(bytes).chain(input)),
-    }
+pub(super) fn read<R: BufRead>(input: R, stages: Option<&[String]>) -> Outcome<R> {
+    read_blocks(input, stages, BLOCK)
 }
 
-/// The header, then the rows on every core.
-fn parse_all(bytes: &[u8], stages: Option<&[String]>) -> Result<Result<StageTable, CsvError>, Decline> {
-    let (mut at, mut line) = (0, 0);
-    let mut fields = Fields::default();
-    let columns = loop {
-        if at >= bytes.len() {
-            return Ok(Err(CsvError::Empty));
-        }
-        let end = fields.split(bytes, at)?;
-        line += 1;
-        at = end + 1;
-        if !fields.blank(bytes) {
-            let header = csv::ByteRecord::from((0..fields.len()).map(|i| fields.raw(bytes, i)).collect::<Vec<_>>());
-            match Columns::of(&header) {
-                Ok(columns) => break columns,
-                Err(e) => return Ok(Err(e)),
-            }
-        }
-    };
-    let body = bytes.get(at..).unwrap_or_default();
-    let chunks = split_chunks(body);
+/// [`read`], `block` bytes at a time (tests cut lines at every place with small blocks).
+fn read_blocks<R: BufRead>(mut input: R, stages: Option<&[String]>, block: usize) -> Outcome<R> {
     let fixed = stages.is_some();
-    let names = stages.map(<[String]>::to_vec).unwrap_or_default();
-    // Every chunk but the first numbers its lines from 0 (counting the lines before it
-    // would cost a pass over the file); they are shifted below.
-    // The first chunk's rows take the others' after them: room for all, reserved only.
-    let room = |k: usize| if k == 0 { body.len() } else { chunks[k].len() };
-    let parse = |k: usize, base: usize| Chunk::parse(chunks[k], room(k), base, &columns, &names, fixed);
-    let parsed: Vec<Result<Result<Chunk, CsvError>, Decline>> = if chunks.len() == 1 {
-        vec![parse(0, line)]
-    } else {
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..chunks.len())
-                .map(|k| {
-                    let parse = &parse;
-                    scope.spawn(move || parse(k, if k == 0 { line } else { 0 }))
-                })
-                .collect();
-            workers.into_iter().map(|w| w.join().unwrap_or(Err(Decline))).collect()
-        })
-    };
-    // The first chunk that declines or fails decides, as the first bad line would.
-    let mut done = Vec::with_capacity(parsed.len());
-    // Lines before the chunk at hand; the first chunk numbered its own from there.
-    let mut before = line;
-    for (k, p) in parsed.into_iter().enumerate() {
-        let shift = if k == 0 { 0 } else { before };
-        match p? {
-            Ok(mut chunk) => {
-                if shift > 0 {
-                    chunk.rows.iter_mut().for_each(|r| r.line += shift);
+    let mut buf: Vec<u8> = Vec::with_capacity(block);
+    // Where the unparsed bytes start in `buf`, and the lines of the file before them.
+    let (mut start, mut lines) = (0, 0);
+    let mut eof = false;
+    let mut fields = Fields::default();
+    let mut reading: Option<(Columns, quick::Plan, Chunk)> = None;
+    while !eof {
+        // The partial line left moves to the front; a block is read after it.
+        buf.drain(..start);
+        start = 0;
+        match (&mut input).take(block as u64).read_to_end(&mut buf) {
+            Ok(n) => eof = n < block,
+            Err(e) => return Outcome::Done(Err(CsvError::Io(e.to_string()))),
+        }
+        // Whole lines only, but for the last one at the end of the input.
+        let end = match buf.iter().rposition(|&b| b == b'\n') {
+            _ if eof => buf.len(),
+            Some(i) => i + 1,
+            None if buf.len() > MAX_LINE => return declined(buf, 0, input, lines, reading),
+            None => continue,
+        };
+        let bytes = &buf[..end];
+        while start < end {
+            let Some((columns, plan, chunk)) = &mut reading else {
+                // The header: the first line that is not blank.
+                let Ok(newline) = fields.split(bytes, start) else {
+                    return declined(buf, start, input, lines, reading);
+                };
+                start = newline + 1;
+                lines += 1;
+                if !fields.blank(bytes) {
+                    let header =
+                        csv::ByteRecord::from((0..fields.len()).map(|i| fields.raw(bytes, i)).collect::<Vec<_>>());
+                    let columns = match Columns::of(&header) {
+                        Ok(columns) => columns,
+                        Err(e) => return Outcome::Done(Err(e)),
+                    };
+                    let (plan, chunk) = (quick::plan(&columns), Chunk::new(stages, lines));
+                    reading = Some((columns, plan, chunk));
                 }
-                before += chunk.lines;
-                done.push(chunk);
+                continue;
+            };
+            match chunk.parse_lines(bytes, start, columns, plan, fixed, &mut fields) {
+                Ok(Ok(())) => start = end,
+                Ok(Err(e)) => return Outcome::Done(Err(e)),
+                Err(at) => return declined(buf, at, input, lines, reading),
             }
-            // Parsed again from its true first line, to name the line in the file.
-            Err(e) if k > 0 => return Ok(Err(parse(k, shift)?.err().unwrap_or(e))),
-            Err(e) => return Ok(Err(e)),
+        }
+        if buf.len().saturating_sub(start) > MAX_LINE {
+            return declined(buf, start, input, lines, reading);
         }
     }
-    Ok(merge(done, names, fixed, &columns))
+    match reading {
+        Some((columns, _, chunk)) => Outcome::Done(finish(chunk, &columns)),
+        None => Outcome::Done(Err(CsvError::Empty)),
+    }
 }
 
-/// `body` in chunks of whole lines, one per core for a large body.
-fn split_chunks(body: &[u8]) -> Vec<&[u8]> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
-    let parts = if body.len() < PARALLEL_FROM { 1 } else { cores };
-    let mut chunks = Vec::with_capacity(parts);
-    let mut start = 0;
-    for k in 1..=parts {
-        let target = (body.len() * k / parts).max(start);
-        let end = if k == parts { body.len() } else { (line_end(body, target) + 1).min(body.len()) };
-        chunks.push(&body[start..end]);
-        start = end;
-    }
-    chunks
+/// The input from `buf[at..]` on, for the RFC 4180 reader, with what was read before it;
+/// `lines` counts the lines before it while no header was read.
+fn declined<R: Read>(
+    buf: Vec<u8>,
+    at: usize,
+    input: R,
+    lines: usize,
+    reading: Option<(Columns, quick::Plan, Chunk)>,
+) -> Outcome<R> {
+    let rest = std::io::Cursor::new(buf[at..].to_vec()).chain(input);
+    let lines = reading.as_ref().map_or(lines, |(_, _, chunk)| chunk.lines);
+    let read = reading.map(|(columns, _, c)| (columns, c.names, c.rows, c.devices, c.overlaps, c.waits, c.caused));
+    Outcome::Declined(rest, Resume { lines, read })
 }
 
 /// The index of the `\n` ending the line that holds `at`, or the input's length.
@@ -252,53 +243,76 @@ fn split_quoted(line: &[u8]) -> Result<Vec<Vec<u8>>, Decline> {
     }
 }
 
-/// What one chunk of lines held, its stages numbered by first appearance in it (or as
-/// `--stages` lists them).
+/// What the lines read so far held, stages numbered by first appearance (or as `--stages`
+/// lists them).
 struct Chunk {
     rows: Vec<Row>,
+    /// One per row when the file has a device column, else empty.
+    devices: Vec<Option<DeviceTime>>,
     names: Vec<String>,
+    /// Per name, whether the quick path may match it without finding the field's end.
+    plain: Vec<bool>,
     overlaps: Vec<((u64, u32), f64)>,
-    waits: Vec<((u32, u64, usize), f64)>,
-    caused: Vec<((u32, u64, usize), f64)>,
-    /// Lines read.
+    waits: Vec<WaitKeyed>,
+    caused: Vec<WaitKeyed>,
+    /// Lines of the file read, the header and blank lines included.
     lines: usize,
     /// The stage of the previous row: the next row's is most often the one after it.
     last_stage: usize,
 }
 
 impl Chunk {
-    /// The rows of `bytes`, whose first line is line `line + 1` of the file, with room for
-    /// the rows of `room` bytes; stops at the first bad line, as the RFC 4180 reader does.
-    fn parse(
-        bytes: &[u8],
-        room: usize,
-        line: usize,
-        columns: &Columns,
-        names: &[String],
-        fixed: bool,
-    ) -> Result<Result<Chunk, CsvError>, Decline> {
-        let mut chunk = Chunk {
-            rows: Vec::with_capacity(room / 24),
-            names: names.to_vec(),
+    /// Nothing read yet after the header, which is line `lines`.
+    fn new(stages: Option<&[String]>, lines: usize) -> Chunk {
+        Chunk {
+            rows: Vec::new(),
+            devices: Vec::new(),
+            plain: stages.unwrap_or_default().iter().map(|n| quick::plain(n.as_bytes())).collect(),
+            names: stages.map(<[String]>::to_vec).unwrap_or_default(),
             overlaps: Vec::new(),
             waits: Vec::new(),
             caused: Vec::new(),
-            lines: 0,
+            lines,
             last_stage: 0,
-        };
-        let mut fields = Fields::default();
-        let mut at = 0;
+        }
+    }
+
+    /// Reads the lines of `bytes` from `at` on (each ends in `\n` or at the end of
+    /// `bytes`); stops at the first bad line, as the RFC 4180 reader does, or at the first
+    /// line this path does not take, whose start it returns (that line not counted).
+    fn parse_lines(
+        &mut self,
+        bytes: &[u8],
+        mut at: usize,
+        columns: &Columns,
+        plan: &quick::Plan,
+        fixed: bool,
+        fields: &mut Fields,
+    ) -> Result<Result<(), CsvError>, usize> {
         while at < bytes.len() {
-            at = fields.split(bytes, at)? + 1;
-            chunk.lines += 1;
-            if fields.blank(bytes) {
+            self.lines += 1;
+            if let Some(next) = self.quick_row(bytes, at, self.lines, plan) {
+                at = next;
                 continue;
             }
-            if let Err(e) = chunk.row(&fields, bytes, line + chunk.lines, columns, fixed)? {
-                return Ok(Err(e));
+            let line = at;
+            let read = fields.split(bytes, at).and_then(|end| {
+                at = end + 1;
+                if fields.blank(bytes) {
+                    return Ok(Ok(()));
+                }
+                self.row(fields, bytes, self.lines, columns, fixed)
+            });
+            match read {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Ok(Err(e)),
+                Err(Decline) => {
+                    self.lines -= 1;
+                    return Err(line);
+                }
             }
         }
-        Ok(Ok(chunk))
+        Ok(Ok(()))
     }
 
     /// One data line, checked as the RFC 4180 reader checks it, in the same order.
@@ -350,6 +364,7 @@ impl Chunk {
                 // A name that is not UTF-8 would be stored lossily and never match again.
                 let name = std::str::from_utf8(stage_name).map_err(|_| Decline)?;
                 self.names.push(name.to_string());
+                self.plain.push(quick::plain(name.as_bytes()));
                 self.names.len() - 1
             }
         };
@@ -375,7 +390,10 @@ impl Chunk {
                 }
             }
         }
-        self.rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32, device });
+        self.rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32 });
+        if columns.device[0].is_some() {
+            self.devices.push(device);
+        }
         self.last_stage = stage;
         Ok(Ok(()))
     }
@@ -403,113 +421,71 @@ fn device_cells<'a>(
     Ok(Some(DeviceTime { device_s: device_s + 0.0, spill_s: spill_s + 0.0 }))
 }
 
-/// Joins the chunks in file order: stages renumbered by first appearance in the file,
-/// then sorted and checked as the RFC 4180 reader's rows are.
-fn merge(chunks: Vec<Chunk>, fixed_names: Vec<String>, fixed: bool, columns: &Columns) -> Result<StageTable, CsvError> {
-    let mut names = fixed_names;
-    let mut chunks = chunks.into_iter();
-    let Some(first) = chunks.next() else { return super::assemble(Vec::new(), names, None) };
-    let (mut rows, mut overlaps, mut waits, mut caused) = (first.rows, first.overlaps, first.waits, first.caused);
-    if !fixed {
-        names = first.names;
-    }
-    for mut chunk in chunks {
-        if !fixed {
-            let map: Vec<usize> = chunk
-                .names
-                .iter()
-                .map(|name| match names.iter().position(|s| s == name) {
-                    Some(s) => s,
-                    None => {
-                        names.push(name.clone());
-                        names.len() - 1
-                    }
-                })
-                .collect();
-            if map.iter().enumerate().any(|(i, &s)| i != s) {
-                for row in &mut chunk.rows {
-                    row.stage = map[row.stage as usize] as u32;
-                }
-                for ((_, _, stage), _) in chunk.waits.iter_mut().chain(chunk.caused.iter_mut()) {
-                    *stage = map[*stage];
-                }
-            }
-        }
-        rows.append(&mut chunk.rows);
-        overlaps.append(&mut chunk.overlaps);
-        waits.append(&mut chunk.waits);
-        caused.append(&mut chunk.caused);
-    }
-    let mut table = super::assemble(rows, names, None)?;
+/// The table of what was read, sorted and checked as the RFC 4180 reader's rows are.
+fn finish(chunk: Chunk, columns: &Columns) -> Result<StageTable, CsvError> {
+    let Chunk { rows, devices, names, mut overlaps, waits, caused, .. } = chunk;
+    let mut table = super::assemble(rows, devices, names, None)?;
     if columns.waits.iter().any(Option::is_some) {
-        // Keys are unique (a duplicate row failed above): an unstable sort leaves the
-        // same map, and the map's own sort then finds its input in order.
-        waits.sort_unstable_by_key(|(key, _)| *key);
-        caused.sort_unstable_by_key(|(key, _)| *key);
         table.attribution = Some(Attribution {
-            waits: BTreeMap::from_iter(waits),
-            caused: BTreeMap::from_iter(caused),
+            waits: BTreeMap::from_iter(rank_major(waits, &table.world)),
+            caused: BTreeMap::from_iter(rank_major(caused, &table.world)),
             ..Attribution::default()
         });
     }
     // One overlap per (step, rank): the rows of its stages repeat it; the first counts.
-    overlaps.sort_by_key(|(key, _)| *key);
+    if !overlaps.is_sorted_by_key(|(key, _)| *key) {
+        overlaps.sort_by_key(|(key, _)| *key);
+    }
     overlaps.dedup_by_key(|(key, _)| *key);
     table.overlaps = overlaps;
     Ok(table)
 }
 
+/// Waits keyed (rank, step, stage), each key once (a duplicate row failed), in the map's
+/// order. Rows as `sf steps --csv` writes them come by step, then rank: one stable
+/// counting pass by rank (`world` holds every rank) orders them, where a sort would
+/// compare each key some twenty times; any other order is sorted.
+fn rank_major(mut waits: Vec<WaitKeyed>, world: &[u32]) -> Vec<WaitKeyed> {
+    let step_major = |((r, t, s), _): &WaitKeyed| (*t, *r, *s);
+    // A world of ranks 0 to n - 1 (every job's) is its own index.
+    let dense = world.last().is_some_and(|&last| last as usize + 1 == world.len());
+    let index = |rank: u32| match dense {
+        true => ((rank as usize) < world.len()).then_some(rank as usize),
+        false => world.binary_search(&rank).ok(),
+    };
+    if !waits.is_sorted_by_key(step_major) || waits.iter().any(|((r, _, _), _)| index(*r).is_none()) {
+        waits.sort_unstable_by_key(|(key, _)| *key);
+        return waits;
+    }
+    let mut starts = vec![0usize; world.len() + 1];
+    for ((rank, _, _), _) in &waits {
+        starts[index(*rank).unwrap_or_default() + 1] += 1;
+    }
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    let mut out = vec![((0, 0, 0), 0.0); waits.len()];
+    for wait in waits {
+        let slot = &mut starts[index(wait.0 .0).unwrap_or_default()];
+        out[*slot] = wait;
+        *slot += 1;
+    }
+    out
+}
+
 /// Up to `digits` ASCII digits as a number; anything else is left to `str::parse`.
 fn integer(field: &[u8], digits: usize) -> Option<u64> {
-    if field.is_empty() || field.len() > digits {
-        return None;
-    }
-    let mut value = 0u64;
-    for &b in field {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        value = value * 10 + u64::from(d);
-    }
-    Some(value)
+    quick::digits_at(field, 0, digits).filter(|&(_, end)| end == field.len()).map(|(value, _)| value)
 }
 
-/// Powers of ten a double holds exactly.
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
-    1e21, 1e22,
-];
-
-/// A number as `str::parse::<f64>` reads it, bit for bit. `DIGITS[.DIGITS]` whose digits
-/// fit in 53 bits is one exact integer divided by an exact power of ten, which IEEE
-/// division rounds correctly (Clinger's fast path); every other form goes to `str::parse`.
+/// A number as `str::parse::<f64>` reads it, bit for bit: [`quick::decimal_at`] for the
+/// forms it takes, `str::parse` for every other.
 fn number(field: &[u8]) -> Option<f64> {
-    decimal(field).or_else(|| parse::<f64>(field))
+    quick::decimal_at(field, 0).filter(|&(_, end)| end == field.len()).map(|(value, _)| value).or_else(|| parse(field))
 }
 
-fn decimal(field: &[u8]) -> Option<f64> {
-    if field.len() > 19 {
-        return None;
-    }
-    let (mut mantissa, mut fraction, mut point) = (0u64, 0usize, false);
-    for (i, &b) in field.iter().enumerate() {
-        if b == b'.' && !point && i > 0 {
-            point = true;
-            continue;
-        }
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        mantissa = mantissa * 10 + u64::from(d);
-        fraction += usize::from(point);
-    }
-    if field.is_empty() || (point && fraction == 0) || mantissa > 1 << 53 {
-        return None;
-    }
-    Some(mantissa as f64 / POW10[fraction])
-}
+#[path = "csv_quick.rs"]
+mod quick;
 
 #[cfg(test)]
 #[path = "csv_fast_tests.rs"]

@@ -1,4 +1,4 @@
-use super::super::read_rfc4180;
+use super::super::{read_general, read_rfc4180};
 use super::*;
 
 /// Everything a table holds, numbers as bits, so two readers compare exactly.
@@ -8,35 +8,45 @@ fn snapshot(t: &StageTable) -> Snapshot {
     let rows = t
         .rows
         .iter()
-        .map(|r| {
-            let device = r.device.map(|d| (d.device_s.to_bits(), d.spill_s.to_bits()));
+        .enumerate()
+        .map(|(i, r)| {
+            let device = t.devices.get(i).copied().flatten().map(|d| (d.device_s.to_bits(), d.spill_s.to_bits()));
             (r.step, r.rank, r.stage, r.line, r.seconds.to_bits(), device)
         })
         .collect();
     // The rest, compared through its debug form: bits of every f64 show there too.
-    let rest = format!("{:?} {} {:?}", t.overlaps, t.has_device, t.attribution).into_bytes();
+    let rest = format!("{:?} {} {:?}", t.overlaps, t.devices.len(), t.attribution).into_bytes();
     (t.schema.stages().to_vec(), t.world.clone(), rows, rest)
 }
 
-/// Both readers on `text`: the same table or the same error. Returns whether the fast
-/// path took the file.
+/// Both readers on `text`: the same table or the same error, whatever the blocks the fast
+/// path reads (lines cut at every place). Returns whether the fast path took the whole file.
 fn same(text: &[u8], stages: Option<&[String]>) -> bool {
-    let general = read_rfc4180(text, stages);
-    let (fast, took) = match read(text, stages) {
-        Outcome::Done(result) => (result, true),
-        Outcome::Declined(input) => (read_rfc4180(input, stages), false),
-    };
-    match (&general, &fast) {
-        (Ok(a), Ok(b)) => assert!(snapshot(a) == snapshot(b), "tables differ for {:?}", String::from_utf8_lossy(text)),
-        (Err(a), Err(b)) => assert_eq!(a, b, "{:?}", String::from_utf8_lossy(text)),
-        _ => panic!(
-            "{:?}: general {:?}, fast {:?}",
-            String::from_utf8_lossy(text),
-            general.as_ref().err(),
-            fast.as_ref().err()
-        ),
-    }
-    took
+    let blocks: &[usize] = if text.len() < 4096 { &[1, 2, 3, 7, 64, BLOCK] } else { &[4093, BLOCK] };
+    let general = read_rfc4180(text, stages).map(|t| snapshot(&t));
+    let took: Vec<bool> = blocks
+        .iter()
+        .map(|&block| {
+            let (fast, took) = match read_blocks(text, stages, block) {
+                Outcome::Done(result) => (result, true),
+                Outcome::Declined(rest, resume) => (read_general(rest, stages, resume), false),
+            };
+            let fast = fast.map(|t| snapshot(&t));
+            match (&general, &fast) {
+                (Ok(a), Ok(b)) => assert!(a == b, "tables differ for {:?}", String::from_utf8_lossy(text)),
+                (Err(a), Err(b)) => assert_eq!(a, b, "{:?}", String::from_utf8_lossy(text)),
+                _ => panic!(
+                    "{:?}: general {:?}, fast {:?}",
+                    String::from_utf8_lossy(text),
+                    general.as_ref().err(),
+                    fast.as_ref().err()
+                ),
+            }
+            took
+        })
+        .collect();
+    assert!(took.iter().all(|&t| t == took[0]), "{:?}: taken {took:?}", String::from_utf8_lossy(text));
+    took[0]
 }
 
 const HEADER: &str = "step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds\n";
@@ -89,13 +99,37 @@ fn edge_cases_give_the_same_table_or_error_on_the_same_line() {
         "step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,0.25,\n0,0,b,2,,0.5\n0,1,a,1,0,\n",
         "step,rank,stage,seconds,wait_seconds,caused_seconds\n0,0,a,1,,\n\n0,1,a,1,,inf\n",
         "step,rank,stage,seconds,wait_seconds\n0,0,a,1\n",
+        // Blanks around values and names, other number forms: the one-pass read leaves
+        // these lines to the split-and-check path, with the same results.
+        "step,rank,stage,seconds,wait_seconds\n0,0,a,1,\n0,1,a, 1 ,\n0,2,a,1\t,0.5\n0,3, a,1,\n0,4,a ,1,\n",
+        "step,rank,stage,seconds,x\n0,0,a,12345678.123456789,y\n0,0,b,1e-3,z\n0,1,a,+1,\n0,1,b,-0,\n",
+        "step,rank,stage,seconds,overlap_seconds\r\n0,0,a,0.1,\r\n0,0,b,0.2,0.5\r\n0,1,a,00000000001.5000000000,\r\n",
+        "step,rank,stage,seconds,caused_seconds\n0,0,a,0.30000000000000004,0.1000000000000000055511151231257827\n",
+        // Rows out of order, and a duplicate found after sorting them.
+        "step,rank,stage,seconds\n1,0,a,1\n0,1,a,2\n0,0,b,3\n0,0,a,4\n1,1,a,5\n",
+        "step,rank,stage,seconds\n1,0,a,1\n0,1,a,2\n0,0,b,3\n0,0,a,4\n1,0,a,5\n",
+        "step,rank,stage,seconds,wait_seconds,caused_seconds,device_seconds,spill_seconds\n\
+         1,1,a,1,0.5,,0.2,0.1\n0,1,a,1,,0.25,,\n1,0,a,2,0.1,0.1,0.3,\n0,0,a,1,,,,\n",
+        // Ranks far apart (no bitset), and not in order.
+        "step,rank,stage,seconds\n0,5,a,1\n0,4000000000,a,1\n1,7,a,1\n1,3,a,1\n",
+        // A name with a comma, then a line whose fields split it.
+        "step,rank,stage,seconds\n0,0,\"a,b\",1\n0,1,a,b,1\n",
+        "step,rank,stage,seconds,wait_seconds\n0,0,a,1,,extra,\"q\"\n",
+        // Missing cells and short lines at every column.
+        "step,rank,stage,seconds,overlap_seconds,wait_seconds,caused_seconds\n0,0,a,1,0,,\n0,1,a,1,0,\n",
+        "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,0\n0,1,a\n",
+        "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,0\n0,1,a,\n",
+        "step,rank,stage,seconds,overlap_seconds\n0,0,a,1,0\n0,1,,1,\n",
     ];
     for text in taken {
         assert!(same(text.as_bytes(), None), "declined {text:?}");
     }
     // Quotes the fast path cannot place, and stage names that are not UTF-8, go to the
     // general reader, which gives its own answer.
-    let declined: [&[u8]; 6] = [
+    let declined: [&[u8]; 8] = [
+        // In the header, after blank lines: the general reader reads the file from there.
+        b"\n\n\"st\nep\",rank,stage,seconds\n0,0,a,1\n",
+        b"\n\"step\",\"ra\"nk,stage,seconds\n0,0,a,1\n",
         b"step,rank,stage,seconds\n0,1,\"data\" ,0.25\n",
         b"step,rank,stage,seconds\n0,0,\"multi\nline\",1\n0,1,x,1\n",
         b"step,rank,stage,seconds\n0,0,da\"ta,1\n",
@@ -163,9 +197,8 @@ fn numbers_read_bit_for_bit_as_str_parse_reads_them() {
     }
 }
 
-/// A file as `sf steps --csv` writes it, large enough to be parsed on every core; `late`
-/// adds a stage that first appears in its last rows. The second half lists each rank's
-/// stages in reverse, so a later chunk meets them in another order than the first.
+/// A file as `sf steps --csv` writes it, larger than a block; `late` adds a stage that
+/// first appears in its last rows. The second half lists each rank's stages in reverse.
 fn generated(ranks: u32, steps: u64, late: bool) -> Vec<u8> {
     use std::io::Write;
     let mut out = HEADER.as_bytes().to_vec();
@@ -192,21 +225,22 @@ fn generated(ranks: u32, steps: u64, late: bool) -> Vec<u8> {
 }
 
 #[test]
-fn large_files_parsed_on_every_core_match_the_general_reader() {
+fn large_files_read_block_by_block_match_the_general_reader() {
     let text = generated(200, 200, true);
-    assert!(text.len() > PARALLEL_FROM);
+    assert!(text.len() > 2 * BLOCK);
     assert!(same(&text, None));
     let mut table = read_rfc4180(&text[..], None).unwrap();
     assert_eq!(table.schema.stages().last().map(String::as_str), Some("late"));
     assert_eq!(table.take_attribution().unwrap().caused.len(), 200);
-    // An error in a later chunk names its line in the file.
+    // An error in a later block names its line in the file.
     let mut bad = text.clone();
     let at = bad[..bad.len() - 100].iter().rposition(|&b| b == b'\n').unwrap() + 1;
     let line = bad[..at].iter().filter(|&&b| b == b'\n').count() + 1;
     bad.splice(at..at, b"0,0,data,bad\n".iter().copied());
     assert!(same(&bad, None));
     assert_eq!(read_rfc4180(&bad[..], None).err().and_then(|e| e.line()), Some(line));
-    // A quote the fast path declines, in a later chunk, still reads.
+    // A quote the fast path declines, in a later block, still reads: the general reader
+    // goes on from that line with what was read before it.
     let mut quoted = text;
     let at = quoted[..quoted.len() - 100].iter().rposition(|&b| b == b'\n').unwrap() + 1;
     quoted.splice(at..at, b"9,9,\"a\nb\",1\n".iter().copied());

@@ -1,4 +1,5 @@
 use super::*;
+use crate::analysis::blame::Attribution;
 
 fn parse(text: &str, stages: Option<&[&str]>) -> Result<StageTable, CsvError> {
     let stages: Option<Vec<String>> = stages.map(|s| s.iter().map(|s| s.to_string()).collect());
@@ -135,4 +136,37 @@ fn incomplete_ranks_are_missing_and_absent_stages_shorten_the_schema() {
     .unwrap();
     assert_eq!(seen[0], (vec!["a".to_string(), "b".to_string()], vec![0], vec![1]));
     assert_eq!(seen[1], (vec!["a".to_string()], vec![0, 1], vec![]));
+}
+
+#[test]
+fn own_time_takes_each_rows_wait_as_a_lookup_per_row_would() {
+    // Rows out of order, sparse stages and steps; waits on rows, and on none.
+    let text = "step,rank,stage,seconds\n3,1,b,2\n0,0,a,1\n0,2,b,1\n3,0,a,4\n7,2,a,1\n0,0,b,3\n3,1,a,0.5\n";
+    let mut a = Attribution::default();
+    for (key, wait) in [
+        ((0, 0, 0), 0.25),
+        ((0, 0, 1), 5.0),
+        ((0, 1, 0), 9.0),
+        ((0, 3, 0), 1.5),
+        ((1, 3, 0), 0.125),
+        ((1, 3, 1), 0.5),
+        ((1, 4, 1), 1.0),
+        ((2, 0, 1), 0.0),
+        ((2, 7, 0), 0.75),
+        ((2, 7, 9), 1.0),
+        ((9, 3, 0), 1.0),
+    ] {
+        a.waits.insert(key, wait);
+    }
+    let mut t = parse(text, None).unwrap();
+    let mut want = Vec::new();
+    for row in &t.rows {
+        want.push((row.seconds - a.wait(row.rank, row.step, row.stage as usize)).max(0.0));
+    }
+    let before: Vec<f64> = t.rows.iter().map(|r| r.seconds).collect();
+    let stage_time_s = t.take_out_waits(&a);
+    assert_eq!(t.rows.iter().map(|r| r.seconds).collect::<Vec<_>>(), want);
+    assert_ne!(want, before);
+    // Stages by first appearance: b, then a.
+    assert_eq!(stage_time_s, [6.0, 6.5]);
 }

@@ -115,17 +115,20 @@ struct Series {
 
 impl Series {
     fn new(calls: &[NcclCall], comm_id: u64) -> Series {
-        let mut by_seq: BTreeMap<u64, &NcclCall> = BTreeMap::new();
-        for c in calls.iter().filter(|c| c.comm_id == comm_id && c.seq != 0 && c.op.is_collective()) {
-            // One process may hold several ranks of a communicator: keep the first's.
-            by_seq.entry(c.seq).or_insert(c);
-        }
-        let newest = by_seq.keys().next_back().copied().unwrap_or(0);
-        let first = by_seq.keys().copied().find(|&s| s + WINDOW as u64 > newest).unwrap_or(newest);
+        let mut by_seq: Vec<&NcclCall> =
+            calls.iter().filter(|c| c.comm_id == comm_id && c.seq != 0 && c.op.is_collective()).collect();
+        // Calls come in sequence order, so the sort only checks it (a map cost a search
+        // per call on every scrape). It is stable, and one process may hold several ranks
+        // of a communicator: the first call of each sequence number is kept.
+        by_seq.sort_by_key(|c| c.seq);
+        by_seq.dedup_by_key(|c| c.seq);
+        let newest = by_seq.last().map_or(0, |c| c.seq);
+        let from = by_seq.partition_point(|c| c.seq + WINDOW as u64 <= newest);
+        let first = by_seq.get(from).map_or(newest, |c| c.seq);
         let len = if by_seq.is_empty() { 0 } else { (newest - first + 1) as usize };
         let mut series = Series { keys: vec![None; len], t_enter: vec![None; len] };
-        for (seq, c) in by_seq.range(first..) {
-            let i = (seq - first) as usize;
+        for c in &by_seq[from..] {
+            let i = (c.seq - first) as usize;
             series.keys[i] = Some((c.op, c.count, c.dtype));
             series.t_enter[i] = Some(c.t_enter_ns);
         }
@@ -241,9 +244,21 @@ pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
         .collect();
     // The pattern is the same on every rank: read it from the one holding the most.
     let source = &series.iter().rev().max_by_key(|(_, s)| s.held())?.1;
+    // Periods timed whose steps did not agree, ascending. A period that repeats under a
+    // tolerance repeats under a looser one, and its steps are the same whatever the
+    // tolerance: a looser pass finds it again without comparing the pattern and skips
+    // timing it (a job of identical collectives, whose every period repeats, timed the
+    // same periods twice).
+    let mut disagreed: Vec<usize> = Vec::new();
     for tolerance in TOLERANCES {
-        let periods = (1..=MAX_PERIOD.min(source.keys.len() / 2)).filter(|&p| source.repeats(p, tolerance));
+        // Those of the passes before (at most 64 each).
+        let before = disagreed.clone();
+        let periods = (1..=MAX_PERIOD.min(source.keys.len() / 2))
+            .filter(|p| before.binary_search(p).is_ok() || source.repeats(*p, tolerance));
         for p in periods.take(MAX_TIMED_PERIODS) {
+            if before.binary_search(&p).is_ok() {
+                continue;
+            }
             let mut steps = Vec::new();
             for (_, s) in &series {
                 s.steps(p, &mut steps);
@@ -256,6 +271,9 @@ pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
                     (longest_call_ns, longest_gap_ns) = (longest_call_ns.max(call), longest_gap_ns.max(gap));
                 }
                 return Some(Cadence { comm_id, period: p, step_ns, samples, longest_call_ns, longest_gap_ns });
+            }
+            if let Err(at) = disagreed.binary_search(&p) {
+                disagreed.insert(at, p);
             }
         }
     }
@@ -355,6 +373,63 @@ mod tests {
         let calls = job(30, &[(NcclOp::AllReduce, 4096); 20], 60, 2);
         let c = estimate(&[&calls]).unwrap();
         assert_eq!((c.period, c.step_ns), (20, 100 * MS));
+    }
+
+    /// The estimate as it was before the loose pass skipped the periods the strict one had
+    /// timed: every pass times every period that repeats under its tolerance.
+    fn estimate_timing_every_pass(ranks: &[&[NcclCall]]) -> Option<Cadence> {
+        let comm_id = busiest_comm(ranks)?;
+        let series: Vec<(&[NcclCall], Series)> = ranks
+            .iter()
+            .map(|calls| (*calls, Series::new(calls, comm_id)))
+            .filter(|(_, s)| s.held() > 0)
+            .take(MAX_RANKS)
+            .collect();
+        let source = &series.iter().rev().max_by_key(|(_, s)| s.held())?.1;
+        for tolerance in TOLERANCES {
+            let periods = (1..=MAX_PERIOD.min(source.keys.len() / 2)).filter(|&p| source.repeats(p, tolerance));
+            for p in periods.take(MAX_TIMED_PERIODS) {
+                let mut steps = Vec::new();
+                for (_, s) in &series {
+                    s.steps(p, &mut steps);
+                }
+                if let Some((step_ns, samples)) = agreeing_median(steps, p) {
+                    let (mut longest_call_ns, mut longest_gap_ns) = (0, 0);
+                    for (calls, s) in &series {
+                        let (call, gap) = longest_call_and_gap(calls, s.entered_after(2 * p).unwrap_or(u64::MAX));
+                        (longest_call_ns, longest_gap_ns) = (longest_call_ns.max(call), longest_gap_ns.max(gap));
+                    }
+                    return Some(Cadence { comm_id, period: p, step_ns, samples, longest_call_ns, longest_gap_ns });
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn skipping_periods_timed_before_changes_no_estimate() {
+        let mut jobs = vec![
+            ddp(40),
+            // Identical collectives: every period repeats under both tolerances; 70 per
+            // step is past the periods timed, 40 and 20 are not.
+            job(120, &[(NcclOp::AllReduce, 4096); 70], 60, 2),
+            job(120, &[(NcclOp::AllReduce, 4096); 40], 60, 2),
+            job(30, &[(NcclOp::AllReduce, 4096); 20], 60, 2),
+        ];
+        // Irregular collectives past the strict tolerance: found by the loose pass only,
+        // after it finds the strict pass's periods again.
+        let mut loose = ddp(60);
+        for step in (0..60).step_by(5) {
+            loose[step * 5 + 2].count = 7 + step as u64;
+        }
+        jobs.push(loose);
+        let mut found = 0;
+        for calls in &jobs {
+            let want = estimate_timing_every_pass(&[calls, calls]);
+            found += usize::from(want.is_some());
+            assert_eq!(estimate(&[calls, calls]), want);
+        }
+        assert!(found >= 3, "{found}");
     }
 
     #[test]

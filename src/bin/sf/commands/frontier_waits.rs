@@ -138,8 +138,10 @@ pub fn blame_window(report: &mut WindowReport, w: &Window, waits: &Waits) {
     let a = &waits.attribution;
     let names = w.schema.stages();
     let mut wait_s = vec![0.0; names.len()];
+    // Each stage's place in the window's schema, found once rather than per wait.
+    let place: Vec<Option<usize>> = waits.stages.iter().map(|stage| names.iter().position(|n| n == stage)).collect();
     for (&(_, step, stage), &s) in &a.waits {
-        let at = names.iter().position(|n| *n == waits.stages[stage]);
+        let at = place.get(stage).copied().flatten();
         if let (Some(at), true) = (at, (w.first_step..=w.last_step).contains(&step)) {
             wait_s[at] += s;
         }
