@@ -428,6 +428,48 @@ fn wraparound_keeps_the_newest_records() {
 }
 
 #[test]
+fn a_read_budget_checks_each_logs_newest_records_and_says_so() {
+    let dir = TempDir::new("budget");
+    let host = stagefrontier::core::capture::host::hostname();
+    let writers: Vec<LogWriter> = (0..2)
+        .map(|rank| {
+            let path = dir.join(&format!("rank-{rank:05}.sflog"));
+            write_log(&path, &Spec { slot_count: 8192, calls: 6_000, ..Spec::rank(rank, 2, &host) })
+        })
+        .collect();
+    writers.iter().for_each(beat_now);
+    let ls = |budget: &str, json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sf"));
+        cmd.arg("ls").arg(&dir.0).env("SF_READ_BUDGET", budget);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().expect("run sf")
+    };
+    // The whole rings: every record read and checked.
+    let whole: Value = serde_json::from_slice(&ls("1000000", true).stdout).unwrap();
+    assert_eq!((whole["ranks"][0]["held"].as_u64(), whole["ranks"][0]["not_read"].as_u64()), (Some(6_001), Some(0)));
+    assert_eq!(whole["budget_for_all"], Value::Null);
+    // The smallest budget: each log's newest 4,096 event records (and its history ring).
+    let cut: Value = serde_json::from_slice(&ls("1", true).stdout).unwrap();
+    assert_eq!(cut["records_read_per_log"].as_u64(), Some(4096), "{cut}");
+    for rank in cut["ranks"].as_array().unwrap() {
+        assert_eq!((rank["held"].as_u64(), rank["not_read"].as_u64()), (Some(4_097), Some(1_904)), "{rank}");
+        assert_eq!((rank["committed"].as_u64(), rank["missing"].as_u64()), (Some(6_001), Some(0)), "{rank}");
+    }
+    assert_eq!(cut["budget_for_all"].as_u64(), Some(2 * 6_001));
+    let human = text(&ls("1", false).stdout);
+    assert!(
+        human.contains("note: the newest 4096 event records of each log were read and checked (SF_READ_BUDGET shared by 2 logs); 2 logs hold older ones")
+            && human.contains("SF_READ_BUDGET=12002 reads every record"),
+        "{human}"
+    );
+    // A budget that is no count is refused by name.
+    let out = ls("lots", false);
+    assert!(!out.status.success() && text(&out.stderr).contains("SF_READ_BUDGET=\"lots\": not a number of records"));
+}
+
+#[test]
 fn bad_inputs_fail_in_one_line_without_panic() {
     let dir = TempDir::new("bad");
     let good = dir.join("rank-00000.sflog");

@@ -22,6 +22,7 @@ use super::Failure;
 use crate::discover::{self, Dirs, LogFile};
 use crate::moment::{self, Taken};
 use crate::parallel;
+use crate::read_budget::RECORDS;
 use crate::wall::rfc3339_ms;
 use stagefrontier::core::capture::host as local_host;
 
@@ -40,6 +41,11 @@ pub struct LsReport {
     /// Per host, how well its ranks' monotonic times map onto the common wall-clock
     /// timeline cross-host timing is compared on (`analysis::log::clocks`).
     pub clocks: Vec<HostClock>,
+    /// The newest event records read and checked of each log: its share of the job-wide
+    /// `SF_READ_BUDGET` (every record of up to 1,024 default logs).
+    pub records_read_per_log: u64,
+    /// The budget that would read every record the logs hold, when some went unread.
+    pub budget_for_all: Option<u64>,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -74,6 +80,9 @@ pub struct RankRow {
     /// Records committed to both rings (events and history).
     pub committed: u64,
     pub held: u64,
+    /// Event records held older than the newest this read checked (`SF_READ_BUDGET`):
+    /// neither counted in `held` nor checked.
+    pub not_read: u64,
     pub lost_to_wrap: u64,
     pub missing: u64,
     pub invalid_slots: u64,
@@ -151,10 +160,12 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         by_rank.entry(o.log.header.global_rank).or_default().push(i);
     }
     let groups: Vec<Vec<usize>> = by_rank.into_values().collect();
+    let records_read_per_log = RECORDS.per_log(RECORDS.total()?, opened.len());
     let tally = Mutex::new(Tally::default());
     let mut events: Vec<Option<(ScanStats, u64)>> = (0..opened.len()).map(|_| None).collect();
     let read = parallel::read_all(&groups, |group| {
-        let windows: Vec<CallWindow> = group.iter().map(|&i| CallWindow::read(&opened[i].0.log, &aliases)).collect();
+        let windows: Vec<CallWindow> =
+            group.iter().map(|&i| CallWindow::read(&opened[i].0.log, records_read_per_log, &aliases)).collect();
         let said: Vec<Said> = windows.iter().map(|w| w.said()).collect();
         let say = Say::of(&said);
         tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).add(say);
@@ -196,7 +207,20 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let missing_ranks = summary.world_size.map_or_else(Vec::new, |world| missing_ranks(world, &ranks));
     let attempts = paths.0.iter().flat_map(|dir| discover::attempts_in(dir)).collect();
     let clocks = host_clocks(&clocks);
-    Ok(LsReport { dir: paths.display(), ranks, missing_ranks, errors, attempts, mismatches, clocks, summary })
+    let most_held = ranks.iter().map(|r| r.held + r.not_read).max().unwrap_or(0);
+    let budget_for_all = ranks.iter().any(|r| r.not_read > 0).then(|| most_held.saturating_mul(ranks.len() as u64));
+    Ok(LsReport {
+        dir: paths.display(),
+        ranks,
+        missing_ranks,
+        errors,
+        attempts,
+        mismatches,
+        clocks,
+        records_read_per_log,
+        budget_for_all,
+        summary,
+    })
 }
 
 /// The logs of the directories given, or the one file given.
@@ -245,8 +269,9 @@ struct CallWindow {
 }
 
 impl CallWindow {
-    fn read(log: &RankLog, aliases: &Aliases) -> CallWindow {
-        Self::newest(log, u64::MAX, aliases)
+    /// The newest `keep` records of the log's event ring, every one checked.
+    fn read(log: &RankLog, keep: u64, aliases: &Aliases) -> CallWindow {
+        Self::newest(log, keep, aliases)
     }
 
     /// The same window again: the records from `oldest_seq` to `last_seq` (of a log
@@ -294,6 +319,7 @@ fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) 
         heartbeat_age_s: age_ns.map(|ns| ns as f64 / 1e9),
         committed: live.committed + live.history_committed,
         held: stats.valid,
+        not_read: stats.not_read,
         lost_to_wrap: stats.lost_to_wrap,
         missing: stats.missing,
         invalid_slots: stats.invalid_slots,
@@ -366,6 +392,7 @@ mod tests {
             heartbeat_age_s: Some(0.0),
             committed: 0,
             held: 0,
+            not_read: 0,
             lost_to_wrap: 0,
             missing,
             invalid_slots: 0,

@@ -11,6 +11,7 @@ use super::Output;
 use crate::commands::frontier::FrontierReport;
 use crate::commands::hang::HangReport;
 use crate::commands::ls::{Gap, LsReport, RankRow};
+use crate::read_budget::RECORDS;
 
 /// Enough names to act on; the JSON output has them all.
 pub(super) const LIST_AT_MOST: usize = 16;
@@ -200,6 +201,18 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
         }
         lines.push(line);
     }
+    if let Some(all) = report.budget_for_all {
+        let unread = report.ranks.iter().filter(|r| r.not_read > 0).count();
+        lines.push(format!(
+            "note: the newest {} event records of each log were read and checked ({} shared by {}); {} hold older \
+             ones, not counted in HELD nor checked; {}={all} reads every record",
+            report.records_read_per_log,
+            RECORDS.var,
+            plural(report.ranks.len() as u64, "log"),
+            plural(unread as u64, "log"),
+            RECORDS.var,
+        ));
+    }
     if let Some(note) = s.nvtx_note {
         lines.push(format!("note: no step markers seen; {note}"));
     }
@@ -297,6 +310,8 @@ mod tests {
             attempts: Vec::new(),
             mismatches: Vec::new(),
             clocks: Vec::new(),
+            records_read_per_log: 65_536,
+            budget_for_all: None,
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],
