@@ -27,6 +27,7 @@ use crate::cli::HangOptions;
 use crate::discover::{self, Dirs};
 use crate::moment::{self, Judged};
 use crate::parallel;
+use crate::read_budget::RECORDS;
 
 pub(crate) use super::hang_history::{hang_reads, History, CALLS_KEPT};
 
@@ -217,7 +218,8 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
     // Records first: the long part. The logs stay open for their live state below.
     parallel::allow_open_files(files.len());
     let mut logs = Vec::with_capacity(files.len());
-    let read = parallel::read_all(&files, |file| RankLog::open(&file.path).map(|log| (History::of(&log), log)));
+    let budget = RECORDS.per_log(RECORDS.total()?, files.len());
+    let read = parallel::read_all(&files, |file| RankLog::open(&file.path).map(|log| (History::of(&log, budget), log)));
     for (file, read) in files.into_iter().zip(read) {
         match read {
             Ok((history, log)) => logs.push((log, history, file.taken)),

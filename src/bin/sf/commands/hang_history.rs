@@ -45,22 +45,21 @@ pub(crate) struct History {
 impl History {
     /// Streams the log's records (never all of them at once): the newest `CALLS_KEPT`
     /// calls, every low-rate record, and the newest window of each QP; and what NCCL's
-    /// profiler saw of the calls in flight.
-    pub(super) fn of(log: &RankLog) -> History {
-        Self::of_newest(log, EVENTS_READ)
-    }
-
-    /// `of`, reading `events_read` event records of a ring that wrapped.
-    fn of_newest(log: &RankLog, events_read: u64) -> History {
+    /// profiler saw of the calls in flight. At most `budget` event records are read (the
+    /// log's share of `SF_READ_BUDGET`): past 512 default logs a job's calls are kept
+    /// in proportion, a quarter of that budget a rank.
+    pub(super) fn of(log: &RankLog, budget: u64) -> History {
         let live = log.live();
         let drained_ns = live.heartbeat_mono_ns;
         let in_flight = log.comms();
+        let events_read = EVENTS_READ.min(budget);
+        let calls_kept = CALLS_KEPT.min((budget / 4) as usize).max(1);
         let two_rings = log.header.history_slot_count > 0;
         // A ring that has not wrapped is read whole (at most its slot count): the
         // profiler's view counts each function's calls from the first.
         let wrapped = live.committed > u64::from(log.header.slot_count);
         let read_events = |keep: u64| {
-            let mut kept = Kept::new(drained_ns, !wrapped);
+            let mut kept = Kept::new(drained_ns, !wrapped, calls_kept);
             let stats = if two_rings {
                 log.scan_newest(Region::Events, keep, |record| kept.push(record.body))
             } else {
@@ -69,10 +68,11 @@ impl History {
             };
             (kept, stats)
         };
-        let (mut kept, mut stats) = read_events(if wrapped { events_read } else { u64::MAX });
-        if kept.calls_read < events_read / 4 && stats.not_read > 0 {
-            // Other kinds crowded the calls out of the newest records: read them all.
-            (kept, stats) = read_events(u64::MAX);
+        let (mut kept, mut stats) = read_events(if wrapped { events_read } else { budget });
+        if kept.calls_read < events_read / 4 && stats.not_read > 0 && budget > events_read {
+            // Other kinds crowded the calls out of the newest records: read what the
+            // budget allows (all of them up to 512 default logs).
+            (kept, stats) = read_events(budget);
         }
         if two_rings {
             let history = log.scan_region(Region::History, |record| kept.push(record.body));
@@ -102,7 +102,7 @@ impl History {
         complete: bool,
         newest_seq: u64,
     ) -> History {
-        let mut kept = Kept::new(drained_ns, false);
+        let mut kept = Kept::new(drained_ns, false, CALLS_KEPT);
         records.into_iter().for_each(|body| kept.push(body));
         kept.finish(complete, newest_seq, None)
     }
@@ -111,8 +111,9 @@ impl History {
 /// A `History` being gathered record by record, in bounded memory.
 struct Kept {
     history: History,
-    /// The newest `CALLS_KEPT` calls, and how many were read.
+    /// The newest `calls_kept` calls, and how many were read.
     calls: VecDeque<NcclCall>,
+    calls_kept: usize,
     calls_read: u64,
     /// The newest window of each QP: counters are cumulative, so it says what all the
     /// later ones would.
@@ -123,7 +124,7 @@ struct Kept {
 }
 
 impl Kept {
-    fn new(drained_ns: u64, profiler: bool) -> Kept {
+    fn new(drained_ns: u64, profiler: bool, calls_kept: usize) -> Kept {
         let history = History {
             drained_ns,
             calls: Vec::new(),
@@ -139,6 +140,7 @@ impl Kept {
         Kept {
             history,
             calls: VecDeque::new(),
+            calls_kept,
             calls_read: 0,
             windows: Vec::new(),
             profiler: profiler.then(Collector::default),
@@ -154,7 +156,7 @@ impl Kept {
             RecordBody::QpStuck(q) => history.stuck_qps.push(q),
             RecordBody::QpWindow(w) => self.window(w),
             RecordBody::NcclCall(c) => {
-                if self.calls.len() == CALLS_KEPT {
+                if self.calls.len() == self.calls_kept {
                     self.calls.pop_front();
                 }
                 self.calls.push_back(c);
@@ -341,11 +343,11 @@ mod tests {
             writer.append(&call(seq));
         }
         let log = RankLog::open(&path).unwrap();
-        let history = History::of_newest(&log, 64);
+        let history = History::of(&log, 256);
         let stuck_qps: Vec<u32> = history.stuck_qps.iter().map(|q| q.qp_num).collect();
         assert_eq!(stuck_qps, [2], "QP 1 completed after it was reported stuck");
         let seqs: Vec<u64> = history.calls.iter().map(|c| c.seq).collect();
-        assert_eq!(seqs, (1437..=1500).collect::<Vec<u64>>(), "the newest 64 records, and no older");
+        assert_eq!(seqs, (1437..=1500).collect::<Vec<u64>>(), "a quarter of the 256 records read: the newest 64 calls");
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 
@@ -369,7 +371,7 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let log = RankLog::open(&path).unwrap();
         assert_eq!(log.header.history_slot_count, 0);
-        let history = History::of(&log);
+        let history = History::of(&log, u64::MAX);
         assert_eq!(history.calls.len(), 10, "each call once");
         let ls = super::super::ls::build(&crate::discover::Dirs(vec![path.clone()])).unwrap();
         assert_eq!((ls.ranks[0].held, ls.ranks[0].missing, ls.ranks[0].lost_to_wrap), (10, 0, 0));

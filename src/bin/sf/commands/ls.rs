@@ -42,7 +42,7 @@ pub struct LsReport {
     /// timeline cross-host timing is compared on (`analysis::log::clocks`).
     pub clocks: Vec<HostClock>,
     /// The newest event records read and checked of each log: its share of the job-wide
-    /// `SF_READ_BUDGET` (every record of up to 1,024 default logs).
+    /// `SF_READ_BUDGET` (every record of up to 512 default logs).
     pub records_read_per_log: u64,
     /// The budget that would read every record the logs hold, when some went unread.
     pub budget_for_all: Option<u64>,

@@ -38,7 +38,7 @@ pub struct NetReport {
     /// Ranks whose event ring wrapped: their older QP windows are gone.
     pub wrapped_ranks: Vec<i32>,
     /// The newest event records read of each rank (`SF_READ_BUDGET` shared by the ranks;
-    /// every record held up to 1,024 ranks of default logs).
+    /// every record held up to 512 ranks of default logs).
     pub records_read_per_rank: u64,
     /// Ranks whose older records were held but not read, within that budget.
     pub unread_ranks: Vec<i32>,
