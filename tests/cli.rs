@@ -227,7 +227,20 @@ fn ls_json_has_the_contract_fields() {
 
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<String>>();
     let expect = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<String>>();
-    assert_eq!(keys(&report), expect(&["dir", "ranks", "missing_ranks", "errors", "attempts", "mismatches", "clocks"]));
+    assert_eq!(
+        keys(&report),
+        expect(&[
+            "dir",
+            "ranks",
+            "missing_ranks",
+            "errors",
+            "attempts",
+            "mismatches",
+            "clocks",
+            "records_read_per_log",
+            "budget_for_all"
+        ])
+    );
     assert_eq!(report["mismatches"], serde_json::json!([]));
     assert_eq!(report["dir"], dir.0.display().to_string());
     assert_eq!(report["missing_ranks"], serde_json::json!([3]));
@@ -247,6 +260,7 @@ fn ls_json_has_the_contract_fields() {
         "heartbeat_age_s",
         "committed",
         "held",
+        "not_read",
         "lost_to_wrap",
         "missing",
         "invalid_slots",
