@@ -339,11 +339,12 @@ fn rank_net(log: &RankLog, keep: u64) -> RankNet {
         }
         _ => {}
     };
-    let events = log.scan_newest(Region::Events, keep, &mut take);
-    // A format 1 log has one ring: scanned above, and not again.
+    // The history ring first, as a whole scan reads it: port counter names come before
+    // the values that refer to them. A format 1 log has one ring, scanned once below.
     if log.header.history_slot_count > 0 {
         log.scan_region(Region::History, &mut take);
     }
+    let events = log.scan_newest(Region::Events, keep, &mut take);
     let ports = ports::summarize(&port_records);
     let mut ids: Vec<QpId> = windows
         .iter()
