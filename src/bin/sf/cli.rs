@@ -8,6 +8,35 @@ use clap::{Args, Parser, Subcommand};
 
 pub use crate::discover::Dirs;
 
+/// `sf ls`, `sf hang` and `sf net` share their help on the read budget
+/// (`read_budget::RECORDS`).
+macro_rules! read_budget_help {
+    () => {
+        "\
+READ BUDGET: past 512 ranks of default logs, each log is read for its newest share of
+SF_READ_BUDGET event records (default 33554432 over the whole job: 8,192 a rank at 4,096
+ranks), so a big job is read in seconds: sf ls and sf net say what they left unread, and
+sf hang keeps a quarter of its share as each rank's newest calls. Raise it to read
+further back.
+"
+    };
+}
+
+/// `sf frontier` and `sf slow` share their help on the call budget (`read_budget::CALLS`).
+macro_rules! call_budget_help {
+    () => {
+        "\
+CALL BUDGET: the wait attribution holds the calls of every rank at once (32 bytes a
+  call), so it reads at most SF_CALL_BUDGET calls over the whole job (default 16777216,
+  512 MiB: every call of 256 default logs), each rank's newest share of it. When that
+  leaves older calls unread, the analysis starts at the first step every rank's calls
+  cover, and a note (\"call_window\" in --json) says which step, why, and the budget
+  that would read every call held. A larger job sees its recent steps; raise
+  SF_CALL_BUDGET to see further back, at 32 bytes and some reading time a call.
+"
+    };
+}
+
 mod dump;
 mod exporter;
 #[cfg(test)]
@@ -191,10 +220,14 @@ Examples:
   sf frontier JOBDIR                                 which stage and rank expose step time
   sf run -- torchrun --nproc-per-node 8 train.py     record an unmodified job, every door open";
 
-const LS_LONG_ABOUT: &str = "\
+const LS_LONG_ABOUT: &str = concat!(
+    "\
 List the rank logs of a job: one row per rank, then which ranks of the world have no log
 and whether any history was lost.
 
+",
+    read_budget_help!(),
+    "
 DIR is a job directory, $SF_LOG_DIR/<job id>/, by default
 /dev/shm/stagefrontier-<uid>/<job id>/, or a single log file. Files not ending in .sflog
 are ignored. The logs directly in DIR are the latest attempt of the job; earlier attempts
@@ -216,7 +249,8 @@ CUPTI, through CUDA_INJECTION64_PATH; profiler: NCCL_PROFILER_PLUGIN; verbs: SF_
 note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NVTX call).
 
 Exit status: 0; 5 when a collective's ranks disagree on it (a mismatch, listed after the
-table, as sf hang does); 1 when a log cannot be read or DIR holds none.";
+table, as sf hang does); 1 when a log cannot be read or DIR holds none."
+);
 
 const LS_EXAMPLES: &str = "\
 Examples:
@@ -224,7 +258,8 @@ Examples:
   sf ls /dev/shm/stagefrontier-$(id -u)/12345/rank-00000.sflog
   sf ls JOBDIR --json | jq '.missing_ranks'";
 
-const FRONTIER_LONG_ABOUT: &str = "\
+const FRONTIER_LONG_ABOUT: &str = concat!(
+    "\
 Frontier accounting (StageFrontier) over per-rank stage durations: where each step's
 exposed time goes, and which stage and rank to aim a profiler at.
 
@@ -262,14 +297,9 @@ gives sf frontier DIR's answer. Without them, seconds are analyzed as recorded.
 Every rank the file names is expected at every step: a step lacking one, or bringing
 other stages, closes the current window, and a window with missing ranks is
 telemetry_limited.
-CALL BUDGET: the wait attribution holds the calls of every rank at once (32 bytes a
-  call), so it reads at most SF_CALL_BUDGET calls over the whole job (default 16777216,
-  512 MiB: every call of 256 default logs), each rank's newest share of it. When that
-  leaves older calls unread, the analysis starts at the first step every rank's calls
-  cover, and a note (\"call_window\" in --json) says which step, why, and the budget
-  that would read every call held. A larger job sees its recent steps; raise
-  SF_CALL_BUDGET to see further back, at 32 bytes and some reading time a call.
-
+",
+    call_budget_help!(),
+    "
 Per window: exposed time; each stage's advance and SHARE of exposed time; the routing
 set (fewest stages whose shares reach 0.80), top-1 and top-2; GAIN, the share of exposed
 time removed by clipping a stage to the ranks' median; the ranks leading each stage;
@@ -283,7 +313,8 @@ forward_event_scope_limited).
 
 Exit status: 0 with an answer (its labels are the accounting); 4 when a window names a
 CULPRIT (a rank whose lateness the others wait for, from the logs' NCCL calls); 1 when the
-input cannot be read, is malformed, or has no steps (as sf slow for no step vectors).";
+input cannot be read, is malformed, or has no steps (as sf slow for no step vectors)."
+);
 
 const FRONTIER_EXAMPLES: &str = "\
 Examples:
@@ -291,11 +322,15 @@ Examples:
   sf frontier --csv stages.csv --stages data,fwd,bwd,optim --window 100
   sf frontier --csv stages.csv --sync-wait data --json | jq '.windows[] | {top2, leader_ranks, labels}'";
 
-const HANG_LONG_ABOUT: &str = "\
+const HANG_LONG_ABOUT: &str =concat!(
+    "\
 Say whether a job is hung and where: which rank holds it up, in which collective, since
 when. Works on a running job even with every rank wedged (the logs are memory-mapped
 files), and on the logs of ranks that died.
 
+",
+    read_budget_help!(),
+    "
 DIR is the job directory, $SF_LOG_DIR/<job id>/, by default
 /dev/shm/stagefrontier-<uid>/<job id>/.
 
@@ -347,7 +382,8 @@ collectives (checkpoint, evaluation), which the logs cannot tell apart.
 
 Exit status: 0 nothing hung; 3 a hang is diagnosed; 5 a mismatch (a collective the ranks
 issued differently; before 3, as it is the usual cause of the hang), shown first; 1 an
-error (no logs; or a log that cannot be read, when nothing is found in the others).";
+error (no logs; or a log that cannot be read, when nothing is found in the others)."
+);
 
 const HANG_EXAMPLES: &str = "\
 Example: 8 ranks of sf-trainer-sim, rank 5 stopped before its 42nd collective

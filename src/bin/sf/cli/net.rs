@@ -6,7 +6,8 @@ use clap::Args;
 
 use super::OutputArgs;
 
-pub const LONG_ABOUT: &str = "\
+pub const LONG_ABOUT: &str = concat!(
+    "\
 Show the RDMA work requests of every rank and queue pair (QP): how much each moved, at
 what bandwidth, with what latency, and whether one is stuck or degraded — VenusTrace's
 work-request measurement (Sec. 3.2.2), from the qp_window, qp_stuck and qp_degraded
@@ -31,9 +32,13 @@ they share its host) for a sustained time (its episode still open 0.5 s later);
 otherwise it is own-start only, named but not a finding. The first line names the stuck
 and degraded QPs.
 
+",
+    read_budget_help!(),
+    "
 Exit status: 0 nothing stuck or degraded; 3 stuck evidence (as sf hang's 3: a hang);
 4 a degraded QP and nothing stuck (as sf slow's 4); 1 an error (no logs; no work request
-nor port counter at all, which the output explains; or an unreadable log, when the others show nothing).";
+nor port counter at all, which the output explains; or an unreadable log, when the others show nothing)."
+);
 
 pub const EXAMPLES: &str = "\
 Example: rank 1 stops completing its work requests (a broken link), timeout 200 ms:

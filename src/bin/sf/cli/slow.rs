@@ -59,7 +59,8 @@ pub struct SlowOptions {
 /// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
 impl Eq for SlowOptions {}
 
-pub const LONG_ABOUT: &str = "\
+pub const LONG_ABOUT: &str = concat!(
+    "\
 Find slow ranks and the stage they are slow in, from the step and stage markers the job
 records (C API, NVTX ranges or python/stagefrontier.py), or that sf infers from the NCCL
 schedule when the job records none (inferred.* phases, \"source\": \"inferred\" in
@@ -106,14 +107,9 @@ WAIT ATTRIBUTION, from the NCCL calls in the logs: each collective is matched ac
   stage grew only by waiting for a late peer is never named. A (rank, stage) whose caused
   waiting costs each peer at least max(1 ms, 2% of the step) per step, in 3 or more steps
   and 20% of them, and 3x the median rank's in that stage, is a CULPRIT: a finding alone.
-CALL BUDGET: the wait attribution holds the calls of every rank at once (32 bytes a
-  call), so it reads at most SF_CALL_BUDGET calls over the whole job (default 16777216,
-  512 MiB: every call of 256 default logs), each rank's newest share of it. When that
-  leaves older calls unread, the analysis starts at the first step every rank's calls
-  cover, and a note (\"call_window\" in --json) says which step, why, and the budget
-  that would read every call held. A larger job sees its recent steps; raise
-  SF_CALL_BUDGET to see further back, at 32 bytes and some reading time a call.
-
+",
+    call_budget_help!(),
+    "
 SLOW lists culprits first (with the waiting they caused), then each (rank, stage) named
 by L2 or expected time, by the waiting it caused and with every detector that agrees:
 1 of 3 is a lead, 2 or 3 a finding.
@@ -121,7 +117,8 @@ by L2 or expected time, by the waiting it caused and with every detector that ag
 Exit status: 0 nothing found; 4 a culprit, a slow rank or a regression found, above the
 effect floor (a jitter spike counts with the slow rank it grew on; one no detector pins on
 a rank paused the whole job, as a loaded host does, and is shown but no finding);
-1 an error (no logs, an unreadable log, no step vectors).";
+1 an error (no logs, an unreadable log, no step vectors)."
+);
 
 pub const EXAMPLES: &str = "\
 Example: 4 ranks of sf-trainer-sim, rank 3's data wait 80 ms longer from step 20 on

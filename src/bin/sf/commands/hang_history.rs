@@ -314,21 +314,7 @@ mod tests {
 
     #[test]
     fn a_qp_that_recovered_before_the_newest_records_stays_dismissed() {
-        let dir = std::env::temp_dir().join(format!("sf-hang-history-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("rank-00000.sflog");
-        let identity =
-            Identity { global_rank: 0, world_size: 1, local_rank: 0, job_id: "j".into(), source: "torchrun" };
-        let calibration = select(false);
-        let info = HeaderInfo {
-            identity: &identity,
-            pid: 1,
-            host: "h",
-            calibration: &calibration,
-            slot_count: 1024,
-            ring_capacity: 64,
-        };
-        let mut writer = LogWriter::create(&path, &info).unwrap();
+        let (path, mut writer) = new_log("recovered");
         // A thousand calls; QP 1 reported stuck, then completing again; QP 2 stuck for
         // good; 500 calls more. The ring wraps, and its newest 64 records hold no window.
         for seq in 1..=1000 {
