@@ -232,16 +232,26 @@ fn longest_call_and_gap(calls: &[NcclCall], from_ns: u64) -> (u64, u64) {
     (call, gap)
 }
 
-/// The job's cadence from each rank's `nccl_call` records; `None` when they hold fewer than
-/// two steps or no regular pattern.
-pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
+/// A rank's calls and its series of one communicator's collectives.
+type RankSeries<'a> = (&'a [NcclCall], Series);
+
+/// The busiest communicator, and each rank's series of its collectives (ranks holding
+/// none left out, at most `MAX_RANKS`).
+fn rank_series<'a>(ranks: &[&'a [NcclCall]]) -> Option<(u64, Vec<RankSeries<'a>>)> {
     let comm_id = busiest_comm(ranks)?;
-    let series: Vec<(&[NcclCall], Series)> = ranks
+    let series = ranks
         .iter()
         .map(|calls| (*calls, Series::new(calls, comm_id)))
         .filter(|(_, s)| s.held() > 0)
         .take(MAX_RANKS)
         .collect();
+    Some((comm_id, series))
+}
+
+/// The job's cadence from each rank's `nccl_call` records; `None` when they hold fewer than
+/// two steps or no regular pattern.
+pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
+    let (comm_id, series) = rank_series(ranks)?;
     // The pattern is the same on every rank: read it from the one holding the most.
     let source = &series.iter().rev().max_by_key(|(_, s)| s.held())?.1;
     // Periods timed whose steps did not agree, ascending. A period that repeats under a
@@ -378,13 +388,7 @@ mod tests {
     /// The estimate as it was before the loose pass skipped the periods the strict one had
     /// timed: every pass times every period that repeats under its tolerance.
     fn estimate_timing_every_pass(ranks: &[&[NcclCall]]) -> Option<Cadence> {
-        let comm_id = busiest_comm(ranks)?;
-        let series: Vec<(&[NcclCall], Series)> = ranks
-            .iter()
-            .map(|calls| (*calls, Series::new(calls, comm_id)))
-            .filter(|(_, s)| s.held() > 0)
-            .take(MAX_RANKS)
-            .collect();
+        let (comm_id, series) = rank_series(ranks)?;
         let source = &series.iter().rev().max_by_key(|(_, s)| s.held())?.1;
         for tolerance in TOLERANCES {
             let periods = (1..=MAX_PERIOD.min(source.keys.len() / 2)).filter(|&p| source.repeats(p, tolerance));
