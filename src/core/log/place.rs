@@ -209,20 +209,42 @@ fn check_fsize(records: u32, fsize: Option<u64>) -> Result<u32, String> {
 }
 
 /// Bytes allocated to this job's rank logs directly in `job` (regular files of ours), at
-/// most a few per local rank.
+/// most a few per local rank. A log another local rank is creating right now counts too:
+/// its blocks are reserved under the staging name `<log>.<pid>.tmp` and then linked to
+/// the log's name, so each file is counted once (by inode) under whichever name it has
+/// when it is looked at. Without this, a rank sizing its log while its neighbours are
+/// between reserving and linking theirs sees less room than the ranks before it did and
+/// picks a smaller log than they did.
 fn job_logs_bytes(job: &PrivateDir, local_ranks: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
     job.names()
         .iter()
-        .filter(|n| n.ends_with(".sflog"))
+        .filter_map(|n| log_name_of(n).map(|log| (n, log)))
         .take(4 * local_ranks as usize + 16)
-        .filter_map(|n| match job.entry(n) {
-            Entry::OurFile(file) => {
-                use std::os::unix::fs::MetadataExt;
-                file.metadata().ok().map(|m| m.blocks() * 512)
-            }
+        .filter_map(|(name, log)| match job.entry(name) {
+            Entry::OurFile(file) => Some(file),
+            // A staging name is removed once linked: the file is now at the log's name.
+            Entry::Missing if name.as_str() != log => match job.entry(log) {
+                Entry::OurFile(file) => Some(file),
+                _ => None,
+            },
             _ => None,
         })
+        .filter_map(|file| file.metadata().ok())
+        .filter(|meta| seen.insert((meta.dev(), meta.ino())))
+        .map(|meta| meta.blocks() * 512)
         .sum()
+}
+
+/// The log a directory entry is or is being staged for: `x.sflog` for `x.sflog` and
+/// for `x.sflog.<pid>.tmp`.
+fn log_name_of(name: &str) -> Option<&str> {
+    if name.ends_with(".sflog") {
+        return Some(name);
+    }
+    let (log, pid) = name.strip_suffix(".tmp")?.rsplit_once('.')?;
+    (log.ends_with(".sflog") && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then_some(log)
 }
 
 pub fn mib(bytes: u64) -> String {
@@ -438,6 +460,32 @@ mod tests {
         assert_eq!(fitting_records(65_536, 1, 24 << 30, 24 << 30, Some(default_len)), Some(65_536));
         assert_eq!(fitting_records(65_536, 1, 24 << 30, 24 << 30, Some(default_len - 1)), Some(32_768));
         assert_eq!(fitting_records(65_536, 1, 24 << 30, 24 << 30, Some(4096)), None);
+    }
+
+    #[test]
+    fn logs_being_created_count_as_room_once_each() {
+        assert_eq!(log_name_of("rank-00001.sflog.4242.tmp"), Some("rank-00001.sflog"));
+        for no in ["rank-00001.sflog.tmp", "rank-00001.sflog.x1.tmp", "other.4242.tmp", "rank-00001.sflog.4242"] {
+            assert_eq!(log_name_of(no), None, "{no}");
+        }
+        let base = std::env::temp_dir().join(format!("sf-place-{}-room", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let job = PrivateDir::open_root(&base, 0o700).unwrap().subdir("job", 0o700).unwrap();
+        let reserve = |name: &str| {
+            let file = File::create(job.path().join(name)).unwrap();
+            // SAFETY: posix_fallocate on a file we just created and still hold open.
+            assert_eq!(unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, MIB as i64) }, 0);
+        };
+        reserve("rank-00000.sflog");
+        // Rank 1 between linking its log into place and removing the staging name.
+        reserve("rank-00001.sflog.4242.tmp");
+        std::fs::hard_link(job.path().join("rank-00001.sflog.4242.tmp"), job.path().join("rank-00001.sflog")).unwrap();
+        // Rank 2 still reserving.
+        reserve("rank-00002.sflog.4343.tmp");
+        reserve("unrelated.tmp");
+        let counted = job_logs_bytes(&job, 4);
+        std::fs::remove_dir_all(&base).unwrap();
+        assert!((3 * MIB..4 * MIB).contains(&counted), "three logs' blocks, each once: {counted}");
     }
 
     #[test]
