@@ -30,13 +30,16 @@ pub struct TailStats {
 }
 
 /// Hands `visit` every whole record of `ring` with a sequence number in
-/// `(after_seq, committed]`, oldest first, from the log open as `file`. `committed` is the
-/// ring's live count, read by the caller just before.
+/// `(after_seq, committed]` and a kind `wanted` takes, oldest first, from the log open as
+/// `file`. `committed` is the ring's live count, read by the caller just before. A record
+/// of a kind not wanted is passed over unchecked and undecoded (most of a busy job's
+/// events are of kinds a reader such as the exporter does not use).
 pub fn read_after(
     file: &File,
     ring: &RingSpan,
     after_seq: u64,
     committed: u64,
+    wanted: impl Fn(u16) -> bool,
     mut visit: impl FnMut(Record),
 ) -> io::Result<TailStats> {
     let n = u64::from(ring.slot_count.max(1));
@@ -68,6 +71,9 @@ pub fn read_after(
             }
             stats.last_seq = expected;
             let kind = bytes::get_u16(x, 8);
+            if !wanted(kind) {
+                continue;
+            }
             let plen = (bytes::get_u16(x, 10) as usize).min(format::PAYLOAD_CAPACITY);
             let payload = &x[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + plen];
             let whole = held == expected && bytes::get_u32(x, 12) == format::record_crc(held, kind, payload);
@@ -87,7 +93,7 @@ mod tests {
     use super::*;
     use crate::core::log::format::Region;
     use crate::core::log::reader::RankLog;
-    use crate::core::log::records::{CommCreated, CommOrigin, Drops};
+    use crate::core::log::records::{kind, CommCreated, CommOrigin, Drops};
 
     #[test]
     fn reads_only_what_is_new_and_counts_what_wrapped_away() {
@@ -104,17 +110,20 @@ mod tests {
         let rings = RankLog::open(&path).unwrap().rings();
         let events = rings.iter().find(|r| r.region == Region::Events).unwrap();
         let mut seen = Vec::new();
-        let stats = read_after(&file, events, 0, 10, |r| seen.push(r.seq)).unwrap();
+        let stats = read_after(&file, events, 0, 10, |_| true, |r| seen.push(r.seq)).unwrap();
         assert_eq!((seen.len(), stats), (10, TailStats { last_seq: 10, lost: 0 }));
         for t in 11..=1500 {
             writer.append(&drop_record(t));
         }
         seen.clear();
-        let stats = read_after(&file, events, 10, 1500, |r| seen.push(r.seq)).unwrap();
+        let stats = read_after(&file, events, 10, 1500, |_| true, |r| seen.push(r.seq)).unwrap();
         assert_eq!(seen.first(), Some(&477), "the oldest record the ring still holds");
         assert_eq!((seen.len(), stats), (1024, TailStats { last_seq: 1500, lost: 466 }));
+        // Kinds not wanted are passed over: the pass still ends at the newest.
+        let stats = read_after(&file, events, 10, 1500, |k| k != kind::DROPS, |_| panic!("not wanted")).unwrap();
+        assert_eq!(stats, TailStats { last_seq: 1500, lost: 466 });
         // Counted but not yet committed: the pass stops before it.
-        let stats = read_after(&file, events, 1500, 1501, |_| panic!("nothing whole")).unwrap();
+        let stats = read_after(&file, events, 1500, 1501, |_| true, |_| panic!("nothing whole")).unwrap();
         assert_eq!(stats, TailStats { last_seq: 1500, lost: 0 });
         // A communicator creation goes to the history ring, numbered on its own.
         writer.append(&RecordBody::CommCreated(CommCreated {
@@ -130,8 +139,8 @@ mod tests {
         }));
         let history = rings.iter().find(|r| r.region == Region::History).unwrap();
         let mut kinds = Vec::new();
-        let stats = read_after(&file, history, 0, 1, |r| kinds.push((r.seq, r.body.kind()))).unwrap();
-        assert_eq!(kinds, [(1, crate::core::log::records::kind::COMM_CREATED)]);
+        let stats = read_after(&file, history, 0, 1, |_| true, |r| kinds.push((r.seq, r.body.kind()))).unwrap();
+        assert_eq!(kinds, [(1, kind::COMM_CREATED)]);
         assert_eq!(stats, TailStats { last_seq: 1, lost: 0 });
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -42,10 +42,12 @@ const STEP_WINDOW: usize = 100;
 /// Records of kinds other than NCCL calls kept per rank for the hang analysis (comm
 /// creations, injections, hang evidence, QP records, drops): a bound on memory.
 const OTHER_KEPT: usize = 1024;
-/// Records of a log's history the first pass reads: a job's older history is what
-/// `sf hang` and `sf frontier` read from the logs; the exporter starts near the present,
-/// so that even its first scrape of long logs stays within its budget.
-const FIRST_PASS_RECORDS: u64 = 4096;
+/// Records of each ring of a log a pass reads at most, the newest: a busy job commits tens
+/// of thousands of events a second per rank (NCCL profiler and kernel records, most of
+/// which no metric uses), and a scrape's cost must not follow the scrape interval. Older
+/// records are passed over and counted (`sf_exporter_records_skipped`); a job's older
+/// history is what `sf hang` and `sf frontier` read from the logs.
+const PASS_RECORDS: u64 = 2048;
 /// Upper bounds of the step and stage histograms, in seconds.
 const BUCKETS_S: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// How long a scrape's client may take to send its request.
@@ -78,7 +80,11 @@ struct Watched {
     last_seq: u64,
     history_last_seq: u64,
     lost: u64,
-    calls: VecDeque<RecordBody>,
+    /// Records passed over to keep a pass within `PASS_RECORDS`.
+    skipped: u64,
+    /// Records lost since the oldest call kept: the calls' span is whole while it is 0.
+    lost_among_calls: u64,
+    calls: VecDeque<NcclCall>,
     other: VecDeque<RecordBody>,
     /// Step vector parts by step; complete steps are moved to `steps`.
     parts: BTreeMap<u64, Vec<StepVector>>,
@@ -97,7 +103,10 @@ impl Watched {
             last_seq: 0,
             history_last_seq: 0,
             lost: 0,
-            calls: VecDeque::new(),
+            skipped: 0,
+            lost_among_calls: 0,
+            // Full within a few scrapes of a busy job: no growth copies on the way.
+            calls: VecDeque::with_capacity(CALLS_KEPT),
             other: VecDeque::new(),
             parts: BTreeMap::new(),
             steps: VecDeque::new(),
@@ -106,37 +115,51 @@ impl Watched {
     }
 
     /// Reads the records each ring committed since the last pass (up to the counts of
-    /// `live`), the history ring's first: step vectors and communicator creations.
+    /// `live`, at most the newest `PASS_RECORDS` of each), the history ring's first: step
+    /// vectors and communicator creations.
     fn catch_up(&mut self, live: &LiveState) {
+        // Step vectors of steps this far behind the rank's current one never reach the
+        // window: not kept at all.
+        let oldest_step = live.current_step.saturating_sub(STEP_WINDOW as u64 + 1);
         for ring in self.log.rings() {
             let (committed, cursor) = match ring.region {
                 Region::Events => (live.committed, self.last_seq),
                 Region::History => (live.history_committed, self.history_last_seq),
             };
-            let after = if cursor == 0 { committed.saturating_sub(FIRST_PASS_RECORDS) } else { cursor };
-            let Watched { calls, other, parts, qps, .. } = self;
-            let stats = read_after(&self.file, &ring, after, committed, |record| {
-                match &record.body {
-                    RecordBody::StepVector(v) => parts.entry(v.step).or_default().push(*v),
-                    RecordBody::QpWindow(w) => {
-                        qps.insert((w.source.name(), w.device, w.qp_num), *w);
-                    }
-                    _ => {}
+            let after = cursor.max(committed.saturating_sub(PASS_RECORDS));
+            if cursor != 0 && after > cursor {
+                self.skipped += after - cursor;
+                if ring.region == Region::Events {
+                    // The calls kept would not run on into the ones read now.
+                    self.calls.clear();
+                    self.lost_among_calls = 0;
                 }
-                if let RecordBody::NcclCall(_) = record.body {
+            }
+            let Watched { calls, other, parts, qps, .. } = self;
+            let stats = read_after(&self.file, &ring, after, committed, kept_kind, |record| match record.body {
+                RecordBody::StepVector(v) if v.step >= oldest_step => parts.entry(v.step).or_default().push(v),
+                RecordBody::StepVector(_) => {}
+                RecordBody::NcclCall(call) => {
                     if calls.len() == CALLS_KEPT {
                         calls.pop_front();
                     }
-                    calls.push_back(record.body);
-                } else if hang_reads(&record.body) {
+                    calls.push_back(call);
+                }
+                body => {
+                    if let RecordBody::QpWindow(w) = body {
+                        qps.insert((w.source.name(), w.device, w.qp_num), w);
+                    }
                     if other.len() == OTHER_KEPT {
                         other.pop_front();
                     }
-                    other.push_back(record.body);
+                    other.push_back(body);
                 }
             });
             let newest = stats.map_or(after, |stats| {
                 self.lost += stats.lost;
+                if ring.region == Region::Events {
+                    self.lost_among_calls += stats.lost;
+                }
                 stats.last_seq
             });
             match ring.region {
@@ -167,6 +190,11 @@ impl Watched {
             self.steps.pop_front();
         }
     }
+}
+
+/// The kinds a pass decodes: what the hang analysis reads, and the step vectors.
+fn kept_kind(kind: u16) -> bool {
+    kind == stagefrontier::core::log::records::kind::STEP_VECTOR || hang_reads(kind)
 }
 
 fn identity(file: &File) -> Option<(u64, u64)> {
@@ -276,6 +304,7 @@ fn job_metrics(
         m.family(COMMITTED).push(&rank_labels, live.committed as f64);
         m.family(DROPPED).push(&rank_labels, live.dropped_events as f64);
         m.family(LOST).push(&rank_labels, w.lost as f64);
+        m.family(SKIPPED).push(&rank_labels, w.skipped as f64);
         if let Some(doors) = &live.doors {
             for door in DOORS {
                 let mut l = rank_labels.clone();
@@ -315,11 +344,9 @@ fn job_metrics(
         // Communicators.
         let now_mono = monotonic_ns();
         let mut last_return: BTreeMap<u64, u64> = BTreeMap::new();
-        for body in &w.calls {
-            if let RecordBody::NcclCall(c) = body {
-                let t = last_return.entry(c.comm_id).or_default();
-                *t = (*t).max(c.t_exit_ns);
-            }
+        for c in &w.calls {
+            let t = last_return.entry(c.comm_id).or_default();
+            *t = (*t).max(c.t_exit_ns);
         }
         for c in w.log.comms() {
             let mut l = rank_labels.clone();
@@ -353,8 +380,14 @@ fn job_metrics(
             m.family(QP_DEGRADED).push(&l, f64::from(u8::from(q.degraded)));
         }
         // The hang analysis' input, as `sf hang` builds it.
-        let bodies = w.calls.iter().chain(&w.other).copied();
-        let history = History::from_records(live.heartbeat_mono_ns, bodies, w.lost == 0, w.last_seq);
+        let calls = w.calls.iter().copied().collect();
+        let history = History::from_records(
+            live.heartbeat_mono_ns,
+            calls,
+            w.other.iter().copied(),
+            w.lost_among_calls == 0,
+            w.last_seq,
+        );
         let at = moment::judge(&w.log.header, None, host);
         let (input, extra) = read_live(&w.log, history, at, None);
         inputs.push(input);
@@ -586,3 +619,7 @@ fn serve(mut stream: TcpStream, exporter: &mut Exporter, dirs: &Dirs, settings: 
     )?;
     stream.flush()
 }
+
+#[cfg(test)]
+#[path = "exporter_tests.rs"]
+mod tests;

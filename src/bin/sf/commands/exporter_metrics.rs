@@ -14,6 +14,12 @@ pub const COMMITTED: Spec = ("sf_records_committed", Kind::Counter, "", "Records
 pub const DROPPED: Spec =
     ("sf_events_dropped", Kind::Counter, "", "Events the hot path dropped because its ring was full");
 pub const LOST: Spec = ("sf_records_lost", Kind::Counter, "", "Records overwritten before the exporter read them");
+pub const SKIPPED: Spec = (
+    "sf_exporter_records_skipped",
+    Kind::Counter,
+    "",
+    "Records the exporter passed over to keep a scrape within its cost (it reads each log's newest 2048 per scrape)",
+);
 pub const DOOR_OPEN: Spec = ("sf_door_open", Kind::Gauge, "", "1 when the door recorded in this rank");
 pub const STEP_CURRENT: Spec = ("sf_step_current", Kind::Gauge, "", "The logical step the rank is in");
 pub const STEP_LAST: Spec =
@@ -96,6 +102,7 @@ pub const ALL: &[Spec] = &[
     COMMITTED,
     DROPPED,
     LOST,
+    SKIPPED,
     DOOR_OPEN,
     STEP_CURRENT,
     STEP_LAST,

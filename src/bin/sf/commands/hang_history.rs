@@ -93,17 +93,20 @@ impl History {
         kept.finish(stats.missing == 0, stats.last_seq, whole.then_some(&in_flight[..]))
     }
 
-    /// From the records of a log, oldest first (`sf exporter` keeps the ones this reads
-    /// between its passes): `drained_ns` is the heartbeat read before them, `complete`
-    /// whether none is missing between the oldest and `newest_seq`.
+    /// From the records of a log (`sf exporter` keeps the ones this reads between its
+    /// passes): its newest calls, oldest first, and its other records; `drained_ns` is
+    /// the heartbeat read before them, `complete` whether none is missing between the
+    /// oldest and `newest_seq`. The calls are taken as they are, not copied again.
     pub(crate) fn from_records(
         drained_ns: u64,
-        records: impl IntoIterator<Item = RecordBody>,
+        calls: Vec<NcclCall>,
+        others: impl IntoIterator<Item = RecordBody>,
         complete: bool,
         newest_seq: u64,
     ) -> History {
         let mut kept = Kept::new(drained_ns, false, CALLS_KEPT);
-        records.into_iter().for_each(|body| kept.push(body));
+        others.into_iter().filter(|body| !matches!(body, RecordBody::NcclCall(_))).for_each(|body| kept.push(body));
+        kept.calls = calls.into();
         kept.finish(complete, newest_seq, None)
     }
 }
@@ -209,17 +212,9 @@ impl Kept {
 }
 
 /// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
-pub(crate) fn hang_reads(body: &RecordBody) -> bool {
-    matches!(
-        body,
-        RecordBody::QpStuck(_)
-            | RecordBody::QpWindow(_)
-            | RecordBody::NcclCall(_)
-            | RecordBody::CommCreated(_)
-            | RecordBody::Injection(_)
-            | RecordBody::HangEvidence(_)
-            | RecordBody::Drops(_)
-    )
+pub(crate) fn hang_reads(kind: u16) -> bool {
+    use stagefrontier::core::log::records::kind::*;
+    matches!(kind, QP_STUCK | QP_WINDOW | NCCL_CALL | COMM_CREATED | INJECTION | HANG_EVIDENCE | DROPS)
 }
 
 #[cfg(test)]

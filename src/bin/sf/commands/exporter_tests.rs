@@ -1,0 +1,106 @@
+use super::*;
+use crate::output::openmetrics::{render, Flavor};
+use stagefrontier::core::capture::clock::{Calibration, ClockSource};
+use stagefrontier::core::capture::identity::Identity;
+use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::records::ProfOp;
+use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
+
+const COMM: u64 = 0xc0;
+
+fn call(seq: u64) -> RecordBody {
+    RecordBody::NcclCall(NcclCall {
+        op: NcclOp::AllReduce,
+        t_enter_ns: 1_000_000 * seq,
+        t_exit_ns: 1_000_000 * seq + 500_000,
+        comm_id: COMM,
+        seq,
+        count: 1024,
+        bytes: 4096,
+        stream: 1,
+        tid: 1,
+        peer: -1,
+        dtype: 7,
+        redop: 0,
+        result: 0,
+        group_depth: 0,
+    })
+}
+
+/// A record of a kind no metric uses, as the NCCL profiler writes many of.
+fn unused_kind() -> RecordBody {
+    RecordBody::ProfOp(ProfOp {
+        t_start_ns: 1,
+        t_stop_ns: 2,
+        comm_hash: 3,
+        seq: 0,
+        count: 1024,
+        rank: 0,
+        peer: -1,
+        func: 255,
+        dtype: -1,
+        algo: 255,
+        proto: 255,
+        n_channels: 0,
+        n_warps: 0,
+        abi: 4,
+        p2p: false,
+        api: false,
+        ce: false,
+    })
+}
+
+/// A busy rank: more records between two scrapes than a pass reads. The scrape reads the
+/// newest `PASS_RECORDS`, counts the rest as skipped (not lost), and keeps only calls that
+/// run on without a gap, so the hang analysis gets a whole span.
+#[test]
+fn a_pass_reads_the_newest_records_and_counts_the_ones_it_skipped() {
+    let dir = std::env::temp_dir().join(format!("sf-exporter-pass-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("job")).unwrap();
+    let identity = Identity { global_rank: 0, world_size: 1, local_rank: 0, job_id: "job".into(), source: "torchrun" };
+    let calibration = Calibration::new(ClockSource::Monotonic, 0, 1, 1, 1e9);
+    let info = HeaderInfo {
+        identity: &identity,
+        pid: 0,
+        host: "node0",
+        calibration: &calibration,
+        slot_count: 16_384,
+        ring_capacity: 1024,
+    };
+    let mut writer = LogWriter::create(&dir.join("job/rank-00000.sflog"), &info).unwrap();
+    let (dirs, settings) = (Dirs::one(&dir), DEFAULT_HANG);
+    let mut exporter = Exporter::default();
+    let skipped = |families: &[Family]| {
+        let text = render(families, Flavor::Prometheus);
+        let line = text.lines().find(|l| l.starts_with("sf_exporter_records_skipped_total{")).unwrap().to_string();
+        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    let calls_of = |exporter: &Exporter| {
+        let w = exporter.watched.values().next().unwrap();
+        (w.calls.front().map(|c| c.seq), w.calls.len(), w.lost_among_calls)
+    };
+    for seq in 1..=100 {
+        writer.append(&call(seq));
+    }
+    assert_eq!(skipped(&exporter.scrape(&dirs, &settings)), 0);
+    assert_eq!(calls_of(&exporter), (Some(1), 100, 0));
+    // 5,000 more records, one in five a call: a pass reads the newest 2,048 of them.
+    let mut seq = 100;
+    for i in 0..5000 {
+        if i % 5 == 0 {
+            seq += 1;
+            writer.append(&call(seq));
+        } else {
+            writer.append(&unused_kind());
+        }
+    }
+    assert_eq!(skipped(&exporter.scrape(&dirs, &settings)), 5000 - PASS_RECORDS);
+    let (first, held, lost) = calls_of(&exporter);
+    assert_eq!((held as u64, lost), (PASS_RECORDS / 5, 0), "only the calls of the records read, none lost");
+    assert_eq!(first, Some(seq - held as u64 + 1), "the newest calls, with no gap up to the newest");
+    // Nothing new: nothing more skipped, the same calls.
+    assert_eq!(skipped(&exporter.scrape(&dirs, &settings)), 5000 - PASS_RECORDS);
+    assert_eq!(calls_of(&exporter), (first, held, 0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
