@@ -16,6 +16,10 @@ use crate::analysis::blame::Attribution;
 /// Bytes read at a time into the reused buffer.
 const BLOCK: usize = 1 << 20;
 
+/// Lines of at least this many bytes at once are read on two cores, their second half on
+/// another thread (a block's worth of rows is far more than a thread's start costs).
+const SPLIT_MIN: usize = 256 << 10;
+
 /// The longest line the buffer holds (law 5: nothing in the file is trusted): a longer one
 /// goes to the RFC 4180 reader, which streams.
 pub(super) const MAX_LINE: usize = 1 << 20;
@@ -33,11 +37,13 @@ struct Decline;
 
 /// Parses `input` when it can. `stages` is the checked `--stages` list.
 pub(super) fn read<R: BufRead>(input: R, stages: Option<&[String]>) -> Outcome<R> {
-    read_blocks(input, stages, BLOCK)
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    read_blocks(input, stages, BLOCK, if cores > 1 { SPLIT_MIN } else { usize::MAX })
 }
 
-/// [`read`], `block` bytes at a time (tests cut lines at every place with small blocks).
-fn read_blocks<R: BufRead>(mut input: R, stages: Option<&[String]>, block: usize) -> Outcome<R> {
+/// [`read`], `block` bytes at a time (tests cut lines at every place with small blocks),
+/// runs of lines of `split_min` bytes or more on two cores.
+fn read_blocks<R: BufRead>(mut input: R, stages: Option<&[String]>, block: usize, split_min: usize) -> Outcome<R> {
     let fixed = stages.is_some();
     let mut buf: Vec<u8> = Vec::with_capacity(block);
     // Where the unparsed bytes start in `buf`, and the lines of the file before them.
@@ -81,7 +87,8 @@ fn read_blocks<R: BufRead>(mut input: R, stages: Option<&[String]>, block: usize
                 }
                 continue;
             };
-            match chunk.parse_lines(bytes, start, columns, plan, fixed, &mut fields) {
+            let reader = Lines { columns, plan, fixed, split_min };
+            match reader.parse(chunk, bytes, start, &mut fields) {
                 Ok(Ok(())) => start = end,
                 Ok(Err(e)) => return Outcome::Done(Err(e)),
                 Err(at) => return declined(buf, at, input, lines, reading),
@@ -94,6 +101,59 @@ fn read_blocks<R: BufRead>(mut input: R, stages: Option<&[String]>, block: usize
     match reading {
         Some((columns, _, chunk)) => Outcome::Done(finish(chunk, &columns)),
         None => Outcome::Done(Err(CsvError::Empty)),
+    }
+}
+
+/// How the lines after the header are read.
+struct Lines<'a> {
+    columns: &'a Columns,
+    plan: &'a quick::Plan,
+    fixed: bool,
+    split_min: usize,
+}
+
+impl Lines<'_> {
+    /// [`Chunk::parse_lines`] over the lines of `bytes` from `at`, with the same outcome:
+    /// when they are `split_min` bytes or more, the second half is read on another thread
+    /// into a fork of the chunk, joined to it once the first half read without a fault. A
+    /// second half that holds an error or a line this path declines is read again here,
+    /// after the first, which gives that error's line number or hands over exactly as a
+    /// single pass would.
+    fn parse(
+        &self,
+        chunk: &mut Chunk,
+        bytes: &[u8],
+        at: usize,
+        fields: &mut Fields,
+    ) -> Result<Result<(), CsvError>, usize> {
+        let Lines { columns, plan, fixed, split_min } = *self;
+        let half = at + (bytes.len() - at) / 2;
+        let mid = match bytes[half..].iter().position(|&b| b == b'\n') {
+            Some(i) if bytes.len() - at >= split_min && half + i + 1 < bytes.len() => half + i + 1,
+            _ => return chunk.parse_lines(bytes, at, columns, plan, fixed, fields),
+        };
+        let known = chunk.names.len();
+        let mut later = chunk.fork();
+        std::thread::scope(|scope| {
+            let second = std::thread::Builder::new().spawn_scoped(scope, move || {
+                let read = later.parse_lines(bytes, mid, columns, plan, fixed, &mut Fields::default());
+                (later, read)
+            });
+            let Ok(second) = second else {
+                return chunk.parse_lines(bytes, at, columns, plan, fixed, fields);
+            };
+            match chunk.parse_lines(&bytes[..mid], at, columns, plan, fixed, fields) {
+                Ok(Ok(())) => {}
+                fault => return fault,
+            }
+            match second.join() {
+                Ok((later, Ok(Ok(())))) => {
+                    chunk.join(later, known);
+                    Ok(Ok(()))
+                }
+                _ => chunk.parse_lines(bytes, mid, columns, plan, fixed, fields),
+            }
+        })
     }
 }
 
@@ -275,6 +335,59 @@ impl Chunk {
             lines,
             last_stage: 0,
         }
+    }
+
+    /// An empty chunk going on from this one's stage names, to read lines after the ones
+    /// this chunk will read (its line numbers count from 0 until joined).
+    fn fork(&self) -> Chunk {
+        Chunk {
+            rows: Vec::new(),
+            devices: Vec::new(),
+            names: self.names.clone(),
+            plain: self.plain.clone(),
+            overlaps: Vec::new(),
+            waits: Vec::new(),
+            caused: Vec::new(),
+            lines: 0,
+            last_stage: self.last_stage,
+        }
+    }
+
+    /// Appends what `later`, forked when this chunk knew `known` stage names, read after
+    /// this chunk's lines: its line numbers follow this chunk's, and the names it found
+    /// take the numbers first appearance in the whole file gives them (a name this chunk
+    /// found meanwhile keeps this chunk's number).
+    fn join(&mut self, mut later: Chunk, known: usize) {
+        let numbers: Vec<usize> = later.names[known..]
+            .iter()
+            .map(|name| {
+                self.names.iter().position(|n| n == name).unwrap_or_else(|| {
+                    self.names.push(name.clone());
+                    self.plain.push(quick::plain(name.as_bytes()));
+                    self.names.len() - 1
+                })
+            })
+            .collect();
+        let number = |stage: usize| stage.checked_sub(known).and_then(|i| numbers.get(i).copied()).unwrap_or(stage);
+        let renumbered = numbers.iter().enumerate().any(|(i, &n)| n != known + i);
+        for row in &mut later.rows {
+            row.line += self.lines;
+            if renumbered {
+                row.stage = number(row.stage as usize) as u32;
+            }
+        }
+        if renumbered {
+            for ((_, _, stage), _) in later.waits.iter_mut().chain(later.caused.iter_mut()) {
+                *stage = number(*stage);
+            }
+        }
+        self.rows.append(&mut later.rows);
+        self.devices.append(&mut later.devices);
+        self.overlaps.append(&mut later.overlaps);
+        self.waits.append(&mut later.waits);
+        self.caused.append(&mut later.caused);
+        self.lines += later.lines;
+        self.last_stage = number(later.last_stage);
     }
 
     /// Reads the lines of `bytes` from `at` on (each ends in `\n` or at the end of

@@ -20,14 +20,20 @@ fn snapshot(t: &StageTable) -> Snapshot {
 }
 
 /// Both readers on `text`: the same table or the same error, whatever the blocks the fast
-/// path reads (lines cut at every place). Returns whether the fast path took the whole file.
+/// path reads (lines cut at every place) and whether it reads them on one core or two
+/// (split at every place). Returns whether the fast path took the whole file.
 fn same(text: &[u8], stages: Option<&[String]>) -> bool {
-    let blocks: &[usize] = if text.len() < 4096 { &[1, 2, 3, 7, 64, BLOCK] } else { &[4093, BLOCK] };
+    // (block, split_min)
+    let reads: Vec<(usize, usize)> = if text.len() < 4096 {
+        [1, 2, 3, 7, 64, BLOCK].into_iter().flat_map(|block| [(block, usize::MAX), (block, 1)]).collect()
+    } else {
+        vec![(4093, usize::MAX), (BLOCK, usize::MAX), (BLOCK, 1 << 16)]
+    };
     let general = read_rfc4180(text, stages).map(|t| snapshot(&t));
-    let took: Vec<bool> = blocks
+    let took: Vec<bool> = reads
         .iter()
-        .map(|&block| {
-            let (fast, took) = match read_blocks(text, stages, block) {
+        .map(|&(block, split_min)| {
+            let (fast, took) = match read_blocks(text, stages, block, split_min) {
                 Outcome::Done(result) => (result, true),
                 Outcome::Declined(rest, resume) => (read_general(rest, stages, resume), false),
             };
@@ -195,6 +201,19 @@ fn numbers_read_bit_for_bit_as_str_parse_reads_them() {
         let rank = integer(text.as_bytes(), 9).map(|r| r as u32).or_else(|| parse::<u32>(text.as_bytes()));
         assert_eq!(rank, text.parse().ok(), "{text}");
     }
+}
+
+#[test]
+fn names_found_on_both_cores_are_numbered_by_first_appearance_in_the_file() {
+    // Rows of equal length: the split falls after the third, so the first half finds `xx`
+    // and the second finds `yy` before `xx` (numbered 1 and 2 there, 2 and 1 in the file).
+    let rows = ["1,0,aa", "1,1,aa", "1,0,xx", "1,1,yy", "1,1,xx"].map(|r| format!("{r},0.5,0,0.1,0.2\n"));
+    let text = format!("{HEADER}{}", rows.concat());
+    assert!(same(text.as_bytes(), None));
+    let Outcome::Done(Ok(table)) = read_blocks(text.as_bytes(), None, BLOCK, 1) else { panic!("read whole") };
+    assert_eq!(table.schema.stages(), ["aa", "xx", "yy"]);
+    let stages: Vec<(u32, u32)> = table.rows.iter().map(|r| (r.rank, r.stage)).collect();
+    assert_eq!(stages, [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)], "rank 1's xx is stage 1, its yy stage 2");
 }
 
 /// A file as `sf steps --csv` writes it, larger than a block; `late` adds a stage that
