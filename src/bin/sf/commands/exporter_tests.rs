@@ -1,31 +1,7 @@
+use super::super::test_logs::{call, new_log};
 use super::*;
 use crate::output::openmetrics::{render, Flavor};
-use stagefrontier::core::capture::clock::{Calibration, ClockSource};
-use stagefrontier::core::capture::identity::Identity;
-use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::records::ProfOp;
-use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
-
-const COMM: u64 = 0xc0;
-
-fn call(seq: u64) -> RecordBody {
-    RecordBody::NcclCall(NcclCall {
-        op: NcclOp::AllReduce,
-        t_enter_ns: 1_000_000 * seq,
-        t_exit_ns: 1_000_000 * seq + 500_000,
-        comm_id: COMM,
-        seq,
-        count: 1024,
-        bytes: 4096,
-        stream: 1,
-        tid: 1,
-        peer: -1,
-        dtype: 7,
-        redop: 0,
-        result: 0,
-        group_depth: 0,
-    })
-}
 
 /// A record of a kind no metric uses, as the NCCL profiler writes many of.
 fn unused_kind() -> RecordBody {
@@ -55,20 +31,8 @@ fn unused_kind() -> RecordBody {
 /// run on without a gap, so the hang analysis gets a whole span.
 #[test]
 fn a_pass_reads_the_newest_records_and_counts_the_ones_it_skipped() {
-    let dir = std::env::temp_dir().join(format!("sf-exporter-pass-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("job")).unwrap();
-    let identity = Identity { global_rank: 0, world_size: 1, local_rank: 0, job_id: "job".into(), source: "torchrun" };
-    let calibration = Calibration::new(ClockSource::Monotonic, 0, 1, 1, 1e9);
-    let info = HeaderInfo {
-        identity: &identity,
-        pid: 0,
-        host: "node0",
-        calibration: &calibration,
-        slot_count: 16_384,
-        ring_capacity: 1024,
-    };
-    let mut writer = LogWriter::create(&dir.join("job/rank-00000.sflog"), &info).unwrap();
+    let (path, mut writer) = new_log("exporter-pass", 16_384);
+    let dir = path.parent().unwrap().to_path_buf();
     let (dirs, settings) = (Dirs::one(&dir), DEFAULT_HANG);
     let mut exporter = Exporter::default();
     let skipped = |families: &[Family]| {

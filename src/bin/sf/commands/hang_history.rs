@@ -219,15 +219,10 @@ pub(crate) fn hang_reads(kind: u16) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use stagefrontier::core::capture::clock::select;
-    use stagefrontier::core::capture::identity::Identity;
-    use stagefrontier::core::comms::nccl_op::NcclOp;
-    use std::path::PathBuf;
-
     use stagefrontier::core::log::format::{self, header};
-    use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
     use stagefrontier::core::net::work_requests::WrSource;
 
+    use super::super::test_logs::{call, new_log};
     use super::*;
 
     fn window(qp_num: u32, t_ns: u64, completed: u64) -> RecordBody {
@@ -268,48 +263,9 @@ mod tests {
         })
     }
 
-    fn call(seq: u64) -> RecordBody {
-        RecordBody::NcclCall(NcclCall {
-            op: NcclOp::AllReduce,
-            t_enter_ns: 1_000_000 + seq * 1_000,
-            t_exit_ns: 1_000_000 + seq * 1_000 + 500,
-            comm_id: 0x77,
-            seq,
-            count: 1,
-            bytes: 4,
-            stream: 0,
-            tid: 1,
-            peer: -1,
-            dtype: 7,
-            redop: 0,
-            result: 0,
-            group_depth: 0,
-        })
-    }
-
-    /// A fresh log of 1,024 event slots in a directory of its own.
-    fn new_log(name: &str) -> (PathBuf, LogWriter) {
-        let dir = std::env::temp_dir().join(format!("sf-hang-history-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("rank-00000.sflog");
-        let identity =
-            Identity { global_rank: 0, world_size: 1, local_rank: 0, job_id: "j".into(), source: "torchrun" };
-        let calibration = select(false);
-        let info = HeaderInfo {
-            identity: &identity,
-            pid: 1,
-            host: "h",
-            calibration: &calibration,
-            slot_count: 1024,
-            ring_capacity: 64,
-        };
-        let writer = LogWriter::create(&path, &info).unwrap();
-        (path, writer)
-    }
-
     #[test]
     fn a_qp_that_recovered_before_the_newest_records_stays_dismissed() {
-        let (path, mut writer) = new_log("recovered");
+        let (path, mut writer) = new_log("recovered", 1024);
         // A thousand calls; QP 1 reported stuck, then completing again; QP 2 stuck for
         // good; 500 calls more. The ring wraps, and its newest 64 records hold no window.
         for seq in 1..=1000 {
@@ -336,7 +292,7 @@ mod tests {
     #[test]
     fn a_format_1_log_is_read_once() {
         let path = {
-            let (path, mut writer) = new_log("v1");
+            let (path, mut writer) = new_log("v1", 1024);
             // Calls only: the writer puts other kinds in the history ring, which format 1 has not.
             for seq in 1..=10 {
                 writer.append(&call(seq));

@@ -21,6 +21,8 @@ mod slow_waits;
 pub mod snapshot;
 pub(crate) mod step_vectors;
 pub mod steps;
+#[cfg(test)]
+mod test_logs;
 pub mod trace;
 mod waits;
 
