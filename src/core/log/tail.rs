@@ -33,12 +33,14 @@ pub struct TailStats {
 /// `(after_seq, committed]` and a kind `wanted` takes, oldest first, from the log open as
 /// `file`. `committed` is the ring's live count, read by the caller just before. A record
 /// of a kind not wanted is passed over unchecked and undecoded (most of a busy job's
-/// events are of kinds a reader such as the exporter does not use).
+/// events are of kinds a reader such as the exporter does not use). A `settled` log
+/// (`RankLog::settled`: its writer can no longer change it) is read once, not twice.
 pub fn read_after(
     file: &File,
     ring: &RingSpan,
     after_seq: u64,
     committed: u64,
+    settled: bool,
     wanted: impl Fn(u16) -> bool,
     mut visit: impl FnMut(Record),
 ) -> io::Result<TailStats> {
@@ -51,7 +53,7 @@ pub fn read_after(
     let first = (after_seq + 1).max(committed.saturating_sub(n) + 1);
     stats.lost += first - (after_seq + 1);
     let mut a = vec![0u8; (CHUNK_SLOTS as usize) * format::SLOT_SIZE];
-    let mut b = vec![0u8; a.len()];
+    let mut b = if settled { Vec::new() } else { vec![0u8; a.len()] };
     let mut seq = first;
     while seq <= committed {
         let slot = (seq - 1) % n;
@@ -60,11 +62,18 @@ pub fn read_after(
         let len = run as usize * format::SLOT_SIZE;
         let at = (ring.offset + slot as usize * format::SLOT_SIZE) as u64;
         read_zeroed(file, at, &mut a[..len])?;
-        read_zeroed(file, at, &mut b[..len])?;
-        for (i, (x, y)) in a[..len].chunks_exact(format::SLOT_SIZE).zip(b.chunks_exact(format::SLOT_SIZE)).enumerate() {
+        let second = if settled {
+            &a[..len]
+        } else {
+            read_zeroed(file, at, &mut b[..len])?;
+            &b[..len]
+        };
+        for (i, (x, y)) in
+            a[..len].chunks_exact(format::SLOT_SIZE).zip(second.chunks_exact(format::SLOT_SIZE)).enumerate()
+        {
             let expected = seq + i as u64;
             let held = bytes::get_u64(x, 0);
-            if held < expected || x != y {
+            if held < expected || (!settled && x != y) {
                 // Not yet written (a writer killed between counting and committing, or
                 // one mid-write): the next pass reads it.
                 return Ok(stats);
@@ -110,20 +119,20 @@ mod tests {
         let rings = RankLog::open(&path).unwrap().rings();
         let events = rings.iter().find(|r| r.region == Region::Events).unwrap();
         let mut seen = Vec::new();
-        let stats = read_after(&file, events, 0, 10, |_| true, |r| seen.push(r.seq)).unwrap();
+        let stats = read_after(&file, events, 0, 10, false, |_| true, |r| seen.push(r.seq)).unwrap();
         assert_eq!((seen.len(), stats), (10, TailStats { last_seq: 10, lost: 0 }));
         for t in 11..=1500 {
             writer.append(&drop_record(t));
         }
         seen.clear();
-        let stats = read_after(&file, events, 10, 1500, |_| true, |r| seen.push(r.seq)).unwrap();
+        let stats = read_after(&file, events, 10, 1500, false, |_| true, |r| seen.push(r.seq)).unwrap();
         assert_eq!(seen.first(), Some(&477), "the oldest record the ring still holds");
         assert_eq!((seen.len(), stats), (1024, TailStats { last_seq: 1500, lost: 466 }));
         // Kinds not wanted are passed over: the pass still ends at the newest.
-        let stats = read_after(&file, events, 10, 1500, |k| k != kind::DROPS, |_| panic!("not wanted")).unwrap();
+        let stats = read_after(&file, events, 10, 1500, true, |k| k != kind::DROPS, |_| panic!("not wanted")).unwrap();
         assert_eq!(stats, TailStats { last_seq: 1500, lost: 466 });
         // Counted but not yet committed: the pass stops before it.
-        let stats = read_after(&file, events, 1500, 1501, |_| true, |_| panic!("nothing whole")).unwrap();
+        let stats = read_after(&file, events, 1500, 1501, false, |_| true, |_| panic!("nothing whole")).unwrap();
         assert_eq!(stats, TailStats { last_seq: 1500, lost: 0 });
         // A communicator creation goes to the history ring, numbered on its own.
         writer.append(&RecordBody::CommCreated(CommCreated {
@@ -139,7 +148,7 @@ mod tests {
         }));
         let history = rings.iter().find(|r| r.region == Region::History).unwrap();
         let mut kinds = Vec::new();
-        let stats = read_after(&file, history, 0, 1, |_| true, |r| kinds.push((r.seq, r.body.kind()))).unwrap();
+        let stats = read_after(&file, history, 0, 1, true, |_| true, |r| kinds.push((r.seq, r.body.kind()))).unwrap();
         assert_eq!(kinds, [(1, kind::COMM_CREATED)]);
         assert_eq!(stats, TailStats { last_seq: 1, lost: 0 });
         std::fs::remove_dir_all(&dir).unwrap();

@@ -29,7 +29,7 @@ use stagefrontier::core::log::records::{NcclCall, QpWindow, RecordBody, StepVect
 use stagefrontier::core::log::tail::read_after;
 
 use super::exporter_metrics::*;
-use super::hang::{hang_reads, read_live, report as hang_report, History, CALLS_KEPT};
+use super::hang::{hang_reads, read_live, report as hang_report, History};
 use super::step_vectors::is_complete_step;
 use super::Failure;
 use crate::cli::{HangOptions, DEFAULT_HANG};
@@ -48,6 +48,16 @@ const OTHER_KEPT: usize = 1024;
 /// records are passed over and counted (`sf_exporter_records_skipped`); a job's older
 /// history is what `sf hang` and `sf frontier` read from the logs.
 const PASS_RECORDS: u64 = 2048;
+/// The same for the history ring (step vectors, communicator creations, hang evidence):
+/// the window keeps 100 steps, a step vector or two each.
+const HISTORY_PASS_RECORDS: u64 = 512;
+/// NCCL calls kept per rank for the hang analysis: as many as a pass reads at most, so
+/// that every scrape's analysis, which runs whenever calls arrived, has a bound too.
+const CALLS_HELD: usize = PASS_RECORDS as usize;
+/// How long a running job's cadence estimate is used before it is made again from newer
+/// calls: a job's step time does not change from one scrape to the next, and the estimate
+/// is a quarter of a scrape's analysis.
+const CADENCE_REFRESH: Duration = Duration::from_secs(10);
 /// Upper bounds of the step and stage histograms, in seconds.
 const BUCKETS_S: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// How long a scrape's client may take to send its request.
@@ -106,7 +116,7 @@ impl Watched {
             skipped: 0,
             lost_among_calls: 0,
             // Full within a few scrapes of a busy job: no growth copies on the way.
-            calls: VecDeque::with_capacity(CALLS_KEPT),
+            calls: VecDeque::with_capacity(CALLS_HELD),
             other: VecDeque::new(),
             parts: BTreeMap::new(),
             steps: VecDeque::new(),
@@ -121,12 +131,13 @@ impl Watched {
         // Step vectors of steps this far behind the rank's current one never reach the
         // window: not kept at all.
         let oldest_step = live.current_step.saturating_sub(STEP_WINDOW as u64 + 1);
+        let settled = self.log.settled();
         for ring in self.log.rings() {
-            let (committed, cursor) = match ring.region {
-                Region::Events => (live.committed, self.last_seq),
-                Region::History => (live.history_committed, self.history_last_seq),
+            let (committed, cursor, most) = match ring.region {
+                Region::Events => (live.committed, self.last_seq, PASS_RECORDS),
+                Region::History => (live.history_committed, self.history_last_seq, HISTORY_PASS_RECORDS),
             };
-            let after = cursor.max(committed.saturating_sub(PASS_RECORDS));
+            let after = cursor.max(committed.saturating_sub(most));
             if cursor != 0 && after > cursor {
                 self.skipped += after - cursor;
                 if ring.region == Region::Events {
@@ -136,25 +147,26 @@ impl Watched {
                 }
             }
             let Watched { calls, other, parts, qps, .. } = self;
-            let stats = read_after(&self.file, &ring, after, committed, kept_kind, |record| match record.body {
-                RecordBody::StepVector(v) if v.step >= oldest_step => parts.entry(v.step).or_default().push(v),
-                RecordBody::StepVector(_) => {}
-                RecordBody::NcclCall(call) => {
-                    if calls.len() == CALLS_KEPT {
-                        calls.pop_front();
+            let stats =
+                read_after(&self.file, &ring, after, committed, settled, kept_kind, |record| match record.body {
+                    RecordBody::StepVector(v) if v.step >= oldest_step => parts.entry(v.step).or_default().push(v),
+                    RecordBody::StepVector(_) => {}
+                    RecordBody::NcclCall(call) => {
+                        if calls.len() == CALLS_HELD {
+                            calls.pop_front();
+                        }
+                        calls.push_back(call);
                     }
-                    calls.push_back(call);
-                }
-                body => {
-                    if let RecordBody::QpWindow(w) = body {
-                        qps.insert((w.source.name(), w.device, w.qp_num), w);
+                    body => {
+                        if let RecordBody::QpWindow(w) = body {
+                            qps.insert((w.source.name(), w.device, w.qp_num), w);
+                        }
+                        if other.len() == OTHER_KEPT {
+                            other.pop_front();
+                        }
+                        other.push_back(body);
                     }
-                    if other.len() == OTHER_KEPT {
-                        other.pop_front();
-                    }
-                    other.push_back(body);
-                }
-            });
+                });
             let newest = stats.map_or(after, |stats| {
                 self.lost += stats.lost;
                 if ring.region == Region::Events {
@@ -214,13 +226,35 @@ fn calls_mark(inputs: &[hang::RankInput]) -> CallsMark {
     inputs.iter().map(|r| (r.rank, r.calls.len(), r.calls.first().map(mark), r.calls.last().map(mark))).collect()
 }
 
+/// A job's cadence, the calls it was estimated from, and when.
+#[derive(Default)]
+struct JobCadence {
+    mark: CallsMark,
+    cadence: Option<Cadence>,
+    at: Option<Instant>,
+}
+
+impl JobCadence {
+    /// The cadence for calls marked `mark`: estimated again when they changed and the
+    /// estimate is `CADENCE_REFRESH` old, or none was found yet (a young job).
+    fn of(&mut self, mark: CallsMark, inputs: &[hang::RankInput]) -> Option<Cadence> {
+        let stale =
+            self.at.is_none_or(|at| self.mark != mark && (self.cadence.is_none() || at.elapsed() >= CADENCE_REFRESH));
+        if stale {
+            let calls: Vec<&[NcclCall]> = inputs.iter().map(|r| r.calls.as_slice()).collect();
+            *self = JobCadence { mark, cadence: hang::cadence::estimate(&calls), at: Some(Instant::now()) };
+        }
+        self.cadence
+    }
+}
+
 /// The exporter's memory of the node's logs, by path.
 #[derive(Default)]
 pub struct Exporter {
     watched: BTreeMap<PathBuf, Watched>,
-    /// Per job, the cadence of the calls last analysed: estimating it is most of a
-    /// scrape's analysis, and a hung or finished job's calls do not change.
-    cadences: BTreeMap<String, (CallsMark, Option<Cadence>)>,
+    /// Per job, the cadence last estimated: a hung or finished job's calls do not change,
+    /// a running job's pace hardly does.
+    cadences: BTreeMap<String, JobCadence>,
     scrapes: u64,
     last_cpu_s: f64,
     last_wall_s: f64,
@@ -281,7 +315,7 @@ fn job_metrics(
     logs: &mut [&mut Watched],
     host: &str,
     options: &HangOptions,
-    cadence: &mut (CallsMark, Option<Cadence>),
+    cadence: &mut JobCadence,
 ) {
     let mut inputs = Vec::new();
     let mut extras = Vec::new();
@@ -399,12 +433,8 @@ fn job_metrics(
         min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
         fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
     };
-    let mark = calls_mark(&inputs);
-    if cadence.0.is_empty() || cadence.0 != mark {
-        let calls: Vec<&[NcclCall]> = inputs.iter().map(|r| r.calls.as_slice()).collect();
-        *cadence = (mark, hang::cadence::estimate(&calls));
-    }
-    let diagnosis = hang::diagnose_paced(&inputs, &settings, cadence.1);
+    let cadence = cadence.of(calls_mark(&inputs), &inputs);
+    let diagnosis = hang::diagnose_paced(&inputs, &settings, cadence);
     let report = hang_report(&Dirs(Vec::new()), monotonic_ns(), diagnosis, extras, Vec::new());
     let job_labels = [("job_id", job.to_string())];
     m.family(HANG_HUNG).push(&job_labels, f64::from(u8::from(report.hung)));

@@ -111,7 +111,7 @@ impl RankLog {
     /// collector flushed and stopped), or the very process that wrote it is gone (the
     /// header's process stamp, compared only where it is certain). A copy whose writer
     /// still runs elsewhere is read as live: slower, never wrong.
-    fn settled(&self) -> bool {
+    pub fn settled(&self) -> bool {
         self.live().writer_state == Some(WriterState::Exited)
             || self.header.stamp.check(self.header.pid, false) == ProcessCheck::WriterGone
     }
