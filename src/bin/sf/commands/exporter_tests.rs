@@ -2,6 +2,7 @@ use super::super::test_logs::{call, new_log};
 use super::*;
 use crate::output::openmetrics::{render, Flavor};
 use stagefrontier::core::log::records::ProfOp;
+use stagefrontier::core::log::writer::LogWriter;
 
 /// A record of a kind no metric uses, as the NCCL profiler writes many of.
 fn unused_kind() -> RecordBody {
@@ -66,5 +67,48 @@ fn a_pass_reads_the_newest_records_and_counts_the_ones_it_skipped() {
     // Nothing new: nothing more skipped, the same calls.
     assert_eq!(skipped(&exporter.scrape(&dirs, &settings)), 5000 - PASS_RECORDS);
     assert_eq!(calls_of(&exporter), (first, held, 0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A running job's cadence is estimated on the first scrape and reused while it is young,
+/// then made again from the newer calls; a job without one yet is estimated every scrape.
+#[test]
+fn a_running_jobs_cadence_is_estimated_again_only_when_it_is_old_or_missing() {
+    let (path, mut writer) = new_log("exporter-cadence", 4096);
+    let dir = path.parent().unwrap().to_path_buf();
+    let (dirs, settings) = (Dirs::one(&dir), DEFAULT_HANG);
+    let mut exporter = Exporter::default();
+    let mut seq = 0;
+    let mut more_calls = |writer: &mut LogWriter| {
+        for _ in 0..100 {
+            seq += 1;
+            writer.append(&call(seq));
+        }
+    };
+    let estimated_at = |exporter: &Exporter| exporter.cadences["j"].at.unwrap();
+    more_calls(&mut writer);
+    exporter.scrape(&dirs, &settings);
+    let first = estimated_at(&exporter);
+    assert!(exporter.cadences["j"].cadence.is_some(), "100 evenly spaced calls have a cadence");
+    more_calls(&mut writer);
+    exporter.scrape(&dirs, &settings);
+    assert_eq!(estimated_at(&exporter), first, "new calls, but the estimate is young: kept");
+    // Ten seconds later (the clock of the estimate moved back), new calls: estimated again.
+    let aged = first.checked_sub(CADENCE_REFRESH).unwrap();
+    exporter.cadences.get_mut("j").unwrap().at = Some(aged);
+    more_calls(&mut writer);
+    exporter.scrape(&dirs, &settings);
+    assert!(estimated_at(&exporter) > first, "an old estimate is made again");
+    // No cadence found yet: every scrape with new calls tries again.
+    let again = estimated_at(&exporter);
+    exporter.cadences.get_mut("j").unwrap().cadence = None;
+    more_calls(&mut writer);
+    exporter.scrape(&dirs, &settings);
+    assert!(estimated_at(&exporter) > again);
+    // Nothing new: nothing estimated, however old.
+    let settled = estimated_at(&exporter);
+    exporter.cadences.get_mut("j").unwrap().at = settled.checked_sub(CADENCE_REFRESH);
+    exporter.scrape(&dirs, &settings);
+    assert_eq!(exporter.cadences["j"].at, settled.checked_sub(CADENCE_REFRESH));
     std::fs::remove_dir_all(&dir).unwrap();
 }
