@@ -79,16 +79,21 @@ pub fn read_after(
                 return Ok(stats);
             }
             stats.last_seq = expected;
+            if held != expected {
+                // Overwritten by a newer lap: whatever its kind was, it is gone.
+                stats.lost += 1;
+                continue;
+            }
             let kind = bytes::get_u16(x, 8);
             if !wanted(kind) {
                 continue;
             }
             let plen = (bytes::get_u16(x, 10) as usize).min(format::PAYLOAD_CAPACITY);
             let payload = &x[format::SLOT_HEADER_SIZE..format::SLOT_HEADER_SIZE + plen];
-            let whole = held == expected && bytes::get_u32(x, 12) == format::record_crc(held, kind, payload);
+            let whole = bytes::get_u32(x, 12) == format::record_crc(held, kind, payload);
             match RecordBody::decode(kind, payload).filter(|_| whole) {
                 Some(body) => visit(Record { seq: expected, body }),
-                // Overwritten by a newer lap, torn, or a kind this reader does not know.
+                // Torn, or a kind this reader does not know.
                 None => stats.lost += 1,
             }
         }
@@ -134,6 +139,12 @@ mod tests {
         // Counted but not yet committed: the pass stops before it.
         let stats = read_after(&file, events, 1500, 1501, false, |_| true, |_| panic!("nothing whole")).unwrap();
         assert_eq!(stats, TailStats { last_seq: 1500, lost: 0 });
+        // A count read before the ring lapped again: the slots of records 477 and 478 now
+        // hold 1501 and 1502, lost whatever kind the pass wants.
+        writer.append(&drop_record(1501));
+        writer.append(&drop_record(1502));
+        let stats = read_after(&file, events, 476, 1500, true, |k| k != kind::DROPS, |_| panic!("not wanted")).unwrap();
+        assert_eq!(stats, TailStats { last_seq: 1500, lost: 2 });
         // A communicator creation goes to the history ring, numbered on its own.
         writer.append(&RecordBody::CommCreated(CommCreated {
             t_ns: 1,

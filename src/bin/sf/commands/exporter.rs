@@ -48,9 +48,14 @@ const OTHER_KEPT: usize = 1024;
 /// records are passed over and counted (`sf_exporter_records_skipped`); a job's older
 /// history is what `sf hang` and `sf frontier` read from the logs.
 const PASS_RECORDS: u64 = 2048;
-/// The same for the history ring (step vectors, communicator creations, hang evidence):
-/// the window keeps 100 steps, a step vector or two each.
-const HISTORY_PASS_RECORDS: u64 = 512;
+/// The same for the history ring (step vectors, communicator creations, hang evidence),
+/// whose records come a few per step: more than a job at 100 steps a second writes between
+/// two scrapes 15 s apart, so the rare evidence among the step vectors (a stuck QP, an
+/// injection) is not passed over.
+const HISTORY_PASS_RECORDS: u64 = 4096;
+/// The first pass of the history ring, which starts near the present as the event ring's
+/// does: the window keeps 100 steps, a step vector or two each.
+const HISTORY_FIRST_PASS_RECORDS: u64 = 512;
 /// NCCL calls kept per rank for the hang analysis: as many as a pass reads at most, so
 /// that every scrape's analysis, which runs whenever calls arrived, has a bound too.
 const CALLS_HELD: usize = PASS_RECORDS as usize;
@@ -92,9 +97,14 @@ struct Watched {
     lost: u64,
     /// Records passed over to keep a pass within `PASS_RECORDS`.
     skipped: u64,
+    /// Passes made: the first starts near the present.
+    passes: u64,
     /// Records lost since the oldest call kept: the calls' span is whole while it is 0.
     lost_among_calls: u64,
     calls: VecDeque<NcclCall>,
+    /// Per communicator, when its newest call read returned: kept apart from the calls,
+    /// which a busy communicator's calls may push a quiet one's out of.
+    last_return: BTreeMap<u64, u64>,
     other: VecDeque<RecordBody>,
     /// Step vector parts by step; complete steps are moved to `steps`.
     parts: BTreeMap<u64, Vec<StepVector>>,
@@ -114,9 +124,11 @@ impl Watched {
             history_last_seq: 0,
             lost: 0,
             skipped: 0,
+            passes: 0,
             lost_among_calls: 0,
             // Full within a few scrapes of a busy job: no growth copies on the way.
             calls: VecDeque::with_capacity(CALLS_HELD),
+            last_return: BTreeMap::new(),
             other: VecDeque::new(),
             parts: BTreeMap::new(),
             steps: VecDeque::new(),
@@ -125,8 +137,9 @@ impl Watched {
     }
 
     /// Reads the records each ring committed since the last pass (up to the counts of
-    /// `live`, at most the newest `PASS_RECORDS` of each), the history ring's first: step
-    /// vectors and communicator creations.
+    /// `live`, at most the newest `PASS_RECORDS` events and `HISTORY_PASS_RECORDS` history
+    /// records, `HISTORY_FIRST_PASS_RECORDS` on the first pass), the history ring's first:
+    /// step vectors and communicator creations.
     fn catch_up(&mut self, live: &LiveState) {
         // Step vectors of steps this far behind the rank's current one never reach the
         // window: not kept at all.
@@ -135,10 +148,16 @@ impl Watched {
         for ring in self.log.rings() {
             let (committed, cursor, most) = match ring.region {
                 Region::Events => (live.committed, self.last_seq, PASS_RECORDS),
+                Region::History if self.passes == 0 => {
+                    (live.history_committed, self.history_last_seq, HISTORY_FIRST_PASS_RECORDS)
+                }
                 Region::History => (live.history_committed, self.history_last_seq, HISTORY_PASS_RECORDS),
             };
-            let after = cursor.max(committed.saturating_sub(most));
-            if cursor != 0 && after > cursor {
+            // A ring smaller than a pass: what it no longer holds is lost, not skipped.
+            let after = cursor.max(committed.saturating_sub(most.min(u64::from(ring.slot_count))));
+            // The first pass starts near the present by design; a later one that cannot
+            // read all that came says so.
+            if self.passes > 0 && after > cursor {
                 self.skipped += after - cursor;
                 if ring.region == Region::Events {
                     // The calls kept would not run on into the ones read now.
@@ -146,12 +165,14 @@ impl Watched {
                     self.lost_among_calls = 0;
                 }
             }
-            let Watched { calls, other, parts, qps, .. } = self;
+            let Watched { calls, other, parts, qps, last_return, .. } = self;
             let stats =
                 read_after(&self.file, &ring, after, committed, settled, kept_kind, |record| match record.body {
                     RecordBody::StepVector(v) if v.step >= oldest_step => parts.entry(v.step).or_default().push(v),
                     RecordBody::StepVector(_) => {}
                     RecordBody::NcclCall(call) => {
+                        let t = last_return.entry(call.comm_id).or_default();
+                        *t = (*t).max(call.t_exit_ns);
                         if calls.len() == CALLS_HELD {
                             calls.pop_front();
                         }
@@ -179,6 +200,7 @@ impl Watched {
                 Region::History => self.history_last_seq = newest,
             }
         }
+        self.passes += 1;
         self.complete_steps();
     }
 
@@ -377,12 +399,11 @@ fn job_metrics(
         }
         // Communicators.
         let now_mono = monotonic_ns();
-        let mut last_return: BTreeMap<u64, u64> = BTreeMap::new();
-        for c in &w.calls {
-            let t = last_return.entry(c.comm_id).or_default();
-            *t = (*t).max(c.t_exit_ns);
-        }
-        for c in w.log.comms() {
+        let comms = w.log.comms();
+        // Only communicators the log's table still lists: a bound however many come and go.
+        w.last_return.retain(|id, _| comms.iter().any(|c| c.comm_id == *id));
+        let last_return = &w.last_return;
+        for c in comms {
             let mut l = rank_labels.clone();
             l.extend([
                 ("comm", comm_hex(c.comm_id)),

@@ -18,7 +18,7 @@ pub const SKIPPED: Spec = (
     "sf_exporter_records_skipped",
     Kind::Counter,
     "",
-    "Records the exporter passed over to keep a scrape within its cost (a scrape reads at most a log's newest 2048 events and 512 history records)",
+    "Records the exporter passed over to keep a scrape within its cost (a scrape reads at most a log's newest 2048 events and 4096 history records)",
 );
 pub const DOOR_OPEN: Spec = ("sf_door_open", Kind::Gauge, "", "1 when the door recorded in this rank");
 pub const STEP_CURRENT: Spec = ("sf_step_current", Kind::Gauge, "", "The logical step the rank is in");

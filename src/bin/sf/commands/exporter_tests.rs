@@ -112,3 +112,29 @@ fn a_running_jobs_cadence_is_estimated_again_only_when_it_is_old_or_missing() {
     assert_eq!(exporter.cadences["j"].at, settled.checked_sub(CADENCE_REFRESH));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Records skipped after a first scrape that found none are counted; a ring smaller than a
+/// pass loses what it no longer holds without the calls kept ceasing to be whole.
+#[test]
+fn skips_count_after_an_empty_first_scrape_and_on_rings_smaller_than_a_pass() {
+    let settings = DEFAULT_HANG;
+    for (name, slots, first_calls) in [("exporter-empty-first", 16_384u32, 0u64), ("exporter-small-ring", 1024, 100)] {
+        let (path, mut writer) = new_log(name, slots);
+        let dir = path.parent().unwrap().to_path_buf();
+        let mut exporter = Exporter::default();
+        for seq in 1..=first_calls {
+            writer.append(&call(seq));
+        }
+        exporter.scrape(&Dirs::one(&dir), &settings);
+        for seq in first_calls + 1..=first_calls + 5000 {
+            writer.append(&call(seq));
+        }
+        exporter.scrape(&Dirs::one(&dir), &settings);
+        let w = exporter.watched.values().next().unwrap();
+        let read = PASS_RECORDS.min(u64::from(slots));
+        assert_eq!(w.skipped, 5000 - read, "{name}");
+        assert_eq!((w.calls.len() as u64, w.lost_among_calls), (read, 0), "{name}");
+        assert_eq!(w.calls.front().map(|c| c.seq), Some(first_calls + 5000 - read + 1), "{name}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
