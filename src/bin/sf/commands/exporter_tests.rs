@@ -4,6 +4,14 @@ use crate::output::openmetrics::{render, Flavor};
 use stagefrontier::core::log::records::ProfOp;
 use stagefrontier::core::log::writer::LogWriter;
 
+/// A fresh log of `slots` event slots, the directory the exporter watches it in, and an
+/// exporter that has not scraped yet.
+fn watched_log(name: &str, slots: u32) -> (PathBuf, LogWriter, Dirs, Exporter) {
+    let (path, writer) = new_log(name, slots);
+    let dir = path.parent().unwrap().to_path_buf();
+    (dir.clone(), writer, Dirs::one(dir), Exporter::default())
+}
+
 /// A record of a kind no metric uses, as the NCCL profiler writes many of.
 fn unused_kind() -> RecordBody {
     RecordBody::ProfOp(ProfOp {
@@ -32,10 +40,8 @@ fn unused_kind() -> RecordBody {
 /// run on without a gap, so the hang analysis gets a whole span.
 #[test]
 fn a_pass_reads_the_newest_records_and_counts_the_ones_it_skipped() {
-    let (path, mut writer) = new_log("exporter-pass", 16_384);
-    let dir = path.parent().unwrap().to_path_buf();
-    let (dirs, settings) = (Dirs::one(&dir), DEFAULT_HANG);
-    let mut exporter = Exporter::default();
+    let (dir, mut writer, dirs, mut exporter) = watched_log("exporter-pass", 16_384);
+    let settings = DEFAULT_HANG;
     let skipped = |families: &[Family]| {
         let text = render(families, Flavor::Prometheus);
         let line = text.lines().find(|l| l.starts_with("sf_exporter_records_skipped_total{")).unwrap().to_string();
@@ -74,10 +80,8 @@ fn a_pass_reads_the_newest_records_and_counts_the_ones_it_skipped() {
 /// then made again from the newer calls; a job without one yet is estimated every scrape.
 #[test]
 fn a_running_jobs_cadence_is_estimated_again_only_when_it_is_old_or_missing() {
-    let (path, mut writer) = new_log("exporter-cadence", 4096);
-    let dir = path.parent().unwrap().to_path_buf();
-    let (dirs, settings) = (Dirs::one(&dir), DEFAULT_HANG);
-    let mut exporter = Exporter::default();
+    let (dir, mut writer, dirs, mut exporter) = watched_log("exporter-cadence", 4096);
+    let settings = DEFAULT_HANG;
     let mut seq = 0;
     let mut more_calls = |writer: &mut LogWriter| {
         for _ in 0..100 {
@@ -119,17 +123,15 @@ fn a_running_jobs_cadence_is_estimated_again_only_when_it_is_old_or_missing() {
 fn skips_count_after_an_empty_first_scrape_and_on_rings_smaller_than_a_pass() {
     let settings = DEFAULT_HANG;
     for (name, slots, first_calls) in [("exporter-empty-first", 16_384u32, 0u64), ("exporter-small-ring", 1024, 100)] {
-        let (path, mut writer) = new_log(name, slots);
-        let dir = path.parent().unwrap().to_path_buf();
-        let mut exporter = Exporter::default();
+        let (dir, mut writer, dirs, mut exporter) = watched_log(name, slots);
         for seq in 1..=first_calls {
             writer.append(&call(seq));
         }
-        exporter.scrape(&Dirs::one(&dir), &settings);
+        exporter.scrape(&dirs, &settings);
         for seq in first_calls + 1..=first_calls + 5000 {
             writer.append(&call(seq));
         }
-        exporter.scrape(&Dirs::one(&dir), &settings);
+        exporter.scrape(&dirs, &settings);
         let w = exporter.watched.values().next().unwrap();
         let read = PASS_RECORDS.min(u64::from(slots));
         assert_eq!(w.skipped, 5000 - read, "{name}");
