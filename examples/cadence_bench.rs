@@ -12,8 +12,8 @@
 use std::time::Instant;
 
 use stagefrontier::analysis::hang::cadence::estimate;
-use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::records::NcclCall;
+use stagefrontier::core::log::synth::allreduce;
 
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("RANKS CALLS PER_STEP")).collect();
@@ -29,22 +29,7 @@ fn main() {
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     t += if seq as usize % per_step == 1 { 200_000_000 } else { 1_000_000 } + rng % 100_000;
-                    NcclCall {
-                        op: NcclOp::AllReduce,
-                        t_enter_ns: t,
-                        t_exit_ns: t + 1_000_000,
-                        comm_id: 0xc0ffee,
-                        seq,
-                        count: 1 << 20,
-                        bytes: 4 << 20,
-                        stream: 0x10,
-                        tid: 1,
-                        peer: -1,
-                        dtype: 7,
-                        redop: 0,
-                        result: 0,
-                        group_depth: 0,
-                    }
+                    allreduce(0xc0ffee, seq, t, t + 1_000_000)
                 })
                 .collect()
         })

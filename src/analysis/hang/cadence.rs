@@ -269,18 +269,8 @@ pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
             if before.binary_search(&p).is_ok() {
                 continue;
             }
-            let mut steps = Vec::new();
-            for (_, s) in &series {
-                s.steps(p, &mut steps);
-            }
-            if let Some((step_ns, samples)) = agreeing_median(steps, p) {
-                let (mut longest_call_ns, mut longest_gap_ns) = (0, 0);
-                for (calls, s) in &series {
-                    let from = s.entered_after(2 * p).unwrap_or(u64::MAX);
-                    let (call, gap) = longest_call_and_gap(calls, from);
-                    (longest_call_ns, longest_gap_ns) = (longest_call_ns.max(call), longest_gap_ns.max(gap));
-                }
-                return Some(Cadence { comm_id, period: p, step_ns, samples, longest_call_ns, longest_gap_ns });
+            if let Some(cadence) = timed(comm_id, &series, p) {
+                return Some(cadence);
             }
             if let Err(at) = disagreed.binary_search(&p) {
                 disagreed.insert(at, p);
@@ -288,6 +278,22 @@ pub fn estimate(ranks: &[&[NcclCall]]) -> Option<Cadence> {
         }
     }
     None
+}
+
+/// The cadence of period `p` when the steps it measures on every rank agree.
+fn timed(comm_id: u64, series: &[RankSeries], p: usize) -> Option<Cadence> {
+    let mut steps = Vec::new();
+    for (_, s) in series {
+        s.steps(p, &mut steps);
+    }
+    let (step_ns, samples) = agreeing_median(steps, p)?;
+    let (mut longest_call_ns, mut longest_gap_ns) = (0, 0);
+    for (calls, s) in series {
+        let from = s.entered_after(2 * p).unwrap_or(u64::MAX);
+        let (call, gap) = longest_call_and_gap(calls, from);
+        (longest_call_ns, longest_gap_ns) = (longest_call_ns.max(call), longest_gap_ns.max(gap));
+    }
+    Some(Cadence { comm_id, period: p, step_ns, samples, longest_call_ns, longest_gap_ns })
 }
 
 #[cfg(test)]
@@ -393,17 +399,8 @@ mod tests {
         for tolerance in TOLERANCES {
             let periods = (1..=MAX_PERIOD.min(source.keys.len() / 2)).filter(|&p| source.repeats(p, tolerance));
             for p in periods.take(MAX_TIMED_PERIODS) {
-                let mut steps = Vec::new();
-                for (_, s) in &series {
-                    s.steps(p, &mut steps);
-                }
-                if let Some((step_ns, samples)) = agreeing_median(steps, p) {
-                    let (mut longest_call_ns, mut longest_gap_ns) = (0, 0);
-                    for (calls, s) in &series {
-                        let (call, gap) = longest_call_and_gap(calls, s.entered_after(2 * p).unwrap_or(u64::MAX));
-                        (longest_call_ns, longest_gap_ns) = (longest_call_ns.max(call), longest_gap_ns.max(gap));
-                    }
-                    return Some(Cadence { comm_id, period: p, step_ns, samples, longest_call_ns, longest_gap_ns });
+                if let Some(cadence) = timed(comm_id, &series, p) {
+                    return Some(cadence);
                 }
             }
         }

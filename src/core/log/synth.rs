@@ -36,6 +36,27 @@ pub const COMM_ID: u64 = 0x5eed_0000_0000_0001;
 const BASE_MONO_NS: u64 = 1_000_000_000_000;
 const BASE_WALL_NS: u64 = 1_795_392_000_000_000_000;
 
+/// The allreduce a synthetic rank issues: number `seq` on `comm_id`, 4 MiB of float32,
+/// from its one training thread (also what tests and benchmarks that need a plain call use).
+pub fn allreduce(comm_id: u64, seq: u64, t_enter_ns: u64, t_exit_ns: u64) -> NcclCall {
+    NcclCall {
+        op: NcclOp::AllReduce,
+        t_enter_ns,
+        t_exit_ns,
+        comm_id,
+        seq,
+        count: 1 << 20,
+        bytes: 4 << 20,
+        stream: 0x7f00_0000_1000,
+        tid: 4242,
+        peer: -1,
+        dtype: 7,
+        redop: 0,
+        result: 0,
+        group_depth: 0,
+    }
+}
+
 /// A job to write.
 #[derive(Clone, Debug)]
 pub struct SynthJob {
@@ -122,22 +143,7 @@ impl SynthJob {
                 let enter = t + spacing;
                 let exit = (latest_bwd_begin + (k + 1) * latest_spacing).max(enter) + 50_000;
                 t = exit;
-                writer.append(&RecordBody::NcclCall(NcclCall {
-                    op: NcclOp::AllReduce,
-                    t_enter_ns: enter,
-                    t_exit_ns: exit,
-                    comm_id: COMM_ID,
-                    seq,
-                    count: 1 << 20,
-                    bytes: 4 << 20,
-                    stream: 0x7f00_0000_1000,
-                    tid: 4242,
-                    peer: -1,
-                    dtype: 7,
-                    redop: 0,
-                    result: 0,
-                    group_depth: 0,
-                }));
+                writer.append(&RecordBody::NcclCall(allreduce(COMM_ID, seq, enter, exit)));
             }
             durations[BACKWARD] = t + spacing - bwd_begin;
             let wall_ns = durations.iter().sum();

@@ -4,28 +4,14 @@ use std::path::PathBuf;
 
 use stagefrontier::core::capture::clock::select;
 use stagefrontier::core::capture::identity::Identity;
-use stagefrontier::core::comms::nccl_op::NcclOp;
-use stagefrontier::core::log::records::{NcclCall, RecordBody};
+use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::log::synth::allreduce;
 use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
 
 /// Allreduce number `seq` on communicator 0x77, 1 us after the one before.
 pub fn call(seq: u64) -> RecordBody {
-    RecordBody::NcclCall(NcclCall {
-        op: NcclOp::AllReduce,
-        t_enter_ns: 1_000_000 + seq * 1_000,
-        t_exit_ns: 1_000_000 + seq * 1_000 + 500,
-        comm_id: 0x77,
-        seq,
-        count: 1,
-        bytes: 4,
-        stream: 0,
-        tid: 1,
-        peer: -1,
-        dtype: 7,
-        redop: 0,
-        result: 0,
-        group_depth: 0,
-    })
+    let t_enter_ns = 1_000_000 + seq * 1_000;
+    RecordBody::NcclCall(allreduce(0x77, seq, t_enter_ns, t_enter_ns + 500))
 }
 
 /// A fresh log of rank 0 of job `j`, of `slots` event slots, in a directory of its own.
