@@ -13,7 +13,6 @@ pub struct BlameCell {
 }
 
 /// Blame over a range of steps, largest cell first.
-#[derive(Clone)]
 pub struct BlameTable<'a> {
     pub cells: Vec<BlameCell>,
     /// All waiting inside collectives in these steps, over every rank.

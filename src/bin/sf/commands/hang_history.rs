@@ -105,7 +105,7 @@ impl History {
         newest_seq: u64,
     ) -> History {
         let mut kept = Kept::new(drained_ns, false, CALLS_KEPT);
-        others.into_iter().filter(|body| !matches!(body, RecordBody::NcclCall(_))).for_each(|body| kept.push(body));
+        others.into_iter().for_each(|body| kept.push(body));
         kept.calls = calls.into();
         kept.finish(complete, newest_seq, None)
     }
