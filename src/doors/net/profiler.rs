@@ -24,6 +24,8 @@
 
 mod abi;
 #[cfg(test)]
+mod abi_layout_nccl;
+#[cfg(test)]
 mod abi_layout_tests;
 mod chain;
 mod convert;
