@@ -3,8 +3,8 @@
 //! (computed with a C compiler from NVIDIA/nccl v2.30.7-1 `plugins/profiler/example/nccl/
 //! profiler_v1.h` … `profiler_v6.h` and `net_ib_v1.h`, which carry the declarations of
 //! `src/include/plugin/profiler/`, and from 2.31.2's `src/include/plugin/profiler/
-//! profiler_v7.h`; LP64), recorded as data in `abi_layout_nccl.rs`: facts about NCCL's ABI, not a copy of
-//! the project's own declarations.
+//! profiler_v7.h`; LP64), recorded as data in `abi_layout_nccl.rs`: facts about NCCL's
+//! ABI, not a copy of the project's own declarations.
 
 use std::mem::offset_of;
 
