@@ -1,8 +1,7 @@
 //! Waits placed in the waiters' stages, and caused waits charged to the late ranks' stages.
 
-use std::collections::BTreeMap;
-
 use super::collective::{for_each_collective, CallTiming, Collective};
+use super::stage_seconds::StageSeconds;
 
 /// One stage of one step of a rank, on that rank's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,10 +27,10 @@ pub struct RankTimeline {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Attribution {
     /// Seconds the rank waited inside collectives it entered during that stage.
-    pub waits: BTreeMap<(u32, u64, usize), f64>,
+    pub waits: StageSeconds,
     /// Seconds of other ranks' waiting the rank caused, charged to the stage that made it
     /// late.
-    pub caused: BTreeMap<(u32, u64, usize), f64>,
+    pub caused: StageSeconds,
     /// Collectives matched.
     pub collectives: usize,
     /// Caused wait whose late rank was outside every step (set-up, tear-down).
@@ -41,14 +40,14 @@ pub struct Attribution {
 impl Attribution {
     /// The wait inside (rank, step, stage), 0 when none.
     pub fn wait(&self, rank: u32, step: u64, stage: usize) -> f64 {
-        self.waits.get(&(rank, step, stage)).copied().unwrap_or(0.0)
+        self.waits.get(&(rank, step, stage)).unwrap_or(0.0)
     }
 }
 
 /// Matches every rank's collectives and attributes their waits, one collective at a time
 /// (`for_each_collective`): what is held beyond the timelines is one collective's worth,
 /// and two sums per stage span (waited, caused), added up in place of a map lookup per
-/// participant. The maps are filled once at the end, with the spans that have some.
+/// participant. The tables are filled once at the end, with the spans that have some.
 pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
     let calls: Vec<&[CallTiming]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
     let spans: Vec<Spans> = ranks.iter().map(|r| Spans::new(&r.spans)).collect();
@@ -67,19 +66,22 @@ pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
         }
         charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch);
     });
+    let (mut waits, mut caused) = (Vec::new(), Vec::new());
     for ((r, sums), rank_spans) in ranks.iter().zip(&sums).zip(&spans) {
-        for ((span, &waited), &caused) in rank_spans.spans.iter().zip(&sums.waits).zip(&sums.caused) {
+        for ((span, &waited), &charged) in rank_spans.spans.iter().zip(&sums.waits).zip(&sums.caused) {
             let key = (r.rank, span.step, span.stage);
-            // Only a span that some collective added to has an entry, as a map filled per
-            // participant would (every amount added is positive).
+            // Only a span that some collective added to has an entry, as a table filled
+            // per participant would (every amount added is positive).
             if waited > 0.0 {
-                *a.waits.entry(key).or_default() += waited;
+                waits.push((key, waited));
             }
-            if caused > 0.0 {
-                *a.caused.entry(key).or_default() += caused;
+            if charged > 0.0 {
+                caused.push((key, charged));
             }
         }
     }
+    a.waits = StageSeconds::summed(waits);
+    a.caused = StageSeconds::summed(caused);
     a
 }
 

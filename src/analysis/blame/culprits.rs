@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::attribute::Attribution;
+use super::stage_seconds::StageSeconds;
 
 /// Seconds of other ranks' waiting one (rank, stage) caused.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,7 +20,7 @@ pub struct BlameTable<'a> {
     pub wait_s: f64,
     /// The caused waits summed, by (rank, step, stage), and the steps the table covers:
     /// what [`culprits`] counts a cell's steps in, for the few cells it asks about.
-    caused: &'a BTreeMap<(u32, u64, usize), f64>,
+    caused: &'a StageSeconds,
     first: u64,
     last: u64,
 }
@@ -36,11 +37,8 @@ impl BlameTable<'_> {
 
     /// The steps in which `rank`'s `stage` caused waiting that `counts`.
     fn steps_where(&self, rank: u32, stage: usize, counts: impl Fn(f64) -> bool) -> usize {
-        if self.first > self.last {
-            return 0;
-        }
-        let steps = (rank, self.first, 0)..=(rank, self.last, usize::MAX);
-        self.caused.range(steps).filter(|(&(_, _, s), &caused)| s == stage && counts(caused)).count()
+        let steps = self.caused.of_rank(rank, self.first, self.last);
+        steps.iter().filter(|&&((_, _, s), caused)| s == stage && counts(caused)).count()
     }
 }
 
@@ -235,7 +233,7 @@ mod tests {
         let mut a = Attribution::default();
         for &(key, s) in caused {
             a.caused.insert(key, s);
-            *a.waits.entry((0, key.1, 0)).or_default() += s;
+            a.waits.add((0, key.1, 0), s);
         }
         a
     }

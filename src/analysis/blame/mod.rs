@@ -25,6 +25,7 @@
 mod attribute;
 mod collective;
 mod culprits;
+mod stage_seconds;
 
 pub use attribute::{attribute, Attribution, RankTimeline, StageSpan};
 pub use collective::{caused_shares, match_collectives, CallTiming, Collective, Participant};
@@ -32,3 +33,4 @@ pub use culprits::{
     blame_table, culprits, measured_sync_wait, sync_wait_stages, BlameCell, BlameTable, Culprit, CulpritParams,
     SYNC_WAIT_SHARE,
 };
+pub use stage_seconds::{StageKey, StageSeconds};

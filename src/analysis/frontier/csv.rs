@@ -19,14 +19,13 @@
 //! missing from that step; a step whose ranks all lack a stage has a shorter schema. Both
 //! close the analyzer's window, as Sec. 3 requires.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io::BufRead;
 use std::sync::Arc;
 
 use super::schema::{Schema, SchemaError};
 use super::step::{DeviceTime, Step};
-use crate::analysis::blame::Attribution;
+use crate::analysis::blame::{Attribution, StageKey, StageSeconds};
 
 const COLUMNS: [&str; 4] = ["step", "rank", "stage", "seconds"];
 const DEVICE_COLUMNS: [&str; 2] = ["device_seconds", "spill_seconds"];
@@ -277,7 +276,7 @@ pub fn read<R: BufRead>(input: R, stages: Option<&[String]>) -> Result<StageTabl
 }
 
 /// A wait or caused wait keyed as `Attribution` keys them.
-type WaitKeyed = ((u32, u64, usize), f64);
+type WaitKeyed = (StageKey, f64);
 
 /// What the fast path read before the line it declined: the lines before it, and when it
 /// had read the header, the columns, stage names, rows (and their device times), overlaps,
@@ -330,11 +329,7 @@ fn read_general(input: impl BufRead, stages: Option<&[String]>, resume: Resume) 
     };
     let fixed = stages.is_some();
     let [step_at, rank_at, stage_at, seconds_at] = columns.required;
-    let mut attribution = columns.waits.iter().any(Option::is_some).then(|| Attribution {
-        waits: BTreeMap::from_iter(waits),
-        caused: BTreeMap::from_iter(caused),
-        ..Attribution::default()
-    });
+    let mut attribution = columns.waits.iter().any(Option::is_some).then_some((waits, caused));
     while reader.read_byte_record(&mut record).map_err(read_error)? {
         if blank(&record) {
             continue;
@@ -375,12 +370,12 @@ fn read_general(input: impl BufRead, stages: Option<&[String]>, resume: Resume) 
                 _ => return Err(CsvError::BadOverlap { line: n, text: text(field(&record, at)).into() }),
             }
         }
-        if let Some(a) = &mut attribution {
+        if let Some((waits, caused_waits)) = &mut attribution {
             let [wait, caused] = wait_cells(&record, columns.waits, n)?;
             // Rows are unique per (step, rank, stage) (a duplicate is refused below).
             let key = (rank, step, stage);
-            a.waits.extend(wait.map(|s| (key, s)));
-            a.caused.extend(caused.map(|s| (key, s)));
+            waits.extend(wait.map(|s| (key, s)));
+            caused_waits.extend(caused.map(|s| (key, s)));
         }
         // `+ 0.0` turns -0.0 into 0.0, which the rest of the analysis assumes.
         rows.push(Row { step, seconds: seconds + 0.0, line: n, rank, stage: stage as u32 });
@@ -389,7 +384,11 @@ fn read_general(input: impl BufRead, stages: Option<&[String]>, resume: Resume) 
         }
     }
     let mut table = assemble(rows, devices, names, None)?;
-    table.attribution = attribution;
+    table.attribution = attribution.map(|(waits, caused)| Attribution {
+        waits: StageSeconds::summed(waits),
+        caused: StageSeconds::summed(caused),
+        ..Attribution::default()
+    });
     // One overlap per (step, rank): the rows of its stages repeat it; the first counts.
     overlaps.sort_by_key(|(key, _)| *key);
     overlaps.dedup_by_key(|(key, _)| *key);

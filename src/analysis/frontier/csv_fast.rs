@@ -7,11 +7,10 @@
 //! hands that reader what it has read and the input from that line on, and the reader goes
 //! on from there.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, Read};
 
 use super::{parse, text, Columns, CsvError, DeviceTime, Resume, Row, StageTable, WaitKeyed, WAIT_COLUMNS};
-use crate::analysis::blame::Attribution;
+use crate::analysis::blame::{Attribution, StageSeconds};
 
 /// Bytes read at a time into the reused buffer.
 const BLOCK: usize = 1 << 20;
@@ -540,8 +539,8 @@ fn finish(chunk: Chunk, columns: &Columns) -> Result<StageTable, CsvError> {
     let mut table = super::assemble(rows, devices, names, None)?;
     if columns.waits.iter().any(Option::is_some) {
         table.attribution = Some(Attribution {
-            waits: BTreeMap::from_iter(rank_major(waits, &table.world)),
-            caused: BTreeMap::from_iter(rank_major(caused, &table.world)),
+            waits: StageSeconds::summed(rank_major(waits, &table.world)),
+            caused: StageSeconds::summed(rank_major(caused, &table.world)),
             ..Attribution::default()
         });
     }

@@ -3,18 +3,13 @@
 //! rank, then stage. Looking each row up in the map costs a tree search per row; this
 //! lays the waits out in the rows' order (a counting pass by step) and walks both.
 
-use std::collections::BTreeMap;
-
 use super::Row;
+use crate::analysis::blame::StageSeconds;
 
 /// Calls `apply(row, seconds)` for every wait whose (rank, step, stage) is a row's,
 /// each row at most once; waits of no row are skipped. `rows` are sorted by
 /// (step, rank, stage) and unique.
-pub(super) fn for_each_wait(
-    rows: &mut [Row],
-    waits: &BTreeMap<(u32, u64, usize), f64>,
-    mut apply: impl FnMut(&mut Row, f64),
-) {
+pub(super) fn for_each_wait(rows: &mut [Row], waits: &StageSeconds, mut apply: impl FnMut(&mut Row, f64)) {
     if waits.is_empty() {
         return;
     }

@@ -1,7 +1,5 @@
 //! `sf steps`: the per-rank, per-step stage vectors of a job, for export.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use super::call_window::CallWindow;
@@ -10,6 +8,7 @@ use super::step_vectors::JobSteps;
 use super::Failure;
 use super::{inferred, step_vectors, waits};
 use crate::discover::Dirs;
+use stagefrontier::analysis::blame::StageSeconds;
 
 /// The `--json` object; `--csv` and the table are written from it too.
 #[derive(Debug, Serialize)]
@@ -96,11 +95,11 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
     let (attribution, _) =
         inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
     // The attribution's entries of a rank's step, by stage name in the vector's order.
-    let entries = |map: &BTreeMap<(u32, u64, usize), f64>, rank: u32, step: &step_vectors::RankStep| {
+    let entries = |table: &StageSeconds, rank: u32, step: &step_vectors::RankStep| {
         let at = |name: &str| stages.iter().position(|s| s == name);
         let found = step.stages.iter().filter_map(|&(id, _)| {
             let name = names.name(id);
-            Some((name.to_string(), *map.get(&(rank, step.step, at(name)?))?))
+            Some((name.to_string(), table.get(&(rank, step.step, at(name)?))?))
         });
         StageMap(found.collect())
     };

@@ -4,9 +4,7 @@
 //! budget of `call_window`); a job without step markers reads its whole logs
 //! (`calls_and_aliases`) to infer them.
 
-use std::collections::BTreeMap;
-
-use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSpan};
+use stagefrontier::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSeconds, StageSpan};
 use stagefrontier::analysis::comms::grow::{self, Aliases};
 use stagefrontier::analysis::log::clocks::RankClock;
 use stagefrontier::core::log::reader::RankLog;
@@ -43,8 +41,10 @@ pub fn attribution(
     drop(timelines);
     let index: Vec<Option<usize>> = names.all().iter().map(|n| stages.iter().position(|s| s == n)).collect();
     let first = window.map_or(0, |w| w.starts_at_step);
-    let keyed = |map: BTreeMap<(u32, u64, usize), f64>| {
-        map.into_iter()
+    // Names are unique, so keys stay unique: the table is only put back in key order.
+    let keyed = |table: StageSeconds| {
+        table
+            .into_iter()
             .filter(|&((_, step, _), _)| step >= first)
             .filter_map(|((rank, step, id), s)| Some(((rank, step, index.get(id).copied().flatten()?), s)))
             .collect()
