@@ -74,7 +74,7 @@ fn run(path: &Path, reader: Reader, analyze: bool) -> (f64, f64) {
         let mut analyzer = Analyzer::new(Context::default(), None);
         let mut windows = 0;
         table
-            .for_each_step(|step| {
+            .for_each_step_ahead(|step| {
                 windows += usize::from(analyzer.push(step)?.is_some());
                 Ok::<(), stagefrontier::analysis::frontier::StepError>(())
             })

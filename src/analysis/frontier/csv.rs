@@ -629,78 +629,6 @@ impl StageTable {
         });
         stage_time_s
     }
-
-    /// Hands each step, in increasing order, to `visit`, stopping at its first error.
-    pub fn for_each_step<E>(&self, mut visit: impl FnMut(Step) -> Result<(), E>) -> Result<(), E> {
-        let all = self.schema.len();
-        let mut schemas: Vec<(Vec<bool>, Arc<Schema>)> = vec![(vec![true; all], Arc::clone(&self.schema))];
-        let (mut ranks, mut missing, mut durations, mut overlap) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut device = Vec::new();
-        let mut missing_for: Option<Vec<u32>> = None;
-        let (mut at, mut overlaps_at) = (0, 0);
-        for step_rows in self.rows.chunk_by(|a, b| a.step == b.step) {
-            let step_at = at;
-            at += step_rows.len();
-            let mut used = vec![false; all];
-            for row in step_rows {
-                used[row.stage as usize] = true;
-            }
-            let schema = match schemas.iter().find(|(u, _)| *u == used) {
-                Some((_, schema)) => Arc::clone(schema),
-                None => {
-                    let names = (0..all).filter(|&s| used[s]).map(|s| self.schema.name(s).to_string()).collect();
-                    let schema = Arc::new(Schema::new(names).expect("a subset of a valid schema"));
-                    schemas.push((used.clone(), Arc::clone(&schema)));
-                    schema
-                }
-            };
-            let width = schema.len();
-            ranks.clear();
-            durations.clear();
-            device.clear();
-            let mut rank_at = step_at;
-            for rank_rows in step_rows.chunk_by(|a, b| a.rank == b.rank) {
-                if rank_rows.len() == width {
-                    ranks.push(rank_rows[0].rank);
-                    durations.extend(rank_rows.iter().map(|r| r.seconds));
-                    if !self.devices.is_empty() {
-                        device.extend_from_slice(&self.devices[rank_at..rank_at + width]);
-                    }
-                }
-                rank_at += rank_rows.len();
-            }
-            // The world comes from log headers and may be large: recompute the ranks it
-            // misses only when the ranks present change, not at every step.
-            if missing_for.as_deref() != Some(&ranks[..]) {
-                missing.clear();
-                missing.extend(self.world.iter().copied().filter(|r| ranks.binary_search(r).is_err()));
-                missing_for = Some(ranks.clone());
-            }
-            overlap.clear();
-            if !self.overlaps.is_empty() {
-                // Both in (step, rank) order: one walk, not a search per rank.
-                let step = step_rows[0].step;
-                overlap.extend(ranks.iter().map(|&rank| {
-                    overlaps_at += self.overlaps[overlaps_at..].partition_point(|(key, _)| *key < (step, rank));
-                    match self.overlaps.get(overlaps_at) {
-                        Some(&(key, seconds)) if key == (step, rank) => seconds,
-                        _ => 0.0,
-                    }
-                }));
-            }
-            visit(Step {
-                index: step_rows[0].step,
-                schema: &schema,
-                world: self.world.len(),
-                ranks: &ranks,
-                missing: &missing,
-                durations: &durations,
-                overlap_s: &overlap,
-                device: &device,
-            })?;
-        }
-        Ok(())
-    }
 }
 
 #[path = "csv_fast.rs"]
@@ -708,6 +636,9 @@ mod fast;
 
 #[path = "csv_waits.rs"]
 mod waits;
+
+#[path = "csv_steps.rs"]
+mod steps;
 
 #[cfg(test)]
 #[path = "csv_tests.rs"]

@@ -170,3 +170,44 @@ fn own_time_takes_each_rows_wait_as_a_lookup_per_row_would() {
     // Stages by first appearance: b, then a.
     assert_eq!(stage_time_s, [6.0, 6.5]);
 }
+
+#[test]
+fn steps_built_ahead_on_another_thread_are_the_steps_built_in_turn() {
+    // Steps that change schema, ranks present and overlaps, over more steps than the
+    // hand-over holds.
+    let mut text = String::from("step,rank,stage,seconds,overlap_seconds\n");
+    for step in 0..40u64 {
+        for rank in 0..5u32 {
+            for stage in ["a", "b", "c"] {
+                let gone = (stage == "b" && step % 7 == 3) || (rank == 2 && stage == "c" && step % 5 == 1);
+                if !gone {
+                    let seconds = (step * 31 + u64::from(rank) * 7) % 13;
+                    text += &format!("{step},{rank},{stage},{seconds}.5,{}\n", (step + u64::from(rank)) % 3);
+                }
+            }
+        }
+    }
+    let t = parse(&text, None).unwrap();
+    type Seen = (u64, Vec<String>, Vec<u32>, Vec<u32>, Vec<f64>, Vec<f64>);
+    let see = |seen: &mut Vec<Seen>, s: Step| {
+        let names = s.schema.stages().to_vec();
+        seen.push((s.index, names, s.ranks.to_vec(), s.missing.to_vec(), s.durations.to_vec(), s.overlap_s.to_vec()));
+        Ok::<(), ()>(())
+    };
+    let (mut in_turn, mut ahead) = (Vec::new(), Vec::new());
+    t.for_each_step(|s| see(&mut in_turn, s)).unwrap();
+    t.for_each_step_ahead(|s| see(&mut ahead, s)).unwrap();
+    assert_eq!(in_turn.len(), 40);
+    assert_eq!(ahead, in_turn);
+    // The first error stops the walk, and the builder with it (the call returns).
+    let mut visited = 0;
+    let stopped = t.for_each_step_ahead(|s| {
+        visited += 1;
+        if s.index == 4 {
+            Err(s.index)
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!((stopped, visited), (Err(4), 5));
+}

@@ -230,7 +230,7 @@ fn analyze(
     }
     let mut analyzer = Analyzer::new(context, options.window);
     let mut windows = Vec::new();
-    table.for_each_step(|step| {
+    table.for_each_step_ahead(|step| {
         windows.extend(analyzer.push(step)?);
         Ok(())
     })?;
