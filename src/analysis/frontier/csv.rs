@@ -613,21 +613,25 @@ impl StageTable {
         self.attribution.take()
     }
 
-    /// Takes each rank's in-collective waits (`a`, stages indexed as in the schema) out
-    /// of its stage times, leaving its own time, and returns every rank's time in each
-    /// stage before, waits included. The one way both sources (rank logs, a CSV with the
-    /// wait columns) get own time, summed in row order: the same inputs give the same bits.
-    pub fn take_out_waits(&mut self, a: &Attribution) -> Vec<f64> {
+    /// Every rank's time in each stage, summed in row order: before
+    /// [`StageTable::take_out_waits`], with the waits; after it, own time.
+    pub fn stage_time_s(&self) -> Vec<f64> {
         let mut stage_time_s = vec![0.0; self.schema.len()];
         for row in &self.rows {
             stage_time_s[row.stage as usize] += row.seconds;
         }
+        stage_time_s
+    }
+
+    /// Takes each rank's in-collective waits (`a`, stages indexed as in the schema) out
+    /// of its stage times, leaving its own time. The one way both sources (rank logs, a
+    /// CSV with the wait columns) get own time: the same inputs give the same bits.
+    pub fn take_out_waits(&mut self, a: &Attribution) {
         // A row without a wait keeps its time: `seconds - 0` is `seconds`, never negative.
         waits::for_each_wait(&mut self.rows, &a.waits, |row, wait| {
             // A call entered in this stage may outlast it: own time stops at zero.
             row.seconds = (row.seconds - wait).max(0.0);
         });
-        stage_time_s
     }
 }
 

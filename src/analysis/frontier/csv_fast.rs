@@ -533,17 +533,27 @@ fn device_cells<'a>(
     Ok(Some(DeviceTime { device_s: device_s + 0.0, spill_s: spill_s + 0.0 }))
 }
 
-/// The table of what was read, sorted and checked as the RFC 4180 reader's rows are.
+/// The table of what was read, sorted and checked as the RFC 4180 reader's rows are. The
+/// waits are put in the attribution's order on a second thread meanwhile (each of the
+/// three is a pass over a table of millions).
 fn finish(chunk: Chunk, columns: &Columns) -> Result<StageTable, CsvError> {
     let Chunk { rows, devices, names, mut overlaps, waits, caused, .. } = chunk;
-    let mut table = super::assemble(rows, devices, names, None)?;
-    if columns.waits.iter().any(Option::is_some) {
-        table.attribution = Some(Attribution {
-            waits: StageSeconds::summed(rank_major(waits, &table.world)),
-            caused: StageSeconds::summed(rank_major(caused, &table.world)),
-            ..Attribution::default()
-        });
-    }
+    let mut attribution = columns.waits.iter().any(Option::is_some).then_some((waits, caused));
+    let in_order = |(waits, caused)| Attribution {
+        waits: StageSeconds::summed(rank_major(waits)),
+        caused: StageSeconds::summed(rank_major(caused)),
+        ..Attribution::default()
+    };
+    let (table, ordered) = std::thread::scope(|scope| {
+        let slot = &mut attribution;
+        let ordering = std::thread::Builder::new().spawn_scoped(scope, move || slot.take().map(in_order));
+        let table = super::assemble(rows, devices, names, None);
+        let ordered = ordering.ok().map(|t| t.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        (table, ordered.flatten())
+    });
+    let mut table = table?;
+    // No thread could start: the same work here.
+    table.attribution = ordered.or_else(|| attribution.take().map(in_order));
     // One overlap per (step, rank): the rows of its stages repeat it; the first counts.
     if !overlaps.is_sorted_by_key(|(key, _)| *key) {
         overlaps.sort_by_key(|(key, _)| *key);
@@ -553,32 +563,28 @@ fn finish(chunk: Chunk, columns: &Columns) -> Result<StageTable, CsvError> {
     Ok(table)
 }
 
-/// Waits keyed (rank, step, stage), each key once (a duplicate row failed), in the map's
-/// order. Rows as `sf steps --csv` writes them come by step, then rank: one stable
-/// counting pass by rank (`world` holds every rank) orders them, where a sort would
-/// compare each key some twenty times; any other order is sorted.
-fn rank_major(mut waits: Vec<WaitKeyed>, world: &[u32]) -> Vec<WaitKeyed> {
+/// Waits keyed (rank, step, stage), each key once (a duplicate row failed), in the
+/// attribution's order. Rows as `sf steps --csv` writes them come by step, then rank, with
+/// ranks numbered from 0: one stable counting pass by rank orders them, where a sort would
+/// compare each key some twenty times; any other order or numbering is sorted.
+fn rank_major(mut waits: Vec<WaitKeyed>) -> Vec<WaitKeyed> {
     let step_major = |((r, t, s), _): &WaitKeyed| (*t, *r, *s);
-    // A world of ranks 0 to n - 1 (every job's) is its own index.
-    let dense = world.last().is_some_and(|&last| last as usize + 1 == world.len());
-    let index = |rank: u32| match dense {
-        true => ((rank as usize) < world.len()).then_some(rank as usize),
-        false => world.binary_search(&rank).ok(),
-    };
-    if !waits.is_sorted_by_key(step_major) || waits.iter().any(|((r, _, _), _)| index(*r).is_none()) {
+    let top = waits.iter().map(|((rank, _, _), _)| *rank as usize).max().unwrap_or(0);
+    // A count per rank up to the highest, bounded by the waits held.
+    if top >= 4 * waits.len() || !waits.is_sorted_by_key(step_major) {
         waits.sort_unstable_by_key(|(key, _)| *key);
         return waits;
     }
-    let mut starts = vec![0usize; world.len() + 1];
+    let mut starts = vec![0usize; top + 2];
     for ((rank, _, _), _) in &waits {
-        starts[index(*rank).unwrap_or_default() + 1] += 1;
+        starts[*rank as usize + 1] += 1;
     }
     for k in 1..starts.len() {
         starts[k] += starts[k - 1];
     }
     let mut out = vec![((0, 0, 0), 0.0); waits.len()];
     for wait in waits {
-        let slot = &mut starts[index(wait.0 .0).unwrap_or_default()];
+        let slot = &mut starts[wait.0 .0 as usize];
         out[*slot] = wait;
         *slot += 1;
     }

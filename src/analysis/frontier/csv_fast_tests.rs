@@ -265,3 +265,22 @@ fn large_files_read_block_by_block_match_the_general_reader() {
     quoted.splice(at..at, b"9,9,\"a\nb\",1\n".iter().copied());
     assert!(!same(&quoted, None));
 }
+
+#[test]
+fn waits_come_in_the_attribution_s_order_whatever_their_ranks() {
+    // By step, then rank (as sf writes them): counted by rank, or sorted when the ranks
+    // are too sparse to count; in any other order, sorted.
+    let step_major = |ranks: &[u32]| -> Vec<WaitKeyed> {
+        (0..4u64).flat_map(|step| ranks.iter().map(move |&r| ((r, step, 1), f64::from(r) + step as f64))).collect()
+    };
+    for ranks in [&[0, 1, 2, 5][..], &[3, 4_000_000_000], &[7]] {
+        let waits = step_major(ranks);
+        let mut sorted = waits.clone();
+        sorted.sort_by_key(|(key, _)| *key);
+        assert_eq!(rank_major(waits.clone()), sorted, "ranks {ranks:?}");
+        let mut shuffled = waits;
+        shuffled.reverse();
+        assert_eq!(rank_major(shuffled), sorted, "ranks {ranks:?}, reversed");
+    }
+    assert!(rank_major(Vec::new()).is_empty());
+}

@@ -97,14 +97,26 @@ pub struct Waits {
     attribution: Attribution,
     /// Every rank's time in each stage over the job, waits included.
     stage_time_s: Vec<f64>,
+    /// The stages W_s measures (indexes into `stages`).
+    measured: Vec<usize>,
 }
 
 impl Waits {
     /// Turns `table` into own time with `attribution` (stages indexed as in its schema):
-    /// the one path for rank logs and CSV, so both give the same numbers.
+    /// the one path for rank logs and CSV, so both give the same numbers. W_s reads only
+    /// the attribution and the stage times: it is measured on a second thread meanwhile.
     pub fn take_out(table: &mut StageTable, attribution: Attribution) -> Waits {
-        let stage_time_s = table.take_out_waits(&attribution);
-        Waits { stages: table.schema().stages().to_vec(), attribution, stage_time_s }
+        let stage_time_s = table.stage_time_s();
+        let measured = std::thread::scope(|scope| {
+            let measuring =
+                std::thread::Builder::new().spawn_scoped(scope, || measured_sync_wait(&attribution, &stage_time_s));
+            table.take_out_waits(&attribution);
+            match measuring {
+                Ok(thread) => thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(_) => measured_sync_wait(&attribution, &stage_time_s),
+            }
+        });
+        Waits { stages: table.schema().stages().to_vec(), attribution, stage_time_s, measured }
     }
 }
 
@@ -112,8 +124,7 @@ impl Waits {
 pub fn sync_wait(waits: Option<&Waits>, asked: &[String]) -> SyncWaitReport {
     let (measured, wait_share) = match waits {
         Some(w) => {
-            let measured: Vec<String> =
-                measured_sync_wait(&w.attribution, &w.stage_time_s).into_iter().map(|s| w.stages[s].clone()).collect();
+            let measured: Vec<String> = w.measured.iter().map(|&s| w.stages[s].clone()).collect();
             let mut waited = vec![0.0; w.stages.len()];
             for (&(_, _, stage), &s) in &w.attribution.waits {
                 waited[stage] += s;
