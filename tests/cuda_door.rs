@@ -247,3 +247,23 @@ fn an_explicit_path_that_does_not_load_is_said_once() {
     assert!(lines[0].contains("SF_CUPTI_PATH=/nonexistent/libcupti.so.13"), "{lines:?}");
     assert_eq!(statuses(&rank_bodies(&root, "job"))[0].state, CuptiState::Unavailable);
 }
+
+/// As on a GPU node with a CUDA toolkit beside PyTorch's wheels: the process already runs
+/// the wheel's libcupti.so.13, and another CUPTI, `libcupti.so`, is on the loader's search
+/// path. The door uses the one the process runs and resolves its calls from that object
+/// alone; a loader that searched by name (cudarc's, "libcupti.so" first) found the other
+/// and left the door shut.
+#[test]
+fn the_cupti_the_process_runs_is_used_even_with_another_on_the_search_path() {
+    let root = log_root("cuda-two-cuptis");
+    let other = TempDir::new("cuda-two-cuptis");
+    std::fs::copy(fakecupti(), other.join("libcupti.so")).unwrap();
+    let mut cmd = host_command(&root, "job", &["--kernels", "50"]);
+    cmd.env_remove("SF_CUPTI_PATH").env("LD_PRELOAD", fakecupti()).env("LD_LIBRARY_PATH", &other.0);
+    let out = run_ok(&mut cmd);
+    assert!(stdout(&out).contains("fakecupti loaded, 50 records written"), "{}", stdout(&out));
+    assert_eq!(notices(&out), Vec::<String>::new());
+    let statuses = statuses(&rank_bodies(&root, "job"));
+    assert_eq!(statuses[0].state, CuptiState::Enabled, "{statuses:?}");
+    assert_eq!(statuses.last().unwrap().records, 50, "{statuses:?}");
+}

@@ -1,26 +1,25 @@
 //! Finding, opening and calling CUPTI.
 //!
-//! The calls go through cudarc's CUPTI bindings, which load the library themselves: they
-//! dlopen the first of their candidate names that loads ("libcupti.so", ...,
-//! "libcupti.so.13", "libcupti.so.12", ...) and panic when none does or when a symbol is
-//! missing. So the library is chosen here, opened RTLD_NOW | RTLD_GLOBAL first, its
-//! symbols checked, and cudarc's load of the same SONAME then finds this very object; that
-//! it did is verified by comparing one function's address both ways. Every cudarc call
-//! runs under `catch_unwind`, and any mismatch or failure leaves the door closed.
+//! The library is chosen here and opened RTLD_NOW, and every function the door calls is
+//! resolved from that very object into a table (`Functions`). Nothing goes through a
+//! loader that searches by name on its own: cudarc's does ("libcupti.so" first), and on
+//! a machine with a CUDA toolkit beside PyTorch's wheels it found the toolkit's CUPTI
+//! while the process already ran the wheel's, so the door stayed shut (seen on an H100
+//! node, 2026-11-26). cudarc supplies only the types.
 
 use std::ffi::{c_void, CString};
 use std::os::unix::ffi::OsStrExt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 
 use cudarc::cupti::sys::{self as cupti, CUptiResult, CUpti_Activity, CUpti_ActivityKind};
+use cudarc::driver::sys::CUcontext;
 
 /// Where a libcupti may be, in the order tried: `SF_CUPTI_PATH` alone when set; else a
 /// libcupti the process already loaded; else the CUPTI directories that belong to CUDA
 /// libraries already loaded (a toolkit's `extras/CUPTI/lib64`, a conda `lib`, a Python
-/// environment's `nvidia/cuda_cupti/lib`), then the usual toolkit locations; last, the
-/// bare SONAMEs through the dynamic loader's own search path.
+/// environment's `nvidia/cuda_cupti/lib` or `nvidia/cu13/lib`), then the usual toolkit
+/// locations; last, the bare SONAMEs through the dynamic loader's own search path.
 pub fn candidates(
     explicit: Option<&Path>,
     loaded: &[PathBuf],
@@ -42,7 +41,8 @@ pub fn candidates(
         if let Some(end) =
             ["/site-packages/", "/dist-packages/"].iter().find_map(|m| text.find(m).map(|at| at + m.len()))
         {
-            dirs.push(Path::new(&text[..end]).join("nvidia/cuda_cupti/lib"));
+            let site = Path::new(&text[..end]);
+            dirs.extend(["nvidia/cuda_cupti/lib", "nvidia/cu13/lib"].map(|wheel| site.join(wheel)));
         }
     }
     dirs.extend(["/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/lib64"].map(PathBuf::from));
@@ -87,33 +87,51 @@ pub enum OpenError {
     Unusable(String),
 }
 
-/// Every CUPTI function the door calls; checked before cudarc resolves any of them.
-const FUNCTIONS: [&str; 8] = [
-    "cuptiSubscribe",
-    "cuptiActivityRegisterCallbacks",
-    "cuptiActivityEnable",
-    "cuptiActivityDisable",
-    "cuptiActivityFlushAll",
-    "cuptiActivityGetNextRecord",
-    "cuptiActivityGetNumDroppedRecords",
-    "cuptiGetTimestamp",
-];
-const VERSION_FUNCTION: &str = "cuptiGetVersion";
+/// The CUPTI functions the door calls, resolved from the one object it opened.
+struct Functions {
+    get_version: unsafe extern "C" fn(*mut u32) -> CUptiResult,
+    subscribe:
+        unsafe extern "C" fn(*mut cupti::CUpti_SubscriberHandle, cupti::CUpti_CallbackFunc, *mut c_void) -> CUptiResult,
+    register_callbacks: unsafe extern "C" fn(
+        cupti::CUpti_BuffersCallbackRequestFunc,
+        cupti::CUpti_BuffersCallbackCompleteFunc,
+    ) -> CUptiResult,
+    enable: unsafe extern "C" fn(CUpti_ActivityKind) -> CUptiResult,
+    disable: unsafe extern "C" fn(CUpti_ActivityKind) -> CUptiResult,
+    flush_all: unsafe extern "C" fn(u32) -> CUptiResult,
+    next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut CUpti_Activity) -> CUptiResult,
+    dropped_records: unsafe extern "C" fn(CUcontext, u32, *mut usize) -> CUptiResult,
+    timestamp: unsafe extern "C" fn(*mut u64) -> CUptiResult,
+}
 
-/// An opened CUPTI, verified to be the one cudarc calls. Never closed.
+/// An opened CUPTI and its functions. Never closed.
 pub struct Cupti {
     pub path: PathBuf,
+    functions: Functions,
 }
 
 pub type Callbacks = (cupti::CUpti_BuffersCallbackRequestFunc, cupti::CUpti_BuffersCallbackCompleteFunc);
 
-fn dlsym(handle: *mut c_void, name: &str) -> *mut c_void {
-    let name = CString::new(name).expect("no NUL in symbol names");
+/// Resolves `name` in `handle` as a function of type `F`, or names what is missing.
+///
+/// # Safety
+/// `F` is an `extern "C" fn` type with the C signature of `name` in CUPTI's headers.
+unsafe fn function<F: Copy>(handle: *mut c_void, name: &str, shown: &Path) -> Result<F, OpenError> {
+    let c_name = CString::new(name).expect("no NUL in symbol names");
     // SAFETY: dlsym on a live handle with a NUL-terminated name only reads loader tables.
-    unsafe { libc::dlsym(handle, name.as_ptr()) }
+    let address = unsafe { libc::dlsym(handle, c_name.as_ptr()) };
+    if address.is_null() {
+        return Err(OpenError::Unusable(format!(
+            "{} has no {name}; it is not a CUPTI this library can use",
+            shown.display()
+        )));
+    }
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    // SAFETY: a non-null function address of the signature `F` names (caller's contract).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
 }
 
-/// Opens the first candidate that loads and makes sure cudarc will call into it.
+/// Opens the first candidate that loads and resolves every function from it.
 pub fn open(candidates: &[PathBuf]) -> Result<Cupti, OpenError> {
     let (path, handle) = candidates
         .iter()
@@ -125,52 +143,29 @@ pub fn open(candidates: &[PathBuf]) -> Result<Cupti, OpenError> {
             (!handle.is_null()).then(|| (path.clone(), handle))
         })
         .ok_or(OpenError::NotFound)?;
-    let shown = path.display();
-    if let Some(missing) = FUNCTIONS.iter().chain([&VERSION_FUNCTION]).find(|f| dlsym(handle, f).is_null()) {
-        return Err(OpenError::Unusable(format!("{shown} has no {missing}; it is not a CUPTI this library can use")));
-    }
-    // cudarc opens the first of its names that loads: that must be this object, already
-    // loaded under one of those names (its SONAME), or cudarc would panic or load another.
-    let names = cudarc::get_lib_name_candidates("cupti");
-    let known = names.iter().any(|name| {
-        let Ok(name) = CString::new(name.as_str()) else { return false };
-        // SAFETY: RTLD_NOLOAD only looks up an object already loaded; nothing runs.
-        let other = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-        if other.is_null() {
-            return false;
+    // SAFETY: each type below is the signature CUPTI's headers (cudarc's bindings of
+    // them) give the function named beside it.
+    let functions = unsafe {
+        Functions {
+            subscribe: function(handle, "cuptiSubscribe", &path)?,
+            register_callbacks: function(handle, "cuptiActivityRegisterCallbacks", &path)?,
+            enable: function(handle, "cuptiActivityEnable", &path)?,
+            disable: function(handle, "cuptiActivityDisable", &path)?,
+            flush_all: function(handle, "cuptiActivityFlushAll", &path)?,
+            next_record: function(handle, "cuptiActivityGetNextRecord", &path)?,
+            dropped_records: function(handle, "cuptiActivityGetNumDroppedRecords", &path)?,
+            timestamp: function(handle, "cuptiGetTimestamp", &path)?,
+            get_version: function(handle, "cuptiGetVersion", &path)?,
         }
-        // SAFETY: balances the reference the RTLD_NOLOAD lookup took.
-        unsafe { libc::dlclose(other) };
-        other == handle
-    });
-    if !known {
-        return Err(OpenError::Unusable(format!(
-            "{shown} is loaded under a name cudarc does not look for ({names:?})"
-        )));
-    }
-    let ours = dlsym(handle, "cuptiActivityEnable");
-    let theirs = guarded(|| {
-        // SAFETY: cudarc's loader dlopens its candidate names, which resolve to the object
-        // opened above; looking a symbol up has no side effect.
-        unsafe { cupti::culib().get::<*mut c_void>(&b"cuptiActivityEnable"[..]).map(|s| *s).unwrap_or(null_mut()) }
-    });
-    if theirs != Some(ours) {
-        return Err(OpenError::Unusable(format!("cudarc resolved CUPTI to another object than {shown}")));
-    }
-    Ok(Cupti { path })
+    };
+    Ok(Cupti { path, functions })
 }
 
-/// Runs a cudarc call; a panic (cudarc's loader) becomes `None` instead of unwinding.
-fn guarded<R>(call: impl FnOnce() -> R) -> Option<R> {
-    catch_unwind(AssertUnwindSafe(call)).ok()
-}
-
-/// A CUPTI call's result; a panic (cudarc's loader) reads as `CUPTI_ERROR_UNKNOWN`.
-fn checked(call: impl FnOnce() -> CUptiResult) -> Result<(), CUptiResult> {
-    match guarded(call) {
-        Some(CUptiResult::CUPTI_SUCCESS) => Ok(()),
-        Some(error) => Err(error),
-        None => Err(CUptiResult::CUPTI_ERROR_UNKNOWN),
+/// A CUPTI call's result as a `Result`.
+fn checked(result: CUptiResult) -> Result<(), CUptiResult> {
+    match result {
+        CUptiResult::CUPTI_SUCCESS => Ok(()),
+        error => Err(error),
     }
 }
 
@@ -183,7 +178,7 @@ impl Cupti {
     pub fn version(&self) -> Option<u32> {
         let mut version = 0u32;
         // SAFETY: writes one u32 through a valid pointer.
-        checked(|| unsafe { cupti::cuptiGetVersion(&mut version) }).ok().map(|_| version)
+        checked(unsafe { (self.functions.get_version)(&mut version) }).ok().map(|_| version)
     }
 
     /// Subscribes with a callback that ignores everything: the door uses the activity API
@@ -192,23 +187,23 @@ impl Cupti {
         let mut subscriber: cupti::CUpti_SubscriberHandle = null_mut();
         // SAFETY: writes the handle through a valid pointer; the callback is a plain
         // extern "C" fn that lives as long as the library.
-        checked(|| unsafe { cupti::cuptiSubscribe(&mut subscriber, callback, null_mut()) })
+        checked(unsafe { (self.functions.subscribe)(&mut subscriber, callback, null_mut()) })
     }
 
     pub fn register_callbacks(&self, (requested, completed): Callbacks) -> Result<(), CUptiResult> {
         // SAFETY: both are extern "C" fns with CUPTI's signatures that live as long as
         // the process.
-        checked(|| unsafe { cupti::cuptiActivityRegisterCallbacks(requested, completed) })
+        checked(unsafe { (self.functions.register_callbacks)(requested, completed) })
     }
 
     pub fn enable(&self, kind: CUpti_ActivityKind) -> Result<(), CUptiResult> {
         // SAFETY: plain call with an enum argument.
-        checked(|| unsafe { cupti::cuptiActivityEnable(kind) })
+        checked(unsafe { (self.functions.enable)(kind) })
     }
 
     pub fn disable(&self, kind: CUpti_ActivityKind) -> Result<(), CUptiResult> {
         // SAFETY: plain call with an enum argument.
-        checked(|| unsafe { cupti::cuptiActivityDisable(kind) })
+        checked(unsafe { (self.functions.disable)(kind) })
     }
 
     /// Hands every buffer holding completed records to the completed callback; `forced`
@@ -216,23 +211,21 @@ impl Cupti {
     pub fn flush_all(&self, forced: bool) -> Result<(), CUptiResult> {
         // 1 is CUPTI_ACTIVITY_FLAG_FLUSH_FORCED.
         // SAFETY: plain call; CUPTI calls the completed callback before returning.
-        checked(|| unsafe { cupti::cuptiActivityFlushAll(forced as u32) })
+        checked(unsafe { (self.functions.flush_all)(forced as u32) })
     }
 
     /// Records CUPTI dropped since the last call (CUPTI resets the count on each call).
     pub fn dropped_records(&self) -> Option<u64> {
         let mut dropped = 0usize;
         // SAFETY: a null context and stream 0 name the global queue; writes one usize.
-        checked(|| unsafe { cupti::cuptiActivityGetNumDroppedRecords(null_mut(), 0, &mut dropped) })
-            .ok()
-            .map(|_| dropped as u64)
+        checked(unsafe { (self.functions.dropped_records)(null_mut(), 0, &mut dropped) }).ok().map(|_| dropped as u64)
     }
 
     /// CUPTI's clock now, in nanoseconds.
     pub fn timestamp(&self) -> Option<u64> {
         let mut now = 0u64;
         // SAFETY: writes one u64 through a valid pointer.
-        checked(|| unsafe { cupti::cuptiGetTimestamp(&mut now) }).ok().map(|_| now)
+        checked(unsafe { (self.functions.timestamp)(&mut now) }).ok().map(|_| now)
     }
 
     /// The record after `current` (null: the first) in `valid` bytes at `buffer`, or
@@ -250,7 +243,7 @@ impl Cupti {
         let mut record = current;
         // SAFETY: per this function's contract; CUPTI only reads the buffer and writes
         // the record pointer.
-        checked(|| unsafe { cupti::cuptiActivityGetNextRecord(buffer, valid, &mut record) }).ok()?;
+        checked(unsafe { (self.functions.next_record)(buffer, valid, &mut record) }).ok()?;
         (!record.is_null()).then_some(record)
     }
 }
@@ -280,6 +273,7 @@ mod tests {
         let loaded = [
             "/usr/lib/x86_64-linux-gnu/libc.so.6",
             "/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so",
+            "/venv13/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13",
             "/usr/local/cuda-12.4/lib64/libcudart.so.12",
             "/preloaded/libcupti.so.12",
         ]
@@ -288,12 +282,14 @@ mod tests {
             ("/venv/lib/python3.11/site-packages/nvidia/cuda_cupti/lib", &["libcupti.so.12", "libpcsamplingutil.so"]),
             ("/usr/local/cuda-12.4/extras/CUPTI/lib64", &["libcupti.so", "libcupti.so.2024.1.0", "libcupti.so.12"]),
             ("/usr/local/cuda-12.4/lib64", &["libcudart.so.12"]),
+            ("/venv13/lib/python3.12/site-packages/nvidia/cu13/lib", &["libcudart.so.13", "libcupti.so.13"]),
             ("/usr/local/cuda/lib64", &["libcupti.so"]),
         ];
         let found = candidates(None, &loaded, dirs(listing));
         let expected = [
             "/preloaded/libcupti.so.12",
             "/venv/lib/python3.11/site-packages/nvidia/cuda_cupti/lib/libcupti.so.12",
+            "/venv13/lib/python3.12/site-packages/nvidia/cu13/lib/libcupti.so.13",
             "/usr/local/cuda-12.4/extras/CUPTI/lib64/libcupti.so.12",
             "/usr/local/cuda/lib64/libcupti.so",
             "libcupti.so.13",
