@@ -133,6 +133,8 @@ int main(void) {
     ncclWindow_t win = NULL;
     ncclWaitSignalDesc_t desc = {1, 0, 0, 0};
     SHOW(ncclCommGetAsyncError(comm, &async));
+    printf("async error %d\n", (int)async);
+    SHOW(ncclCommGetAsyncError(NULL, &async));
     SHOW(ncclCommRegister(comm, x, sizeof x, &handle));
     SHOW(ncclCommDeregister(comm, handle));
     SHOW(ncclCommWindowRegister(comm, y, sizeof y, &win, 0));

@@ -182,6 +182,11 @@ pub fn end(mut pending: Pending, result: i32) {
     pending.rt.ring.push(Event::Record(RecordBody::NcclCall(pending.call)));
 }
 
+/// Counts a status poll that found nothing, instead of recording it.
+pub fn count_poll(pending: Pending) {
+    pending.rt.live(live::NCCL_POLLS).fetch_add(1, Ordering::Relaxed);
+}
+
 /// The slot of a communicator, registering one the library did not see created.
 fn comm_slot(rt: &'static Runtime, handle: u64) -> Option<&'static CommSlot> {
     if let Some(slot) = rt.comms.find(handle) {

@@ -153,6 +153,8 @@ pub struct LiveState {
     pub comm_table_overflow: u64,
     /// Records committed to the history ring (0 in a format 1 log).
     pub history_committed: u64,
+    /// `ncclCommGetAsyncError` polls that found no error, counted and not recorded.
+    pub nccl_polls: u64,
     /// Raw `CURRENT_STEP` and `CURRENT_STAGE` words; `position` resolves them.
     #[serde(skip)]
     pub current_step: u64,
@@ -329,7 +331,7 @@ impl RankLog {
     }
 
     pub fn live(&self) -> LiveState {
-        let mut w = [0u8; live::HISTORY_COMMITTED + 8 - live::COMMITTED];
+        let mut w = [0u8; live::NCCL_POLLS + 8 - live::COMMITTED];
         self.read_stable(live::COMMITTED, &mut w);
         let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
@@ -345,6 +347,7 @@ impl RankLog {
             current_stage: field(live::CURRENT_STAGE),
             doors: Doors::decode(field(live::DOORS)),
             history_committed: field(live::HISTORY_COMMITTED),
+            nccl_polls: field(live::NCCL_POLLS),
         }
     }
 

@@ -114,6 +114,10 @@ pub fn header<W: Write>(format: Format, out: W, report: &HeaderReport) -> io::Re
             ),
             ("dropped", format!("{} events", live.dropped_events)),
             ("nccl", if live.nccl_version == 0 { "-".to_string() } else { live.nccl_version.to_string() }),
+            (
+                "polls",
+                format!("{} ncclCommGetAsyncError polls that found no error (counted, not recorded)", live.nccl_polls),
+            ),
             ("doors", live.doors.as_ref().map_or_else(|| "not recorded (an older library)".to_string(), doors_line)),
         ];
         for (key, value) in lines {
