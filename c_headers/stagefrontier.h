@@ -34,6 +34,8 @@ void sf_stage_end(const char *name);
 void sf_value(const char *name, double value);
 /* 1 when this process records, else 0. */
 int sf_recording(void);
+/* 1 once NVTX ranges (NVTX_INJECTION64_PATH) have opened a step in this process, else 0. */
+int sf_nvtx_steps(void);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,8 @@
 It does nothing until the program imports torch, and nothing at all in a process without
 a rank identity (RANK and WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID and SLURM_NTASKS),
 with SF_DISABLE=1, when libstagefrontier.so is not loaded, or once the program emits its
-own markers through stagefrontier.step()/stage(). Otherwise it records, with the library's
+own markers through stagefrontier.step()/stage() or NVTX ranges name its steps (under
+NVTX_INJECTION64_PATH, from the first "step" range on). Otherwise it records, with the library's
 ordered-stage contract and default names:
 
   data.next_wait           around each DataLoader iterator's __next__ (before the step
@@ -123,6 +124,8 @@ class _Door:
         self.torch = torch
         self.lib = lib
         self.enabled = bool(lib.sf_recording())
+        # None with a library older than sf_nvtx_steps.
+        self.nvtx_steps = getattr(lib, "sf_nvtx_steps", None)
         self.step_open = False
         self.stage = None
         # The optimizer stepped: the step ends at the next data wait or forward.
@@ -147,6 +150,11 @@ class _Door:
         self.enabled = False
 
     def active(self):
+        if self.enabled and self.nvtx_steps is not None and self.nvtx_steps():
+            # The program's NVTX ranges mark its steps (NVTX_INJECTION64_PATH): they are
+            # its own markers, and two sources of step boundaries would cut every step
+            # in two. The door stands down for good.
+            self.enabled = False
         return self.enabled and not _sf.explicit
 
     # Markers, kept in the ordered-stage contract: one stage open at a time.

@@ -192,3 +192,36 @@ fn the_door_hooks_only_the_training_model_and_nothing_without_the_library() {
         "the first step too: the global hook opened its forward"
     );
 }
+
+/// A job that names its steps with NVTX ranges (as cuda/ddp_smoke.py does) run under
+/// `sf run`, every door open: the steps are the NVTX ranges', one vector per step. On an
+/// H100 the Python door marked steps too, and every step came out cut in two.
+#[test]
+fn nvtx_step_ranges_make_the_python_door_stand_down() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-nvtx");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "nvtx", "--"]);
+    cmd.args(["torchrun", "--nproc-per-node", "2", "--master-port", &free_port().to_string()]);
+    cmd.arg(repo("tests/torch/ddp_job.py")).args(["--steps", "6", "--eval-every", "100", "--nvtx"]);
+    let out = run_ok(&mut cmd);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ddp_job: ok ranks=2 steps=6"));
+    let logs = rank_logs(&root, "nvtx");
+    assert_eq!(logs.len(), 2);
+    for log in &logs {
+        let steps = step_stages(log);
+        let expected = [
+            "data.next_wait@0",
+            "model.fwd_loss_cpu_wall@0",
+            "model.backward_cpu_wall@0",
+            "data.next_wait@1",
+            "model.fwd_loss_cpu_wall@1",
+            "model.backward_cpu_wall@1",
+            "optim.step_cpu_wall",
+            "callbacks.cpu_wall",
+            "step.other_cpu_wall",
+        ];
+        assert_eq!(steps.len(), 6, "{}: {steps:?}", log.display());
+        assert!(steps.iter().all(|s| s == &expected), "{}: {steps:?}", log.display());
+    }
+}

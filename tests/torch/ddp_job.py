@@ -8,6 +8,7 @@ its stages come from the Python door alone.
 """
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -66,6 +67,20 @@ class Model(torch.nn.Module):
         return self.out(h)
 
 
+@contextlib.contextmanager
+def nvtx_range(name):
+    torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        torch.cuda.nvtx.range_pop()
+
+
+@contextlib.contextmanager
+def no_range(name):
+    yield
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -74,6 +89,8 @@ def main():
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-stage", choices=["data", "backward"], default="data")
     parser.add_argument("--slow-ms", type=float, default=0.0)
+    parser.add_argument("--nvtx", action="store_true",
+                        help="mark steps and stages with NVTX ranges (torch.cuda.nvtx), as ddp_smoke.py does")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -90,16 +107,24 @@ def main():
     train = DataLoader(Synthetic(samples, sample_delay), batch_size=BATCH, num_workers=2)
     evaluation = DataLoader(Synthetic(4 * BATCH, 0.0), batch_size=BATCH)
     batches = iter(train)
+    stage = nvtx_range if args.nvtx else no_range
     for step in range(args.steps):
-        for micro in range(args.accumulation):
-            x, y = next(batches)
-            if micro + 1 < args.accumulation:
-                with model.no_sync():
-                    (loss_fn(model(x), y) / args.accumulation).backward()
-            else:
-                (loss_fn(model(x), y) / args.accumulation).backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        with stage("step %d" % step):
+            for micro in range(args.accumulation):
+                with stage("data.next_wait"):
+                    x, y = next(batches)
+                with stage("model.fwd_loss_cpu_wall"):
+                    loss = loss_fn(model(x), y) / args.accumulation
+                with stage("model.backward_cpu_wall"):
+                    if micro + 1 < args.accumulation:
+                        with model.no_sync():
+                            loss.backward()
+                    else:
+                        loss.backward()
+            with stage("optim.step_cpu_wall"):
+                optimizer.step()
+            with stage("callbacks.cpu_wall"):
+                optimizer.zero_grad()
         if (step + 1) % args.eval_every == 0:
             model.eval()
             with torch.no_grad():

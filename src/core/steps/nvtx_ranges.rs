@@ -7,7 +7,7 @@
 //! their classification. Nothing here allocates or locks once [`install`] has run.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::core::capture::config::Config;
 use crate::core::capture::once::LeakedOnce;
@@ -49,11 +49,21 @@ fn classify(message: Message) -> RangeClass {
     }
 }
 
+/// Whether an NVTX range has opened a step in this process.
+static STEPS_MARKED: AtomicBool = AtomicBool::new(false);
+
+/// True once the program's NVTX ranges mark its steps: automatic markers (the Python
+/// door) then stand down, as they do for the program's own `sf_step_begin`.
+pub fn marks_steps() -> bool {
+    STEPS_MARKED.load(Ordering::Relaxed)
+}
+
 /// Emits the opening marker and returns what the close must do.
 fn open(class: RangeClass) -> Code {
     match class {
         RangeClass::Other => CODE_OTHER,
         RangeClass::Step(index) => {
+            STEPS_MARKED.store(true, Ordering::Relaxed);
             markers::step_begin(index.map_or(-1, |i| i as i64));
             CODE_STEP
         }

@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int, CStr};
 
 use crate::core::capture::doors;
 use crate::core::capture::runtime;
-use crate::core::steps::markers;
+use crate::core::steps::{markers, nvtx_ranges};
 use crate::doors::traced::shielded;
 
 /// The bytes of a C string, or None for NULL.
@@ -66,4 +66,11 @@ pub unsafe extern "C" fn sf_value(name: *const c_char, value: f64) {
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn sf_recording() -> c_int {
     shielded(|| runtime::active().is_some() as c_int).unwrap_or(0)
+}
+
+/// 1 once the program's NVTX ranges (NVTX_INJECTION64_PATH) have opened a step in this
+/// process, else 0: the Python door then leaves the steps to them.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_nvtx_steps() -> c_int {
+    nvtx_ranges::marks_steps() as c_int
 }
