@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU-node smoke run: a real PyTorch DDP job (cuda/ddp_smoke.py) under torchrun, one rank
-# per GPU, run once without the library and once with all three doors on
+# per GPU, run once without the library, once with all three doors on
 #   LD_PRELOAD=libstagefrontier.so CUDA_INJECTION64_PATH=... NVTX_INJECTION64_PATH=...
-# then checks from the logs, with sf, that NCCL collectives, kernel records and NVTX stage
-# vectors arrived, and prints throughput with and without the library.
+# and once under `sf run` (every door: preload, profiler, NVTX, CUDA, Python), then checks
+# from the logs, with sf, that NCCL collectives, kernel records and NVTX stage vectors
+# arrived (one vector per step under sf run too), and prints throughput with and without
+# the library.
 #
 # The GPU box needs no Rust toolchain and no network: build here (cargo build --release)
 # and carry target/release/{libstagefrontier.so,sf} with the repository.
@@ -53,7 +55,9 @@ if [ "$DRY_RUN" = 1 ]; then
     say "would run: ${JOB_CMD[*]}"
     job OUT/sf.json
     say "would run: SF_LOG_DIR=OUT/logs SF_JOB_ID=smoke LD_PRELOAD=$LIB CUDA_INJECTION64_PATH=$LIB NVTX_INJECTION64_PATH=$LIB ${JOB_CMD[*]}"
-    say "would check: sf ls/dump/kernels/frontier --json over OUT/logs/smoke"
+    job OUT/run.json
+    say "would run: $SF run --log-dir OUT/runlogs --job-id smoke -- ${JOB_CMD[*]}"
+    say "would check: sf ls/dump/kernels/frontier --json over OUT/logs/smoke, sf ls/dump over OUT/runlogs/smoke"
     exit 0
 fi
 if [ "$gpus" -lt 1 ]; then
@@ -72,16 +76,24 @@ say "output in $OUT"
 LOGS=$OUT/logs
 JOB=$LOGS/smoke
 
-say "run 1/2: without the library, $NPROC rank(s), $STEPS steps"
+say "run 1/3: without the library, $NPROC rank(s), $STEPS steps"
 job "$OUT/base.json"
 env -u LD_PRELOAD -u CUDA_INJECTION64_PATH -u NVTX_INJECTION64_PATH "${JOB_CMD[@]}" >"$OUT/base.log" 2>&1 \
     || fail "the job without the library failed; see $OUT/base.log"
 
-say "run 2/2: under LD_PRELOAD + CUDA_INJECTION64_PATH + NVTX_INJECTION64_PATH"
+say "run 2/3: under LD_PRELOAD + CUDA_INJECTION64_PATH + NVTX_INJECTION64_PATH"
 job "$OUT/sf.json"
 SF_LOG_DIR=$LOGS SF_JOB_ID=smoke LD_PRELOAD=$LIB CUDA_INJECTION64_PATH=$LIB NVTX_INJECTION64_PATH=$LIB \
     "${JOB_CMD[@]}" >"$OUT/sf.log" 2>&1 \
     || fail "the job under the library failed (the same job passed without it); see $OUT/sf.log"
+
+say "run 3/3: under sf run, every door (preload, profiler, nvtx, cuda, python)"
+job "$OUT/run.json"
+"$SF" run --log-dir "$OUT/runlogs" --job-id smoke -- "${JOB_CMD[@]}" >"$OUT/run.log" 2>&1 \
+    || fail "the job under sf run failed (the same job passed without it); see $OUT/run.log"
+RUN_JOB=$OUT/runlogs/smoke
+"$SF" ls "$RUN_JOB" --json >"$OUT/run_ls.json" || fail "sf ls $RUN_JOB failed"
+"$SF" dump "$RUN_JOB/rank-00000.sflog" --json >"$OUT/run_dump0.jsonl" 2>/dev/null || fail "sf dump of $RUN_JOB rank 0 failed"
 
 "$SF" ls "$JOB" --json >"$OUT/ls.json" || fail "sf ls $JOB failed"
 "$SF" dump "$JOB/rank-00000.sflog" --json >"$OUT/dump0.jsonl" 2>/dev/null || fail "sf dump of rank 0 failed"
@@ -131,6 +143,21 @@ steps = sum(w["steps"] for w in frontier.get("windows", []))
 check(steps > 0, f"sf frontier: {steps} steps of stage vectors")
 device = [w.get("forward_device") for w in frontier.get("windows", [])]
 check(any(d and d["samples"] > 0 for d in device), f"sf frontier: forward device time per window {device}")
+
+# Under sf run: the Python door leaves the steps to the job's NVTX ranges (one vector per
+# step), CUPTI is the one the process runs, the watchdog's quiet polls are only counted.
+run_records = [json.loads(line) for line in open(f"{out}/run_dump0.jsonl")]
+vectors = [r["step"] for r in run_records if r["kind"] == "step_vector" and r["part"] == 0]
+check(len(vectors) > 0 and len(vectors) == len(set(vectors)),
+      f"sf run: one stage vector per step ({len(vectors)} vectors, {len(set(vectors))} steps)")
+cupti = [r for r in run_records if r["kind"] == "cupti_status"]
+last = cupti[-1] if cupti else {}
+check(last.get("state") == "enabled" and last.get("records", 0) > 0,
+      f"sf run: CUPTI {last.get('state')}, {last.get('records', 0)} activity records")
+polls = sum(1 for r in run_records if r["kind"] == "nccl_call" and r.get("op") == "comm_get_async_error")
+check(polls == 0, f"sf run: {polls} quiet ncclCommGetAsyncError polls recorded (want 0: counted in the header)")
+doors = load("run_ls.json")["ranks"][0]["doors"]["open"]
+check(all(d in doors for d in ("preload", "profiler", "nvtx", "cuda")), f"sf run: doors open {doors}")
 
 base, with_sf = load("base.json"), load("sf.json")
 a, b = base["samples_per_s"], with_sf["samples_per_s"]

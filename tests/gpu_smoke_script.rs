@@ -22,7 +22,7 @@ fn the_script_parses_and_skips_without_a_gpu() {
 }
 
 #[test]
-fn the_dry_run_names_both_runs_and_all_three_doors() {
+fn the_dry_run_names_the_three_runs_and_all_three_doors() {
     let out =
         script().args(["--dry-run"]).env("SF_SMOKE_NO_GPU", "1").env("SF_SMOKE_LIB", "/x/libsf.so").output().unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -30,7 +30,8 @@ fn the_dry_run_names_both_runs_and_all_three_doors() {
     for door in ["LD_PRELOAD=/x/libsf.so", "CUDA_INJECTION64_PATH=/x/libsf.so", "NVTX_INJECTION64_PATH=/x/libsf.so"] {
         assert!(text.contains(door), "{door} missing:\n{text}");
     }
-    assert_eq!(text.matches("would run: ").count(), 2, "{text}");
+    assert_eq!(text.matches("would run: ").count(), 3, "{text}");
+    assert!(text.contains("run --log-dir OUT/runlogs --job-id smoke -- torchrun"), "the sf run pass:\n{text}");
     assert!(text.contains("--nproc-per-node 1"), "at least one rank:\n{text}");
 }
 
