@@ -168,8 +168,8 @@ pub mod live {
     pub const DOORS: usize = 592;
     /// Format 2: records committed to the history ring so far.
     pub const HISTORY_COMMITTED: usize = 600;
-    /// `ncclCommGetAsyncError` polls that found no error: counted here, not recorded
-    /// (0 in logs of libraries that recorded every poll).
+    /// `ncclCommGetAsyncError` polls that found no error (or `ncclInProgress`): counted
+    /// here, not recorded (0 in logs of libraries that recorded every poll).
     pub const NCCL_POLLS: usize = 608;
 }
 

@@ -275,8 +275,9 @@ door! {
 /// PyTorch's watchdog polls this for every communicator many times a second (three polls
 /// per allreduce with torch 2.11 on an H100): recorded, the polls filled most of the ring
 /// and evicted the collectives. A poll that finds no error is counted in the header
-/// (`NCCL_POLLS`); one that finds an error, or fails, is recorded, its `result` the
-/// error found.
+/// (`NCCL_POLLS`), and so is one that finds `ncclInProgress`: NCCL's src/group.cc sets it
+/// while a nonblocking communicator's work is pending, and PyTorch polls in a loop until
+/// it clears. One that finds an error, or fails, is recorded, its `result` the error found.
 ///
 /// # Safety
 /// Called by C code under NCCL's contract (nccl.h); `async_error` is written by the real
@@ -296,7 +297,7 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: NcclComm, async_error: *mut
     let result = unsafe { real(comm, async_error) };
     if let Some(pending) = pending {
         shielded(|| match (result, read_out(result, async_error)) {
-            (NCCL_SUCCESS, Some(NCCL_SUCCESS) | None) => tracer::count_poll(pending),
+            (NCCL_SUCCESS, Some(NCCL_SUCCESS | NCCL_IN_PROGRESS) | None) => tracer::count_poll(pending),
             (NCCL_SUCCESS, Some(found)) => tracer::end(pending, found),
             (failed, _) => tracer::end(pending, failed),
         });
