@@ -99,6 +99,11 @@ impl StepAssembly {
     pub fn feed(&mut self, marker: &Marker, cal: &Calibration, names: StageNames, mut emit: impl FnMut(RecordBody)) {
         match marker.kind {
             MarkerKind::StepBegin => {
+                // A step still open ends where this one begins: a program that only marks
+                // where steps begin, or a second source of steps taking over, loses none.
+                if let Some(step) = self.open.take() {
+                    self.closed = Some(close(&step, marker.ticks, cal, names, &mut emit));
+                }
                 // Stages recorded before this step opened belong to it (prefetch alignment),
                 // and so does their time: the step begins where the first of them began.
                 let carried = std::mem::replace(&mut self.between, Stages::EMPTY);
@@ -349,6 +354,33 @@ mod tests {
         assert_eq!(run.named(&out), owned(&[("data.next_wait", 15), ("fwd", 10), (RESIDUAL_STAGE, 0)]));
         let RecordBody::StepVector(v) = out[0] else { panic!() };
         assert_eq!((v.wall_ns, v.overlap_ns), (25_000_000, 0), "the step's wall begins with the carried wait");
+    }
+
+    #[test]
+    fn a_step_begun_while_one_is_open_closes_that_one_first() {
+        let run = Run::new(&["fwd", "bwd"]);
+        let out = run.feed(&[
+            (StepBegin, 0, 0),
+            (StageBegin, 0, 0),
+            (StageEnd, 4, 0),
+            (StepBegin, 10, 0),
+            (StageBegin, 10, 1),
+            (StageEnd, 13, 1),
+            (StepEnd, 15, 0),
+        ]);
+        assert_eq!(
+            run.named(&out),
+            owned(&[("fwd", 4), (RESIDUAL_STAGE, 6), ("bwd", 3), (RESIDUAL_STAGE, 2)]),
+            "both steps, the first ending where the second begins"
+        );
+        let walls: Vec<u64> = out
+            .iter()
+            .filter_map(|r| match r {
+                RecordBody::StepVector(v) => Some(v.wall_ns / 1_000_000),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(walls, [10, 5]);
     }
 
     #[test]
