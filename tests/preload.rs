@@ -222,7 +222,9 @@ fn every_entry_point_since_the_classic_api_is_recorded_and_returns_what_nccl_ret
     let quiet_poll = |l: &&str| l.starts_with("ncclCommGetAsyncError(comm,") && l.ends_with(" -> 0");
     assert_eq!(plain.lines().filter(quiet_poll).count(), 1, "{plain}");
     assert!(plain.contains("async error 0\n"), "{plain}");
-    assert_eq!(RankLog::open(&logs[0]).unwrap().live().nccl_polls, 1);
+    // A nonblocking init: ncclInProgress twice (fakenccl's default), then success.
+    assert!(plain.contains("nonblocking init: 3 polls, state 0\n"), "{plain}");
+    assert_eq!(RankLog::open(&logs[0]).unwrap().live().nccl_polls, 1 + 3, "every quiet poll counted");
     let recorded = || plain.lines().filter(|l| l.contains(" -> ") && !quiet_poll(l));
     let shown = recorded().count();
     let main_thread = calls[0].tid;

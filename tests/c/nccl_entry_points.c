@@ -13,11 +13,19 @@ typedef void *ncclWindow_t;
 typedef int ncclResult_t;
 typedef struct { size_t size; unsigned int magic, version; float estimatedTime; } ncclSimInfo_t;
 typedef struct { int opCnt, peer, sigIdx, ctx; } ncclWaitSignalDesc_t;
+/* The head of nccl.h's ncclConfig_t through `blocking` (fakenccl reads no further here;
+ * `size` tells it how much there is). */
+typedef struct {
+    size_t size;
+    unsigned int magic, version;
+    int blocking;
+} ncclConfigHead_t;
 enum { ncclFloat32 = 7 };
 enum { ncclSum = 0 };
 
 extern ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 extern ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+extern ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config);
 extern ncclResult_t ncclCommDestroy(ncclComm_t comm);
 extern ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, void *st);
 extern ncclResult_t ncclGroupStart(void);
@@ -147,6 +155,19 @@ int main(void) {
     SHOW(ncclCommRevoke(comm, 0));
     SHOW(ncclCommFinalize(comm));
     SHOW(ncclCommDestroy(comm));
+
+    /* A nonblocking communicator: its init returns ncclInProgress and the program polls
+     * ncclCommGetAsyncError until that clears, as PyTorch's nonblocking path does. */
+    ncclUniqueId nb_id;
+    ncclComm_t nb = NULL;
+    ncclConfigHead_t nb_config = {sizeof nb_config, 0xcafebeefu, 23203, 0};
+    SHOW(ncclGetUniqueId(&nb_id));
+    SHOW(ncclCommInitRankConfig(&nb, 1, nb_id, 0, &nb_config));
+    ncclResult_t nb_state = 7;
+    int nb_polls = 0;
+    while (nb_state == 7 && nb_polls < 100 && ncclCommGetAsyncError(nb, &nb_state) == 0) nb_polls++;
+    printf("nonblocking init: %d polls, state %d\n", nb_polls, nb_state);
+    SHOW(ncclCommDestroy(nb));
 
     SHOW(ncclGetUniqueId(&ids[0]));
     SHOW(ncclGetUniqueId(&ids[1]));
