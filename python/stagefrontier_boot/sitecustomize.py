@@ -26,6 +26,9 @@ def _arm():
     try:
         import stagefrontier_torch
         stagefrontier_torch.activate()
+    except ImportError as error:  # a copy of stagefrontier_boot without its python/ beside it
+        sys.stderr.write("stagefrontier: the Python door stays shut: %s (it belongs in %s, beside %s)\n"
+                         % (error, parent, os.path.basename(_here())))
     except Exception as error:  # never stop the program for the door's sake
         sys.stderr.write("stagefrontier: the Python door stays shut: %s\n" % (error,))
 
