@@ -153,7 +153,8 @@ pub struct LiveState {
     pub comm_table_overflow: u64,
     /// Records committed to the history ring (0 in a format 1 log).
     pub history_committed: u64,
-    /// `ncclCommGetAsyncError` polls that found no error, counted and not recorded.
+    /// `ncclCommGetAsyncError` polls that found no error or `ncclInProgress`: counted, not
+    /// recorded.
     pub nccl_polls: u64,
     /// Raw `CURRENT_STEP` and `CURRENT_STAGE` words; `position` resolves them.
     #[serde(skip)]
