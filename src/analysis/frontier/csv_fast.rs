@@ -604,6 +604,7 @@ fn number(field: &[u8]) -> Option<f64> {
 
 #[path = "csv_quick.rs"]
 mod quick;
+pub use quick::decimal_at;
 
 #[cfg(test)]
 #[path = "csv_fast_tests.rs"]

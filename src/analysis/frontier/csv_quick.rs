@@ -74,7 +74,7 @@ const POW10: [f64; 23] = [
 /// ten, which IEEE division rounds correctly (Clinger's fast path). None for any other
 /// form (a sign, an exponent, a point without digits on both sides, too many digits).
 #[inline]
-pub(super) fn decimal_at(bytes: &[u8], at: usize) -> Option<(f64, usize)> {
+pub fn decimal_at(bytes: &[u8], at: usize) -> Option<(f64, usize)> {
     let (mut mantissa, point) = more_digits(bytes, at, 0);
     if point == at {
         return None;

@@ -5,10 +5,13 @@
 //! each alone and followed by the analysis `sf frontier` runs on it (own time out of the
 //! waits, then the analyzer over every step).
 //!
-//!     cargo run --release --example csv_bench [-- RANKS STEPS [fast|general]]
+//!     cargo run --release --example csv_bench [-- RANKS STEPS [fast|general|floor]]
 //!     cargo run --release --example csv_bench -- RANKS STEPS write FILE
 //!
 //! The second form only writes the file (to time `sf frontier --csv FILE` on it).
+//!
+//! A last row times the floor under any reader (floor.rs): the file mapped and split on
+//! two cores, each line cut into fields and its numbers read, nothing checked or built.
 //!
 //! Durations are whole nanoseconds, as the logs hold them; one stage in six carries a wait
 //! and one a caused wait, sums of several waits as the logs' attribution makes them. The
@@ -22,6 +25,8 @@ use std::time::Instant;
 
 use stagefrontier::analysis::frontier::csv::{self, CsvError, StageTable};
 use stagefrontier::analysis::frontier::{Analyzer, Context};
+
+mod floor;
 
 const STAGES: [&str; 6] = ["data", "forward", "backward", "callbacks", "optimizer", "step.other_cpu_wall"];
 /// Stage means in nanoseconds, before jitter.
@@ -63,10 +68,12 @@ fn write_file(path: &Path, ranks: u32, steps: u64) -> std::io::Result<()> {
 
 type Reader = fn(BufReader<File>, Option<&[String]>) -> Result<StageTable, CsvError>;
 
-/// Reads the file, then with `analyze` runs the analysis; returns (wall, CPU) seconds.
-fn run(path: &Path, reader: Reader, analyze: bool) -> (f64, f64) {
+/// Reads the file, then with `analyze` runs the analysis; returns (wall, CPU) seconds of
+/// both, and of the analysis alone.
+fn run(path: &Path, reader: Reader, analyze: bool) -> [(f64, f64); 2] {
     let (start, cpu_start) = (Instant::now(), process_cpu_s());
     let mut table = reader(BufReader::new(File::open(path).expect("open the file")), None).expect("a valid file");
+    let (read, cpu_read) = (Instant::now(), process_cpu_s());
     if analyze {
         if let Some(attribution) = table.take_attribution() {
             table.take_out_waits(&attribution);
@@ -82,7 +89,13 @@ fn run(path: &Path, reader: Reader, analyze: bool) -> (f64, f64) {
         windows += usize::from(analyzer.finish().is_some());
         assert!(windows > 0);
     }
-    (start.elapsed().as_secs_f64(), process_cpu_s() - cpu_start)
+    let cpu_end = process_cpu_s();
+    [(start.elapsed().as_secs_f64(), cpu_end - cpu_start), (read.elapsed().as_secs_f64(), cpu_end - cpu_read)]
+}
+
+/// The best wall and the best CPU time of `runs`.
+fn best(runs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
+    runs.fold((f64::INFINITY, f64::INFINITY), |(w, c), (wall, cpu)| (w.min(wall), c.min(cpu)))
 }
 
 fn main() {
@@ -109,19 +122,34 @@ fn main() {
         bytes as f64 / 1e6,
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
+    let print = |name: &str, (wall, cpu): (f64, f64)| {
+        println!(
+            "{name:<36} {wall:.3} s wall, {cpu:.3} s CPU: {:.1} M values/s (wall), {:.1} (CPU)",
+            values / wall / 1e6,
+            values / cpu / 1e6
+        );
+    };
     let readers: [(&str, Reader); 2] = [("general (csv crate)", csv::read_rfc4180), ("fast", csv::read)];
     for analyze in [false, true] {
         for (name, reader) in readers.into_iter().filter(|(name, _)| only.is_none_or(|o| name.starts_with(o))) {
-            let runs: Vec<(f64, f64)> = (0..3).map(|_| run(&path, reader, analyze)).collect();
-            let wall = runs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
-            let cpu = runs.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
-            println!(
-                "{:<32} {wall:.3} s wall, {cpu:.3} s CPU: {:.1} M values/s (wall), {:.1} (CPU)",
-                format!("{}{name}", if analyze { "parse+analysis, " } else { "parse, " }),
-                values / wall / 1e6,
-                values / cpu / 1e6
+            let runs: Vec<[(f64, f64); 2]> = (0..3).map(|_| run(&path, reader, analyze)).collect();
+            print(
+                &format!("{}{name}", if analyze { "parse+analysis, " } else { "parse, " }),
+                best(runs.iter().map(|r| r[0])),
             );
+            if analyze {
+                print(&format!("  of which analysis, {name}"), best(runs.iter().map(|r| r[1])));
+            }
         }
+    }
+    if only.is_none_or(|o| o == "floor") {
+        let runs = (0..3).map(|_| {
+            let (start, cpu_start) = (Instant::now(), process_cpu_s());
+            let (rows, _) = floor::read(&path, &STAGES);
+            assert_eq!(rows as f64, values, "the floor read every row");
+            (start.elapsed().as_secs_f64(), process_cpu_s() - cpu_start)
+        });
+        print("floor: fields and numbers only", best(runs));
     }
     let _ = std::fs::remove_file(&path);
 }
