@@ -242,4 +242,9 @@ fn a_healthy_job_copied_a_moment_apart_is_not_hung_when_read_later() {
     assert_eq!(json(&out)["missing_ranks"], serde_json::json!([4, 5, 6, 7]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ranks 4-7 of the world's 8 have no log here"), "{stderr}");
+    // One job directory alone is one node's view too: every analysis names what it lacks.
+    let job_dir = std::fs::read_dir(dest.join("node0")).unwrap().next().unwrap().unwrap().path();
+    let out = sf(&["steps".as_ref(), job_dir.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ranks 4-7 of the world's 8 have no log here"), "{stderr}");
 }

@@ -95,8 +95,13 @@ pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
     for dir in &dirs.0 {
         let fail = |message: String| format!("{}: {message}", dir.display());
         if !dir.is_dir() {
+            let what = match std::fs::metadata(dir) {
+                Err(e) => format!("cannot read: {e}"),
+                Ok(_) if is_log_name(dir) => "one rank log, not a directory".to_string(),
+                Ok(_) => "not a directory".to_string(),
+            };
             return Err(fail(format!(
-                "not a directory; sf {command} reads every rank log of a job: pass the job directory, \
+                "{what}; sf {command} reads every rank log of a job: pass the job directory, \
                  $SF_LOG_DIR/<job id>/, or the directories holding it (sf snapshot's DEST)"
             )));
         }
@@ -115,11 +120,7 @@ pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
         }
     }
     let chosen = one_job(found, searched, command)?;
-    // A single job directory is one node's view: the command's own report says what it
-    // lacks. Gathered from several places, the notes say what the gathering missed.
-    if searched {
-        say_once(&chosen.notes);
-    }
+    say_once(&chosen.notes);
     Ok(chosen.files)
 }
 
@@ -147,8 +148,8 @@ pub fn job_log_paths(dirs: &Dirs, command: &str) -> Result<Vec<PathBuf>, String>
 pub fn no_logs_in(dir: &Path) -> String {
     let root = stagefrontier::core::capture::config::Config::from_env().0.log_root;
     format!(
-        "no rank logs (*.sflog) in {} or below it; logs are written to $SF_LOG_DIR/<job id>/, default \
-         /dev/shm/stagefrontier-<uid>/<job id>/ (here: {}/<job id>/)",
+        "no rank logs (*.sflog) in {} or up to {MAX_DEPTH} directories below it; logs are written to \
+         $SF_LOG_DIR/<job id>/, default /dev/shm/stagefrontier-<uid>/<job id>/ (here: {}/<job id>/)",
         dir.display(),
         root.display()
     )
@@ -241,8 +242,12 @@ fn one_job(found: Vec<Candidate>, searched: bool, command: &str) -> Result<Chose
                 format!("{job} ({} logs, e.g. in {dir})", logs.len())
             })
             .collect();
+        let example = match command {
+            "snapshot" => "sf snapshot <log root>/<job id> --to DEST".to_string(),
+            _ => format!("sf {command} DEST/*/<job id>"),
+        };
         return Err(format!(
-            "the logs found belong to {} jobs: {}; pass one job's directories, e.g. sf {command} DEST/*/<job id>",
+            "the logs found belong to {} jobs: {}; pass one job's directories, e.g. {example}",
             jobs.len(),
             listed.join(", ")
         ));
@@ -333,6 +338,7 @@ mod tests {
         std::fs::create_dir_all(&job).unwrap();
         let at_root = job_logs(&Dirs::one(&root), "net").unwrap_err();
         assert!(at_root.starts_with("no rank logs (*.sflog) in"), "{at_root}");
+        assert!(at_root.contains("or up to 4 directories below it"), "{at_root}");
         // An unreadable log is still found: the command names what is wrong with it.
         std::fs::write(job.join("rank-00000.sflog"), b"").unwrap();
         std::fs::create_dir_all(job.join("attempt-1")).unwrap();
@@ -341,7 +347,9 @@ mod tests {
         assert_eq!(below, [job.join("rank-00000.sflog")], "earlier attempts are not read");
         assert_eq!(job_log_paths(&Dirs::one(&job), "net").unwrap(), [job.join("rank-00000.sflog")]);
         let file = job_logs(&Dirs::one(job.join("rank-00000.sflog")), "kernels").unwrap_err();
-        assert!(file.contains("not a directory; sf kernels reads every rank log"), "{file}");
+        assert!(file.contains("one rank log, not a directory; sf kernels reads every rank log"), "{file}");
+        let gone = job_logs(&Dirs::one(root.join("nope")), "hang").unwrap_err();
+        assert!(gone.contains("nope: cannot read: No such file or directory"), "{gone}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

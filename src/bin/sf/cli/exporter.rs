@@ -49,7 +49,7 @@ pub struct ExporterArgs {
     #[arg(long, conflicts_with = "listen")]
     once: bool,
     /// Seconds between textfile writes
-    #[arg(long, value_name = "S", default_value = "15", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "S", default_value = "15", requires = "textfile", value_parser = clap::value_parser!(u64).range(1..))]
     interval: u64,
 }
 

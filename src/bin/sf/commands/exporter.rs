@@ -588,6 +588,7 @@ impl Metrics {
 pub fn run(options: &ExporterOptions) -> Result<(), Failure> {
     let mut exporter = Exporter::default();
     let settings = DEFAULT_HANG;
+    say_unreadable(&options.dirs);
     if options.once && options.textfile.is_none() {
         let text = render(&exporter.scrape(&options.dirs, &settings), Flavor::OpenMetrics);
         std::io::stdout().write_all(text.as_bytes())?;
@@ -615,6 +616,25 @@ pub fn run(options: &ExporterOptions) -> Result<(), Failure> {
         let _ = serve(stream, &mut exporter, &options.dirs, &settings);
     }
     Ok(())
+}
+
+/// A LOGDIR that is not a directory now: a log root appears with the first job on the
+/// node, so the exporter goes on and reads it once it does, but a typo would otherwise
+/// serve empty metrics without a word.
+fn say_unreadable(dirs: &Dirs) {
+    for dir in &dirs.0 {
+        let why = match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(_) => "not a directory".to_string(),
+            Err(e) => e.to_string(),
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "sf exporter: {}: {why}; no logs are read from it until it is a directory (a log root, \
+             $SF_LOG_DIR or /dev/shm/stagefrontier-<uid>)",
+            dir.display()
+        );
+    }
 }
 
 /// The textfile's name: node_exporter's textfile collector reads `*.prom`.

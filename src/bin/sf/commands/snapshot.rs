@@ -53,6 +53,7 @@ struct Dest {
 
 pub fn build(dirs: &Dirs, to: &Path) -> Result<SnapshotReport, Failure> {
     let started = Instant::now();
+    check_dest(dirs, to)?;
     let files = discover::job_logs(dirs, "snapshot").map_err(Failure::Message)?;
     let here = local_host::name();
     let boot_id = moment::boot_id_here();
@@ -170,6 +171,53 @@ fn safe_name(name: &str) -> Option<String> {
 }
 
 /// `dir` and its missing parents, new ones 0700: the copies are the job's private data.
+/// DEST must be (or become) a directory outside every DIR: a copy inside the logs it was
+/// taken from would be found as one more log of the job by the next snapshot and command.
+fn check_dest(dirs: &Dirs, to: &Path) -> Result<(), Failure> {
+    if to.exists() && !to.is_dir() {
+        return Err(Failure::Message(format!(
+            "{}: not a directory; --to names the directory the copies go to (created when missing)",
+            to.display()
+        )));
+    }
+    let dest = resolved(to);
+    for dir in &dirs.0 {
+        if let (Some(dest), Ok(dir_real)) = (&dest, dir.canonicalize()) {
+            if dest.starts_with(&dir_real) {
+                return Err(Failure::Message(format!(
+                    "{}: inside {}, the logs it would copy; pick a DEST outside it",
+                    to.display(),
+                    dir.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `path` with its nearest existing ancestor resolved (links, `..`) and the parts not
+/// created yet appended.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let mut tail = Vec::new();
+    let mut at = path;
+    loop {
+        let existing = if at.as_os_str().is_empty() { Path::new(".") } else { at };
+        if let Ok(real) = existing.canonicalize() {
+            // A `..` after a part that does not exist (so is no link) undoes that part.
+            return Some(tail.iter().rev().fold(real, |mut p: PathBuf, part| {
+                if *part == ".." {
+                    p.pop();
+                    p
+                } else {
+                    p.join(part)
+                }
+            }));
+        }
+        tail.push(at.components().next_back()?.as_os_str().to_owned());
+        at = at.parent()?;
+    }
+}
+
 fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
@@ -186,6 +234,27 @@ fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dest_is_a_directory_outside_the_logs() {
+        let root = std::env::temp_dir().join(format!("sf-snapshot-dest-{}", std::process::id()));
+        let logs = root.join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        std::fs::write(root.join("afile"), b"").unwrap();
+        let dirs = Dirs(vec![logs.clone()]);
+        let message = |to: &Path| match check_dest(&dirs, to) {
+            Err(Failure::Message(m)) => m,
+            _ => String::new(),
+        };
+        assert!(message(&root.join("afile"))
+            .ends_with("afile: not a directory; --to names the directory the copies go to (created when missing)"));
+        // Not created yet, and spelled through `..`: still inside.
+        let inside = logs.join("x").join("..").join("snap").join("new");
+        assert!(message(&inside).contains("inside"), "{}", message(&inside));
+        assert!(check_dest(&dirs, &root.join("snap").join("new")).is_ok());
+        assert!(check_dest(&dirs, &logs.join("..").join("snap2")).is_ok(), "beside the logs, spelled through them");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn only_single_components_are_safe_names() {
