@@ -23,6 +23,7 @@ worker) looks again too; the library itself does not record in a forked child.
 import contextlib
 import ctypes
 import os
+import sys
 import time
 
 _lib = None
@@ -35,7 +36,21 @@ explicit = False
 _RETRY_S = 1.0
 
 
+_SYMBOLS = ("sf_step_begin", "sf_step_end", "sf_stage_begin", "sf_stage_end", "sf_value", "sf_recording")
+_said_missing = False
+
+
 def _bind(lib):
+    """The library with its functions typed, or None (said once) for one older than this
+    module: a mismatched pair must not raise into the program."""
+    global _said_missing
+    missing = [name for name in _SYMBOLS if not hasattr(lib, name)]
+    if missing:
+        if not _said_missing:
+            _said_missing = True
+            sys.stderr.write("stagefrontier: the library loaded has no %s (older than this stagefrontier.py); "
+                             "markers are not recorded\n" % ", ".join(missing))
+        return None
     lib.sf_step_begin.argtypes = [ctypes.c_int64]
     lib.sf_step_end.argtypes = []
     lib.sf_stage_begin.argtypes = [ctypes.c_char_p]

@@ -83,7 +83,10 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
-        sys.meta_path.remove(self)
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:  # someone else took it out already
+            pass
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.loader is not None:
             spec.loader = _InstallAfter(spec.loader)
@@ -110,10 +113,10 @@ def _install(torch):
     global _door
     if _door is not None:
         return
-    lib = _sf._library()
-    if lib is None:
-        return
     try:
+        lib = _sf._library()
+        if lib is None:
+            return
         _door = _Door(torch, lib)
     except Exception as error:  # a torch too old or too new must not stop the job
         sys.stderr.write("stagefrontier: the PyTorch door stays shut: %s\n" % (error,))
@@ -136,10 +139,16 @@ class _Door:
         self.depth = 0
         self.candidate = None
         self.model = None
-        self._hook_data_loader()
-        self._hook_backward()
-        self._hook_optimizer()
-        self._hook_modules_globally()
+        try:
+            self._hook_data_loader()
+            self._hook_backward()
+            self._hook_optimizer()
+            self._hook_modules_globally()
+        except Exception:
+            # The hooks already in place stay, passing every call through: half a door
+            # would open steps that never end.
+            self.enabled = False
+            raise
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forked)
         import atexit

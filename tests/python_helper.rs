@@ -110,3 +110,92 @@ fn a_library_loaded_privately_later_is_found_and_a_fork_is_rechecked() {
     let steps = records(&logs[0]).iter().filter(|r| matches!(r.body, RecordBody::StepVector(_))).count();
     assert_eq!(steps, 2, "markers through the private handle record");
 }
+
+/// A library older than the helper: it has the step marker but not the others.
+const OLDER_LIBRARY: &str = "void sf_step_begin(long long step) { (void)step; }\n";
+
+/// Imported where the Python door arms (a rank), with a `torch` that is only a package.
+const IMPORT_TORCH: &str = r#"
+import stagefrontier as sf, torch
+with sf.step():
+    pass
+print("imported", sf.recording())
+"#;
+
+#[test]
+fn a_library_older_than_the_helper_is_said_once_and_never_raises_into_the_program() {
+    let dir = TempDir::new("python-older-lib");
+    let source = dir.join("older.c");
+    std::fs::write(&source, OLDER_LIBRARY).unwrap();
+    let lib = dir.join("libolder.so");
+    compile_c(&source, &lib, &["-shared", "-fPIC"]);
+    let torch = dir.join("torch");
+    std::fs::create_dir_all(&torch).unwrap();
+    std::fs::write(torch.join("__init__.py"), "").unwrap();
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let pythonpath =
+        format!("{}:{}:{}", python.join("stagefrontier_boot").display(), python.display(), dir.0.display());
+    let mut cmd = Command::new("python3");
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("SF_") || k == "LD_PRELOAD") {
+        cmd.env_remove(key);
+    }
+    cmd.env("LD_PRELOAD", &lib).env("PYTHONPATH", pythonpath).env("RANK", "0").env("WORLD_SIZE", "1");
+    let out = run_ok(cmd.arg("-c").arg(IMPORT_TORCH));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.trim(), "imported False", "{stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.starts_with("stagefrontier:")).collect();
+    assert_eq!(said.len(), 1, "one line, however often the helper looks: {stderr}");
+    assert!(said[0].contains("has no sf_step_end, sf_stage_begin, sf_stage_end, sf_value, sf_recording"), "{stderr}");
+}
+
+#[test]
+fn the_python_door_never_runs_itself_again_through_a_link_to_its_directory() {
+    let dir = TempDir::new("python-boot-link");
+    let boot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stagefrontier_boot");
+    let link = dir.join("boot-link");
+    std::os::unix::fs::symlink(&boot, &link).unwrap();
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("sitecustomize.py"), "print('site hook ran')\n").unwrap();
+    // Both spellings of the door's directory come before the site's own hook.
+    let pythonpath = format!("{}:{}:{}", link.display(), boot.display(), site.display());
+    let mut cmd = Command::new("python3");
+    cmd.env("PYTHONPATH", pythonpath).env_remove("RANK");
+    let out = run_ok(cmd.arg("-c").arg("print('ok')"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "site hook ran\nok\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A `torch` with a DataLoader and autograd but no optimizers: the door's third hook fails.
+const PARTIAL_TORCH: [(&str, &str); 5] = [
+    ("torch/__init__.py", "from . import autograd\ndef is_grad_enabled():\n    return True\n"),
+    ("torch/autograd.py", "def backward(*args, **kwargs):\n    pass\n"),
+    ("torch/utils/__init__.py", ""),
+    ("torch/utils/data/__init__.py", ""),
+    ("torch/utils/data/dataloader.py", "class _BaseDataLoaderIter:\n    def __next__(self):\n        return 1\n"),
+];
+
+#[test]
+fn a_door_that_could_not_hook_everything_opens_no_step() {
+    let dir = TempDir::new("python-partial-torch");
+    for (file, text) in PARTIAL_TORCH {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let root = log_root("python-partial-torch");
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let pythonpath =
+        format!("{}:{}:{}", python.join("stagefrontier_boot").display(), python.display(), dir.0.display());
+    let mut cmd = preloaded(std::path::Path::new("python3"), &root, "job");
+    cmd.env("PYTHONPATH", pythonpath).env("RANK", "0").env("WORLD_SIZE", "1");
+    // Then the program's own two steps.
+    let script = "import torch, stagefrontier as sf\nfor _ in range(4):\n    torch.autograd.backward()\n\
+                  for _ in range(2):\n    with sf.step():\n        pass\n";
+    let out = run_ok(cmd.arg("-c").arg(script));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the PyTorch door stays shut: No module named 'torch.optim'"), "{stderr}");
+    let logs = rank_logs(&root, "job");
+    assert_eq!(logs.len(), 1, "{stderr}");
+    let steps = records(&logs[0]).iter().filter(|r| matches!(r.body, RecordBody::StepVector(_))).count();
+    assert_eq!(steps, 2, "the backward hook left in place passes through: it opens no step of its own");
+}

@@ -34,8 +34,13 @@ def _arm():
 
 
 def _chain():
-    here = _here()
-    others = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    # Once per interpreter: the directory may stand on sys.path under another spelling
+    # (a link), and this file must never run itself again through it.
+    if getattr(sys, "_stagefrontier_chained", False):
+        return
+    sys._stagefrontier_chained = True
+    here = os.path.realpath(_here())
+    others = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
     if spec is None or spec.loader is None:
         return
