@@ -265,6 +265,7 @@ fn ls_json_has_the_contract_fields() {
         "missing",
         "invalid_slots",
         "dropped",
+        "markers_unnamed",
         "comms",
         "schema",
         "format_version",

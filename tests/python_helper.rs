@@ -199,3 +199,20 @@ fn a_door_that_could_not_hook_everything_opens_no_step() {
     let steps = records(&logs[0]).iter().filter(|r| matches!(r.body, RecordBody::StepVector(_))).count();
     assert_eq!(steps, 2, "the backward hook left in place passes through: it opens no step of its own");
 }
+
+#[test]
+fn markers_past_the_stage_name_table_are_counted_and_shown() {
+    let root = log_root("python-unnamed");
+    let helper = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let mut cmd = preloaded(std::path::Path::new("python3"), &root, "job");
+    cmd.env("RANK", "0").env("WORLD_SIZE", "1");
+    // 70 names, one value each: the table keeps 64.
+    let script = "import sys\nsys.path.insert(0, sys.argv[1])\nimport stagefrontier as sf\n\
+                  for i in range(70):\n    sf.value('metric.%d' % i, 1.0)\n";
+    run_ok(cmd.arg("-c").arg(script).arg(helper));
+    let logs = rank_logs(&root, "job");
+    assert_eq!(RankLog::open(&logs[0]).unwrap().live().markers_unnamed, 6);
+    let out = run_ok(Command::new(env!("CARGO_BIN_EXE_sf")).arg("ls").arg(root.join("job")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("warning: stage or value markers lost: rank 0 6 markers"), "{stdout}");
+}

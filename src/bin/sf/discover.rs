@@ -120,7 +120,12 @@ pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
         }
     }
     let chosen = one_job(found, searched, command)?;
-    say_once(&chosen.notes);
+    // Gathered from several places, the notes say what the gathering missed. One job
+    // directory is one node's view: said too, but for the commands whose own report names
+    // the missing ranks (ls, hang) or that read one node by design (snapshot).
+    if searched || !matches!(command, "ls" | "hang" | "snapshot") {
+        say_once(&chosen.notes);
+    }
     Ok(chosen.files)
 }
 
@@ -281,7 +286,10 @@ fn one_job(found: Vec<Candidate>, searched: bool, command: &str) -> Result<Chose
     let kept: Vec<&Candidate> = found.iter().zip(&dropped).filter(|(_, d)| !**d).map(|(c, _)| c).collect();
     let world = kept.iter().filter_map(|c| c.who.as_ref()).map(|w| w.world_size).max().unwrap_or(-1);
     if world > 0 {
-        let present: BTreeSet<i32> = kept.iter().filter_map(|c| c.who.as_ref()).map(|w| w.rank).collect();
+        // A log whose header cannot be read still stands for the rank its name gives: the
+        // command says what is wrong with it.
+        let named = kept.iter().filter(|c| c.who.is_none()).filter_map(|c| rank_in_name(&c.file.path));
+        let present: BTreeSet<i32> = kept.iter().filter_map(|c| c.who.as_ref()).map(|w| w.rank).chain(named).collect();
         let missing: Vec<i32> = (0..world).filter(|r| !present.contains(r)).collect();
         if !missing.is_empty() {
             notes.push(format!(
@@ -308,6 +316,12 @@ fn one_job(found: Vec<Candidate>, searched: bool, command: &str) -> Result<Chose
     Ok(Chosen { files, notes })
 }
 
+/// The rank a log's name gives: `rank-NNNNN.sflog` or `rank-NNNNN.p<pid>.sflog`.
+fn rank_in_name(path: &Path) -> Option<i32> {
+    let name = path.file_name()?.to_str()?.strip_prefix("rank-")?;
+    name.split('.').next()?.parse().ok()
+}
+
 /// Notes go to stderr once per run, however many times a command discovers its logs.
 fn say_once(notes: &[String]) {
     static SAID: std::sync::Once = std::sync::Once::new();
@@ -329,6 +343,9 @@ mod tests {
         assert!(!is_log_name(Path::new("job/rank-00003.sflog.prev")));
         assert!(!is_log_name(Path::new("job/.sflog")));
         assert!(!is_log_name(Path::new("job/notes.txt")));
+        assert_eq!(rank_in_name(Path::new("job/rank-00003.sflog")), Some(3));
+        assert_eq!(rank_in_name(Path::new("job/rank-00012.p77.sflog")), Some(12));
+        assert_eq!(rank_in_name(Path::new("job/pid-77.sflog")), None);
     }
 
     #[test]

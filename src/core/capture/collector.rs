@@ -58,7 +58,9 @@ impl Collector {
     /// Returns how many events it wrote.
     pub fn round(&mut self, rt: &Runtime) -> usize {
         let mut written = 0;
-        while let Some(event) = rt.ring.pop() {
+        // At most one ring's worth a round: producers that keep up with the collector must
+        // not starve the heartbeat, the CUPTI drain and the hang watch below.
+        while let Some(event) = (written < rt.ring.capacity()).then(|| rt.ring.pop()).flatten() {
             match event {
                 Event::Record(record) => self.writer.append(&record.to_nanoseconds(&rt.calibration)),
                 Event::Marker(marker) => {

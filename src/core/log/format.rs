@@ -171,6 +171,9 @@ pub mod live {
     /// `ncclCommGetAsyncError` polls that found no error (or `ncclInProgress`): counted
     /// here, not recorded (0 in logs of libraries that recorded every poll).
     pub const NCCL_POLLS: usize = 608;
+    /// Stage and value markers lost because their name found the stage-name table full
+    /// (`stage_names::SLOTS` names): counted here, since nothing else can say so.
+    pub const MARKERS_UNNAMED: usize = 616;
 }
 
 /// The stage-name table, inside the header page: hooks intern a stage name once, and

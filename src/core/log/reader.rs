@@ -156,6 +156,8 @@ pub struct LiveState {
     /// `ncclCommGetAsyncError` polls that found no error or `ncclInProgress`: counted, not
     /// recorded.
     pub nccl_polls: u64,
+    /// Stage and value markers lost to a full stage-name table.
+    pub markers_unnamed: u64,
     /// Raw `CURRENT_STEP` and `CURRENT_STAGE` words; `position` resolves them.
     #[serde(skip)]
     pub current_step: u64,
@@ -332,7 +334,7 @@ impl RankLog {
     }
 
     pub fn live(&self) -> LiveState {
-        let mut w = [0u8; live::NCCL_POLLS + 8 - live::COMMITTED];
+        let mut w = [0u8; live::MARKERS_UNNAMED + 8 - live::COMMITTED];
         self.read_stable(live::COMMITTED, &mut w);
         let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
@@ -349,6 +351,7 @@ impl RankLog {
             doors: Doors::decode(field(live::DOORS)),
             history_committed: field(live::HISTORY_COMMITTED),
             nccl_polls: field(live::NCCL_POLLS),
+            markers_unnamed: field(live::MARKERS_UNNAMED),
         }
     }
 

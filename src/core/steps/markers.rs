@@ -31,7 +31,7 @@ pub fn step_end() {
 
 pub fn stage_begin(name: &[u8]) {
     let Some(rt) = runtime::active() else { return };
-    let Some(id) = rt.stage_names.intern(name) else { return };
+    let Some(id) = named(rt, name) else { return };
     rt.live(live::CURRENT_STAGE).store(id as u64 + 1, Ordering::Relaxed);
     push(rt, MarkerKind::StageBegin, current_step(rt), id, 0.0);
     crate::core::capture::tracer::stage_boundary(rt, id, false);
@@ -39,7 +39,7 @@ pub fn stage_begin(name: &[u8]) {
 
 pub fn stage_end(name: &[u8]) {
     let Some(rt) = runtime::active() else { return };
-    let Some(id) = rt.stage_names.intern(name) else { return };
+    let Some(id) = named(rt, name) else { return };
     // Injected stage delays act here, at the end of the selected stage, so they lengthen it.
     crate::core::capture::tracer::stage_boundary(rt, id, true);
     rt.live(live::CURRENT_STAGE).store(0, Ordering::Relaxed);
@@ -48,8 +48,17 @@ pub fn stage_end(name: &[u8]) {
 
 pub fn value(name: &[u8], value: f64) {
     let Some(rt) = runtime::active() else { return };
-    let Some(id) = rt.stage_names.intern(name) else { return };
+    let Some(id) = named(rt, name) else { return };
     push(rt, MarkerKind::Value, current_step(rt), id, value);
+}
+
+/// The name's id in the stage-name table; none, counted, when the table is full.
+fn named(rt: &Runtime, name: &[u8]) -> Option<u16> {
+    let id = rt.stage_names.intern(name);
+    if id.is_none() {
+        rt.live(live::MARKERS_UNNAMED).fetch_add(1, Ordering::Relaxed);
+    }
+    id
 }
 
 fn current_step(rt: &Runtime) -> u64 {

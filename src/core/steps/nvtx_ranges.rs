@@ -58,22 +58,31 @@ pub fn marks_steps() -> bool {
     STEPS_MARKED.load(Ordering::Relaxed)
 }
 
-/// Emits the opening marker and returns what the close must do.
-fn open(class: RangeClass) -> Code {
+/// What a closing range must end.
+fn code_of(class: RangeClass) -> Code {
     match class {
         RangeClass::Other => CODE_OTHER,
+        RangeClass::Step(_) => CODE_STEP,
+        RangeClass::Stage(i) => match NAMING.get().and_then(|n| n.stage_name(i)) {
+            Some(_) => CODE_STEP + 1 + i,
+            None => CODE_OTHER,
+        },
+    }
+}
+
+/// Emits the opening marker: only for a range whose close will be seen.
+fn begin(class: RangeClass) {
+    match class {
+        RangeClass::Other => {}
         RangeClass::Step(index) => {
             STEPS_MARKED.store(true, Ordering::Relaxed);
             markers::step_begin(index.map_or(-1, |i| i as i64));
-            CODE_STEP
         }
-        RangeClass::Stage(i) => match NAMING.get().and_then(|n| n.stage_name(i)) {
-            Some(name) => {
+        RangeClass::Stage(i) => {
+            if let Some(name) = NAMING.get().and_then(|n| n.stage_name(i)) {
                 markers::stage_begin(name);
-                CODE_STEP + 1 + i
             }
-            None => CODE_OTHER,
-        },
+        }
     }
 }
 
@@ -178,8 +187,13 @@ thread_local! {
 
 /// `nvtxRangePush*` / `nvtxDomainRangePushEx`; `domain` 0 is the default domain.
 pub fn push(domain: usize, message: Message) -> i32 {
-    let code = open(classify(message));
-    STACK.try_with(|s| s.push(domain, code)).unwrap_or(NO_TRACKING)
+    let class = classify(message);
+    let level = STACK.try_with(|s| s.push(domain, code_of(class))).unwrap_or(NO_TRACKING);
+    // A range the stack could not hold has no close: it opens no step or stage either.
+    if level != NO_TRACKING {
+        begin(class);
+    }
+    level
 }
 
 /// `nvtxRangePop` / `nvtxDomainRangePop`.
@@ -194,7 +208,9 @@ static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
 
 /// `nvtxRangeStart*` / `nvtxDomainRangeStartEx`: the id `nvtxRangeEnd` will bring back.
 pub fn start(message: Message) -> u64 {
-    let code = open(classify(message));
+    let class = classify(message);
+    begin(class);
+    let code = code_of(class);
     NEXT_RANGE.fetch_add(1, Ordering::Relaxed) << 16 | code as u64
 }
 
@@ -289,6 +305,22 @@ mod tests {
             assert_eq!(s.pop(i % 2).1, CODE_OTHER);
         }
         assert_eq!(s.pop(0), (0, CODE_STEP));
+    }
+
+    #[test]
+    fn a_step_range_the_full_stack_cannot_hold_opens_no_step() {
+        NAMING.get_or_init(|| StageNaming::new("step", &[]));
+        // A thread of its own: a fresh stack, filled with ranges of two foreign domains.
+        std::thread::spawn(|| {
+            for i in 0..STACK_ENTRIES {
+                assert_eq!(push(1 + i % 2, Message::Ignored), (i / 2) as i32);
+            }
+            assert_eq!(push(0, Message::Ascii(b"step 7")), NO_TRACKING);
+            assert!(!marks_steps(), "no step opened: its close would never come");
+            assert_eq!(pop(0), NO_TRACKING);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub struct RankRow {
     pub missing: u64,
     pub invalid_slots: u64,
     pub dropped: u64,
+    /// Stage and value markers lost because the stage-name table was full.
+    pub markers_unnamed: u64,
     pub comms: usize,
     pub schema: u32,
     pub format_version: u32,
@@ -124,6 +126,8 @@ pub struct Summary {
     pub dropped_total: u64,
     /// Logs whose history has holes, as (rank or file, events dropped, records missing).
     pub gaps: Vec<Gap>,
+    /// Logs that lost stage or value markers to a full stage-name table, with how many.
+    pub unnamed: Vec<(String, u64)>,
     /// Why no rank can have step vectors from NVTX ranges, when none used the C API
     /// markers either: the variable that was not set.
     pub nvtx_note: Option<&'static str>,
@@ -324,6 +328,7 @@ fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) 
         missing: stats.missing,
         invalid_slots: stats.invalid_slots,
         dropped: live.dropped_events,
+        markers_unnamed: live.markers_unnamed,
         comms: log.comms().len(),
         schema: h.schema,
         format_version: h.format_version,
@@ -355,6 +360,7 @@ fn summarize(ranks: &[RankRow]) -> Summary {
         unranked: ranks.len() - ranked().count(),
         dropped_total: ranks.iter().map(|r| r.dropped).sum(),
         gaps,
+        unnamed: ranks.iter().filter(|r| r.markers_unnamed > 0).map(|r| (who(r), r.markers_unnamed)).collect(),
         nvtx_note: no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())),
     }
 }
@@ -397,6 +403,7 @@ mod tests {
             missing,
             invalid_slots: 0,
             dropped,
+            markers_unnamed: 0,
             comms: 0,
             schema: 1,
             format_version: 1,

@@ -118,6 +118,14 @@ pub fn header<W: Write>(format: Format, out: W, report: &HeaderReport) -> io::Re
                 "polls",
                 format!("{} ncclCommGetAsyncError polls that found no error (counted, not recorded)", live.nccl_polls),
             ),
+            (
+                "unnamed",
+                format!(
+                    "{} stage or value markers lost: the stage-name table ({} names) was full",
+                    live.markers_unnamed,
+                    stagefrontier::core::log::format::stage_names::SLOTS
+                ),
+            ),
             ("doors", live.doors.as_ref().map_or_else(|| "not recorded (an older library)".to_string(), doors_line)),
         ];
         for (key, value) in lines {

@@ -201,6 +201,19 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
         }
         lines.push(line);
     }
+    if !s.unnamed.is_empty() {
+        let mut named: Vec<String> =
+            s.unnamed.iter().take(LIST_AT_MOST).map(|(who, n)| format!("{who} {}", plural(*n, "marker"))).collect();
+        if s.unnamed.len() > LIST_AT_MOST {
+            named.push(format!("and {} more", s.unnamed.len() - LIST_AT_MOST));
+        }
+        lines.push(format!(
+            "warning: stage or value markers lost: {}; the job named more than {} stages and values, and a log \
+             keeps that many names",
+            named.join(", "),
+            stagefrontier::core::log::format::stage_names::SLOTS
+        ));
+    }
     if let Some(all) = report.budget_for_all {
         let unread = report.ranks.iter().filter(|r| r.not_read > 0).count();
         lines.push(format!(
