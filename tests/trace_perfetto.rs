@@ -188,3 +188,65 @@ fn a_64_rank_1000_step_trace_stays_under_100_mb() {
     assert_eq!((summary["ranks"].as_u64(), summary["steps"].as_u64()), (Some(64), Some(64_000)), "{summary}");
     eprintln!("64 ranks x 1000 steps x 5 collectives: {:.1} MB, {summary}", bytes as f64 / 1e6);
 }
+
+/// Kills the trainer when the test ends, however it ends.
+struct Job(std::process::Child);
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_hung_job_is_traced_with_its_unfinished_step_and_the_call_it_is_stuck_in() {
+    let _serial = one_at_a_time();
+    let root = log_root("trace-hung");
+    // #12 is an allreduce of step 2 (a broadcast, then 4 allreduces and an allgather per step).
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
+        .env("SF_INJECT", "hang:rank=1,op=allreduce,seq=12")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _job = Job(cmd.spawn().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // Rank 0 entered #12 and waits in it for rank 1, which never enters.
+    loop {
+        let waiting = rank_logs(&root, "job")
+            .first()
+            .and_then(|p| stagefrontier::core::log::reader::RankLog::open(p).ok())
+            .is_some_and(|log| log.comms().iter().any(|c| c.inflight.is_some() && c.coll_entered == 12));
+        if waiting {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "rank 0 never waited in allreduce #12");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let dir = root.join("job");
+    let file = root.join("hung.json");
+    let out = sf_trace(&[dir.to_str().unwrap(), "-o", file.to_str().unwrap(), "--steps", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().expect("a trace-event array");
+    let named = |name: &str, pid: u64| events.iter().find(|e| e["name"] == name && e["pid"] == pid).cloned();
+    let stuck = named("allreduce (in flight)", 0).unwrap_or_else(|| panic!("rank 0's hung call is drawn: {trace}"));
+    assert_eq!(stuck["args"]["seq"], 12, "{stuck}");
+    // Microseconds: 300 ms of waiting, less a heartbeat period or two.
+    assert!(stuck["dur"].as_f64().unwrap() >= 200_000.0, "it lasts to the last heartbeat: {stuck}");
+    assert!(named("allreduce (in flight)", 1).is_none(), "rank 1 never entered it");
+    for rank in [0, 1] {
+        assert!(named("step 2 (unfinished)", rank).is_some(), "rank {rank}'s last step is drawn: {trace}");
+    }
+    if python_with_jsonschema() {
+        check(&file, 1);
+    }
+    let far = sf_trace(&[dir.to_str().unwrap(), "-o", file.to_str().unwrap(), "--steps", "500-600"]);
+    assert_eq!(far.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert!(
+        stderr.contains("steps 500-600 are not in the logs, which hold steps 0-1 and step 2 unfinished"),
+        "{stderr}"
+    );
+}

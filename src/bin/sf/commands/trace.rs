@@ -42,6 +42,7 @@ struct Overview {
     start_wall_ns: u64,
     /// Every kept collective call's entry, by collective.
     entries: Vec<(Collective, Entry)>,
+    steps: StepSpan,
 }
 
 /// Writes the trace; what it holds.
@@ -62,6 +63,17 @@ pub fn write(options: &TraceOptions) -> Result<TraceReport, Failure> {
             "{}: no ranked log left to trace (check --ranks)",
             options.dirs.display()
         )));
+    }
+    if let Some(asked) = &options.steps {
+        if ranks.iter().all(|r| r.steps.span.is_some_and(|(from, to)| from > to)) {
+            return Err(Failure::Message(format!(
+                "{}: steps {}-{} are not in the logs, which hold {}; pick steps from those",
+                options.dirs.display(),
+                asked.start(),
+                asked.end(),
+                held_steps(&ranks)
+            )));
+        }
     }
     // Processes sorted by host, then rank: Perfetto lists them in that order.
     ranks.sort_by(|a, b| (&a.host, a.rank).cmp(&(&b.host, b.rank)));
@@ -125,7 +137,8 @@ fn overview(path: &Path, options: &TraceOptions) -> Result<Option<Overview>, Fai
     }
     let rank = header.global_rank as u32;
     let clock = WallClock::of(header);
-    let span = step_span(&log, options);
+    let steps = step_span(&log, options);
+    let span = steps.span;
     let mut entries = Vec::new();
     log.scan_region(Region::Events, |r| {
         if let RecordBody::NcclCall(c) = r.body {
@@ -135,26 +148,79 @@ fn overview(path: &Path, options: &TraceOptions) -> Result<Option<Overview>, Fai
         }
     });
     let start_wall_ns = clock.wall_ns(header.base_mono_ns).unwrap_or(header.base_mono_ns);
-    Ok(Some(Overview { path: path.to_path_buf(), rank, host: header.host.clone(), start_wall_ns, entries }))
+    Ok(Some(Overview { path: path.to_path_buf(), rank, host: header.host.clone(), start_wall_ns, entries, steps }))
+}
+
+/// The steps the traced logs hold, for the message about a `--steps` outside them.
+fn held_steps(ranks: &[Overview]) -> String {
+    let finished = ranks.iter().filter_map(|r| r.steps.held).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+    let open: Vec<u64> = ranks.iter().filter_map(|r| r.steps.open.map(|(step, _)| step)).collect();
+    let open = match (open.iter().min(), open.iter().max()) {
+        (Some(a), Some(b)) if a == b => format!(" and step {a} unfinished"),
+        (Some(a), Some(b)) => format!(" and steps {a}-{b} unfinished"),
+        _ => String::new(),
+    };
+    match finished {
+        Some((a, b)) => format!("steps {a}-{b}{open}"),
+        None if open.is_empty() => "no step".to_string(),
+        None => open.trim_start_matches(" and ").to_string(),
+    }
 }
 
 fn collective(c: &NcclCall) -> Option<Collective> {
     (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq))
 }
 
-/// The monotonic span of `--steps` on this rank (`None`: everything).
-fn step_span(log: &RankLog, options: &TraceOptions) -> Option<(u64, u64)> {
-    let steps = options.steps.as_ref()?;
+/// A rank's steps: those `--steps` selects, and what it holds.
+#[derive(Clone, Copy, Default)]
+struct StepSpan {
+    /// The monotonic span of the selected steps (with `--steps`, empty when none is held;
+    /// `None` without: everything).
+    span: Option<(u64, u64)>,
+    /// The first and last finished step held.
+    held: Option<(u64, u64)>,
+    /// The step the rank is in and has not finished, with when it began (the end of the
+    /// step before it, 0 when none is held): a hung rank's last step.
+    open: Option<(u64, u64)>,
+    /// The last moment the rank was seen (its last heartbeat).
+    as_of_ns: u64,
+}
+
+/// The steps of `log` (see [`StepSpan`]); a selected unfinished step reaches to the last
+/// heartbeat.
+fn step_span(log: &RankLog, options: &TraceOptions) -> StepSpan {
+    let live = log.live();
+    let current = live.current_step.checked_sub(1);
     let (mut from, mut to) = (u64::MAX, 0);
+    let mut held: Option<(u64, u64)> = None;
+    let mut open_begin = 0;
     log.scan_region(Region::History, |r| {
         if let RecordBody::StepVector(v) = r.body {
-            if v.part == 0 && steps.contains(&v.step) {
+            if v.part != 0 {
+                return;
+            }
+            let end = v.t_begin_ns.saturating_add(v.wall_ns);
+            held = Some(held.map_or((v.step, v.step), |(a, b)| (a.min(v.step), b.max(v.step))));
+            if current.is_some_and(|c| v.step < c) {
+                open_begin = open_begin.max(end);
+            }
+            if options.steps.as_ref().is_some_and(|s| s.contains(&v.step)) {
                 from = from.min(v.t_begin_ns);
-                to = to.max(v.t_begin_ns.saturating_add(v.wall_ns));
+                to = to.max(end);
             }
         }
     });
-    Some((from, to))
+    // The step the rank is in when no vector of it exists yet.
+    let open = current.filter(|&c| held.is_none_or(|(_, last)| c > last)).map(|c| (c, open_begin));
+    if let (Some((step, begin)), Some(steps)) = (open, &options.steps) {
+        if steps.contains(&step) {
+            from = from.min(begin);
+            to = to.max(live.heartbeat_mono_ns);
+        }
+    }
+    // Empty (from after to) when no selected step is held: nothing is in it.
+    let span = options.steps.as_ref().map(|_| (from, to));
+    StepSpan { span, held, open, as_of_ns: live.heartbeat_mono_ns }
 }
 
 fn in_span(span: Option<(u64, u64)>, t_ns: u64) -> bool {
@@ -176,7 +242,8 @@ fn rank_events<W: Write>(
     trace.process(pid, &format!("{} rank {pid}", overview.host), &overview.host, sort_index)?;
     trace.thread(pid, tracks::STEPS, "steps")?;
     trace.thread(pid, tracks::STAGES, "stages")?;
-    let span = step_span(log, options);
+    let steps = overview.steps;
+    let span = steps.span;
     let names = log.stage_names();
     let mut parts: HashMap<u64, Vec<StepVector>> = HashMap::new();
     let mut kernel_names: HashMap<u32, String> = HashMap::new();
@@ -200,6 +267,12 @@ fn rank_events<W: Write>(
         _ => {}
     });
     failed?;
+    if let Some((step, begin)) = steps.open.filter(|(step, _)| options.steps.as_ref().is_none_or(|s| s.contains(step)))
+    {
+        let begin = begin.max(log.header.base_mono_ns);
+        let name = format!("step {step} (unfinished)");
+        trace.slice(pid, tracks::STEPS, &name, wall(begin), steps.as_of_ns.saturating_sub(begin), &[])?;
+    }
     let mut comm_tracks: HashMap<u64, u32> = HashMap::new();
     let mut gpu_tracks: HashMap<(u8, u32), u32> = HashMap::new();
     let mut failed = Ok(());
@@ -252,7 +325,45 @@ fn rank_events<W: Write>(
             _ => Ok(()),
         };
     });
-    failed
+    failed?;
+    in_flight_events(trace, pid, log, steps, &mut comm_tracks, &wall)
+}
+
+/// The calls each communicator is inside now (the live table): a slice from its entry to
+/// the rank's last heartbeat. A hung collective has no record yet; this is its evidence.
+fn in_flight_events<W: Write>(
+    trace: &mut TraceWriter<W>,
+    pid: u32,
+    log: &RankLog,
+    steps: StepSpan,
+    comm_tracks: &mut HashMap<u64, u32>,
+    wall: &impl Fn(u64) -> u64,
+) -> std::io::Result<()> {
+    for comm in log.comms() {
+        let Some(call) = comm.inflight.filter(|c| in_span(steps.span, c.since_mono_ns)) else { continue };
+        let Some(op) = call.op else { continue };
+        let tid = comm_track(trace, pid, comm.comm_id, comm_tracks)?;
+        let seq = if op.is_collective() { comm.coll_entered } else { comm.p2p_entered };
+        let name = format!("{} (in flight)", op.name());
+        let lasted = steps.as_of_ns.saturating_sub(call.since_mono_ns);
+        trace.slice(pid, tid, &name, wall(call.since_mono_ns), lasted, &[("seq", seq), ("in_flight", 1)])?;
+    }
+    Ok(())
+}
+
+/// The track of communicator `comm_id` on this rank, named on first use.
+fn comm_track<W: Write>(
+    trace: &mut TraceWriter<W>,
+    pid: u32,
+    comm_id: u64,
+    comm_tracks: &mut HashMap<u64, u32>,
+) -> std::io::Result<u32> {
+    let next = tracks::COMMS + comm_tracks.len() as u32;
+    let tid = *comm_tracks.entry(comm_id).or_insert(next);
+    if tid == next {
+        trace.thread(pid, tid, &format!("nccl {comm_id:#018x}"))?;
+    }
+    Ok(tid)
 }
 
 /// Track ids within a rank's process.
@@ -293,11 +404,7 @@ fn call_events<W: Write>(
     ends: &HashMap<Collective, Ends>,
     wall: &impl Fn(u64) -> u64,
 ) -> std::io::Result<()> {
-    let next = tracks::COMMS + comm_tracks.len() as u32;
-    let tid = *comm_tracks.entry(c.comm_id).or_insert(next);
-    if tid == next {
-        trace.thread(pid, tid, &format!("nccl {:#018x}", c.comm_id))?;
-    }
+    let tid = comm_track(trace, pid, c.comm_id, comm_tracks)?;
     let enter = wall(c.t_enter_ns);
     // The communicator names the track; the call carries its sequence number and size.
     let args = [("seq", c.seq), ("bytes", c.bytes)];
