@@ -48,6 +48,19 @@ fn step_history_outlives_the_calls_and_a_late_window_is_named() {
     assert!(report["history_starts_at_step"].is_null(), "{}", report["history_starts_at_step"]);
     let first = report["windows"].as_array().unwrap().iter().map(|w| w["first_step"].as_u64().unwrap()).min();
     assert!(first.is_some_and(|s| s <= 1), "the analysis starts with the job: {first:?}");
+    // The calls kept cover the last ~50 steps only: every analysis says where waits start.
+    let waits_from = report["waits_start_at_step"].as_u64().expect("the steps without waits are named");
+    assert!((1400..1500).contains(&waits_from), "{waits_from}");
+    let note = format!("the wait attribution covers steps from {waits_from} on");
+    let human = sf(&["frontier", dir.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains(&note), "{}", String::from_utf8_lossy(&human.stdout));
+    for command in ["slow", "steps"] {
+        let out = sf(&[command, dir.to_str().unwrap(), "--json"]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json");
+        assert_eq!(json["waits_start_at_step"].as_u64(), Some(waits_from), "sf {command}");
+    }
+    let csv = sf(&["steps", dir.to_str().unwrap(), "--csv"]);
+    assert!(String::from_utf8_lossy(&csv.stderr).contains(&note), "the CSV's notes are on stderr");
 
     // Past the history ring's 2048 slots the oldest steps go, and every analysis says so.
     small_log_job(&root, "longer", 2600);
@@ -61,5 +74,10 @@ fn step_history_outlives_the_calls_and_a_late_window_is_named() {
     let slow = sf(&["slow", dir.to_str().unwrap(), "--json"]);
     let slow: serde_json::Value = serde_json::from_slice(&slow.stdout).expect("sf slow --json");
     assert_eq!(slow["history_starts_at_step"].as_u64(), Some(starts), "{slow}");
+    let steps = sf(&["steps", dir.to_str().unwrap(), "--json"]);
+    let steps: serde_json::Value = serde_json::from_slice(&steps.stdout).expect("sf steps --json");
+    assert_eq!(steps["history_starts_at_step"].as_u64(), Some(starts));
+    let human = sf(&["steps", dir.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains(&format!("step history starts at step {starts}")));
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -42,6 +42,10 @@ pub struct FrontierReport {
     /// the calls read cover, where the analysis starts, and the budget; null when every
     /// call the logs hold was read, and for a CSV.
     pub call_window: Option<CallWindow>,
+    /// When the event ring wrapped past the calls of older steps the analysis holds: the
+    /// first step whose waits are known (the earlier ones keep theirs in their stage
+    /// times); null when every step's waits are known, and for a CSV.
+    pub waits_start_at_step: Option<u64>,
     pub windows: Vec<WindowReport>,
 }
 
@@ -169,15 +173,16 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (file, table, waits, inferred, history_starts_at_step, call_window) = match &options.source {
+    let (file, table, waits, inferred, history_starts_at_step, call_window, waits_start_at_step) = match &options.source
+    {
         FrontierSource::Csv(path) => {
             let mut table = read_csv(path, options)?;
             let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
-            (path.display().to_string(), table, waits, None, None, None)
+            (path.display().to_string(), table, waits, None, None, None, None)
         }
         FrontierSource::Logs(dir) => {
             let t = frontier_waits::own_time_table(dir)?;
-            (dir.display(), t.table, Some(t.waits), t.inferred, t.history_starts_at, t.call_window)
+            (dir.display(), t.table, Some(t.waits), t.inferred, t.history_starts_at, t.call_window, t.waits_start_at)
         }
     };
     let source = match inferred {
@@ -205,6 +210,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         sync_wait,
         history_starts_at_step,
         call_window,
+        waits_start_at_step,
         windows: windows
             .iter()
             .map(|w| {

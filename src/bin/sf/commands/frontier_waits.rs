@@ -28,13 +28,15 @@ pub struct OwnTimeTable {
     pub history_starts_at: Option<u64>,
     /// The steps the calls cover when the call budget left some unread: the table's.
     pub call_window: Option<CallWindow>,
+    /// The first step whose waits are known, when older calls wrapped away.
+    pub waits_start_at: Option<u64>,
 }
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
 /// its in-collective waits), and the waits taken out. With no step vectors in the logs,
 /// the stages are inferred from the NCCL schedule, and their summary comes back too.
 pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
-    let JobSteps { mut ranks, world, mut names, window } = step_vectors::read_ranks(dir, "frontier")?;
+    let JobSteps { mut ranks, world, mut names, window, waits_start_at } = step_vectors::read_ranks(dir, "frontier")?;
     let history_starts_at = step_vectors::history_starts_at(&ranks);
     let timelines = waits::timelines(&mut ranks);
     if let Some(w) = &window {
@@ -47,7 +49,7 @@ pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
     let (attribution, inferred) =
         inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
     let waits = Waits::take_out(&mut table, attribution);
-    Ok(OwnTimeTable { table, waits, inferred, history_starts_at, call_window: window })
+    Ok(OwnTimeTable { table, waits, inferred, history_starts_at, call_window: window, waits_start_at })
 }
 
 /// The model-fit indicator W_s: stages exposed through synchronization waits.

@@ -26,6 +26,7 @@ mod test_logs;
 pub mod trace;
 mod waits;
 
+pub use call_window::waits_note;
 pub use step_vectors::history_note;
 
 use std::io;

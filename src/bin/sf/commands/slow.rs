@@ -35,6 +35,9 @@ pub struct SlowReport {
     /// The first step the logs still hold when older steps wrapped out of some rank's
     /// step history (the analysis starts after the job did); null when nothing wrapped.
     pub history_starts_at_step: Option<u64>,
+    /// The first step whose waits are known when older calls wrapped away (the earlier
+    /// steps keep their waits in their stage times); null when every step's are known.
+    pub waits_start_at_step: Option<u64>,
     /// When the NCCL call budget (`SF_CALL_BUDGET`) left older calls unread: the first step
     /// the calls read cover, where the analysis starts, and the budget; null when every
     /// call the logs hold was read.
@@ -203,7 +206,7 @@ pub struct ExpectedReport {
 }
 
 pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
-    let JobSteps { ranks: mut logs, world, mut names, window } = step_vectors::read_ranks(dir, "slow")?;
+    let JobSteps { ranks: mut logs, world, mut names, window, waits_start_at } = step_vectors::read_ranks(dir, "slow")?;
     let history_starts_at_step = step_vectors::history_starts_at(&logs);
     let timelines = waits::timelines(&mut logs);
     // The steps the calls read cover, when the call budget left older ones unread.
@@ -237,6 +240,7 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
     report.inferred = summary;
     report.history_starts_at_step = history_starts_at_step;
     report.call_window = window;
+    report.waits_start_at_step = waits_start_at;
     Ok(report)
 }
 
@@ -400,6 +404,7 @@ fn report(
         ranks_without_steps,
         skip_steps: options.skip_steps,
         history_starts_at_step: None,
+        waits_start_at_step: None,
         call_window: None,
         group_by: options.group_by.name(),
         median_step_s: blamed.median_step_s,

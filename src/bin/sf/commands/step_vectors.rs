@@ -128,7 +128,8 @@ pub fn read_ranks(dir: &Dirs, command: &str) -> Result<JobSteps, Failure> {
     }
     ranks.sort_by_key(|r| r.rank);
     let window = CallWindow::of(&ranks, budget, logs.len())?;
-    Ok(JobSteps { ranks, world: world as usize, names, window })
+    let waits_start_at = window.is_none().then(|| super::call_window::waits_start_at(&ranks)).flatten();
+    Ok(JobSteps { ranks, world: world as usize, names, window, waits_start_at })
 }
 
 /// What `read_ranks` read of a job.
@@ -137,6 +138,9 @@ pub struct JobSteps {
     pub world: usize,
     pub names: StageNames,
     pub window: Option<CallWindow>,
+    /// The first step whose waits are known, when the event ring wrapped past older steps
+    /// held (`call_window::waits_start_at`).
+    pub waits_start_at: Option<u64>,
 }
 
 /// One log's identity, complete steps (stage ids of the log's own table) and newest `keep`

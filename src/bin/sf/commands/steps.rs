@@ -19,9 +19,15 @@ pub struct StepsReport {
     /// Every stage, in order of first appearance (step, then rank, then the vector's order):
     /// the order `sf frontier` uses.
     pub stages: Vec<String>,
+    /// The first step the logs still hold when older steps wrapped out of some rank's
+    /// step history (the steps listed start after the job did); null when nothing wrapped.
+    pub history_starts_at_step: Option<u64>,
     /// When the NCCL call budget (`SF_CALL_BUDGET`) left older calls unread: the first step
     /// the calls read cover, where the steps listed start; null when every call was read.
     pub call_window: Option<CallWindow>,
+    /// The first step whose waits are known when older calls wrapped out of the event
+    /// ring (earlier steps have no `wait_s` or `caused_s`); null when every step's are.
+    pub waits_start_at_step: Option<u64>,
     pub ranks: Vec<RankReport>,
 }
 
@@ -66,7 +72,8 @@ pub fn seconds(ns: u64) -> f64 {
 }
 
 pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
-    let JobSteps { mut ranks, world, mut names, window } = step_vectors::read_ranks(dir, "steps")?;
+    let JobSteps { mut ranks, world, mut names, window, waits_start_at } = step_vectors::read_ranks(dir, "steps")?;
+    let history_starts_at_step = step_vectors::history_starts_at(&ranks);
     let timelines = waits::timelines(&mut ranks);
     // The steps the calls read cover, when the call budget left older ones unread: a
     // step's waits are known there only.
@@ -138,5 +145,13 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
                 .collect(),
         })
         .collect();
-    Ok(StepsReport { dir: dir.display().to_string(), world, stages, call_window: window, ranks })
+    Ok(StepsReport {
+        dir: dir.display().to_string(),
+        world,
+        stages,
+        history_starts_at_step,
+        call_window: window,
+        waits_start_at_step: waits_start_at,
+        ranks,
+    })
 }

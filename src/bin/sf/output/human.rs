@@ -69,6 +69,9 @@ impl<W: Write> Output for Human<W> {
         if let Some(window) = &report.call_window {
             writeln!(self.out, "{}", window.note())?;
         }
+        if let Some(step) = report.waits_start_at_step {
+            writeln!(self.out, "{}", crate::commands::waits_note(step))?;
+        }
         for window in &report.windows {
             writeln!(self.out)?;
             for line in window_head(window) {

@@ -37,6 +37,9 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     if let Some(window) = &r.call_window {
         writeln!(out, "{}", window.note())?;
     }
+    if let Some(step) = r.waits_start_at_step {
+        writeln!(out, "{}", crate::commands::waits_note(step))?;
+    }
     if !r.ranks_without_steps.is_empty() {
         writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
     }

@@ -18,8 +18,8 @@ pub fn write<W: Write>(format: StepsFormat, out: W, report: &StepsReport) -> io:
 fn human<W: Write>(out: &mut W, report: &StepsReport) -> io::Result<()> {
     let steps: usize = report.ranks.iter().map(|r| r.steps.len()).sum();
     writeln!(out, "{}: {} ranks, {steps} rank steps, {} stages", report.dir, report.ranks.len(), report.stages.len())?;
-    if let Some(window) = &report.call_window {
-        writeln!(out, "{}", window.note())?;
+    for note in notes(report) {
+        writeln!(out, "{note}")?;
     }
     let mut columns: Vec<(&str, Align)> =
         vec![("RANK", Align::Right), ("STEP", Align::Right), ("START", Align::Left), ("WALL_S", Align::Right)];
@@ -46,7 +46,19 @@ fn human<W: Write>(out: &mut W, report: &StepsReport) -> io::Result<()> {
 /// `sf frontier --csv` the stage order it uses on the logs. Numbers are written in full
 /// (Rust's shortest round-trip form), so they read back exactly. `wait_seconds` and
 /// `caused_seconds` carry the wait attribution, so the frontier reads the CSV as the logs.
+/// What the steps listed leave out: older steps, or older steps' waits.
+fn notes(report: &StepsReport) -> Vec<String> {
+    let history = report.history_starts_at_step.map(crate::commands::history_note);
+    let window = report.call_window.as_ref().map(|w| w.note());
+    let waits = report.waits_start_at_step.map(crate::commands::waits_note);
+    history.into_iter().chain(window).chain(waits).collect()
+}
+
 fn csv<W: Write>(out: W, report: &StepsReport) -> io::Result<()> {
+    // The CSV is data on stdout: its notes go to stderr.
+    for note in notes(report) {
+        let _ = writeln!(io::stderr(), "sf: {note}");
+    }
     let device = report.ranks.iter().flat_map(|r| &r.steps).any(|s| !s.device.0.is_empty());
     let mut rows: Vec<(u64, u32, &crate::commands::steps::StepReport)> =
         report.ranks.iter().flat_map(|r| r.steps.iter().map(move |s| (s.step, r.rank, s))).collect();
