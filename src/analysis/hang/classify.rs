@@ -302,7 +302,12 @@ impl Graph<'_> {
         let rank = self.comms[b.comm].members[j].rank;
         let liveness = self.liveness(rank);
         if self.liveness(b.waiter) == Liveness::Live && self.gone(rank) {
-            return Some(Role::Gone(State::of_liveness(liveness)));
+            // Silent past the threshold before its last word, while the waiter waited: it
+            // held the call up alive and went after (killed in the hang, or a node's logs
+            // copied later): the rank that never entered, gone since. Otherwise it went
+            // first (a crash) and the waiting followed.
+            let held_up_alive = b.age_ns > t && self.facts[rank].silent_ns.is_some_and(|s| s > t);
+            return Some(if held_up_alive { Role::Missing } else { Role::Gone(State::of_liveness(liveness)) });
         }
         let inactive = self.inactive_for(rank, b.waiter);
         if b.age_ns <= t && inactive.is_none_or(|i| i <= t) {

@@ -185,6 +185,23 @@ fn a_dead_rank_holds_up_the_living_at_once() {
 }
 
 #[test]
+fn a_rank_that_held_the_others_up_alive_and_died_after_never_entered() {
+    // The others have waited 5 s in the next collective; rank 3 stayed silent and alive
+    // for 4 s of that, then died (killed in the hang, or its node's logs copied later).
+    let mut ranks = job(8, 6 * SEC);
+    for r in ranks.iter_mut().filter(|r| r.rank != 3) {
+        wait_next(r, 5 * SEC);
+    }
+    stopped(&mut ranks[3], Liveness::Dead, SEC);
+    let d = diag(&ranks);
+    assert!(d.hung);
+    let w = world(&d);
+    assert_eq!((w.missing_ranks.as_slice(), w.dead_ranks.as_slice()), (&[3][..], &[3][..]), "missing, dead since");
+    assert_eq!(w.waiting_ranks, [0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!((d.ranks[3].state, d.ranks[3].role), (State::Dead, State::Missing));
+}
+
+#[test]
 fn stalled_and_exited_ranks_are_culprits_too() {
     for (liveness, state) in [(Liveness::Stalled, State::Stalled), (Liveness::Exited, State::Exited)] {
         let mut ranks = job(4, SEC);
