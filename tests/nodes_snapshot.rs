@@ -247,4 +247,9 @@ fn a_healthy_job_copied_a_moment_apart_is_not_hung_when_read_later() {
     let out = sf(&["steps".as_ref(), job_dir.as_os_str()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ranks 4-7 of the world's 8 have no log here"), "{stderr}");
+    // One copy given alone is judged at its snapshot's moment too.
+    let one = job_dir.join("rank-00000.sflog");
+    let alone = json(&sf(&["ls".as_ref(), one.as_os_str(), "--json".as_ref()]));
+    assert_eq!(alone["ranks"][0]["liveness"], "live", "{alone}");
+    assert!(alone["ranks"][0]["snapshot_wall"].is_string(), "{alone}");
 }

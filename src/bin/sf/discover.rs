@@ -176,11 +176,25 @@ struct Who {
     as_of_wall_ns: u64,
 }
 
+/// When `path` is a snapshot's copy, the moment it was taken (its directory's manifest).
+fn taken_of(manifest: Option<&crate::moment::Manifest>, path: &Path) -> Option<crate::moment::Taken> {
+    let name = path.file_name()?.to_string_lossy();
+    manifest?.logs.iter().find(|t| t.file == name).cloned()
+}
+
+/// One log file given by itself, with its snapshot moment when its directory has one.
+pub fn log_file(path: &Path) -> Result<LogFile, String> {
+    let manifest = match path.parent() {
+        Some(dir) => crate::moment::manifest_in(dir)?,
+        None => None,
+    };
+    Ok(LogFile { path: path.to_path_buf(), taken: taken_of(manifest.as_ref(), path) })
+}
+
 fn add_job_dir(dir: &Path, logs: Vec<PathBuf>, found: &mut Vec<Candidate>) -> Result<(), String> {
     let manifest = crate::moment::manifest_in(dir)?;
     for path in logs {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let taken = manifest.as_ref().and_then(|m| m.logs.iter().find(|t| t.file == name).cloned());
+        let taken = taken_of(manifest.as_ref(), &path);
         let who = RankLog::open(&path).ok().map(|log| {
             let h = &log.header;
             Who {

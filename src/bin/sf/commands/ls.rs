@@ -232,7 +232,7 @@ fn files_to_read(paths: &Dirs) -> Result<Vec<LogFile>, Failure> {
     if let [path] = paths.0.as_slice() {
         let unreadable = |error| Failure::Message(ReadError::Unreadable { path: path.clone(), error }.to_string());
         if !std::fs::metadata(path).map_err(unreadable)?.is_dir() {
-            return Ok(vec![LogFile { path: path.clone(), taken: None }]);
+            return Ok(vec![discover::log_file(path).map_err(Failure::Message)?]);
         }
     }
     discover::job_logs(paths, "ls").map_err(Failure::Message)
