@@ -152,6 +152,14 @@ fn a_hung_two_node_job_snapshotted_node_by_node_gets_the_single_directory_answer
     let human = sf(&["hang".as_ref(), dest.0.as_os_str()]);
     let headline = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
     assert!(headline.starts_with("HUNG: rank 5 never entered allreduce #40"), "{headline}");
+    // The exporter over the snapshots judges them when copied too.
+    let scrape = sf(&["exporter".as_ref(), "--once".as_ref(), dest.0.as_os_str()]);
+    let text = String::from_utf8_lossy(&scrape.stdout);
+    assert!(text.contains("sf_hang_hung{job_id=\"job\"} 1"), "{text}");
+    let live =
+        text.lines().filter(|l| l.starts_with("sf_rank_liveness{") && l.contains("liveness=\"live\"} 1")).count();
+    assert_eq!(live, 8, "every copy live when taken:\n{text}");
+    assert!(text.lines().any(|l| l.starts_with("sf_hang_missing_seconds{") && l.contains("rank=\"5\"")), "{text}");
 
     // sf frontier over both snapshots reads what one directory holding every copy reads.
     let merged = TempDir::new("nodes-merged");

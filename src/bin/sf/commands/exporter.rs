@@ -87,6 +87,8 @@ pub struct ExporterOptions {
 /// The state kept for one log between scrapes.
 struct Watched {
     log: RankLog,
+    /// For a snapshot's copy, when it was taken: its liveness and ages are judged then.
+    taken: Option<moment::Taken>,
     file: File,
     /// Device and inode: a log replaced under the same name (a restarted job) is watched anew.
     identity: (u64, u64),
@@ -118,6 +120,7 @@ impl Watched {
         let file = File::open(path).ok()?;
         Some(Watched {
             identity: identity(&file)?,
+            taken: discover::log_file(path).ok().and_then(|f| f.taken),
             log,
             file,
             last_seq: 0,
@@ -397,8 +400,9 @@ fn job_metrics(
                 m.family(STAGE_WINDOW_HIST).push_histogram(&l, &BUCKETS_S, &values);
             }
         }
-        // Communicators.
-        let now_mono = monotonic_ns();
+        // Communicators: ages as of now, or of the moment a snapshot's copy was taken.
+        let at = moment::judge(&w.log.header, w.taken.as_ref(), host);
+        let now_mono = at.clock.mono_ns;
         let comms = w.log.comms();
         // Only communicators the log's table still lists: a bound however many come and go.
         w.last_return.retain(|id, _| comms.iter().any(|c| c.comm_id == *id));
@@ -443,8 +447,8 @@ fn job_metrics(
             w.lost_among_calls == 0,
             w.last_seq,
         );
-        let at = moment::judge(&w.log.header, None, host);
-        let (input, extra) = read_live(&w.log, history, at, None);
+        let (input, extra) =
+            read_live(&w.log, history, at, w.taken.as_ref().map(|t| crate::wall::rfc3339_ms(t.wall_ns)));
         inputs.push(input);
         extras.push(extra);
         labels_of.push(rank_labels);
