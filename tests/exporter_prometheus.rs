@@ -209,6 +209,12 @@ fn a_hang_and_a_slow_rank_reach_prometheus_with_their_rank_labels() {
     let (log_code, from_logs) = sf_hang(&logs);
     assert_eq!((code, log_code), (Some(3), Some(3)), "{from_metrics}");
     assert_eq!(verdict(&from_metrics), verdict(&from_logs), "{from_metrics}\n{from_logs}");
+    // It says what it was built from, and whose threshold it used.
+    assert_eq!((from_metrics["source"].as_str(), from_logs["source"].as_str()), (Some("prometheus"), Some("logs")));
+    assert_eq!(from_metrics["threshold"]["source"], "exporters", "{from_metrics}");
+    let human = Command::new(artifact("sf")).args(["hang", "--prometheus", &url, "--job", "job"]).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("the largest the nodes' exporters computed from their logs"), "{text}");
 
     // What a scrape costs: the exporter measures itself.
     let cpu = query(prom_port, "max(sf_exporter_scrape_cpu_seconds)");

@@ -39,6 +39,9 @@ const PLAUSIBLE_CLOCK_ERROR_NS: u64 = 1_000_000_000;
 #[derive(Debug, Serialize)]
 pub struct HangReport {
     pub dir: String,
+    /// What the report was built from: `logs`, or `prometheus` (`--prometheus`: the
+    /// exporters' metrics, so a rank without them is one no exporter reported).
+    pub source: &'static str,
     /// The reader's `CLOCK_MONOTONIC` when it read the live tables.
     pub now_mono_ns: u64,
     pub hung: bool,
@@ -77,7 +80,8 @@ pub struct StuckQpReport {
 #[derive(Debug, Serialize)]
 pub struct ThresholdReport {
     pub threshold_s: f64,
-    /// `cadence` (factor x step time) or `fallback` (too few steps in the logs).
+    /// `cadence` (factor x step time), `fallback` (too few steps in the logs) or, with
+    /// `--prometheus`, `exporters` (the largest threshold the exporters computed).
     pub source: &'static str,
     pub step_s: Option<f64>,
     /// The longest call and the longest gap between calls in the recent history.
@@ -363,6 +367,7 @@ pub(crate) fn report(
     let t = &d.threshold;
     HangReport {
         dir: dir.display().to_string(),
+        source: "logs",
         now_mono_ns,
         hung: d.hung,
         threshold: ThresholdReport {

@@ -160,7 +160,12 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
     };
     let (inputs, extras): (Vec<RankInput>, Vec<Extra>) = ranks.into_values().unzip();
     let diagnosis = hang::diagnose(&inputs, &settings);
-    Ok(report(&Dirs(vec![format!("{url} job {job}").into()]), NOW_NS, diagnosis, extras, Vec::new()))
+    let mut report = report(&Dirs(vec![format!("{url} job {job}").into()]), NOW_NS, diagnosis, extras, Vec::new());
+    report.source = "prometheus";
+    if !threshold.is_empty() {
+        report.threshold.source = "exporters";
+    }
+    Ok(report)
 }
 
 fn comm_of(v: &Value) -> Option<u64> {

@@ -16,7 +16,7 @@ pub(super) fn write<W: Write>(out: &mut W, report: &HangReport) -> io::Result<()
     for line in hang_head(report) {
         writeln!(out, "{line}")?;
     }
-    let stuck: Vec<Vec<String>> = stuck_comms(report).map(stuck_comm_cells).collect();
+    let stuck: Vec<Vec<String>> = stuck_comms(report).map(|c| stuck_comm_cells(c, report.source)).collect();
     if !stuck.is_empty() {
         writeln!(out)?;
         table::write(out, &STUCK_COMM_COLUMNS, &stuck)?;
@@ -52,7 +52,7 @@ fn rank_noun(ranks: &[i32]) -> String {
 }
 
 /// One sentence per stuck communicator: who holds it up, and who waits.
-fn comm_verdict(c: &CommReport) -> String {
+fn comm_verdict(c: &CommReport, source: &str) -> String {
     let call = stuck_call(c);
     let mut causes = Vec::new();
     for q in &c.stuck_qps {
@@ -96,7 +96,8 @@ fn comm_verdict(c: &CommReport) -> String {
         }
     }
     if !c.no_log_comm_ranks.is_empty() {
-        causes.push(format!("communicator {} no log", rank_noun(&c.no_log_comm_ranks) + " with"));
+        let without = if source == "prometheus" { "no exporter reported" } else { "with no log" };
+        causes.push(format!("communicator {} {without}", rank_noun(&c.no_log_comm_ranks)));
     }
     if !c.wedged_ranks.is_empty() {
         causes
@@ -146,7 +147,7 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     let hung = lines.len();
     lines.extend(stuck_comms(report).map(|c| {
         let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
-        format!("{verdict}: {}", comm_verdict(c))
+        format!("{verdict}: {}", comm_verdict(c, report.source))
     }));
     let t = &report.threshold;
     if lines.len() == hung {
@@ -158,6 +159,9 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     // The same nanoseconds on both sides when the floor decides.
     let floor = t.threshold_s <= t.min_stuck_s;
     lines.push(match (t.step_s, t.period, t.cadence_comm_id, t.longest_call_s, t.longest_gap_s) {
+        _ if t.source == "exporters" => {
+            format!("threshold {:.3}s, the largest the nodes' exporters computed from their logs", t.threshold_s)
+        }
         (Some(step), Some(period), Some(comm), Some(call), Some(gap)) => {
             let pace = format!(
                 "{} x the longest of: step {step:.3}s ({} per step on {comm:#018x}), call {call:.3}s, \
@@ -189,7 +193,7 @@ const STUCK_COMM_COLUMNS: [(&str, Align); 7] = [
     ("OTHERS", Align::Left),
 ];
 
-fn stuck_comm_cells(c: &CommReport) -> Vec<String> {
+fn stuck_comm_cells(c: &CommReport, source: &str) -> Vec<String> {
     let listed = |ranks: &[i32]| if ranks.is_empty() { "-".to_string() } else { ranges(ranks) };
     let others: Vec<String> = [
         ("wedged", &c.wedged_ranks),
@@ -198,7 +202,7 @@ fn stuck_comm_cells(c: &CommReport) -> Vec<String> {
         ("exited", &c.exited_ranks),
         ("slow", &c.slow_ranks),
         ("disabled", &c.disabled_ranks),
-        ("no log: comm rank", &c.no_log_comm_ranks),
+        (if source == "prometheus" { "no exporter: comm rank" } else { "no log: comm rank" }, &c.no_log_comm_ranks),
     ]
     .iter()
     .filter(|(_, ranks)| !ranks.is_empty())
