@@ -152,6 +152,8 @@ fn a_hung_two_node_job_snapshotted_node_by_node_gets_the_single_directory_answer
     let human = sf(&["hang".as_ref(), dest.0.as_os_str()]);
     let headline = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
     assert!(headline.starts_with("HUNG: rank 5 never entered allreduce #40"), "{headline}");
+    let said = String::from_utf8_lossy(&human.stdout);
+    assert!(said.contains("as of the snapshots taken from 20"), "read later, it says when it is judged: {said}");
     // The exporter over the snapshots judges them when copied too.
     let scrape = sf(&["exporter".as_ref(), "--once".as_ref(), dest.0.as_os_str()]);
     let text = String::from_utf8_lossy(&scrape.stdout);

@@ -156,6 +156,15 @@ pub(super) fn age(seconds: f64) -> String {
     }
 }
 
+/// For snapshot copies: the moments they show, which the verdicts are judged at, since a
+/// copy read an hour later still says `live`.
+pub(super) fn snapshot_note<'a>(walls: impl Iterator<Item = &'a Option<String>>) -> Option<String> {
+    let walls: Vec<&String> = walls.flatten().collect();
+    let (first, last) = (walls.iter().min()?, walls.iter().max()?);
+    let when = if first == last { format!("at {first}") } else { format!("from {first} to {last}") };
+    Some(format!("as of the snapshots taken {when}: liveness, heartbeat ages and stuck times are judged then"))
+}
+
 fn summary_lines(report: &LsReport) -> Vec<String> {
     let s = &report.summary;
     let mut parts = Vec::new();
@@ -181,6 +190,7 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
         n => format!("{} dropped in total", plural(n, "event")),
     });
     let mut lines = vec![parts.join("; ")];
+    lines.extend(snapshot_note(report.ranks.iter().map(|r| &r.snapshot_wall)));
     if !report.attempts.is_empty() {
         let kept: Vec<String> = report
             .attempts

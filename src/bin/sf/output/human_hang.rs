@@ -7,7 +7,7 @@ use stagefrontier::analysis::hang::Mismatch;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
 use stagefrontier::core::net::work_requests::WrSource;
 
-use super::human::{age, json_name, plural, ranges, LIST_AT_MOST};
+use super::human::{age, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};
 use crate::commands::hang::{CommReport, HangReport, InjectionReport, PostMortemReport, RankReport};
 
@@ -287,7 +287,7 @@ fn compact(ranks: &[i32], words: &[String]) -> String {
 }
 
 fn hang_tail(report: &HangReport) -> Vec<String> {
-    let mut lines = Vec::new();
+    let mut lines: Vec<String> = snapshot_note(report.ranks.iter().map(|r| &r.snapshot_wall)).into_iter().collect();
     for r in &report.ranks {
         if let Some(last) = r.injections.last() {
             let times =
