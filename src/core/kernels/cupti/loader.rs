@@ -137,11 +137,11 @@ pub fn open(candidates: &[PathBuf]) -> Result<Cupti, OpenError> {
         .iter()
         .find_map(|path| {
             let name = CString::new(path.as_os_str().as_bytes()).ok()?;
-            // Local: every function is resolved from this handle, and a CUPTI the program
-            // did not load must not lend its symbols to libraries loaded after it.
+            // Global, as the H100 run had it: the process may look CUPTI up by name (our
+            // fixtures do), though every function here comes from this handle.
             // SAFETY: loading a shared library runs its constructors; libcupti's are
             // designed to run in any CUDA process, which is what this is.
-            let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
             (!handle.is_null()).then(|| (path.clone(), handle))
         })
         .ok_or(OpenError::NotFound)?;
