@@ -5,23 +5,13 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
 use stagefrontier::core::comms::comm_identity::GROW_ALIAS_COLOR;
 use stagefrontier::core::log::records::{CommCreated, CommOrigin};
-
-/// Kills the launcher and, through PR_SET_PDEATHSIG, its ranks.
-struct Job(Child);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn grown(created: &[CommCreated]) -> Vec<CommCreated> {
     created.iter().filter(|c| c.origin == CommOrigin::Grow).copied().collect()
@@ -87,7 +77,7 @@ fn a_grown_communicator_is_one_communicator_with_all_its_ranks() {
     // The new rank holds up the grown communicator's second AllReduce.
     let mut cmd = preloaded(&job, &root, "hung");
     cmd.arg("1000000").env("SF_INJECT", "hang:rank=2,op=allreduce,seq=2,comm=world");
-    let _job = Job(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _job = Killed(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     let deadline = Instant::now() + Duration::from_secs(30);
     let report = loop {
         let report = sf_hang(&root.join("hung"));

@@ -10,21 +10,11 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-
-/// Kills a child (the job's launcher takes its ranks along, PR_SET_PDEATHSIG).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Rank 3 spends 60 ms more in its data stage every step; rank 5 stops before its 150th
 /// collective (step 29), seconds after the job started.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -39,17 +39,7 @@ fn state_of(report: &serde_json::Value, rank: u64) -> String {
         .map_or(String::new(), |r| r["state"].as_str().unwrap_or_default().to_string())
 }
 
-/// Kills the launcher and, through PR_SET_PDEATHSIG, its ranks.
-struct Job(Child);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(root: &std::path::Path, ranks: u32, stage_ms: &str, inject: Option<&str>) -> Job {
+fn start(root: &std::path::Path, ranks: u32, stage_ms: &str, inject: Option<&str>) -> Killed {
     let mut cmd = preloaded(&trainer_sim(), root, "job");
     cmd.args(["--ranks", &ranks.to_string(), "--steps", "100000", "--stage-ms", stage_ms])
         .stdout(Stdio::null())
@@ -57,7 +47,7 @@ fn start(root: &std::path::Path, ranks: u32, stage_ms: &str, inject: Option<&str
     if let Some(rule) = inject {
         cmd.env("SF_INJECT", rule);
     }
-    Job(cmd.spawn().unwrap())
+    Killed(cmd.spawn().unwrap())
 }
 
 fn median_step_ns(log: &RankLog) -> u64 {
@@ -285,7 +275,7 @@ fn a_stuck_qp_is_named_with_its_rank_instead_of_every_rank_wedged() {
         .env("FAKENCCL_QP_RANK", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let _job = Job(cmd.spawn().unwrap());
+    let _job = Killed(cmd.spawn().unwrap());
     // The stall comes before the job has steps enough to time one: a short fallback.
     let report = until_hung(&root.join("job"), &["--fallback-stuck-s", "1"]);
     assert_eq!(state_of(&report, 1), "stuck_qp", "{report}");

@@ -4,29 +4,26 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
 
-/// Kills the launcher and, through PR_SET_PDEATHSIG, its ranks.
-struct Job(Child);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A two-rank job whose rank 1 stalls its 11th network send (profiler ABI `version`).
-fn stalled(root: &std::path::Path, job: &str, version: u32, capture: Option<&str>) -> Job {
+fn stalled(root: &std::path::Path, job: &str, version: u32, capture: Option<&str>) -> Killed {
     stalled_after(root, job, version, capture, 10, false)
 }
 
 /// The same, stalling the send after `after` others, with `--p2p` a Send/Recv ring per step.
-fn stalled_after(root: &std::path::Path, job: &str, version: u32, capture: Option<&str>, after: u32, p2p: bool) -> Job {
+fn stalled_after(
+    root: &std::path::Path,
+    job: &str,
+    version: u32,
+    capture: Option<&str>,
+    after: u32,
+    p2p: bool,
+) -> Killed {
     let mut cmd = preloaded(&trainer_sim(), root, job);
     cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
         .args(p2p.then_some("--p2p"))
@@ -41,7 +38,7 @@ fn stalled_after(root: &std::path::Path, job: &str, version: u32, capture: Optio
     if let Some(range) = capture {
         cmd.env("FAKENCCL_GRAPH_CAPTURE", range);
     }
-    Job(cmd.spawn().unwrap())
+    Killed(cmd.spawn().unwrap())
 }
 
 fn hang_json(dir: &std::path::Path) -> Value {

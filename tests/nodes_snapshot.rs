@@ -6,28 +6,18 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-
-/// Kills the launcher and, through PR_SET_PDEATHSIG, its ranks.
-struct Job(Child);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 const STAGES: &str = "data=10,fwd=10,bwd=20,callbacks=2,optim=5";
 /// Rank 5 stops before its 40th collective (step 7: a broadcast, then 4 allreduces and an
 /// allgather per step).
 const HANG: &str = "hang:rank=5,op=allreduce,seq=40";
 
-fn start(root: &Path, nodes: u32, inject: Option<&str>) -> Job {
+fn start(root: &Path, nodes: u32, inject: Option<&str>) -> Killed {
     let mut cmd = preloaded(&trainer_sim(), root, "job");
     cmd.args(["--ranks", "8", "--nodes", &nodes.to_string(), "--steps", "100000", "--stage-ms", STAGES])
         .stdout(Stdio::null())
@@ -35,7 +25,7 @@ fn start(root: &Path, nodes: u32, inject: Option<&str>) -> Job {
     if let Some(rule) = inject {
         cmd.env("SF_INJECT", rule);
     }
-    Job(cmd.spawn().unwrap())
+    Killed(cmd.spawn().unwrap())
 }
 
 fn sf(args: &[&std::ffi::OsStr]) -> Output {

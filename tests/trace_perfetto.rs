@@ -189,16 +189,6 @@ fn a_64_rank_1000_step_trace_stays_under_100_mb() {
     eprintln!("64 ranks x 1000 steps x 5 collectives: {:.1} MB, {summary}", bytes as f64 / 1e6);
 }
 
-/// Kills the trainer when the test ends, however it ends.
-struct Job(std::process::Child);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_hung_job_is_traced_with_its_unfinished_step_and_the_call_it_is_stuck_in() {
     let _serial = one_at_a_time();
@@ -209,7 +199,7 @@ fn a_hung_job_is_traced_with_its_unfinished_step_and_the_call_it_is_stuck_in() {
         .env("SF_INJECT", "hang:rank=1,op=allreduce,seq=12")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let _job = Job(cmd.spawn().unwrap());
+    let _job = Killed(cmd.spawn().unwrap());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     // Rank 0 entered #12 and waits in it for rank 1, which never enters.
     loop {

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::Arc;
 
 use stagefrontier::analysis::frontier::{analyze, Context, Schema, Step, Window};
@@ -158,6 +158,17 @@ pub fn comms_created(bodies: &[RecordBody]) -> Vec<CommCreated> {
             _ => None,
         })
         .collect()
+}
+
+/// A child killed and reaped when dropped, however the test ends (a job's launcher takes
+/// its ranks along: PR_SET_PDEATHSIG).
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A directory under the system temp dir, removed when the test ends.
