@@ -306,7 +306,11 @@ impl Graph<'_> {
             // held the call up alive and went after (killed in the hang, or a node's logs
             // copied later): the rank that never entered, gone since. Otherwise it went
             // first (a crash) and the waiting followed.
-            let held_up_alive = b.age_ns > t && self.facts[rank].silent_ns.is_some_and(|s| s > t);
+            let f = &self.facts[rank];
+            // The waiter is live (its word is now): it waited this long before the rank's
+            // last word.
+            let overlap = b.age_ns.saturating_sub(f.known_ago_ns);
+            let held_up_alive = f.silent_ns.is_some_and(|s| s.min(overlap) > t);
             return Some(if held_up_alive { Role::Missing } else { Role::Gone(State::of_liveness(liveness)) });
         }
         let inactive = self.inactive_for(rank, b.waiter);

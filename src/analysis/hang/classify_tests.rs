@@ -199,6 +199,17 @@ fn a_rank_that_held_the_others_up_alive_and_died_after_never_entered() {
     assert_eq!((w.missing_ranks.as_slice(), w.dead_ranks.as_slice()), (&[3][..], &[3][..]), "missing, dead since");
     assert_eq!(w.waiting_ranks, [0, 1, 2, 4, 5, 6, 7]);
     assert_eq!((d.ranks[3].state, d.ranks[3].role), (State::Dead, State::Missing));
+
+    // Silent as long, but dead before the others began to wait (a crash in a long phase
+    // without NCCL, a checkpoint): it went first, and the waiting followed.
+    let mut ranks = job(8, 9 * SEC);
+    for r in ranks.iter_mut().filter(|r| r.rank != 3) {
+        wait_next(r, 3 * SEC);
+    }
+    stopped(&mut ranks[3], Liveness::Dead, 5 * SEC);
+    let d = diag(&ranks);
+    let w = world(&d);
+    assert_eq!((w.missing_ranks.len(), w.dead_ranks.as_slice()), (0, &[3][..]), "dead, not missing");
 }
 
 #[test]

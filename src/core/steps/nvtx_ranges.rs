@@ -316,6 +316,8 @@ mod tests {
                 assert_eq!(push(1 + i % 2, Message::Ignored), (i / 2) as i32);
             }
             assert_eq!(push(0, Message::Ascii(b"step 7")), NO_TRACKING);
+            // STEPS_MARKED is the process's: no other test of this binary may open a step
+            // range, or this one reads its mark.
             assert!(!marks_steps(), "no step opened: its close would never come");
             assert_eq!(pop(0), NO_TRACKING);
         })

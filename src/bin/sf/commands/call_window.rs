@@ -130,22 +130,21 @@ impl CallWindow {
 /// says so. `None` when every step held has its waits.
 pub fn waits_start_at(ranks: &[RankSteps]) -> Option<u64> {
     let first_held = ranks.iter().filter_map(|r| r.steps.first()).map(|s| s.step).min()?;
-    let covered = ranks.iter().filter_map(|r| {
+    let last_held = ranks.iter().filter_map(|r| r.steps.last()).map(|s| s.step).max()?;
+    let covered = ranks.iter().filter(|r| !r.steps.is_empty()).filter_map(|r| {
         let from = r.held.from_ns?;
-        // A rank none of whose steps began after its oldest call: none has its waits.
-        Some(r.steps.iter().find(|s| s.t_begin_ns >= from).map_or(u64::MAX, |s| s.step))
+        // A rank none of whose steps began after its oldest call: no step held has its
+        // waits, so they start after the last one.
+        Some(r.steps.iter().find(|s| s.t_begin_ns >= from).map_or(last_held + 1, |s| s.step))
     });
     covered.max().filter(|&step| step > first_held)
 }
 
 /// The note for steps whose waits are unknown.
 pub fn waits_note(step: u64) -> String {
-    let from = match step {
-        u64::MAX => "no step: some rank's NCCL calls wrapped out of its event ring past its last step".to_string(),
-        step => format!("steps from {step} on: older NCCL calls wrapped out of the event ring"),
-    };
     format!(
-        "note: the wait attribution covers {from}; earlier steps are analysed with their waits still in \
-         their stage times (set SF_LOG_RECORDS higher to keep more calls)"
+        "note: the wait attribution covers steps from {step} on: older NCCL calls wrapped out of the event \
+         ring; earlier steps are analysed with their waits still in their stage times (set SF_LOG_RECORDS \
+         higher to keep more calls)"
     )
 }

@@ -120,7 +120,7 @@ impl Watched {
         let file = File::open(path).ok()?;
         Some(Watched {
             identity: identity(&file)?,
-            taken: discover::log_file(path).ok().and_then(|f| f.taken),
+            taken: None,
             log,
             file,
             last_seq: 0,
@@ -329,6 +329,10 @@ impl Exporter {
                     slot.insert(w);
                 }
             }
+        }
+        // A snapshot's manifest is written after its copies: looked for again until found.
+        for (path, w) in self.watched.iter_mut().filter(|(_, w)| w.taken.is_none()) {
+            w.taken = discover::log_file(path).ok().and_then(|f| f.taken);
         }
     }
 }

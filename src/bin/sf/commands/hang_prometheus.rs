@@ -162,7 +162,8 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
     let diagnosis = hang::diagnose(&inputs, &settings);
     let mut report = report(&Dirs(vec![format!("{url} job {job}").into()]), NOW_NS, diagnosis, extras, Vec::new());
     report.source = "prometheus";
-    if !threshold.is_empty() {
+    // The exporters' threshold, unless the --min-stuck-s floor is above it.
+    if !threshold.is_empty() && threshold_s >= options.min_stuck_s {
         report.threshold.source = "exporters";
     }
     Ok(report)

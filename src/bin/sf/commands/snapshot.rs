@@ -170,7 +170,6 @@ fn safe_name(name: &str) -> Option<String> {
     ok.then(|| name.to_string())
 }
 
-/// `dir` and its missing parents, new ones 0700: the copies are the job's private data.
 /// DEST must be (or become) a directory outside every DIR: a copy inside the logs it was
 /// taken from would be found as one more log of the job by the next snapshot and command.
 fn check_dest(dirs: &Dirs, to: &Path) -> Result<(), Failure> {
@@ -218,6 +217,7 @@ fn resolved(path: &Path) -> Option<PathBuf> {
     }
 }
 
+/// `dir` and its missing parents, new ones 0700: the copies are the job's private data.
 fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)

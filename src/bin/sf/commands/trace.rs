@@ -66,13 +66,15 @@ pub fn write(options: &TraceOptions) -> Result<TraceReport, Failure> {
     }
     if let Some(asked) = &options.steps {
         if ranks.iter().all(|r| r.steps.span.is_some_and(|(from, to)| from > to)) {
-            return Err(Failure::Message(format!(
-                "{}: steps {}-{} are not in the logs, which hold {}; pick steps from those",
-                options.dirs.display(),
-                asked.start(),
-                asked.end(),
-                held_steps(&ranks)
-            )));
+            let asked = match (asked.start(), asked.end()) {
+                (a, b) if a == b => format!("step {a} is"),
+                (a, b) => format!("steps {a}-{b} are"),
+            };
+            let fix = match held_steps(&ranks) {
+                Some(held) => format!("which hold {held}; pick steps from those"),
+                None => "which hold no step markers; drop --steps".to_string(),
+            };
+            return Err(Failure::Message(format!("{}: {asked} not in the logs, {fix}", options.dirs.display())));
         }
     }
     // Processes sorted by host, then rank: Perfetto lists them in that order.
@@ -151,8 +153,9 @@ fn overview(path: &Path, options: &TraceOptions) -> Result<Option<Overview>, Fai
     Ok(Some(Overview { path: path.to_path_buf(), rank, host: header.host.clone(), start_wall_ns, entries, steps }))
 }
 
-/// The steps the traced logs hold, for the message about a `--steps` outside them.
-fn held_steps(ranks: &[Overview]) -> String {
+/// The steps the traced logs hold, for the message about a `--steps` outside them; `None`
+/// when they hold none.
+fn held_steps(ranks: &[Overview]) -> Option<String> {
     let finished = ranks.iter().filter_map(|r| r.steps.held).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
     let open: Vec<u64> = ranks.iter().filter_map(|r| r.steps.open.map(|(step, _)| step)).collect();
     let open = match (open.iter().min(), open.iter().max()) {
@@ -161,9 +164,9 @@ fn held_steps(ranks: &[Overview]) -> String {
         _ => String::new(),
     };
     match finished {
-        Some((a, b)) => format!("steps {a}-{b}{open}"),
-        None if open.is_empty() => "no step".to_string(),
-        None => open.trim_start_matches(" and ").to_string(),
+        Some((a, b)) => Some(format!("steps {a}-{b}{open}")),
+        None if open.is_empty() => None,
+        None => Some(open.trim_start_matches(" and ").to_string()),
     }
 }
 
@@ -242,7 +245,9 @@ fn rank_events<W: Write>(
     trace.process(pid, &format!("{} rank {pid}", overview.host), &overview.host, sort_index)?;
     trace.thread(pid, tracks::STEPS, "steps")?;
     trace.thread(pid, tracks::STAGES, "stages")?;
-    let steps = overview.steps;
+    // Read again here, just before the live tables: a step that finished since the first
+    // pass is drawn once, from its vector.
+    let steps = step_span(log, options);
     let span = steps.span;
     let names = log.stage_names();
     let mut parts: HashMap<u64, Vec<StepVector>> = HashMap::new();
@@ -343,7 +348,9 @@ fn in_flight_events<W: Write>(
         let Some(call) = comm.inflight.filter(|c| in_span(steps.span, c.since_mono_ns)) else { continue };
         let Some(op) = call.op else { continue };
         let tid = comm_track(trace, pid, comm.comm_id, comm_tracks)?;
-        let seq = if op.is_collective() { comm.coll_entered } else { comm.p2p_entered };
+        // The call after the last returned: `entered` may not count it yet (the tracer
+        // marks a call in flight before it counts it).
+        let seq = 1 + if op.is_collective() { comm.coll_returned } else { comm.p2p_returned };
         let name = format!("{} (in flight)", op.name());
         let lasted = steps.as_of_ns.saturating_sub(call.since_mono_ns);
         trace.slice(pid, tid, &name, wall(call.since_mono_ns), lasted, &[("seq", seq), ("in_flight", 1)])?;
