@@ -1,5 +1,6 @@
 use super::super::test_logs::{call, new_log};
 use super::*;
+use crate::cli::DEFAULT_HANG;
 use crate::output::openmetrics::{render, Flavor};
 use stagefrontier::core::log::records::ProfOp;
 use stagefrontier::core::log::writer::LogWriter;
