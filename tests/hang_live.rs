@@ -39,17 +39,6 @@ fn state_of(report: &serde_json::Value, rank: u64) -> String {
         .map_or(String::new(), |r| r["state"].as_str().unwrap_or_default().to_string())
 }
 
-fn start(root: &std::path::Path, ranks: u32, stage_ms: &str, inject: Option<&str>) -> Killed {
-    let mut cmd = preloaded(&trainer_sim(), root, "job");
-    cmd.args(["--ranks", &ranks.to_string(), "--steps", "100000", "--stage-ms", stage_ms])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Some(rule) = inject {
-        cmd.env("SF_INJECT", rule);
-    }
-    Killed(cmd.spawn().unwrap())
-}
-
 fn median_step_ns(log: &RankLog) -> u64 {
     let mut walls: Vec<u64> = log
         .records()
@@ -69,7 +58,8 @@ fn the_culprit_of_an_injected_hang_is_named_within_two_steps_while_the_job_is_hu
     let _serial = one_at_a_time();
     let root = log_root("hang-live");
     // #40 is an allreduce of step 7: a broadcast, then 4 allreduces and an allgather per step.
-    let _job = start(&root, 8, "data=40,fwd=40,bwd=80,callbacks=5,optim=20", Some("hang:rank=3,op=allreduce,seq=40"));
+    let _job =
+        start_sim(&root, 8, "data=40,fwd=40,bwd=80,callbacks=5,optim=20", Some("hang:rank=3,op=allreduce,seq=40"));
     let dir = root.join("job");
     let deadline = Instant::now() + Duration::from_secs(60);
     let hang_started_ns = loop {
@@ -128,7 +118,7 @@ fn the_culprit_of_an_injected_hang_is_named_within_two_steps_while_the_job_is_hu
 fn a_rank_killed_with_kill_9_is_reported_dead() {
     let _serial = one_at_a_time();
     let root = log_root("hang-dead");
-    let job = start(&root, 4, "data=5,fwd=5,bwd=10,callbacks=1,optim=2", None);
+    let job = start_sim(&root, 4, "data=5,fwd=5,bwd=10,callbacks=1,optim=2", None);
     let deadline = Instant::now() + Duration::from_secs(30);
     let victim = loop {
         let logs = rank_logs(&root, "job");
@@ -235,7 +225,7 @@ fn until_hung(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
 fn a_job_torn_down_while_hung_is_reported_post_mortem_with_the_rank_that_never_entered() {
     let _serial = one_at_a_time();
     let root = log_root("hang-post-mortem");
-    let job = start(&root, 4, "data=4,fwd=4,bwd=8,callbacks=1,optim=2", Some("hang:rank=3,op=allreduce,seq=40"));
+    let job = start_sim(&root, 4, "data=4,fwd=4,bwd=8,callbacks=1,optim=2", Some("hang:rank=3,op=allreduce,seq=40"));
     let live = until_hung(&root.join("job"), &[]);
     assert_eq!(ranks_in(&live, "missing_ranks"), [3], "{live}");
     assert!(live["post_mortem"].is_null(), "the job still runs: {live}");

@@ -194,12 +194,7 @@ fn a_hung_job_is_traced_with_its_unfinished_step_and_the_call_it_is_stuck_in() {
     let _serial = one_at_a_time();
     let root = log_root("trace-hung");
     // #12 is an allreduce of step 2 (a broadcast, then 4 allreduces and an allgather per step).
-    let mut cmd = preloaded(&trainer_sim(), &root, "job");
-    cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
-        .env("SF_INJECT", "hang:rank=1,op=allreduce,seq=12")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let _job = Killed(cmd.spawn().unwrap());
+    let _job = start_sim(&root, 2, "data=2,fwd=2,bwd=4,callbacks=1,optim=1", Some("hang:rank=1,op=allreduce,seq=12"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     // Rank 0 entered #12 and waits in it for rank 1, which never enters.
     loop {

@@ -171,6 +171,19 @@ impl Drop for Killed {
     }
 }
 
+/// sf-trainer-sim under the library as job `job` in `root`: `ranks` ranks, stages of
+/// `stage_ms`, an SF_INJECT rule, running (100,000 steps) until the guard is dropped.
+pub fn start_sim(root: &Path, ranks: u32, stage_ms: &str, inject: Option<&str>) -> Killed {
+    let mut cmd = preloaded(&trainer_sim(), root, "job");
+    cmd.args(["--ranks", &ranks.to_string(), "--steps", "100000", "--stage-ms", stage_ms])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(rule) = inject {
+        cmd.env("SF_INJECT", rule);
+    }
+    Killed(cmd.spawn().expect("start sf-trainer-sim"))
+}
+
 /// A directory under the system temp dir, removed when the test ends.
 pub struct TempDir(pub PathBuf);
 
