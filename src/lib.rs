@@ -4,16 +4,20 @@
 //! injection library), it records every NCCL call into a crash-consistent per-rank log
 //! that the `sf` CLI reads live or after the job.
 //!
-//! The crate keeps three parts apart:
+//! The crate keeps four parts apart, and its arrows point one way (`tests/layering.rs`
+//! holds them there):
 //! - [`doors`]: FFI entry points; all `unsafe` of the recording path lives there.
 //! - [`core`]: events, the lock-free ring, the log format, the collector thread.
-//! - [`analysis`]: pure, deterministic functions over records, used by `sf` and tests.
+//! - [`analysis`]: pure, deterministic functions over records.
+//! - [`report`]: the questions `sf` answers, read from logs through `core` and answered
+//!   by `analysis`; the `sf` binary only parses arguments, prints and runs processes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod analysis;
 pub mod core;
 pub mod doors;
+pub mod report;
 
 /// and NCCL's entry points.
 pub use doors::comms::nccl::{

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use crate::discover::Dirs;
+pub use stagefrontier::report::discover::Dirs;
+pub use stagefrontier::report::frontier::{FrontierOptions, FrontierSource};
+pub use stagefrontier::report::hang::HangOptions;
 
 #[macro_use]
 mod budget_help;
@@ -20,7 +22,7 @@ mod run;
 mod slow;
 mod steps;
 mod trace;
-pub use slow::{GroupBy, SlowOptions};
+pub use stagefrontier::report::slow::{GroupBy, SlowOptions};
 pub use steps::StepsFormat;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +36,7 @@ pub enum Command {
     /// One row per rank log found at `path` (a job directory or one log).
     Ls { path: Dirs, format: Format },
     /// The records one log holds (filtered), or its header.
-    Dump { file: PathBuf, options: crate::commands::dump::DumpOptions, format: Format },
+    Dump { file: PathBuf, options: stagefrontier::report::dump::DumpOptions, format: Format },
     /// Frontier accounting over a stage-duration CSV.
     Frontier { options: FrontierOptions, format: Format },
     /// Hang localization over a job directory's logs, or over the metrics a Prometheus
@@ -43,7 +45,7 @@ pub enum Command {
     /// Slow ranks and stages over a job directory's step vectors.
     Slow { dir: Dirs, options: SlowOptions, format: Format },
     /// Kernels whose durations on some rank stand out from their peers' (ARGUS L3).
-    Kernels { dir: Dirs, options: crate::commands::kernels::KernelsOptions, format: Format },
+    Kernels { dir: Dirs, options: stagefrontier::report::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
     Net { dir: Dirs, series: bool, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
@@ -51,11 +53,11 @@ pub enum Command {
     /// A consistent copy of a job's logs on this node into `to/<host>/<job id>/`.
     Snapshot { dir: Dirs, to: PathBuf, format: Format },
     /// The node's live logs as Prometheus metrics.
-    Exporter { options: crate::commands::exporter::ExporterOptions },
+    Exporter { options: stagefrontier::report::exporter::ExporterOptions },
     /// Runs a job with the library's doors open and returns its exit status.
-    Run { options: crate::commands::run::RunOptions },
+    Run { options: stagefrontier::report::run_env::RunOptions },
     /// The job's timeline as a Chrome JSON trace, for Perfetto.
-    Trace { options: crate::commands::trace::TraceOptions, format: Format },
+    Trace { options: stagefrontier::report::trace::TraceOptions, format: Format },
 }
 
 impl Command {
@@ -81,44 +83,6 @@ impl Command {
             Command::Trace { format, .. } => *format,
         }
     }
-}
-
-/// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
-/// `max(min_stuck_s, fallback_stuck_s)` while the logs hold too few steps.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct HangOptions {
-    pub factor: f64,
-    pub min_stuck_s: f64,
-    pub fallback_stuck_s: f64,
-}
-
-/// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
-impl Eq for HangOptions {}
-
-/// `sf hang`'s defaults (its flags' defaults, checked by a test), for `sf exporter`.
-pub const DEFAULT_HANG: HangOptions = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
-
-/// What `sf frontier` analyzes and how.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FrontierOptions {
-    pub source: FrontierSource,
-    /// Stage order; `None`: first appearance in the file.
-    pub stages: Option<Vec<String>>,
-    /// Steps per window; `None`: a window runs until the input changes.
-    pub window: Option<usize>,
-    pub residual: Option<String>,
-    /// Stages with the model-fit indicator W_s = 1.
-    pub sync_wait: Vec<String>,
-    pub accumulation: Option<u32>,
-}
-
-/// Where `sf frontier` reads stage durations from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FrontierSource {
-    /// Job directories: the rank logs' step vectors.
-    Logs(Dirs),
-    /// A long-format CSV.
-    Csv(PathBuf),
 }
 
 /// Parses `args`, program name first. Help, version and usage errors come back as the
@@ -147,7 +111,7 @@ where
         Sub::Exporter(a) => Command::Exporter { options: a.options() },
         Sub::Run(a) => Command::Run { options: a.options() },
         Sub::Trace(a) => Command::Trace {
-            options: crate::commands::trace::TraceOptions {
+            options: stagefrontier::report::trace::TraceOptions {
                 dirs: Dirs(a.dirs),
                 output: a.output,
                 steps: a.steps,
@@ -599,6 +563,7 @@ impl OutputArgs {
 mod tests {
     use super::*;
     use clap::error::ErrorKind;
+    use stagefrontier::report::hang::DEFAULT_HANG;
 
     fn parse(args: &[&str]) -> Result<Command, ErrorKind> {
         parse_from(args).map_err(|e| e.kind())

@@ -5,26 +5,21 @@
 #![allow(rustdoc::invalid_html_tags)]
 
 mod cli;
-mod commands;
-mod discover;
 mod exit;
-mod moment;
 mod output;
-mod parallel;
 mod progress;
-mod read_budget;
-mod wall;
+mod run;
+mod serve;
 
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::{Command, Format};
-use commands::ls::FileError;
-use commands::{
-    dump, exporter, frontier, hang, kernels, ls, net, run as run_job, slow, snapshot, steps, trace, Failure,
-};
+use stagefrontier::report::ls::FileError;
+use stagefrontier::report::{dump, frontier, hang, kernels, ls, net, slow, snapshot, steps, wall, Failure};
 
 fn main() -> ExitCode {
+    progress::show_on_terminal();
     let command = match cli::parse_from(std::env::args_os()) {
         Ok(command) => command,
         // Help, version and usage errors: clap prints them and picks the exit status (2).
@@ -119,7 +114,7 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             Ok(status(found, &report.errors))
         }
         Command::Exporter { options } => {
-            exporter::run(&options)?;
+            serve::run(&options)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Snapshot { dir, to, format } => {
@@ -135,13 +130,13 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Run { options } => {
             // The job writes to the same stdout: sf holds no lock on it while it runs.
             drop(stdout);
-            run_job::run(&options)
+            run::run(&options)
         }
         Command::Trace { options, format } => {
-            let written = trace::write(&options)?;
+            let written = output::trace::write_file(&options)?;
             match format {
                 Format::Json => output::report(format, stdout, &written, |_, _| Ok(()))?,
-                Format::Human => note_line(&written.line()),
+                Format::Human => note_line(&output::trace::written_line(&written)),
             }
             Ok(ExitCode::SUCCESS)
         }

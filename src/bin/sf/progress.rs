@@ -1,34 +1,30 @@
-//! A file counter on stderr for reads long enough to leave an operator wondering.
+//! A file counter on stderr for reads long enough to leave an operator wondering: the
+//! report layer's progress events, drawn on a terminal.
 
 use std::io::{IsTerminal, Write};
+
+use stagefrontier::report::progress::{self, Event};
 
 /// Below this many files a read is quick enough to need no counter.
 const SHOW_ABOVE_FILES: usize = 64;
 
-pub struct Progress {
-    total: usize,
-    shown: bool,
+/// From now on, long reads show their counter on stderr.
+pub fn show_on_terminal() {
+    progress::observe(draw);
 }
 
-impl Progress {
-    /// Shown only on a terminal, so redirected stderr never collects counter lines.
-    pub fn new(total: usize) -> Progress {
-        Progress { total, shown: total > SHOW_ABOVE_FILES && std::io::stderr().is_terminal() }
+/// Shown only on a terminal, so redirected stderr never collects counter lines.
+fn draw(event: Event) {
+    let total = match event {
+        Event::Done { total, .. } | Event::End { total } => total,
+    };
+    if total <= SHOW_ABOVE_FILES || !std::io::stderr().is_terminal() {
+        return;
     }
-
-    pub fn done(&mut self, files: usize) {
-        if self.shown {
-            // A failed write to stderr only loses the counter.
-            let _ = write!(std::io::stderr(), "\rsf: reading logs {files}/{}", self.total);
-        }
-    }
-}
-
-impl Drop for Progress {
-    /// Clears the counter's line, so what follows starts on a clean one.
-    fn drop(&mut self) {
-        if self.shown {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
-        }
-    }
+    // A failed write to stderr only loses the counter.
+    let _ = match event {
+        Event::Done { done, total } => write!(std::io::stderr(), "\rsf: reading logs {done}/{total}"),
+        // Clears the counter's line, so what follows starts on a clean one.
+        Event::End { .. } => write!(std::io::stderr(), "\r\x1b[K"),
+    };
 }

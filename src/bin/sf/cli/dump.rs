@@ -6,8 +6,8 @@ use clap::Args;
 use stagefrontier::core::log::records::kind;
 
 use super::OutputArgs;
-use crate::commands::dump::{DumpOptions, Since};
-use crate::wall;
+use stagefrontier::report::dump::{DumpOptions, Since};
+use stagefrontier::report::wall;
 
 pub const LONG_ABOUT: &str = "\
 Print the records one rank log still holds, oldest first, then a summary of what the scan

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::discover::Dirs;
+use stagefrontier::report::discover::Dirs;
 
 pub const LONG_ABOUT: &str = "\
 Serve the rank logs of this node as Prometheus metrics, read afresh on every scrape: one
@@ -54,9 +54,9 @@ pub struct ExporterArgs {
 }
 
 impl ExporterArgs {
-    pub fn options(self) -> crate::commands::exporter::ExporterOptions {
+    pub fn options(self) -> stagefrontier::report::exporter::ExporterOptions {
         let default_listen = std::net::SocketAddr::from(([127, 0, 0, 1], 9464));
-        crate::commands::exporter::ExporterOptions {
+        stagefrontier::report::exporter::ExporterOptions {
             dirs: Dirs(self.dir),
             listen: self.listen.or((self.textfile.is_none() && !self.once).then_some(default_listen)),
             textfile: self.textfile,

@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::GroupBy;
 use super::OutputArgs;
-use crate::commands::kernels::KernelsOptions;
+use stagefrontier::report::kernels::KernelsOptions;
 
 pub const LONG_ABOUT: &str = "\
 Find ranks whose GPU kernels run differently from their peers' (ARGUS L3), from the

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::commands::run::{Door, RunOptions};
+use stagefrontier::report::run_env::{Door, RunOptions};
 
 pub const LONG_ABOUT: &str = "\
 Run an unmodified training job with every door of libstagefrontier.so open, and return its

@@ -2,62 +2,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
-use super::{non_negative, OutputArgs};
-
-/// Which ranks play the same role, and so are compared with each other: `--group-by` of
-/// `sf slow` and `sf kernels` (whose older `--role-by all` still parses).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GroupBy {
-    /// Every rank of the job: data parallelism, where all ranks do the same work.
-    #[value(alias = "all")]
-    Job,
-    /// Ranks with the same local rank (the same GPU index on every node): pipeline or
-    /// tensor roles laid out by local rank.
-    LocalRank,
-    /// Ranks on the same host.
-    Host,
-}
-
-impl GroupBy {
-    pub fn name(self) -> &'static str {
-        match self {
-            GroupBy::Job => "job",
-            GroupBy::LocalRank => "local_rank",
-            GroupBy::Host => "host",
-        }
-    }
-
-    /// The group a rank belongs to, as reports name it: `job`, `local_rank N` or the host.
-    pub fn group_of(self, local_rank: i32, host: &str) -> String {
-        match self {
-            GroupBy::Job => "job".to_string(),
-            GroupBy::LocalRank => format!("local_rank {local_rank}"),
-            GroupBy::Host => host.to_string(),
-        }
-    }
-}
-
-/// Detector settings of `sf slow`; defaults are the papers' where they give one.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SlowOptions {
-    pub skip_steps: usize,
-    pub group_by: GroupBy,
-    pub jitter_window: usize,
-    pub jitter_ratio: f64,
-    pub min_regression: f64,
-    pub max_cv: f64,
-    pub z: f64,
-    pub alpha: f64,
-    pub beta: f64,
-    pub min_effect: f64,
-    pub min_effect_ms: f64,
-    pub min_slow_steps: usize,
-}
-
-/// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
-impl Eq for SlowOptions {}
+use super::{non_negative, GroupBy, OutputArgs, SlowOptions};
 
 pub const LONG_ABOUT: &str = concat!(
     "\

@@ -12,8 +12,8 @@ use stagefrontier::core::net::profiler::{algo_name, func_name, proto_name};
 
 use super::human_records::record_line;
 use crate::cli::Format;
-use crate::commands::dump::{HeaderReport, LogNames};
-use crate::wall::WallClock;
+use stagefrontier::report::dump::{HeaderReport, LogNames};
+use stagefrontier::report::wall::WallClock;
 
 /// Writes records as they come, in one format.
 pub struct RecordWriter<'a, W: Write> {
@@ -101,7 +101,7 @@ pub fn header<W: Write>(format: Format, out: W, report: &HeaderReport) -> io::Re
                 format!(
                     "CLOCK_MONOTONIC {} ns, wall {}",
                     live.heartbeat_mono_ns,
-                    crate::wall::rfc3339_ms(live.heartbeat_wall_ns)
+                    stagefrontier::report::wall::rfc3339_ms(live.heartbeat_wall_ns)
                 ),
             ),
             ("writer", live.writer_state.map_or_else(|| "unknown".to_string(), |s| super::human::json_name(&s))),

@@ -8,13 +8,13 @@ use super::human_frontier::{frontier_columns, window_head, window_rows, window_t
 use super::human_hang::{self, mismatch_lines};
 use super::table::{self, Align};
 use super::Output;
-use crate::commands::frontier::FrontierReport;
-use crate::commands::hang::HangReport;
-use crate::commands::ls::{Gap, LsReport, RankRow};
-use crate::read_budget::RECORDS;
+use stagefrontier::report::frontier::FrontierReport;
+use stagefrontier::report::hang::HangReport;
+use stagefrontier::report::ls::{Gap, LsReport, RankRow};
+use stagefrontier::report::read_budget::RECORDS;
 
 /// Enough names to act on; the JSON output has them all.
-pub(super) const LIST_AT_MOST: usize = 16;
+pub(super) use stagefrontier::report::rank_list::{ranges, LIST_AT_MOST};
 
 pub struct Human<W> {
     out: W,
@@ -64,13 +64,13 @@ impl<W: Write> Output for Human<W> {
             writeln!(self.out, "{}", inferred.line())?;
         }
         if let Some(step) = report.history_starts_at_step {
-            writeln!(self.out, "{}", crate::commands::history_note(step))?;
+            writeln!(self.out, "{}", stagefrontier::report::history_note(step))?;
         }
         if let Some(window) = &report.call_window {
             writeln!(self.out, "{}", window.note())?;
         }
         if let Some(step) = report.waits_start_at_step {
-            writeln!(self.out, "{}", crate::commands::waits_note(step))?;
+            writeln!(self.out, "{}", stagefrontier::report::waits_note(step))?;
         }
         for window in &report.windows {
             writeln!(self.out)?;
@@ -278,23 +278,6 @@ pub(super) fn plural(n: u64, noun: &str) -> String {
     }
 }
 
-/// Sorted ranks as runs, `0-3, 7, 9-10`, at most `LIST_AT_MOST` runs.
-pub(crate) fn ranges(ranks: &[i32]) -> String {
-    let mut runs: Vec<(i32, i32)> = Vec::new();
-    for &r in ranks {
-        match runs.last_mut() {
-            Some((_, end)) if *end + 1 == r => *end = r,
-            _ => runs.push((r, r)),
-        }
-    }
-    let mut named: Vec<String> =
-        runs.iter().take(LIST_AT_MOST).map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
-    if runs.len() > LIST_AT_MOST {
-        named.push(format!("and {} more", runs[LIST_AT_MOST..].iter().map(|(a, b)| b - a + 1).sum::<i32>()));
-    }
-    named.join(", ")
-}
-
 pub(super) fn as_i32(ranks: &[u32]) -> Vec<i32> {
     ranks.iter().map(|&r| r as i32).collect()
 }
@@ -303,11 +286,11 @@ pub(super) fn as_i32(ranks: &[u32]) -> Vec<i32> {
 mod tests {
     use super::super::human_records::record_line;
     use super::*;
-    use crate::commands::dump::LogNames;
-    use crate::commands::ls::Summary;
     use stagefrontier::core::comms::nccl_op::NcclOp;
     use stagefrontier::core::log::reader::Record;
     use stagefrontier::core::log::records::{NcclCall, RecordBody};
+    use stagefrontier::report::dump::LogNames;
+    use stagefrontier::report::ls::Summary;
 
     #[test]
     fn ages_read_at_a_glance() {
@@ -316,14 +299,6 @@ mod tests {
         assert_eq!(age(125.0), "2m05s");
         assert_eq!(age(7_260.0), "2h01m");
         assert_eq!(age(180_000.0), "2d02h");
-    }
-
-    #[test]
-    fn rank_runs() {
-        assert_eq!(ranges(&[3]), "3");
-        assert_eq!(ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3, 7, 9-10");
-        let scattered: Vec<i32> = (0..40).map(|r| r * 2).collect();
-        assert!(ranges(&scattered).ends_with("30, and 24 more"), "{}", ranges(&scattered));
     }
 
     #[test]

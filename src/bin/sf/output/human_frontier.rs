@@ -2,7 +2,7 @@
 
 use super::human::{as_i32, plural, ranges};
 use super::table::Align;
-use crate::commands::frontier::{StageMap, WindowReport};
+use stagefrontier::report::frontier::{StageMap, WindowReport};
 
 pub(super) fn window_head(w: &WindowReport) -> Vec<String> {
     let per_step = w.exposed_s / w.steps as f64;

@@ -9,7 +9,7 @@ use stagefrontier::core::net::work_requests::WrSource;
 
 use super::human::{age, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};
-use crate::commands::hang::{CommReport, HangReport, InjectionReport, PostMortemReport, RankReport};
+use stagefrontier::report::hang::{CommReport, HangReport, InjectionReport, PostMortemReport, RankReport};
 
 /// The report as a person reads it.
 pub(super) fn write<W: Write>(out: &mut W, report: &HangReport) -> io::Result<()> {

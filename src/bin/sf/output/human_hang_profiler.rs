@@ -2,8 +2,8 @@
 //! (`commands::hang_profiler`): the ranks whose network part is still running first.
 
 use super::human::{age, plural};
-use crate::commands::hang::HangReport;
-use crate::commands::hang_profiler::ProfilerCallReport;
+use stagefrontier::report::hang::HangReport;
+use stagefrontier::report::hang_profiler::ProfilerCallReport;
 
 /// Ranks and links shown; `--json` has them all.
 const RANKS_AT_MOST: usize = 4;

@@ -6,7 +6,7 @@ use stagefrontier::core::log::records::{CounterState, RecordBody};
 
 use super::human::json_name;
 use super::table::{self, Align};
-use crate::commands::net::RankNet;
+use stagefrontier::report::net::RankNet;
 
 pub(super) fn record_line(seq: u64, body: &RecordBody, base_mono_ns: u64) -> Option<String> {
     let since_start = |t_ns: u64| format!("{:.6}", (t_ns as i128 - base_mono_ns as i128) as f64 / 1e9);

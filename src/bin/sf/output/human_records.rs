@@ -7,7 +7,7 @@ use stagefrontier::core::log::records::{NcclCall, RecordBody};
 use stagefrontier::core::net::profiler::{algo_name, func_name, proto_name};
 
 use super::human::json_name;
-use crate::commands::dump::LogNames;
+use stagefrontier::report::dump::LogNames;
 
 /// `names` resolves the stage and value ids of step vectors and side values.
 pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) -> String {

@@ -5,9 +5,9 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::Output;
-use crate::commands::frontier::FrontierReport;
-use crate::commands::hang::HangReport;
-use crate::commands::ls::LsReport;
+use stagefrontier::report::frontier::FrontierReport;
+use stagefrontier::report::hang::HangReport;
+use stagefrontier::report::ls::LsReport;
 
 pub struct Json<W> {
     out: W,

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use super::table::{self, Align};
 use crate::cli::Format;
-use crate::commands::kernels::KernelsReport;
+use stagefrontier::report::kernels::KernelsReport;
 
 pub fn write<W: Write>(format: Format, out: W, report: &KernelsReport) -> io::Result<()> {
     super::report(format, out, report, human)

@@ -12,7 +12,6 @@ mod human_records;
 mod json;
 pub mod openmetrics;
 pub use error::error as json_error;
-pub(crate) use human::ranges;
 pub mod kernels;
 pub mod net;
 pub mod slow;
@@ -27,9 +26,9 @@ use serde::Serialize;
 use stagefrontier::core::log::reader::ScanStats;
 
 use crate::cli::Format;
-use crate::commands::frontier::FrontierReport;
-use crate::commands::hang::HangReport;
-use crate::commands::ls::LsReport;
+use stagefrontier::report::frontier::FrontierReport;
+use stagefrontier::report::hang::HangReport;
+use stagefrontier::report::ls::LsReport;
 
 pub trait Output {
     fn ls(&mut self, report: &LsReport) -> io::Result<()>;

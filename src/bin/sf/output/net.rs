@@ -10,7 +10,7 @@ use stagefrontier::core::net::work_requests::WrSource;
 use super::human::plural;
 use super::table::{self, Align};
 use crate::cli::Format;
-use crate::commands::net::{NetReport, QpRef, QpReport, RankNet};
+use stagefrontier::report::net::{NetReport, QpRef, QpReport, RankNet};
 
 pub fn write<W: Write>(format: Format, out: W, report: &NetReport, series: bool) -> io::Result<()> {
     super::report(format, out, report, |out, report| human(out, report, series))

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use super::human::plural;
 use super::table::{self, Align};
 use crate::cli::Format;
-use crate::commands::slow::{JobRegressionReport, L1Report, SlowRankReport, SlowReport};
+use stagefrontier::report::slow::{JobRegressionReport, L1Report, SlowRankReport, SlowReport};
 
 /// Step runs shown before "and N more"; the JSON output has every step.
 const RUNS_AT_MOST: usize = 8;
@@ -32,13 +32,13 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
         writeln!(out, "{}", inferred.line())?;
     }
     if let Some(step) = r.history_starts_at_step {
-        writeln!(out, "{}", crate::commands::history_note(step))?;
+        writeln!(out, "{}", stagefrontier::report::history_note(step))?;
     }
     if let Some(window) = &r.call_window {
         writeln!(out, "{}", window.note())?;
     }
     if let Some(step) = r.waits_start_at_step {
-        writeln!(out, "{}", crate::commands::waits_note(step))?;
+        writeln!(out, "{}", stagefrontier::report::waits_note(step))?;
     }
     if !r.ranks_without_steps.is_empty() {
         writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;

@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use crate::cli::Format;
-use crate::commands::snapshot::SnapshotReport;
+use stagefrontier::report::snapshot::SnapshotReport;
 
 pub fn write<W: Write>(format: Format, out: W, report: &SnapshotReport) -> io::Result<()> {
     super::report(format, out, report, human)

@@ -4,8 +4,8 @@ use std::io::{self, Write};
 
 use super::table::{self, Align};
 use crate::cli::{Format, StepsFormat};
-use crate::commands::frontier::StageMap;
-use crate::commands::steps::StepsReport;
+use stagefrontier::report::frontier::StageMap;
+use stagefrontier::report::steps::StepsReport;
 
 pub fn write<W: Write>(format: StepsFormat, out: W, report: &StepsReport) -> io::Result<()> {
     match format {
@@ -48,9 +48,9 @@ fn human<W: Write>(out: &mut W, report: &StepsReport) -> io::Result<()> {
 /// `caused_seconds` carry the wait attribution, so the frontier reads the CSV as the logs.
 /// What the steps listed leave out: older steps, or older steps' waits.
 fn notes(report: &StepsReport) -> Vec<String> {
-    let history = report.history_starts_at_step.map(crate::commands::history_note);
+    let history = report.history_starts_at_step.map(stagefrontier::report::history_note);
     let window = report.call_window.as_ref().map(|w| w.note());
-    let waits = report.waits_start_at_step.map(crate::commands::waits_note);
+    let waits = report.waits_start_at_step.map(stagefrontier::report::waits_note);
     history.into_iter().chain(window).chain(waits).collect()
 }
 
@@ -60,7 +60,7 @@ fn csv<W: Write>(out: W, report: &StepsReport) -> io::Result<()> {
         let _ = writeln!(io::stderr(), "sf: {note}");
     }
     let device = report.ranks.iter().flat_map(|r| &r.steps).any(|s| !s.device.0.is_empty());
-    let mut rows: Vec<(u64, u32, &crate::commands::steps::StepReport)> =
+    let mut rows: Vec<(u64, u32, &stagefrontier::report::steps::StepReport)> =
         report.ranks.iter().flat_map(|r| r.steps.iter().map(move |s| (s.step, r.rank, s))).collect();
     rows.sort_by_key(|&(step, rank, _)| (step, rank));
     let mut w = ::csv::Writer::from_writer(out);

@@ -4,15 +4,11 @@
 //! microseconds from the trace's origin to a tenth (100 ns: finer than any NCCL call or
 //! stage worth seeing, and a big job's trace is a tenth smaller than at nanoseconds).
 
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 
-/// Where an event sits on a collective's flow arrow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlowPhase {
-    Start,
-    Step,
-    Finish,
-}
+use stagefrontier::report::trace::{self, FlowPhase, TraceOptions, TraceReport, TraceSink};
+use stagefrontier::report::Failure;
 
 pub struct TraceWriter<W: Write> {
     out: W,
@@ -52,8 +48,17 @@ impl<W: Write> TraceWriter<W> {
         serde_json::to_writer(&mut self.out, value).map_err(io::Error::other)
     }
 
+    /// Closes the trace; the events written and the writer.
+    pub fn finish(mut self) -> io::Result<(u64, W)> {
+        self.out.write_all(b"]}\n")?;
+        self.out.flush()?;
+        Ok((self.events, self.out))
+    }
+}
+
+impl<W: Write> TraceSink for TraceWriter<W> {
     /// A rank's process: its name, its host as a label, and its place in the list.
-    pub fn process(&mut self, pid: u32, name: &str, host: &str, sort_index: usize) -> io::Result<()> {
+    fn process(&mut self, pid: u32, name: &str, host: &str, sort_index: usize) -> io::Result<()> {
         self.begin("M", pid)?;
         self.out.write_all(b",\"name\":\"process_name\",\"args\":{")?;
         self.first_string("name", name)?;
@@ -67,7 +72,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// A track (thread) of a process, named.
-    pub fn thread(&mut self, pid: u32, tid: u32, name: &str) -> io::Result<()> {
+    fn thread(&mut self, pid: u32, tid: u32, name: &str) -> io::Result<()> {
         self.begin("M", pid)?;
         write!(self.out, ",\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{")?;
         self.first_string("name", name)?;
@@ -77,7 +82,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// A complete slice from `ts_ns` (wall clock) lasting `dur_ns`.
-    pub fn slice(
+    fn slice(
         &mut self,
         pid: u32,
         tid: u32,
@@ -105,7 +110,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// A counter sample: one series per value, drawn as a graph on the process.
-    pub fn counter(&mut self, pid: u32, name: &str, ts_ns: u64, values: &[(&str, f64)]) -> io::Result<()> {
+    fn counter(&mut self, pid: u32, name: &str, ts_ns: u64, values: &[(&str, f64)]) -> io::Result<()> {
         self.begin("C", pid)?;
         self.ts("ts", tenth(ts_ns.saturating_sub(self.origin_ns)))?;
         self.string("name", name)?;
@@ -118,7 +123,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// One end or step of a flow arrow, bound to the slice that encloses it on its track.
-    pub fn flow(&mut self, pid: u32, tid: u32, ts_ns: u64, id: u64, name: &str, phase: FlowPhase) -> io::Result<()> {
+    fn flow(&mut self, pid: u32, tid: u32, ts_ns: u64, id: u64, name: &str, phase: FlowPhase) -> io::Result<()> {
         let ph = match phase {
             FlowPhase::Start => "s",
             FlowPhase::Step => "t",
@@ -130,13 +135,6 @@ impl<W: Write> TraceWriter<W> {
         write!(self.out, ",\"id\":{id},\"cat\":\"nccl\"")?;
         self.string("name", name)?;
         self.out.write_all(b",\"bp\":\"e\"}")
-    }
-
-    /// Closes the trace; the events written and the writer.
-    pub fn finish(mut self) -> io::Result<(u64, W)> {
-        self.out.write_all(b"]}\n")?;
-        self.out.flush()?;
-        Ok((self.events, self.out))
     }
 }
 
@@ -151,6 +149,36 @@ fn micros(out: &mut impl Write, key: &str, ns: u64) -> io::Result<()> {
         (us, 0) => write!(out, ",\"{key}\":{us}"),
         (us, tenths) => write!(out, ",\"{key}\":{us}.{tenths}"),
     }
+}
+
+/// `sf trace`: plans the trace, writes it to `options.output` event by event, and says
+/// what it holds.
+pub fn write_file(options: &TraceOptions) -> Result<TraceReport, Failure> {
+    let plan = trace::plan(options)?;
+    let fail = |e: io::Error| Failure::Message(format!("{}: cannot write: {e}", options.output.display()));
+    let file = File::create(&options.output).map_err(fail)?;
+    let mut writer = TraceWriter::new(BufWriter::new(file), plan.origin_ns).map_err(fail)?;
+    trace::stream(&plan, options, &mut writer)?;
+    let (events, out) = writer.finish().map_err(fail)?;
+    let bytes = out.into_inner().map_err(|e| fail(e.into_error()))?.metadata().map_or(0, |m| m.len());
+    Ok(TraceReport {
+        file: options.output.display().to_string(),
+        ranks: plan.ranks(),
+        events,
+        bytes,
+        collectives: plan.collectives(),
+    })
+}
+
+/// The line printed on success.
+pub fn written_line(report: &TraceReport) -> String {
+    format!(
+        "{}: {} ranks, {} events, {:.1} MB; open it in ui.perfetto.dev or chrome://tracing",
+        report.file,
+        report.ranks,
+        report.events,
+        report.bytes as f64 / 1e6
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,496 @@
+//! `sf hang`: which rank holds a job up, in which collective, since when, from the rank
+//! logs alone: while every rank is wedged, or after they died.
+//!
+//! A thin adapter around `analysis::hang`. It reads every log's records first; then the
+//! clock, once; then every log's heartbeat and live table. Everything a log says after the
+//! clock was read can only make a wait or a silence look shorter than it is, so a reader
+//! descheduled halfway (a loaded host) may miss a hang for a moment but never invents one.
+//! The report keeps the verdict's words and adds what an operator wants next to it:
+//! heartbeats, steps and stages, injections, watchdog evidence.
+
+use crate::analysis::hang::{
+    self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
+};
+use crate::analysis::log::heartbeat::heartbeat_age_ns;
+use crate::analysis::log::liveness::{classify, Liveness};
+use crate::core::capture::clock::monotonic_ns;
+use crate::core::capture::host as local_host;
+use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::reader::RankLog;
+use crate::core::log::records::{hex_u64, HangEvidence, Injection};
+use serde::{Serialize, Serializer};
+
+use super::hang_profiler::{self, ProfilerCallReport};
+use super::ls::FileError;
+use super::Failure;
+use crate::report::discover::{self, Dirs};
+use crate::report::moment::{self, Judged};
+use crate::report::parallel;
+use crate::report::read_budget::RECORDS;
+
+/// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
+/// `max(min_stuck_s, fallback_stuck_s)` while the logs hold too few steps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HangOptions {
+    pub factor: f64,
+    pub min_stuck_s: f64,
+    pub fallback_stuck_s: f64,
+}
+
+/// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
+impl Eq for HangOptions {}
+
+/// `sf hang`'s defaults (its flags' defaults, checked by a test), for `sf exporter`.
+pub const DEFAULT_HANG: HangOptions = HangOptions { factor: 1.5, min_stuck_s: 0.25, fallback_stuck_s: 30.0 };
+
+pub(crate) use super::hang_history::{hang_reads, History, CALLS_KEPT};
+
+/// How far a converted tick time may stray from `CLOCK_MONOTONIC` as the collector refines
+/// the tick frequency.
+const PLAUSIBLE_CLOCK_ERROR_NS: u64 = 1_000_000_000;
+
+/// The `--json` object; its field names are a contract.
+#[derive(Debug, Serialize)]
+pub struct HangReport {
+    pub dir: String,
+    /// What the report was built from: `logs`, or `prometheus` (`--prometheus`: the
+    /// exporters' metrics, so a rank without them is one no exporter reported).
+    pub source: &'static str,
+    /// The reader's `CLOCK_MONOTONIC` when it read the live tables.
+    pub now_mono_ns: u64,
+    pub hung: bool,
+    pub threshold: ThresholdReport,
+    /// Every live rank has been outside NCCL this long (more than the threshold).
+    pub quiet_s: Option<f64>,
+    pub communicators: Vec<CommReport>,
+    pub ranks: Vec<RankReport>,
+    pub errors: Vec<FileError>,
+    /// Every rank is gone and the logs' last word was a hang: who held it up.
+    pub post_mortem: Option<PostMortemReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PostMortemReport {
+    pub gone_ranks: Vec<i32>,
+    pub culprit_ranks: Vec<i32>,
+    #[serde(serialize_with = "opt_hex")]
+    pub comm_id: Option<u64>,
+    pub comm_seq: Option<u64>,
+    pub op: Option<NcclOp>,
+    pub waiting_ranks: Vec<i32>,
+}
+
+/// A queue pair whose work request never completed, in a collective that cannot.
+#[derive(Debug, Serialize)]
+pub struct StuckQpReport {
+    pub rank: i32,
+    pub source: &'static str,
+    pub device: i32,
+    pub qp_num: u32,
+    pub in_flight: u32,
+    pub stuck_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThresholdReport {
+    pub threshold_s: f64,
+    /// `cadence` (factor x step time), `fallback` (too few steps in the logs) or, with
+    /// `--prometheus`, `exporters` (the largest threshold the exporters computed).
+    pub source: &'static str,
+    pub step_s: Option<f64>,
+    /// The longest call and the longest gap between calls in the recent history.
+    pub longest_call_s: Option<f64>,
+    pub longest_gap_s: Option<f64>,
+    /// Collectives per step on the communicator the cadence was measured on.
+    pub period: Option<usize>,
+    #[serde(serialize_with = "opt_hex")]
+    pub cadence_comm_id: Option<u64>,
+    /// Step durations measured, one per starting collective of each sampled rank.
+    pub step_samples: Option<usize>,
+    pub factor: f64,
+    pub min_stuck_s: f64,
+    pub fallback_stuck_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CommReport {
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    pub nranks: i32,
+    pub stuck_seq: Option<u64>,
+    pub stuck_op: Option<NcclOp>,
+    pub stuck_p2p: bool,
+    pub stuck_s: Option<f64>,
+    pub missing_ranks: Vec<i32>,
+    pub waiting_ranks: Vec<i32>,
+    pub dead_ranks: Vec<i32>,
+    pub wedged_ranks: Vec<i32>,
+    pub slow_ranks: Vec<i32>,
+    pub stalled_ranks: Vec<i32>,
+    pub exited_ranks: Vec<i32>,
+    pub disabled_ranks: Vec<i32>,
+    pub no_log_comm_ranks: Vec<i32>,
+    pub mismatches: Vec<Mismatch>,
+    pub mismatches_total: usize,
+    /// Members whose RDMA queue pair holds the collective up (`stuck_qp` ranks).
+    pub stuck_qps: Vec<StuckQpReport>,
+    pub members: Vec<MemberReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemberReport {
+    pub rank: i32,
+    pub comm_rank: i32,
+    pub coll_entered: u64,
+    pub coll_returned: u64,
+    pub p2p_entered: u64,
+    pub p2p_returned: u64,
+    pub in_flight: Option<MemberCallReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemberCallReport {
+    pub op: Option<NcclOp>,
+    pub comm_seq: u64,
+    pub age_s: f64,
+    pub grouped: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RankReport {
+    pub rank: i32,
+    pub state: State,
+    pub role: State,
+    pub stage: Option<String>,
+    pub step: Option<u64>,
+    pub stuck_s: Option<f64>,
+    #[serde(serialize_with = "opt_hex")]
+    pub comm_id: Option<u64>,
+    pub comm_seq: Option<u64>,
+    pub op: Option<NcclOp>,
+    pub in_flight: bool,
+    pub grouped: bool,
+    pub waiting_for: Vec<i32>,
+    pub liveness: Liveness,
+    pub heartbeat_age_s: Option<f64>,
+    pub silent_s: Option<f64>,
+    pub host: String,
+    pub pid: u32,
+    pub file: String,
+    pub injections: Vec<InjectionReport>,
+    pub hang_evidence: Vec<HangEvidence>,
+    /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): its liveness,
+    /// heartbeat age and stuck times are judged at that moment.
+    pub snapshot_wall: Option<String>,
+    /// What NCCL's profiler saw of the call the rank is inside (`hang_profiler`); None
+    /// without profiler records or outside a call.
+    pub profiler: Option<ProfilerCallReport>,
+}
+
+/// An `injection` record, with its stage named.
+#[derive(Debug, Serialize)]
+pub struct InjectionReport {
+    #[serde(flatten)]
+    pub record: Injection,
+    pub stage_name: Option<String>,
+}
+
+impl HangReport {
+    /// Some collective's ranks disagree on what it is (`sf hang` exits 5).
+    pub fn mismatched(&self) -> bool {
+        self.communicators.iter().any(|c| c.mismatches_total > 0)
+    }
+}
+
+fn opt_hex<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => hex_u64(v, s),
+        None => s.serialize_none(),
+    }
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// What the adapter keeps of one log besides the analysis input.
+pub(crate) struct Extra {
+    host: String,
+    pid: u32,
+    file: String,
+    step: Option<u64>,
+    liveness: Liveness,
+    heartbeat_age_ns: Option<u64>,
+    injections: Vec<InjectionReport>,
+    hang_evidence: Vec<HangEvidence>,
+    snapshot_wall: Option<String>,
+    profiler: Vec<ProfilerCallReport>,
+}
+
+pub use super::hang_prometheus::build as from_prometheus;
+
+pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
+    let files = discover::job_logs(dir, "hang").map_err(Failure::Message)?;
+    let reader_host = local_host::name();
+    let mut errors = Vec::new();
+    // Records first: the long part. The logs stay open for their live state below.
+    parallel::allow_open_files(files.len());
+    let mut logs = Vec::with_capacity(files.len());
+    let budget = RECORDS.per_log(RECORDS.total()?, files.len());
+    let read = parallel::read_all(&files, |file| RankLog::open(&file.path).map(|log| (History::of(&log, budget), log)));
+    for (file, read) in files.into_iter().zip(read) {
+        match read {
+            Ok((history, log)) => logs.push((log, history, file.taken)),
+            Err(e) => errors.push(FileError { file: file.path.display().to_string(), error: e.to_string() }),
+        }
+    }
+    // By rank, as `sf ls` lists them (file names sort wrongly past 99999), unranked last.
+    logs.sort_by_key(|(log, ..)| (log.header.global_rank < 0, log.header.global_rank, log.path().to_path_buf()));
+    let now_mono_ns = monotonic_ns();
+    let (inputs, mut extras): (Vec<RankInput>, Vec<Extra>) = logs
+        .into_iter()
+        .map(|(log, history, taken)| {
+            // A live log is judged at the clock read once, here, after every record; a
+            // snapshot's copy at the moment it was taken.
+            let at = moment::judge(&log.header, taken.as_ref(), &reader_host);
+            read_live(&log, history, at, taken.map(|t| crate::report::wall::rfc3339_ms(t.wall_ns)))
+        })
+        .unzip();
+    let settings = Settings {
+        factor: options.factor,
+        min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
+        fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
+    };
+    hang_profiler::rename(extras.iter_mut().map(|e| &mut e.profiler), &inputs);
+    let diagnosis = hang::diagnose(&inputs, &settings);
+    Ok(report(dir, now_mono_ns, diagnosis, extras, errors))
+}
+
+impl Extra {
+    /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
+    /// hang evidence or step: those are records, which metrics do not carry).
+    pub(crate) fn from_metrics(
+        host: &str,
+        pid: u32,
+        file: String,
+        liveness: Liveness,
+        heartbeat_age_ns: Option<u64>,
+    ) -> Extra {
+        Extra {
+            host: host.to_string(),
+            pid,
+            file,
+            step: None,
+            liveness,
+            heartbeat_age_ns,
+            injections: Vec::new(),
+            hang_evidence: Vec::new(),
+            snapshot_wall: None,
+            profiler: Vec::new(),
+        }
+    }
+}
+
+pub(crate) fn read_live(
+    log: &RankLog,
+    history: History,
+    at: Judged,
+    snapshot_wall: Option<String>,
+) -> (RankInput, Extra) {
+    let h = &log.header;
+    let live = log.live();
+    let mut comms = log.comms();
+    // No call enters before the library calibrated its clock: an enter time before that
+    // is a tick value the reader cannot map (it would pass for a wait since boot).
+    let calibrated = h.base_mono_ns.saturating_sub(PLAUSIBLE_CLOCK_ERROR_NS);
+    for row in &mut comms {
+        row.inflight = row.inflight.take().filter(|f| f.since_mono_ns >= calibrated);
+    }
+    let (step, stage) = log.position();
+    let (here, now, process) = (at.same_clock, at.clock, at.process);
+    let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
+    let stage_names = log.stage_names();
+    // Until its collector first beats, a log is as fresh as its creation: a rank starting
+    // up must not pass for a stopped one.
+    let since_created = || heartbeat_age_ns(here, h.base_mono_ns, h.base_wall_ns, now);
+    let liveness = classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process);
+    // On this host the clock read before the table; elsewhere what the wall clock says.
+    let rank_now = if here { Some(now.mono_ns) } else { age_ns.map(|age| live.heartbeat_mono_ns.saturating_add(age)) };
+    let input = RankInput {
+        rank: h.global_rank,
+        liveness,
+        now_ns: rank_now,
+        heartbeat_age_ns: age_ns,
+        heartbeat_mono_ns: live.heartbeat_mono_ns,
+        drained_ns: history.drained_ns,
+        comms,
+        created: history.created,
+        calls: history.calls,
+        history_complete: history.complete,
+        // A record committed while the scan passed its slot counts too.
+        records_stale: live.committed > history.newest_seq,
+        newest_drop_ns: history.newest_drop_ns,
+        stage,
+        stuck_qps: {
+            // A rank that is gone stopped its clock at its last heartbeat.
+            let now_ns = rank_now.filter(|_| liveness == Liveness::Live).unwrap_or(live.heartbeat_mono_ns);
+            history
+                .stuck_qps
+                .iter()
+                .map(|q| StuckQp {
+                    rank: h.global_rank,
+                    source: q.source.name(),
+                    device: q.device,
+                    qp_num: q.qp_num,
+                    since_ns: q.since_ns,
+                    in_flight: q.in_flight,
+                    stuck_ns: now_ns.saturating_sub(q.since_ns),
+                })
+                .collect()
+        },
+    };
+    let extra = Extra {
+        host: h.host.clone(),
+        pid: h.pid,
+        file: log.path().display().to_string(),
+        step,
+        liveness,
+        heartbeat_age_ns: age_ns,
+        injections: history
+            .injections
+            .into_iter()
+            .map(|record| InjectionReport {
+                stage_name: record.stage.and_then(|id| stage_names.get(id as usize).cloned().flatten()),
+                record,
+            })
+            .collect(),
+        hang_evidence: history.hang_evidence,
+        snapshot_wall,
+        profiler: hang_profiler::reports(history.profiler, rank_now),
+    };
+    (input, extra)
+}
+
+pub(crate) fn report(
+    dir: &Dirs,
+    now_mono_ns: u64,
+    d: Diagnosis,
+    extras: Vec<Extra>,
+    errors: Vec<FileError>,
+) -> HangReport {
+    let t = &d.threshold;
+    HangReport {
+        dir: dir.display().to_string(),
+        source: "logs",
+        now_mono_ns,
+        hung: d.hung,
+        threshold: ThresholdReport {
+            threshold_s: seconds(t.threshold_ns),
+            source: if t.cadence.is_some() { "cadence" } else { "fallback" },
+            step_s: t.cadence.map(|c| seconds(c.step_ns)),
+            longest_call_s: t.cadence.map(|c| seconds(c.longest_call_ns)),
+            longest_gap_s: t.cadence.map(|c| seconds(c.longest_gap_ns)),
+            period: t.cadence.map(|c| c.period),
+            cadence_comm_id: t.cadence.map(|c| c.comm_id),
+            step_samples: t.cadence.map(|c| c.samples),
+            factor: t.factor,
+            min_stuck_s: seconds(t.min_stuck_ns),
+            fallback_stuck_s: seconds(t.fallback_stuck_ns),
+        },
+        quiet_s: d.quiet_ns.map(seconds),
+        communicators: d.communicators.into_iter().map(comm_report).collect(),
+        ranks: d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect(),
+        errors,
+        post_mortem: d.post_mortem.map(post_mortem_report),
+    }
+}
+
+fn post_mortem_report(p: PostMortem) -> PostMortemReport {
+    PostMortemReport {
+        gone_ranks: p.gone_ranks,
+        culprit_ranks: p.culprit_ranks,
+        comm_id: p.at.map(|at| at.comm_id),
+        comm_seq: p.at.and_then(|at| at.comm_seq),
+        op: p.at.and_then(|at| at.op),
+        waiting_ranks: p.waiting_ranks,
+    }
+}
+
+fn stuck_qp_report(q: StuckQp) -> StuckQpReport {
+    StuckQpReport {
+        rank: q.rank,
+        source: q.source,
+        device: q.device,
+        qp_num: q.qp_num,
+        in_flight: q.in_flight,
+        stuck_s: seconds(q.stuck_ns),
+    }
+}
+
+fn comm_report(c: CommVerdict) -> CommReport {
+    CommReport {
+        comm_id: c.comm_id,
+        nranks: c.nranks,
+        stuck_seq: c.stuck_seq,
+        stuck_op: c.stuck_op,
+        stuck_p2p: c.stuck_p2p,
+        stuck_s: c.stuck_ns.map(seconds),
+        missing_ranks: c.missing_ranks,
+        waiting_ranks: c.waiting_ranks,
+        dead_ranks: c.dead_ranks,
+        wedged_ranks: c.wedged_ranks,
+        slow_ranks: c.slow_ranks,
+        stalled_ranks: c.stalled_ranks,
+        exited_ranks: c.exited_ranks,
+        disabled_ranks: c.disabled_ranks,
+        no_log_comm_ranks: c.no_log_comm_ranks,
+        mismatches: c.mismatches,
+        mismatches_total: c.mismatches_total,
+        stuck_qps: c.stuck_qps.into_iter().map(stuck_qp_report).collect(),
+        members: c.members.into_iter().map(member_report).collect(),
+    }
+}
+
+fn member_report(m: Member) -> MemberReport {
+    MemberReport {
+        rank: m.rank,
+        comm_rank: m.comm_rank,
+        coll_entered: m.coll_entered,
+        coll_returned: m.coll_returned,
+        p2p_entered: m.p2p_entered,
+        p2p_returned: m.p2p_returned,
+        in_flight: m.in_flight.map(|c| MemberCallReport {
+            op: c.op,
+            comm_seq: c.comm_seq,
+            age_s: seconds(c.age_ns),
+            grouped: c.grouped,
+        }),
+    }
+}
+
+fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
+    RankReport {
+        rank: v.rank,
+        state: v.state,
+        role: v.role,
+        stage: v.stage,
+        step: extra.step,
+        stuck_s: v.stuck_ns.map(seconds),
+        comm_id: v.at.map(|at| at.comm_id),
+        comm_seq: v.at.and_then(|at| at.comm_seq),
+        op: v.at.and_then(|at| at.op),
+        in_flight: v.at.is_some_and(|at| at.in_flight),
+        grouped: v.at.is_some_and(|at| at.grouped),
+        waiting_for: v.waiting_for,
+        liveness: extra.liveness,
+        heartbeat_age_s: extra.heartbeat_age_ns.map(seconds),
+        silent_s: v.silent_ns.map(seconds),
+        host: extra.host,
+        pid: extra.pid,
+        file: extra.file,
+        injections: extra.injections,
+        hang_evidence: extra.hang_evidence,
+        snapshot_wall: extra.snapshot_wall,
+        profiler: hang_profiler::of_call(&extra.profiler, v.at.as_ref()),
+    }
+}

@@ -1,0 +1,136 @@
+//! The rank logs' NCCL calls and stage spans, for wait attribution (`analysis::blame`):
+//! which rank made the others wait, and how much of each stage was waiting. The calls come
+//! with the steps (`step_vectors::read_ranks`, one read of each log, within the call
+//! budget of `call_window`); a job without step markers reads its whole logs
+//! (`calls_and_aliases`) to infer them.
+
+use crate::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSeconds, StageSpan};
+use crate::analysis::comms::grow::{self, Aliases};
+use crate::analysis::log::clocks::RankClock;
+use crate::core::log::reader::RankLog;
+use crate::core::log::records::{CommCreated, NcclCall, RecordBody};
+
+use super::call_window::CallWindow;
+use super::step_vectors::{RankSteps, StageNames};
+
+/// What the attribution reads of every rank: its calls and its steps' stage spans (stages
+/// by the job's name ids), on one timeline, grown communicators under one name.
+pub struct Timelines(Vec<RankTimeline>);
+
+/// Takes the calls out of `ranks` (read by `step_vectors::read_ranks`) and lays their
+/// steps out as stage spans: call before dropping the steps before a call window, whose
+/// first step's caused wait is charged over a segment that starts in the step before.
+pub fn timelines(ranks: &mut [RankSteps]) -> Timelines {
+    let aliases: Vec<CommCreated> = ranks.iter_mut().flat_map(|r| std::mem::take(&mut r.aliases)).collect();
+    let mut timelines: Vec<RankTimeline> = ranks.iter_mut().map(timeline).collect();
+    let clocks: Vec<RankClock> = ranks.iter().map(|r| r.readings.clone()).collect();
+    rename_grown(&mut timelines, &Aliases::of(&aliases));
+    align_hosts(&mut timelines, &clocks);
+    Timelines(timelines)
+}
+
+/// Attributes the waits of `timelines`, stages indexed as in `stages` (by name: a stage not
+/// in it has no entry), keeping the steps of the call window (every step without one).
+pub fn attribution(
+    timelines: Timelines,
+    names: &StageNames,
+    stages: &[String],
+    window: Option<&CallWindow>,
+) -> Attribution {
+    let mut a = attribute(&timelines.0);
+    drop(timelines);
+    let index: Vec<Option<usize>> = names.all().iter().map(|n| stages.iter().position(|s| s == n)).collect();
+    let first = window.map_or(0, |w| w.starts_at_step);
+    // Names are unique, so keys stay unique: the table is only put back in key order.
+    let keyed = |table: StageSeconds| {
+        table
+            .into_iter()
+            .filter(|&((_, step, _), _)| step >= first)
+            .filter_map(|((rank, step, id), s)| Some(((rank, step, index.get(id).copied().flatten()?), s)))
+            .collect()
+    };
+    a.waits = keyed(std::mem::take(&mut a.waits));
+    a.caused = keyed(std::mem::take(&mut a.caused));
+    a
+}
+
+/// Ranks of several hosts: each one's monotonic times mean nothing to the others', so
+/// every time goes onto the wall-clock timeline through its header's calibration before
+/// one rank's calls are compared with another's (`sf ls` shows how well the calibrations
+/// hold). `clocks[i]` is `ranks[i]`'s; ranks of one host are left on their own clock.
+pub(super) fn align_hosts(ranks: &mut [RankTimeline], clocks: &[RankClock]) {
+    if !clocks.iter().any(|c| c.host != clocks[0].host) {
+        return;
+    }
+    for (rank, clock) in ranks.iter_mut().zip(clocks) {
+        let wall = |t: u64| clock.to_wall(t).clamp(0, u64::MAX as i128) as u64;
+        for c in &mut rank.calls {
+            (c.enter_ns, c.exit_ns) = (wall(c.enter_ns), wall(c.exit_ns));
+        }
+        for s in &mut rank.spans {
+            (s.begin_ns, s.end_ns) = (wall(s.begin_ns), wall(s.end_ns));
+        }
+    }
+}
+
+/// A log's clock readings, for `analysis::log::clocks`.
+pub fn clock_of(log: &RankLog) -> RankClock {
+    let live = log.live();
+    RankClock {
+        host: log.header.host.clone(),
+        base_mono_ns: log.header.base_mono_ns,
+        base_wall_ns: log.header.base_wall_ns,
+        heartbeat_mono_ns: live.heartbeat_mono_ns,
+        heartbeat_wall_ns: live.heartbeat_wall_ns,
+    }
+}
+
+/// A grown communicator's collectives match across its existing and new members: every
+/// key names it as `analysis::comms::grow` does.
+pub(super) fn rename_grown(ranks: &mut [RankTimeline], aliases: &Aliases) {
+    for c in ranks.iter_mut().flat_map(|r| &mut r.calls) {
+        c.key = c.key.map(|(comm, seq)| (aliases.canonical(comm), seq));
+    }
+}
+
+/// Every completed NCCL call of the log (all it holds: the steps inferred from them need
+/// the whole schedule), in enter order; collectives carry their
+/// (communicator, sequence) key. The log's grown-communicator aliases
+/// (`analysis::comms::grow`) are added to `aliases`.
+pub(super) fn calls_and_aliases(log: &RankLog, aliases: &mut Vec<CommCreated>) -> Vec<CallTiming> {
+    let mut calls = Vec::new();
+    // Scanned, not collected, so no record is held beyond its call: the calls from the
+    // event ring, the aliases from the history ring.
+    log.scan(|record| match record.body {
+        RecordBody::NcclCall(c) if c.t_exit_ns >= c.t_enter_ns => {
+            calls.push(CallTiming::new(collective_key(&c), c.t_enter_ns, c.t_exit_ns))
+        }
+        RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
+        _ => {}
+    });
+    calls.sort_by_key(|c| c.enter_ns);
+    // Held until every rank's are in: no room to spare.
+    calls.shrink_to_fit();
+    calls
+}
+
+/// A collective's (communicator, sequence): the same collective on every rank. `None` for
+/// other calls.
+pub(super) fn collective_key(c: &NcclCall) -> Option<(u64, u64)> {
+    (c.op.is_collective() && c.seq > 0 && c.comm_id != 0).then_some((c.comm_id, c.seq))
+}
+
+/// A rank's calls (taken) and spans: a step's stages run in vector order from its begin;
+/// the residual (last) fills the rest of the step's wall time.
+fn timeline(r: &mut RankSteps) -> RankTimeline {
+    let mut spans = Vec::new();
+    for s in &r.steps {
+        let mut t = s.t_begin_ns;
+        for &(id, ns) in &s.stages {
+            spans.push(StageSpan { step: s.step, stage: id as usize, begin_ns: t, end_ns: t.saturating_add(ns) });
+            t = t.saturating_add(ns);
+        }
+    }
+    spans.sort_by_key(|s| s.begin_ns);
+    RankTimeline { rank: r.rank, calls: std::mem::take(&mut r.calls), spans }
+}
