@@ -1,4 +1,6 @@
-//! analysis: pure, safe, deterministic functions over what the logs hold.
+//! analysis: pure, safe, deterministic functions over what the logs hold (records in,
+//! verdicts out). Imported by `report` and tests; imports only `core`'s record and log
+//! types. Never does I/O, never reads a clock or the environment, never prints.
 
 #![forbid(unsafe_code)]
 

@@ -1,4 +1,7 @@
-//! `sf`: reads the rank logs libstagefrontier.so records.
+//! `sf`: reads the rank logs libstagefrontier.so records. The binary only parses
+//! arguments (`cli`), asks the library's `report` layer, prints the answer (`output`:
+//! human, JSON, OpenMetrics, trace) and runs processes (`sf run`, serving the exporter).
+//! Nothing here reads a log or judges one: that is `stagefrontier::report`.
 
 // The argument structs' doc comments are `--help` text, where `<host>` and `<job id>` are
 // placeholders, not HTML.
