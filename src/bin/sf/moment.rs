@@ -12,9 +12,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use stagefrontier::analysis::log::heartbeat::{same_host, ReaderClock};
-use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
-use stagefrontier::core::capture::process_stamp::{ProcessCheck, ProcessStamp};
+use stagefrontier::core::log::process_stamp::{ProcessCheck, ProcessStamp};
 use stagefrontier::core::log::reader::LogHeader;
+use stagefrontier::core::record::clock::{monotonic_ns, wall_ns};
 
 /// The manifest's file name inside a snapshot's job directory.
 pub const MANIFEST: &str = "snapshot.json";

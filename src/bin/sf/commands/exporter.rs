@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use stagefrontier::analysis::frontier::csv::from_durations;
 use stagefrontier::analysis::frontier::{Analyzer, Context};
 use stagefrontier::analysis::hang::{self, Cadence, Settings};
-use stagefrontier::core::capture::clock::monotonic_ns;
-use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::log::format::Region;
+use stagefrontier::core::log::host as local_host;
 use stagefrontier::core::log::reader::{LiveState, RankLog};
 use stagefrontier::core::log::records::{NcclCall, QpWindow, RecordBody, StepVector};
 use stagefrontier::core::log::tail::read_after;
+use stagefrontier::core::record::clock::monotonic_ns;
 
 use super::exporter_metrics::*;
 use super::hang::{hang_reads, read_live, report as hang_report, History};

@@ -14,11 +14,11 @@ use stagefrontier::analysis::hang::{
 };
 use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
-use stagefrontier::core::capture::clock::monotonic_ns;
-use stagefrontier::core::capture::host as local_host;
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::host as local_host;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{hex_u64, HangEvidence, Injection};
+use stagefrontier::core::record::clock::monotonic_ns;
 
 use super::hang_profiler::{self, ProfilerCallReport};
 use super::ls::FileError;

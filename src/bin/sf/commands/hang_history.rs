@@ -220,7 +220,7 @@ pub(crate) fn hang_reads(kind: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use stagefrontier::core::log::format::{self, header};
-    use stagefrontier::core::net::work_requests::WrSource;
+    use stagefrontier::core::log::records_net::WrSource;
 
     use super::super::test_logs::{call, new_log};
     use super::*;

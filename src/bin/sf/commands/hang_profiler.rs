@@ -21,12 +21,12 @@ use serde::Serialize;
 use stagefrontier::analysis::comms::grow::Aliases;
 use stagefrontier::analysis::comms::link::{link, link_with_next};
 use stagefrontier::analysis::hang::{Position, RankInput};
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::CommLive;
 use stagefrontier::core::log::records::{hex_u64, CommCreated, NcclCall, ProfOp, ProfProxy, QpWindow, RecordBody};
+use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::profiler::func_name;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
-use stagefrontier::core::net::work_requests::WrSource;
 
 const SEND: u8 = 6;
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 use stagefrontier::analysis::hang::{self, RankInput, Settings};
 use stagefrontier::analysis::log::liveness::Liveness;
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::{CommLive, InFlight};
 use stagefrontier::core::log::records::NcclCall;
 

@@ -6,10 +6,10 @@ use serde::Serialize;
 use stagefrontier::analysis::blame::{attribute, Attribution, RankTimeline};
 use stagefrontier::analysis::comms::grow::Aliases;
 use stagefrontier::analysis::inferred::{infer, Call, RankCalls, Signature, PHASES};
-use stagefrontier::core::capture::doors::no_markers_note;
-use stagefrontier::core::comms::nccl_op::dtype_name;
+use stagefrontier::core::log::nccl_op::dtype_name;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::record::doors::no_markers_note;
 
 use super::step_vectors::{RankStep, RankSteps, StageNames};
 use super::waits::{align_hosts, calls_and_aliases, clock_of, collective_key, rename_grown};
@@ -214,7 +214,7 @@ fn folded(pattern: &[Signature]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use stagefrontier::core::comms::nccl_op::NcclOp;
+    use stagefrontier::core::log::nccl_op::NcclOp;
 
     use super::*;
 

@@ -11,10 +11,10 @@ use stagefrontier::analysis::hang::{Mismatch, Said, Say, Tally};
 use stagefrontier::analysis::log::clocks::{host_clocks, HostClock, RankClock};
 use stagefrontier::analysis::log::heartbeat::heartbeat_age_ns;
 use stagefrontier::analysis::log::liveness::{classify, Liveness};
-use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::{LiveState, RankLog, ReadError, ScanStats};
 use stagefrontier::core::log::records::{hex_u64, CommCreated, NcclCall, RecordBody};
+use stagefrontier::core::record::doors::{no_markers_note, Doors};
 
 use super::hang::CALLS_KEPT;
 use super::waits::clock_of;
@@ -24,7 +24,7 @@ use crate::moment::{self, Taken};
 use crate::parallel;
 use crate::read_budget::RECORDS;
 use crate::wall::rfc3339_ms;
-use stagefrontier::core::capture::host as local_host;
+use stagefrontier::core::log::host as local_host;
 
 /// The `--json` object; its field names are a contract.
 #[derive(Debug, Serialize)]

@@ -8,8 +8,8 @@ use stagefrontier::analysis::net::ports::{self, PortCounterSummary};
 use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::{RankLog, Record};
 use stagefrontier::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
+use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
-use stagefrontier::core::net::work_requests::WrSource;
 
 use super::ls::FileError;
 use super::Failure;

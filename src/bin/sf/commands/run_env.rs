@@ -4,7 +4,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use stagefrontier::core::capture::config::sanitize_job_id;
+use stagefrontier::core::runtime::config::sanitize_job_id;
 
 use super::run::{Door, RunOptions};
 
@@ -169,7 +169,7 @@ fn join(first: &OsStr, separator: &str, rest: &OsStr) -> OsString {
 
 /// A value as a warning shows it: quoted, cut, control characters escaped.
 fn shown(value: &OsStr) -> String {
-    stagefrontier::core::capture::config::echo(value.as_encoded_bytes())
+    stagefrontier::core::record::notice::echo(value.as_encoded_bytes())
 }
 
 /// The job id and whether sf run must set SF_JOB_ID for the ranks to use it (the README

@@ -11,10 +11,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 use stagefrontier::analysis::log::heartbeat::same_host;
-use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns};
-use stagefrontier::core::capture::host as local_host;
 use stagefrontier::core::log::copy::copy_log;
+use stagefrontier::core::log::host as local_host;
 use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::record::clock::{monotonic_ns, wall_ns};
 
 use super::ls::FileError;
 use super::Failure;

@@ -8,10 +8,10 @@ use stagefrontier::analysis::comms::grow;
 use stagefrontier::analysis::frontier::csv::{self, StageTable};
 use stagefrontier::analysis::frontier::DeviceTime;
 use stagefrontier::analysis::log::clocks::RankClock;
-use stagefrontier::core::capture::doors::{no_markers_note, Doors};
 use stagefrontier::core::log::format::Region;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{CommCreated, RecordBody, StepVector};
+use stagefrontier::core::record::doors::{no_markers_note, Doors};
 
 use super::call_window::{CallWindow, HeldCalls};
 use super::steps::seconds;

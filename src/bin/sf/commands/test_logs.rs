@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
-use stagefrontier::core::capture::clock::select;
-use stagefrontier::core::capture::identity::Identity;
+use stagefrontier::core::log::identity::Identity;
 use stagefrontier::core::log::records::RecordBody;
 use stagefrontier::core::log::synth::allreduce;
 use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
+use stagefrontier::core::record::clock::select;
 
 /// Allreduce number `seq` on communicator 0x77, 1 us after the one before.
 pub fn call(seq: u64) -> RecordBody {

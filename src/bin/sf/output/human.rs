@@ -305,7 +305,7 @@ mod tests {
     use super::*;
     use crate::commands::dump::LogNames;
     use crate::commands::ls::Summary;
-    use stagefrontier::core::comms::nccl_op::NcclOp;
+    use stagefrontier::core::log::nccl_op::NcclOp;
     use stagefrontier::core::log::reader::Record;
     use stagefrontier::core::log::records::{NcclCall, RecordBody};
 
