@@ -47,7 +47,7 @@ OPTIMIZER = b"optim.step_cpu_wall"
 
 
 def has_rank_identity(env=None):
-    """The library's rule (core/capture/identity.rs): a launcher's rank and world size."""
+    """The library's rule (core/runtime/identity.rs): a launcher's rank and world size."""
     env = os.environ if env is None else env
     if env.get("SF_FORCE") == "1":
         return True

@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records::CommOrigin;
 
 #[test]

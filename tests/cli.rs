@@ -11,13 +11,13 @@ use std::process::{Command, Output, Stdio};
 
 use common::{dead_pid, TempDir};
 use serde_json::Value;
-use stagefrontier::core::capture::clock::{monotonic_ns, select, wall_ns};
-use stagefrontier::core::capture::identity::Identity;
-use stagefrontier::core::comms::comm_table::{CommTable, Registration};
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::comm_table::{CommTable, Registration};
 use stagefrontier::core::log::format::{self, live, WriterState};
+use stagefrontier::core::log::identity::Identity;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records::{CommCreated, CommOrigin, NcclCall, RecordBody};
 use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
+use stagefrontier::core::record::clock::{monotonic_ns, select, wall_ns};
 
 const COMM_ID: u64 = 0x5eed_0000_0000_0001;
 const HOUR_NS: u64 = 3_600_000_000_000;
@@ -143,7 +143,7 @@ fn assert_one_error_line(out: &Output, fragment: &str) {
 /// and its ring dropped events; 2 beat an hour ago, its process (this test) still runs,
 /// and one of its records was torn. Returns the writers, to beat again just before `sf`.
 fn three_of_four(dir: &TempDir) -> Vec<LogWriter> {
-    let host = stagefrontier::core::capture::host::hostname();
+    let host = stagefrontier::core::log::host::hostname();
     let rank0 = write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 4, &host));
     rank0.set(live::NCCL_VERSION, 22703);
     match CommTable::in_map(rank0.map()).register(0x1000, COMM_ID) {
@@ -278,7 +278,7 @@ fn ls_json_has_the_contract_fields() {
     for rank in ranks {
         assert_eq!(keys(rank), contract);
         assert_eq!(rank["world_size"], 4);
-        assert_eq!(rank["host"], stagefrontier::core::capture::host::hostname());
+        assert_eq!(rank["host"], stagefrontier::core::log::host::hostname());
         assert_eq!(rank["job_id"], "job-42");
         assert_eq!(rank["committed"], 21);
         assert_eq!(rank["schema"], format::SCHEMA_VERSION);
@@ -305,12 +305,12 @@ fn ls_judges_other_hosts_by_wall_clock_and_reports_exits() {
     // Its monotonic heartbeat would be stale here; only its wall clock says it is live.
     let remote = write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 2, "far-away-node"));
     let exited =
-        write_log(&dir.join("rank-00001.sflog"), &Spec::rank(1, 2, &stagefrontier::core::capture::host::hostname()));
+        write_log(&dir.join("rank-00001.sflog"), &Spec::rank(1, 2, &stagefrontier::core::log::host::hostname()));
     exited.set(live::WRITER_STATE, WriterState::Exited as u64);
     beat_an_hour_ago(&exited);
     let unranked = write_log(
         &dir.join("pid-77.sflog"),
-        &Spec { pid: 77, ..Spec::rank(-1, -1, &stagefrontier::core::capture::host::hostname()) },
+        &Spec { pid: 77, ..Spec::rank(-1, -1, &stagefrontier::core::log::host::hostname()) },
     );
     unranked.set(live::WRITER_STATE, WriterState::Disabled as u64);
     remote.heartbeat(1, wall_ns(), 1e9);
@@ -331,17 +331,14 @@ fn ls_judges_other_hosts_by_wall_clock_and_reports_exits() {
         "{stdout}"
     );
     let unranked_row: Vec<&str> = stdout.lines().nth(3).unwrap().split_whitespace().collect();
-    assert_eq!(
-        unranked_row[..5],
-        ["-", "-", stagefrontier::core::capture::host::hostname().as_str(), "77", "disabled"]
-    );
+    assert_eq!(unranked_row[..5], ["-", "-", stagefrontier::core::log::host::hostname().as_str(), "77", "disabled"]);
 }
 
 #[test]
 fn ls_of_one_file() {
     let dir = TempDir::new("ls-file");
     let writer =
-        write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 1, &stagefrontier::core::capture::host::hostname()));
+        write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 1, &stagefrontier::core::log::host::hostname()));
     beat_now(&writer);
     let out = sf(&[OsStr::new("ls"), dir.join("rank-00000.sflog").as_os_str()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -352,7 +349,7 @@ fn ls_of_one_file() {
 fn dump_json_is_one_line_per_record() {
     let dir = TempDir::new("dump-json");
     let path = dir.join("rank-00003.sflog");
-    write_log(&path, &Spec { calls: 50, ..Spec::rank(3, 4, &stagefrontier::core::capture::host::hostname()) });
+    write_log(&path, &Spec { calls: 50, ..Spec::rank(3, 4, &stagefrontier::core::log::host::hostname()) });
     let out = sf(&[OsStr::new("dump"), path.as_os_str(), OsStr::new("--json")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -394,7 +391,7 @@ fn dump_json_is_one_line_per_record() {
 fn dump_human_is_one_aligned_line_per_record() {
     let dir = TempDir::new("dump-human");
     let path = dir.join("rank-00000.sflog");
-    write_log(&path, &Spec { calls: 10, ..Spec::rank(0, 2, &stagefrontier::core::capture::host::hostname()) });
+    write_log(&path, &Spec { calls: 10, ..Spec::rank(0, 2, &stagefrontier::core::log::host::hostname()) });
     let out = sf(&[OsStr::new("dump"), path.as_os_str()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -422,7 +419,7 @@ fn wraparound_keeps_the_newest_records() {
     let dir = TempDir::new("wrap");
     let path = dir.join("rank-00000.sflog");
     let writer =
-        write_log(&path, &Spec { calls: 2_999, ..Spec::rank(0, 1, &stagefrontier::core::capture::host::hostname()) });
+        write_log(&path, &Spec { calls: 2_999, ..Spec::rank(0, 1, &stagefrontier::core::log::host::hostname()) });
     beat_now(&writer);
 
     let out = sf(&[OsStr::new("ls"), path.as_os_str(), OsStr::new("--json")]);
@@ -445,7 +442,7 @@ fn wraparound_keeps_the_newest_records() {
 #[test]
 fn a_read_budget_checks_each_logs_newest_records_and_says_so() {
     let dir = TempDir::new("budget");
-    let host = stagefrontier::core::capture::host::hostname();
+    let host = stagefrontier::core::log::host::hostname();
     let writers: Vec<LogWriter> = (0..2)
         .map(|rank| {
             let path = dir.join(&format!("rank-{rank:05}.sflog"));
@@ -488,7 +485,7 @@ fn a_read_budget_checks_each_logs_newest_records_and_says_so() {
 fn bad_inputs_fail_in_one_line_without_panic() {
     let dir = TempDir::new("bad");
     let good = dir.join("rank-00000.sflog");
-    write_log(&good, &Spec::rank(0, 1, &stagefrontier::core::capture::host::hostname()));
+    write_log(&good, &Spec::rank(0, 1, &stagefrontier::core::log::host::hostname()));
     let log = std::fs::read(&good).unwrap();
 
     let random = dir.join("random.sflog");
@@ -524,7 +521,7 @@ fn bad_inputs_fail_in_one_line_without_panic() {
 fn ls_keeps_listing_past_a_bad_log() {
     let dir = TempDir::new("ls-bad");
     let writer =
-        write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 2, &stagefrontier::core::capture::host::hostname()));
+        write_log(&dir.join("rank-00000.sflog"), &Spec::rank(0, 2, &stagefrontier::core::log::host::hostname()));
     beat_now(&writer);
     let log = std::fs::read(dir.join("rank-00000.sflog")).unwrap();
     std::fs::write(dir.join("rank-00001.sflog"), &log[..log.len() / 2]).unwrap();
@@ -554,7 +551,7 @@ fn ls_without_logs_says_where_they_are_written() {
     std::fs::create_dir(root.join("job-7")).unwrap();
     write_log(
         &root.join("job-7").join("rank-00000.sflog"),
-        &Spec::rank(0, 1, &stagefrontier::core::capture::host::hostname()),
+        &Spec::rank(0, 1, &stagefrontier::core::log::host::hostname()),
     );
     let out = sf(&[OsStr::new("ls"), root.0.as_os_str(), OsStr::new("--json")]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -564,7 +561,7 @@ fn ls_without_logs_says_where_they_are_written() {
 #[test]
 fn dump_of_a_directory_asks_for_a_file() {
     let dir = TempDir::new("dump-dir");
-    write_log(&dir.join("rank-00002.sflog"), &Spec::rank(2, 4, &stagefrontier::core::capture::host::hostname()));
+    write_log(&dir.join("rank-00002.sflog"), &Spec::rank(2, 4, &stagefrontier::core::log::host::hostname()));
     let out = sf(&[OsStr::new("dump"), dir.0.as_os_str()]);
     assert_one_error_line(&out, "is a directory; sf dump reads one rank log: pass a file");
     assert!(text(&out.stderr).contains("rank-00002.sflog"));
@@ -605,7 +602,7 @@ fn a_closed_pipe_ends_dump_quietly() {
     let path = dir.join("rank-00000.sflog");
     write_log(
         &path,
-        &Spec { slot_count: 4096, calls: 4_000, ..Spec::rank(0, 1, &stagefrontier::core::capture::host::hostname()) },
+        &Spec { slot_count: 4096, calls: 4_000, ..Spec::rank(0, 1, &stagefrontier::core::log::host::hostname()) },
     );
     for format in [None, Some("--json")] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sf"))

@@ -10,14 +10,14 @@ use std::sync::atomic::Ordering;
 
 use common::{dead_pid, TempDir};
 use serde_json::Value;
-use stagefrontier::core::capture::clock::{monotonic_ns, wall_ns, Calibration, ClockSource};
-use stagefrontier::core::capture::identity::Identity;
-use stagefrontier::core::comms::comm_table::{CommSlot, CommTable, Registration};
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::comm_table::{CommSlot, CommTable, Registration};
+use stagefrontier::core::log::identity::Identity;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records::{
     CommCreated, CommOrigin, HangEvidence, InjectAction, Injection, NcclCall, RecordBody,
 };
 use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
+use stagefrontier::core::record::clock::{monotonic_ns, wall_ns, Calibration, ClockSource};
 
 const WORLD: u64 = 0x5eed_0000_0000_0001;
 const MS: u64 = 1_000_000;
@@ -55,7 +55,7 @@ impl Rank {
         // Ticks are CLOCK_MONOTONIC nanoseconds; the job started JOB_AGE ago.
         let start = now.checked_sub(JOB_AGE).expect("the machine has been up longer than JOB_AGE");
         let calibration = Calibration::new(ClockSource::Monotonic, start, start, wall_ns() - (now - start), 1e9);
-        let host = stagefrontier::core::capture::host::hostname();
+        let host = stagefrontier::core::log::host::hostname();
         let info = HeaderInfo {
             identity: &identity,
             pid,

@@ -8,9 +8,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use stagefrontier::core::capture::clock::monotonic_ns;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::record::clock::monotonic_ns;
 
 fn sf_hang(dir: &std::path::Path) -> (Option<i32>, serde_json::Value) {
     let out = Command::new(artifact("sf")).arg("hang").arg(dir).arg("--json").output().unwrap();

@@ -8,11 +8,11 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use stagefrontier::core::capture::clock::select;
-use stagefrontier::core::capture::identity::Identity;
 use stagefrontier::core::kernels::kernel_activity::{Activity, ActivityKind, KernelNames};
 use stagefrontier::core::kernels::kernel_windows::{KernelWindows, WindowSettings};
+use stagefrontier::core::log::identity::Identity;
 use stagefrontier::core::log::writer::{HeaderInfo, LogWriter};
+use stagefrontier::core::record::clock::select;
 
 const MS: u64 = 1_000_000;
 

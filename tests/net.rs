@@ -11,8 +11,8 @@ use std::process::{Command, Output};
 
 use common::*;
 use stagefrontier::core::log::records::{ProfProxy, QpDegraded, QpStuck, QpWindow, RecordBody};
+use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
-use stagefrontier::core::net::work_requests::WrSource;
 
 const RANKS: u32 = 2;
 /// Proxy steps fakenccl drives per proxy operation: one work request per send step.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use stagefrontier::analysis::comms::grow::is_alias;
-use stagefrontier::core::comms::nccl_op::NcclOp;
 use stagefrontier::core::log::format::{Region, WriterState};
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{CommCreated, CommOrigin, NcclCall, RecordBody};
 
@@ -118,7 +118,7 @@ fn a_reader_follows_a_running_job_and_a_killed_rank_still_reads() {
     assert_eq!((stats.invalid_slots, stats.missing), (0, 0), "{stats:?}");
     assert!(records.len() as u64 >= last_seen);
     std::thread::sleep(Duration::from_millis(1100));
-    let age = stagefrontier::core::capture::clock::monotonic_ns() - log.live().heartbeat_mono_ns;
+    let age = stagefrontier::core::record::clock::monotonic_ns() - log.live().heartbeat_mono_ns;
     assert!(age > 1_000_000_000, "heartbeat stopped with the process");
 }
 

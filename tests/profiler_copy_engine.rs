@@ -9,7 +9,7 @@ use std::path::Path;
 
 use common::*;
 use stagefrontier::analysis::comms::link::link;
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records::{ProfOp, RecordBody};
 
 const ROUNDS: usize = 2;

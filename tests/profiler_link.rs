@@ -10,7 +10,7 @@ use std::process::Command;
 
 use common::*;
 use stagefrontier::analysis::comms::link::link;
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records::{CommCreated, NcclCall, ProfOp, RecordBody};
 
 /// tests/c/rooted_job.c's size and root.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use common::*;
 use profiler_common::*;
 use stagefrontier::analysis::comms::link::link;
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records::{CommCreated, NcclCall, ProfOp, RecordBody};
 
 #[test]

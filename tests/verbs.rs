@@ -14,8 +14,8 @@ use std::process::{Command, Output};
 
 use common::*;
 use stagefrontier::core::log::records::{QpStuck, QpWindow, RecordBody, VerbsDevice};
-use stagefrontier::core::net::verbs::DeviceState;
-use stagefrontier::core::net::work_requests::WrSource;
+use stagefrontier::core::log::records_net::WrSource;
+use stagefrontier::core::log::records_ports::DeviceState;
 use stagefrontier::doors::net::verbs::abi::LAYOUT;
 
 fn verbs_header_or_panic() {

@@ -1,18 +1,31 @@
-//! core: everything between a door and the log, grouped by evidence family. Safe Rust
-//! except where a module maps shared memory, each such block with its SAFETY note.
+//! core: everything between a door and the log, in layers that only import downwards
+//! (tests/layering.rs enforces it). Safe Rust except where a module maps shared memory,
+//! each such block with its SAFETY note. May be imported by doors, analysis, report and
+//! `sf`; must never import any of them.
 //!
-//! - [`capture`]: the hot path (event, ring, tracer) and the runtime around it.
-//! - [`log`]: the per-rank log format, its writer and its truncation-tolerant reader.
-//! - [`comms`], [`steps`], [`kernels`], [`net`]: one folder per evidence family.
-//! - [`fnv`], [`rng`], [`quantile`]: hashing, seeded draws and quantiles every family
-//!   and `analysis` share.
+//! From the bottom up:
+//! - [`fnv`], [`rng`], [`quantile`]: leaf files; hashing, seeded draws and quantiles that
+//!   every layer and `analysis` share.
+//! - [`record`]: the hot path's building blocks (clock, ring, per-thread state, the one
+//!   stderr line, door marks).
+//! - [`log`]: the per-rank log format, its record vocabulary, writer and reader.
+//! - [`inject`]: scripted NCCL faults (`SF_INJECT`).
+//! - [`live`]: the running recording every hook shares (`Runtime`, its state machine) and
+//!   the events its ring carries.
+//! - [`comms`], [`steps`], [`kernels`], [`net`]: one folder per evidence family; steps may
+//!   use comms and kernels, no family uses steps.
+//! - [`runtime`]: the top; starts, drives (collector) and stops the families, with the
+//!   config, the rank identity and where the log goes.
 
-pub mod capture;
 pub mod comms;
 pub mod fnv;
+pub mod inject;
 pub mod kernels;
+pub mod live;
 pub mod log;
 pub mod net;
 pub mod quantile;
+pub mod record;
 pub mod rng;
+pub mod runtime;
 pub mod steps;

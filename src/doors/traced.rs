@@ -4,9 +4,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::core::capture::runtime;
-use crate::core::capture::thread_state::ReentrancyGuard;
-use crate::core::capture::tracer::{self, CallArgs};
+use crate::core::comms::tracer::{self, CallArgs};
+use crate::core::live::runtime;
+use crate::core::record::thread_state::ReentrancyGuard;
 
 use super::comms::nccl_abi::NcclResult;
 

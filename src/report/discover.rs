@@ -151,7 +151,7 @@ pub fn job_log_paths(dirs: &Dirs, command: &str) -> Result<Vec<PathBuf>, String>
 
 /// The error for a directory with no log in or below it: where logs are written.
 pub fn no_logs_in(dir: &Path) -> String {
-    let root = crate::core::capture::config::Config::from_env().0.log_root;
+    let root = crate::core::runtime::config::Config::from_env().0.log_root;
     format!(
         "no rank logs (*.sflog) in {} or up to {MAX_DEPTH} directories below it; logs are written to \
          $SF_LOG_DIR/<job id>/, default /dev/shm/stagefrontier-<uid>/<job id>/ (here: {}/<job id>/)",

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use crate::analysis::frontier::csv::from_durations;
 use crate::analysis::frontier::{Analyzer, Context};
 use crate::analysis::hang::{self, Cadence, Settings};
-use crate::core::capture::clock::monotonic_ns;
-use crate::core::capture::host as local_host;
 use crate::core::log::format::Region;
+use crate::core::log::host as local_host;
 use crate::core::log::reader::{LiveState, RankLog};
 use crate::core::log::records::{NcclCall, QpWindow, RecordBody, StepVector};
 use crate::core::log::tail::read_after;
+use crate::core::record::clock::monotonic_ns;
 
 use super::exporter_metrics::*;
 use super::hang::HangOptions;

@@ -13,11 +13,11 @@ use crate::analysis::hang::{
 };
 use crate::analysis::log::heartbeat::heartbeat_age_ns;
 use crate::analysis::log::liveness::{classify, Liveness};
-use crate::core::capture::clock::monotonic_ns;
-use crate::core::capture::host as local_host;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::host as local_host;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
 use crate::core::log::records::{hex_u64, HangEvidence, Injection};
+use crate::core::record::clock::monotonic_ns;
 use serde::{Serialize, Serializer};
 
 use super::hang_profiler::{self, ProfilerCallReport};

@@ -218,7 +218,7 @@ pub(crate) fn hang_reads(kind: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::core::log::format::{self, header};
-    use crate::core::net::work_requests::WrSource;
+    use crate::core::log::records_net::WrSource;
 
     use super::super::test_logs::{call, new_log};
     use super::*;

@@ -20,12 +20,12 @@ use std::collections::{BTreeMap, HashMap};
 use crate::analysis::comms::grow::Aliases;
 use crate::analysis::comms::link::{link, link_with_next};
 use crate::analysis::hang::{Position, RankInput};
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::CommLive;
 use crate::core::log::records::{hex_u64, CommCreated, NcclCall, ProfOp, ProfProxy, QpWindow, RecordBody};
+use crate::core::log::records_net::WrSource;
 use crate::core::net::profiler::func_name;
 use crate::core::net::proxy_progress::ProxyLink;
-use crate::core::net::work_requests::WrSource;
 use serde::Serialize;
 
 const SEND: u8 = 6;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::analysis::hang::{self, RankInput, Settings};
 use crate::analysis::log::liveness::Liveness;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::{CommLive, InFlight};
 use crate::core::log::records::NcclCall;
 use serde_json::Value;

@@ -5,10 +5,10 @@
 use crate::analysis::blame::{attribute, Attribution, RankTimeline};
 use crate::analysis::comms::grow::Aliases;
 use crate::analysis::inferred::{infer, Call, RankCalls, Signature, PHASES};
-use crate::core::capture::doors::no_markers_note;
-use crate::core::comms::nccl_op::dtype_name;
+use crate::core::log::nccl_op::dtype_name;
 use crate::core::log::reader::RankLog;
 use crate::core::log::records::RecordBody;
+use crate::core::record::doors::no_markers_note;
 use serde::Serialize;
 
 use super::step_vectors::{RankStep, RankSteps, StageNames};
@@ -214,7 +214,7 @@ fn folded(pattern: &[Signature]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::comms::nccl_op::NcclOp;
+    use crate::core::log::nccl_op::NcclOp;
 
     use super::*;
 

@@ -10,16 +10,16 @@ use crate::analysis::hang::{Mismatch, Said, Say, Tally};
 use crate::analysis::log::clocks::{host_clocks, HostClock, RankClock};
 use crate::analysis::log::heartbeat::heartbeat_age_ns;
 use crate::analysis::log::liveness::{classify, Liveness};
-use crate::core::capture::doors::{no_markers_note, Doors};
 use crate::core::log::format::Region;
 use crate::core::log::reader::{LiveState, RankLog, ReadError, ScanStats};
 use crate::core::log::records::{hex_u64, CommCreated, NcclCall, RecordBody};
+use crate::core::record::doors::{no_markers_note, Doors};
 use serde::Serialize;
 
 use super::hang::CALLS_KEPT;
 use super::waits::clock_of;
 use super::Failure;
-use crate::core::capture::host as local_host;
+use crate::core::log::host as local_host;
 use crate::report::discover::{self, Dirs, LogFile};
 use crate::report::moment::{self, Taken};
 use crate::report::parallel;

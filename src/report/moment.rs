@@ -11,9 +11,9 @@
 use std::path::Path;
 
 use crate::analysis::log::heartbeat::{same_host, ReaderClock};
-use crate::core::capture::clock::{monotonic_ns, wall_ns};
-use crate::core::capture::process_stamp::{ProcessCheck, ProcessStamp};
+use crate::core::log::process_stamp::{ProcessCheck, ProcessStamp};
 use crate::core::log::reader::LogHeader;
+use crate::core::record::clock::{monotonic_ns, wall_ns};
 use serde::{Deserialize, Serialize};
 
 /// The manifest's file name inside a snapshot's job directory.

@@ -7,8 +7,8 @@ use crate::analysis::net::ports::{self, PortCounterSummary};
 use crate::core::log::format::Region;
 use crate::core::log::reader::{RankLog, Record};
 use crate::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
+use crate::core::log::records_net::WrSource;
 use crate::core::net::proxy_progress::ProxyLink;
-use crate::core::net::work_requests::WrSource;
 use serde::Serialize;
 
 use super::ls::FileError;

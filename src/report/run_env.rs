@@ -4,7 +4,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use crate::core::capture::config::sanitize_job_id;
+use crate::core::runtime::config::sanitize_job_id;
 
 /// One way into the job, as `--doors` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -202,7 +202,7 @@ fn join(first: &OsStr, separator: &str, rest: &OsStr) -> OsString {
 
 /// A value as a warning shows it: quoted, cut, control characters escaped.
 fn shown(value: &OsStr) -> String {
-    crate::core::capture::config::echo(value.as_encoded_bytes())
+    crate::core::record::notice::echo(value.as_encoded_bytes())
 }
 
 /// The job id and whether sf run must set SF_JOB_ID for the ranks to use it (the README

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::analysis::log::heartbeat::same_host;
-use crate::core::capture::clock::{monotonic_ns, wall_ns};
-use crate::core::capture::host as local_host;
 use crate::core::log::copy::copy_log;
+use crate::core::log::host as local_host;
 use crate::core::log::reader::RankLog;
+use crate::core::record::clock::{monotonic_ns, wall_ns};
 use serde::Serialize;
 
 use super::ls::FileError;

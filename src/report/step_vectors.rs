@@ -8,10 +8,10 @@ use crate::analysis::comms::grow;
 use crate::analysis::frontier::csv::{self, StageTable};
 use crate::analysis::frontier::DeviceTime;
 use crate::analysis::log::clocks::RankClock;
-use crate::core::capture::doors::{no_markers_note, Doors};
 use crate::core::log::format::Region;
 use crate::core::log::reader::RankLog;
 use crate::core::log::records::{CommCreated, RecordBody, StepVector};
+use crate::core::record::doors::{no_markers_note, Doors};
 
 use super::call_window::{CallWindow, HeldCalls};
 use super::steps::seconds;

@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
-use crate::core::capture::clock::select;
-use crate::core::capture::identity::Identity;
+use crate::core::log::identity::Identity;
 use crate::core::log::records::RecordBody;
 use crate::core::log::synth::allreduce;
 use crate::core::log::writer::{HeaderInfo, LogWriter};
+use crate::core::record::clock::select;
 
 /// Allreduce number `seq` on communicator 0x77, 1 us after the one before.
 pub fn call(seq: u64) -> RecordBody {

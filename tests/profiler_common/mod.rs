@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::*;
-use stagefrontier::core::comms::nccl_op::NcclOp;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records::{NcclCall, ProfNet, ProfOp, ProfProxy, QpWindow, RecordBody};
 
 pub const RANKS: u32 = 2;

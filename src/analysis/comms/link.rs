@@ -44,7 +44,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::{CommCreated, NcclCall, ProfOp};
 
 /// `ncclFunc_t` codes (core::net::profiler's numbering).

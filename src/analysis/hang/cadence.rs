@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::Settings;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::NcclCall;
 
 /// Newest collectives per rank the estimate looks at: a few hundred steps of any job.

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::facts::{Facts, Membership, Wait, WaitKind};
 use super::{CommVerdict, Member, MemberCall, Position, RankInput, RankVerdict, State};
 use crate::analysis::log::liveness::Liveness;
-use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::format::caps;
+use crate::core::log::nccl_op::NcclOp;
 
 pub(super) struct Classified {
     pub communicators: Vec<CommVerdict>,

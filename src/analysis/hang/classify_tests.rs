@@ -3,7 +3,7 @@
 use super::{diagnose, CommVerdict, Diagnosis, RankInput, Settings, State};
 use crate::analysis::hang::testkit::*;
 use crate::analysis::log::liveness::Liveness;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::NcclCall;
 
 /// One collective per 100 ms step: the threshold is 150 ms.

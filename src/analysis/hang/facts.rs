@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::RankInput;
 use crate::analysis::log::liveness::Liveness;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::NcclCall;
 
 pub(super) struct Facts {

@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use super::facts::{Facts, WaitKind};
 use super::RankInput;
-use crate::core::comms::nccl_op::{dtype_name, redop_name, NcclOp};
 use crate::core::fnv::mix64;
+use crate::core::log::nccl_op::{dtype_name, redop_name, NcclOp};
 use crate::core::log::records::NcclCall;
 
 /// Mismatches listed per communicator; a sequence shifted by one extra call makes every

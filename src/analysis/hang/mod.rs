@@ -38,7 +38,7 @@ pub use qp::StuckQp;
 
 use crate::analysis::comms::grow::Aliases;
 use crate::analysis::log::liveness::Liveness;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::CommLive;
 use crate::core::log::records::{CommCreated, NcclCall};
 

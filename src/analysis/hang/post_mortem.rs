@@ -45,7 +45,7 @@ mod tests {
     use super::super::testkit::*;
     use crate::analysis::hang::{diagnose, Settings};
     use crate::analysis::log::liveness::Liveness;
-    use crate::core::comms::nccl_op::NcclOp;
+    use crate::core::log::nccl_op::NcclOp;
 
     const MS: u64 = 1_000_000;
 

@@ -64,7 +64,7 @@ mod tests {
     use super::super::testkit::*;
     use super::*;
     use crate::analysis::hang::{diagnose, RankInput, Settings};
-    use crate::core::comms::nccl_op::NcclOp;
+    use crate::core::log::nccl_op::NcclOp;
 
     const MS: u64 = 1_000_000;
     const STEP: u64 = 100 * MS;

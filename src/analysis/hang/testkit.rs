@@ -3,7 +3,7 @@
 
 use super::RankInput;
 use crate::analysis::log::liveness::Liveness;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::{CommLive, InFlight};
 use crate::core::log::records::{CommCreated, CommOrigin, NcclCall};
 

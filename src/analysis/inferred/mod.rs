@@ -38,7 +38,7 @@ mod testkit;
 pub use pattern::{find_period, Period};
 pub use phases::{infer, Inference, InferredStep, RankInference};
 
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 
 /// The inferred phases, in the stage order the frontier reads them.
 pub const PHASES: [&str; 3] =

@@ -1,7 +1,7 @@
 //! Synthetic NCCL schedules for the tests: ranks in lockstep through blocking collectives.
 
 use super::{Call, RankCalls, Signature};
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 
 const MS: u64 = 1_000_000;
 /// Time a collective takes once its last rank has arrived.

@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use crate::core::capture::process_stamp::ProcessCheck;
 use crate::core::log::format::WriterState;
+use crate::core::log::process_stamp::ProcessCheck;
 
 /// How much older than its period a heartbeat may be before the writer counts as stopped:
 /// the collector beats at most every 100 ms, so 1 s is ten missed beats.

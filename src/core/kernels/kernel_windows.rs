@@ -6,7 +6,7 @@
 //!   (kernel, device, stream) series' durations (`kernel_cluster`), NCCL kernels' starts
 //!   and durations (`nccl_kernels`), and busy time per (device, stream) with what the
 //!   window lost (`stream_busy`);
-//! - per step, device time per stage ([`crate::core::steps::stage_device`]).
+//! - per step, device time per stage ([`crate::core::kernels::stage_device`]).
 //!
 //! Activity arrives after the CUDA door flushes its buffers, so a window is written only
 //! once it ended at least `2 × SF_CUPTI_FLUSH_MS` ago (or at exit); later activity for it
@@ -17,19 +17,20 @@
 
 use std::collections::HashMap;
 
-use crate::core::capture::clock::{monotonic_ns, wall_ns};
-use crate::core::capture::runtime::Runtime;
 use crate::core::fnv::Fnv1a;
 use crate::core::kernels::cupti;
+use crate::core::kernels::cupti::config::CuptiConfig;
 use crate::core::kernels::kde::{Cluster, KdeParams};
 use crate::core::kernels::kernel_activity::{Activity, ActivityKind, KernelNames};
 use crate::core::kernels::reservoir::Reservoir;
+use crate::core::kernels::stage_device::{StageDeviceTimes, StepWindows};
+use crate::core::live::runtime::Runtime;
 use crate::core::log::records::{CuptiState, KernelName, RecordBody};
 use crate::core::log::records_kernels::{
     duration_code, BusyEntry, ClusterEntry, KernelCluster, NcclKernels, StreamBusy, NAME_ID_OVERFLOW,
 };
 use crate::core::log::writer::LogWriter;
-use crate::core::steps::stage_device::{StageDeviceTimes, StepWindows};
+use crate::core::record::clock::{monotonic_ns, wall_ns};
 
 /// Windows open at once: the one filling and those waiting out the lateness delay.
 pub const OPEN_WINDOWS: usize = 8;
@@ -295,11 +296,12 @@ impl KernelWindows {
     }
 
     /// Writes what is due: new names, then the windows and steps safely in the past.
-    pub fn round(&mut self, rt: &Runtime, writer: &mut LogWriter) {
+    /// `window_ms` and the CUDA door's settings are read at the first round.
+    pub fn round(&mut self, rt: &Runtime, window_ms: u64, cupti: &CuptiConfig, writer: &mut LogWriter) {
         if !self.started {
             self.settings = WindowSettings::new(
-                rt.config.kernel_window_ms,
-                rt.config.cupti.flush_ms,
+                window_ms,
+                cupti.flush_ms,
                 rt.calibration.base_wall_ns.saturating_sub(rt.calibration.base_mono_ns),
             );
         }

@@ -3,10 +3,10 @@
 
 use crate::core::kernels::kernel_activity::{Activity, ActivityKind, KernelNames};
 use crate::core::kernels::kernel_windows::{KernelWindows, WindowSettings};
+use crate::core::kernels::stage_device::{union_and_spill, StepWindows};
 use crate::core::log::format::SLOT_SIZE;
 use crate::core::log::records::RecordBody;
 use crate::core::rng::SplitMix64;
-use crate::core::steps::stage_device::{union_and_spill, StepWindows};
 
 const MS: u64 = 1_000_000;
 /// Window 1000 ms, lateness 2 x 500 ms, windows aligned to monotonic 0; the CUDA door

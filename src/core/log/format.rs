@@ -164,7 +164,7 @@ pub mod live {
     /// Stage-name slot of the stage the rank is in, plus one; 0 when outside any stage.
     pub const CURRENT_STAGE: usize = 584;
     /// Which doors were open and which injection variables were set
-    /// (`core::capture::doors`); 0 in logs of libraries that did not record them.
+    /// (`core::record::doors`); 0 in logs of libraries that did not record them.
     pub const DOORS: usize = 592;
     /// Format 2: records committed to the history ring so far.
     pub const HISTORY_COMMITTED: usize = 600;

@@ -20,10 +20,10 @@ use serde::Serialize;
 use super::format::{self, bytes, caps, comm, header, live, Region, WriterState};
 use super::pread;
 use super::records::{hex_u64, RecordBody};
-use crate::core::capture::clock::{ticks_to_mono_ns, ClockSource};
-use crate::core::capture::doors::Doors;
-use crate::core::capture::process_stamp::ProcessStamp;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
+use crate::core::log::process_stamp::ProcessStamp;
+use crate::core::record::clock::{ticks_to_mono_ns, ClockSource};
+use crate::core::record::doors::Doors;
 
 mod scan;
 use scan::SlotChunks;

@@ -7,8 +7,8 @@
 use serde::{Serialize, Serializer};
 
 use super::format::PAYLOAD_CAPACITY;
-use crate::core::capture::clock::Calibration;
-use crate::core::comms::nccl_op::{dtype_size, NcclOp};
+use crate::core::log::nccl_op::{dtype_size, NcclOp};
+use crate::core::record::clock::Calibration;
 
 pub use super::records_cupti::{CuptiState, CuptiStatus};
 use super::records_kernels as kernels;

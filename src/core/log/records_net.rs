@@ -6,7 +6,32 @@
 use serde::Serialize;
 
 use super::records::{Decoder, Encoder};
-use crate::core::net::work_requests::WrSource;
+
+/// Which door saw the work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum WrSource {
+    Profiler = 1,
+    Verbs = 2,
+    /// The profiler plugin's proxy steps: one link per communicator, channel, peer and
+    /// direction (`proxy_progress::ProxyLink`), for NCCL builds without QP events.
+    Proxy = 3,
+}
+
+impl WrSource {
+    pub fn from_u8(raw: u8) -> Option<WrSource> {
+        [WrSource::Profiler, WrSource::Verbs, WrSource::Proxy].into_iter().find(|s| *s as u8 == raw)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WrSource::Profiler => "profiler",
+            WrSource::Verbs => "verbs",
+            WrSource::Proxy => "proxy",
+        }
+    }
+}
 
 /// Kind 17: a periodic sample of one QP (every `SF_NET_SAMPLE_MS`, and at exit), for every
 /// QP that posted or completed since the previous sample or still has work in flight.

@@ -9,7 +9,35 @@
 use serde::{Serialize, Serializer};
 
 use super::records::{Decoder, Encoder};
-use crate::core::net::verbs::DeviceState;
+
+/// What became of a device context the door saw open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DeviceState {
+    /// Its work requests are counted.
+    Counting = 1,
+    /// Its layout did not look like rdma-core's: left alone.
+    Refused = 2,
+    /// Every context slot was taken: left alone.
+    NoSlot = 3,
+    /// Closed by the application.
+    Closed = 4,
+}
+
+impl DeviceState {
+    pub fn from_u8(raw: u8) -> Option<DeviceState> {
+        [Self::Counting, Self::Refused, Self::NoSlot, Self::Closed].into_iter().find(|s| *s as u8 == raw)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceState::Counting => "counting",
+            DeviceState::Refused => "refused",
+            DeviceState::NoSlot => "no_slot",
+            DeviceState::Closed => "closed",
+        }
+    }
+}
 
 /// A short string kept inline in a record; serialized as a string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::records::{hex_u64, Decoder, Encoder};
-use crate::core::capture::clock::Calibration;
+use crate::core::record::clock::Calibration;
 
 /// A collective (`p2p` false) or point-to-point task, from the profiler plugin's
 /// `ncclProfileColl` / `ncclProfileP2p` events. `t_stop_ns` is NCCL's stopEvent, which

@@ -1,8 +1,8 @@
 //! Every record kind through its codec and its JSON names.
 
 use super::records::*;
-use crate::core::comms::nccl_op::NcclOp;
 use crate::core::log::format::PAYLOAD_CAPACITY;
+use crate::core::log::nccl_op::NcclOp;
 
 pub fn sample_call() -> NcclCall {
     NcclCall {

@@ -6,8 +6,8 @@ use super::format::{self, Region};
 use super::reader::{RankLog, ReadError};
 use super::records::{Drops, RecordBody, StepVector};
 use super::writer::{HeaderInfo, LogWriter};
-use crate::core::capture::clock::{Calibration, ClockSource};
-use crate::core::capture::identity::Identity;
+use crate::core::log::identity::Identity;
+use crate::core::record::clock::{Calibration, ClockSource};
 
 fn temp_log(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sf-roundtrip-{}-{name}", std::process::id()));

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use super::format::{live, WriterState};
 use super::records::{CommCreated, CommOrigin, NcclCall, RecordBody, StepVector, STAGES_PER_PART};
 use super::writer::{HeaderInfo, LogWriter};
-use crate::core::capture::clock::{Calibration, ClockSource};
-use crate::core::capture::identity::Identity;
-use crate::core::comms::nccl_op::NcclOp;
-use crate::core::steps::stage_names::StageNames;
+use crate::core::log::identity::Identity;
+use crate::core::log::nccl_op::NcclOp;
+use crate::core::log::stage_names::StageNames;
+use crate::core::record::clock::{Calibration, ClockSource};
 
 /// The stages of each step, and their nominal durations in microseconds.
 pub const STAGES: [(&str, u64); 5] = [

@@ -13,9 +13,9 @@ use super::format::{self, bytes, header, live, Region, WriterState};
 use super::mapping::SharedMap;
 use super::private_dir::PrivateDir;
 use super::records::RecordBody;
-use crate::core::capture::clock::Calibration;
-use crate::core::capture::identity::Identity;
-use crate::core::capture::process_stamp::ProcessStamp;
+use crate::core::log::identity::Identity;
+use crate::core::log::process_stamp::ProcessStamp;
+use crate::core::record::clock::Calibration;
 
 /// Everything the static header records.
 pub struct HeaderInfo<'a> {

@@ -11,9 +11,8 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::core::capture::clock::monotonic_ns;
-use crate::core::capture::runtime::Runtime;
 use crate::core::log::records::{CounterState, CounterValue, PortCounterName, PortCounters, RecordBody, Text};
+use crate::core::record::clock::monotonic_ns;
 
 /// Devices, ports per device and counter files in all the sampler follows.
 pub const MAX_DEVICES: usize = 16;
@@ -38,16 +37,17 @@ pub struct PortSampler {
 }
 
 impl PortSampler {
-    /// One collector round: samples when the period has passed.
-    pub fn round(&mut self, rt: &Runtime, emit: &mut dyn FnMut(&RecordBody)) {
-        let period_ns = rt.config.ib_sample_ms.saturating_mul(1_000_000);
+    /// One collector round: samples every `sample_ms` (never when 0) the counters found
+    /// under `sysfs_root`.
+    pub fn round(&mut self, sample_ms: u64, sysfs_root: &Path, emit: &mut dyn FnMut(&RecordBody)) {
+        let period_ns = sample_ms.saturating_mul(1_000_000);
         let now = monotonic_ns();
         if period_ns == 0 || now < self.next_ns {
             return;
         }
         self.next_ns = now + period_ns;
         if !self.discovered {
-            self.discover(&rt.config.ib_sysfs_root);
+            self.discover(sysfs_root);
         }
         self.sample(now, emit);
     }

@@ -23,13 +23,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::core::capture::clock::now_ticks;
-use crate::core::capture::event::Event;
-use crate::core::capture::runtime;
+use crate::core::live::event::Event;
+use crate::core::live::runtime;
 use crate::core::log::format::PAYLOAD_CAPACITY;
 use crate::core::log::records::{kind, ProfNet, ProfOp, ProfProxy, RecordBody};
+use crate::core::log::records_net::WrSource;
 use crate::core::net::proxy_progress;
-use crate::core::net::work_requests::{self, QpKey, WrSource};
+use crate::core::net::work_requests::{self, QpKey};
+use crate::core::record::clock::now_ticks;
 
 pub use super::profiler_abi::*;
 use super::profiler_contexts::FUNCS;
@@ -543,7 +544,7 @@ pub fn stop(handle: Handle) -> bool {
             // real job posts thousands per second and would flood the log ring.
             RecordBody::ProfNet(n) if n.qp => {
                 work_requests::completed(wr_qp(n.device, n.qp_num), n.length, Some(n.t_start_ns), t_stop, true);
-                if rt.config.net_raw {
+                if rt.net_raw {
                     rt.ring.push(Event::Record(body));
                 }
             }

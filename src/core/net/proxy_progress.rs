@@ -21,9 +21,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
-use crate::core::capture::clock::now_ticks;
+use crate::core::log::records_net::WrSource;
 use crate::core::net::profiler::SLOTS;
-use crate::core::net::work_requests::{self, QpKey, WrSource};
+use crate::core::net::work_requests::{self, QpKey};
+use crate::core::record::clock::now_ticks;
 
 /// Proxy-step states (NCCL's `ncclProfilerEventState_t`, the same values v1 to v7).
 const SEND_WAIT: i32 = 9;

@@ -16,13 +16,14 @@
 //!
 //! Memory is fixed: one small watch per table slot, allocated when the first QP appears.
 
-use crate::core::capture::clock::now_ticks;
-use crate::core::capture::notice::say;
-use crate::core::capture::runtime::Runtime;
+use crate::core::live::runtime::Runtime;
 use crate::core::log::records::{QpDegraded, QpStuck, QpWindow, RecordBody};
+use crate::core::log::records_net::WrSource;
 use crate::core::log::writer::LogWriter;
 use crate::core::net::proxy_progress::{self, ProxyLink};
-use crate::core::net::work_requests::{self, QpCounters, QpEntry, QpKey, WrSource, WrTable, QP_CAPACITY};
+use crate::core::net::work_requests::{self, QpCounters, QpEntry, QpKey, WrTable, QP_CAPACITY};
+use crate::core::record::clock::now_ticks;
+use crate::core::record::notice::say;
 
 /// Evaluations whose median is the baseline.
 pub const BASELINE_WINDOWS: usize = 5;
@@ -128,9 +129,22 @@ pub struct QpMonitor {
     next_sample_ns: u64,
 }
 
+/// The monitor's settings, from the config the collector holds.
+#[derive(Clone, Copy, Debug)]
+pub struct QpSettings {
+    /// SF_WR_TIMEOUT_MS: no completion for this long with work in flight is stuck.
+    pub timeout_ms: u64,
+    /// SF_WR_WINDOW: completions in the sliding window.
+    pub window: usize,
+    /// SF_WR_DEGRADED: window bandwidth this fraction below the QP's baseline is degraded.
+    pub degraded: f64,
+    /// SF_NET_SAMPLE_MS: period of the `qp_window` samples.
+    pub sample_ms: u64,
+}
+
 impl QpMonitor {
     /// One collector round: stuck and degraded checks every round, a sample when due.
-    pub fn round(&mut self, rt: &Runtime, writer: &mut LogWriter) {
+    pub fn round(&mut self, rt: &Runtime, settings: &QpSettings, writer: &mut LogWriter) {
         let table = work_requests::table();
         if table.qps().next().is_none() {
             return;
@@ -140,8 +154,7 @@ impl QpMonitor {
         }
         let cal = &rt.calibration;
         let now_ns = cal.to_mono_ns(now_ticks());
-        let (timeout_ns, window, fraction) =
-            (rt.config.wr_timeout_ms * 1_000_000, rt.config.wr_window, rt.config.wr_degraded);
+        let (timeout_ns, window, fraction) = (settings.timeout_ms * 1_000_000, settings.window, settings.degraded);
         for (i, key, entry) in reported(table) {
             let watch = &mut self.watches[i];
             let c = entry.counters();
@@ -204,13 +217,13 @@ impl QpMonitor {
             }
         }
         if now_ns >= self.next_sample_ns {
-            self.sample(rt, writer);
+            self.sample(rt, settings, writer);
         }
     }
 
     /// Writes a `qp_window` for every QP with activity since its last sample or work in
     /// flight. The collector calls it at exit too, so a run's totals are in the log.
-    pub fn sample(&mut self, rt: &Runtime, writer: &mut LogWriter) {
+    pub fn sample(&mut self, rt: &Runtime, settings: &QpSettings, writer: &mut LogWriter) {
         let table = work_requests::table();
         if self.watches.is_empty() {
             return;
@@ -219,7 +232,7 @@ impl QpMonitor {
         let tps = cal.ticks_per_sec();
         let ticks_ns = |ticks: u64| (ticks as f64 * 1e9 / tps) as u64;
         let now_ns = cal.to_mono_ns(now_ticks());
-        self.next_sample_ns = now_ns + rt.config.net_sample_ms * 1_000_000;
+        self.next_sample_ns = now_ns + settings.sample_ms * 1_000_000;
         let dropped = clamp32(table.dropped());
         for (i, key, entry) in reported(table) {
             let watch = &mut self.watches[i];
@@ -230,7 +243,7 @@ impl QpMonitor {
             }
             watch.sampled = c;
             let latency_n = c.latency_count - before.latency_count;
-            let w = entry.window(rt.config.wr_window);
+            let w = entry.window(settings.window);
             writer.append(&RecordBody::QpWindow(QpWindow {
                 t_ns: now_ns,
                 source: key.source,

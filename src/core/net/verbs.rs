@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Mutex;
 
 use crate::core::log::records::{RecordBody, Text, VerbsDevice};
-use crate::core::net::work_requests::{self, QpKey, WrSource};
+use crate::core::log::records_net::WrSource;
+use crate::core::log::records_ports::DeviceState;
+use crate::core::net::work_requests::{self, QpKey};
 
 /// Device contexts open at once (NCCL opens one per HCA port it uses).
 pub const CONTEXTS: usize = 32;
@@ -115,35 +117,6 @@ pub fn release_context(context: usize) {
     }
 }
 
-/// What became of a device context the door saw open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum DeviceState {
-    /// Its work requests are counted.
-    Counting = 1,
-    /// Its layout did not look like rdma-core's: left alone.
-    Refused = 2,
-    /// Every context slot was taken: left alone.
-    NoSlot = 3,
-    /// Closed by the application.
-    Closed = 4,
-}
-
-impl DeviceState {
-    pub fn from_u8(raw: u8) -> Option<DeviceState> {
-        [Self::Counting, Self::Refused, Self::NoSlot, Self::Closed].into_iter().find(|s| *s as u8 == raw)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DeviceState::Counting => "counting",
-            DeviceState::Refused => "refused",
-            DeviceState::NoSlot => "no_slot",
-            DeviceState::Closed => "closed",
-        }
-    }
-}
-
 /// One change of a device's state, for the collector to write as a `verbs_device` record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceNote {
@@ -164,7 +137,7 @@ static NOTES: Mutex<([Option<DeviceNote>; CONTEXTS], u64)> = Mutex::new(([None; 
 pub fn note_device(device: i32, name: &[u8], state: DeviceState) {
     // A forked child must neither write notes nor wait on a lock its parent's collector
     // may have held at fork time.
-    if crate::core::capture::runtime::is_disabled() {
+    if crate::core::live::runtime::is_disabled() {
         return;
     }
     let len = name.len().min(DEVICE_NAME_BYTES);

@@ -23,31 +23,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Which door saw the work request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-#[repr(u8)]
-pub enum WrSource {
-    Profiler = 1,
-    Verbs = 2,
-    /// The profiler plugin's proxy steps: one link per communicator, channel, peer and
-    /// direction (`proxy_progress::ProxyLink`), for NCCL builds without QP events.
-    Proxy = 3,
-}
-
-impl WrSource {
-    pub fn from_u8(raw: u8) -> Option<WrSource> {
-        [WrSource::Profiler, WrSource::Verbs, WrSource::Proxy].into_iter().find(|s| *s as u8 == raw)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            WrSource::Profiler => "profiler",
-            WrSource::Verbs => "verbs",
-            WrSource::Proxy => "proxy",
-        }
-    }
-}
+use crate::core::log::records_net::WrSource;
 
 /// One queue pair: the door, the device index (profiler) or a device id the verbs door
 /// assigns, and the QP number.

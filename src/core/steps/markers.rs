@@ -4,10 +4,10 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::core::capture::clock::now_ticks;
-use crate::core::capture::event::{Event, Marker, MarkerKind};
-use crate::core::capture::runtime::{self, Runtime};
+use crate::core::live::event::{Event, Marker, MarkerKind};
+use crate::core::live::runtime::{self, Runtime};
 use crate::core::log::format::live;
+use crate::core::record::clock::now_ticks;
 
 fn push(rt: &Runtime, kind: MarkerKind, step: u64, name: u16, value: f64) {
     rt.ring.push(Event::Marker(Marker { kind, ticks: now_ticks(), step, name, value }));
@@ -34,14 +34,14 @@ pub fn stage_begin(name: &[u8]) {
     let Some(id) = named(rt, name) else { return };
     rt.live(live::CURRENT_STAGE).store(id as u64 + 1, Ordering::Relaxed);
     push(rt, MarkerKind::StageBegin, current_step(rt), id, 0.0);
-    crate::core::capture::tracer::stage_boundary(rt, id, false);
+    crate::core::comms::tracer::stage_boundary(rt, id, false);
 }
 
 pub fn stage_end(name: &[u8]) {
     let Some(rt) = runtime::active() else { return };
     let Some(id) = named(rt, name) else { return };
     // Injected stage delays act here, at the end of the selected stage, so they lengthen it.
-    crate::core::capture::tracer::stage_boundary(rt, id, true);
+    crate::core::comms::tracer::stage_boundary(rt, id, true);
     rt.live(live::CURRENT_STAGE).store(0, Ordering::Relaxed);
     push(rt, MarkerKind::StageEnd, current_step(rt), id, 0.0);
 }

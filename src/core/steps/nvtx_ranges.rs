@@ -9,17 +9,17 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::core::capture::config::Config;
-use crate::core::capture::once::LeakedOnce;
+use crate::core::record::once::LeakedOnce;
 use crate::core::steps::markers;
 use crate::core::steps::nvtx_stages::{RangeClass, StageNaming};
 
-/// Set without a lock (see `core::capture::once`).
+/// Set without a lock (see `core::record::once`).
 static NAMING: LeakedOnce<StageNaming> = LeakedOnce::new();
 
-/// Reads the naming convention once per process; later NVTX modules attaching reuse it.
-pub fn install(config: &Config) {
-    NAMING.get_or_init(|| StageNaming::new(&config.nvtx_step, &config.nvtx_stages));
+/// Sets the naming convention (SF_NVTX_STEP, SF_NVTX_STAGES) once per process; later
+/// NVTX modules attaching reuse it.
+pub fn install(step: &str, stages: &[(String, String)]) {
+    NAMING.get_or_init(|| StageNaming::new(step, stages));
 }
 
 /// `NVTX_NO_PUSH_POP_TRACKING`: the level is unknown (the stack overflowed).

@@ -9,8 +9,8 @@
 //!
 //! Built once when NVTX attaches; classifying a message compares bytes and never allocates.
 
-use crate::core::capture::config::echo;
 use crate::core::log::format::stage_names::NAME_CAPACITY;
+use crate::core::record::notice::echo;
 use crate::core::steps::step_assembly::RESIDUAL_STAGE;
 
 /// The stages of the ordered-stage contract; NVTX ranges with these names always count.

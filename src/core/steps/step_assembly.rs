@@ -12,11 +12,11 @@
 //!
 //! Runs on the collector thread; its state has a fixed size.
 
-use crate::core::capture::clock::Calibration;
-use crate::core::capture::event::{Marker, MarkerKind};
+use crate::core::kernels::stage_device::StepWindows;
+use crate::core::live::event::{Marker, MarkerKind};
 use crate::core::log::records::{RecordBody, SideValue, StepVector, STAGES_PER_PART};
-use crate::core::steps::stage_device::StepWindows;
-use crate::core::steps::stage_names::StageNames;
+use crate::core::log::stage_names::StageNames;
+use crate::core::record::clock::Calibration;
 
 /// Stage occurrences one step may hold; more are folded into the residual.
 const MAX_STAGES: usize = 32;
@@ -223,9 +223,9 @@ fn schema_hash(names: StageNames, stages: &[(u16, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::capture::clock::ClockSource;
     use crate::core::log::format;
     use crate::core::log::mapping::SharedMap;
+    use crate::core::record::clock::ClockSource;
 
     fn names() -> StageNames {
         let path =

@@ -6,14 +6,14 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::core::capture::doors;
-use crate::core::capture::notice::say;
-use crate::core::capture::runtime;
-use crate::core::capture::thread_state::{self, ReentrancyGuard};
-use crate::core::capture::tracer::{self, CallArgs, NewComm};
 use crate::core::comms::comm_identity;
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::comms::tracer::{self, CallArgs, NewComm};
+use crate::core::live::runtime;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::CommOrigin;
+use crate::core::record::doors;
+use crate::core::record::notice::say;
+use crate::core::record::thread_state::{self, ReentrancyGuard};
 use crate::doors::comms::nccl_abi::*;
 use crate::doors::real_symbol::{loaded_nccl_path, RealSymbol};
 use crate::doors::traced::{shielded, traced};

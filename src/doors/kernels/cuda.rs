@@ -20,9 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::cupti::sys::{CUpti_CallbackDomain, CUpti_CallbackId};
 use cudarc::driver::sys::CUcontext;
 
-use crate::core::capture::doors;
-use crate::core::capture::runtime;
 use crate::core::kernels::cupti::{self, DoorCallbacks};
+use crate::core::live::runtime;
+use crate::core::record::doors;
+use crate::core::runtime::start;
 use crate::doors::real_symbol::loaded_objects;
 use crate::doors::traced::shielded;
 
@@ -40,15 +41,16 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// Opens CUPTI for a recording process: not for one without rank identity (inert), not
 /// under SF_DISABLE or in a forked child (no runtime), not with SF_CUPTI=0.
 fn open() {
-    let Some(rt) = runtime::active() else { return };
-    if !rt.config.cupti.enabled {
+    // Starts the runtime if this is the first call; its config exists once it is active.
+    let Some(config) = runtime::active().and_then(|_| start::config()) else { return };
+    if !config.cupti.enabled {
         return;
     }
     let loaded: Vec<PathBuf> =
         loaded_objects().into_iter().map(|path| PathBuf::from(OsStr::from_bytes(path.as_bytes()))).collect();
     let callbacks =
         DoorCallbacks { buffers: (Some(buffer_requested), Some(buffer_completed)), subscriber: Some(ignore_callback) };
-    cupti::open(&rt.config.cupti, &loaded, callbacks);
+    cupti::open(&config.cupti, &loaded, callbacks);
     doors::opened(doors::CUDA);
 }
 

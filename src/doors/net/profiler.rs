@@ -37,9 +37,9 @@ use abi::{
     NetPlugin, Plugin, ProxyOp,
 };
 
-use crate::core::capture::doors;
-use crate::core::capture::runtime;
+use crate::core::live::runtime;
 use crate::core::net::profiler::{self as core, ty, Qp, Start};
+use crate::core::record::doors;
 use crate::doors::traced::shielded;
 
 const SUCCESS: c_int = 0;

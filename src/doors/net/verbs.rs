@@ -24,11 +24,12 @@ pub use linked::{ibv_close_device, ibv_create_qp, ibv_open_device};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::core::capture::clock::now_ticks;
-use crate::core::capture::doors;
-use crate::core::capture::notice::say;
-use crate::core::capture::runtime;
-use crate::core::net::verbs::{self, Completion, DeviceState, Originals, SendWr};
+use crate::core::live::runtime;
+use crate::core::log::records_ports::DeviceState;
+use crate::core::net::verbs::{self, Completion, Originals, SendWr};
+use crate::core::record::clock::now_ticks;
+use crate::core::record::doors;
+use crate::core::record::notice::say;
 use crate::doors::traced::shielded;
 use abi::*;
 

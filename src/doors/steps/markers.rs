@@ -6,8 +6,8 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use crate::core::capture::doors;
-use crate::core::capture::runtime;
+use crate::core::live::runtime;
+use crate::core::record::doors;
 use crate::core::steps::{markers, nvtx_ranges};
 use crate::doors::traced::shielded;
 

@@ -14,8 +14,8 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::ptr::{addr_of, null_mut};
 
-use crate::core::capture::config::Config;
-use crate::core::capture::doors;
+use crate::core::record::doors;
+use crate::core::runtime::config::Config;
 use crate::core::steps::nvtx_ranges::{self, Message, NO_TRACKING};
 use crate::doors::traced::shielded;
 
@@ -271,7 +271,7 @@ unsafe fn attach(get_export_table: Option<GetExportTable>) -> c_int {
     if config.disabled {
         return 0;
     }
-    nvtx_ranges::install(&config);
+    nvtx_ranges::install(&config.nvtx_step, &config.nvtx_stages);
     let Some(get_export_table) = get_export_table else { return 0 };
     // SAFETY: NVTX's accessor takes any id and returns NULL for those it lacks.
     let exports = unsafe { get_export_table(EXPORT_TABLE_CALLBACKS) }.cast::<ExportTableCallbacks>();

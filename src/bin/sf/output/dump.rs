@@ -4,11 +4,11 @@
 use std::io::{self, Write};
 
 use serde::Serialize;
-use stagefrontier::core::capture::doors::Doors;
-use stagefrontier::core::comms::nccl_op::{dtype_name, redop_name, result_name};
+use stagefrontier::core::log::nccl_op::{dtype_name, redop_name, result_name};
 use stagefrontier::core::log::reader::Record;
 use stagefrontier::core::log::records::{ProfProxy, RecordBody};
 use stagefrontier::core::net::profiler::{algo_name, func_name, proto_name};
+use stagefrontier::core::record::doors::Doors;
 
 use super::human_records::record_line;
 use crate::cli::Format;

@@ -286,7 +286,7 @@ pub(super) fn as_i32(ranks: &[u32]) -> Vec<i32> {
 mod tests {
     use super::super::human_records::record_line;
     use super::*;
-    use stagefrontier::core::comms::nccl_op::NcclOp;
+    use stagefrontier::core::log::nccl_op::NcclOp;
     use stagefrontier::core::log::reader::Record;
     use stagefrontier::core::log::records::{NcclCall, RecordBody};
     use stagefrontier::report::dump::LogNames;

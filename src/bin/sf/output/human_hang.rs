@@ -4,8 +4,8 @@
 use std::io::{self, Write};
 
 use stagefrontier::analysis::hang::Mismatch;
+use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
-use stagefrontier::core::net::work_requests::WrSource;
 
 use super::human::{age, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};

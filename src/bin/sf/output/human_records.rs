@@ -1,6 +1,6 @@
 //! `sf dump`'s human lines: one aligned line per record, by kind.
 
-use stagefrontier::core::comms::nccl_op::{dtype_name, redop_name, result_name};
+use stagefrontier::core::log::nccl_op::{dtype_name, redop_name, result_name};
 use stagefrontier::core::log::reader::Record;
 use stagefrontier::core::log::records::{NcclCall, RecordBody};
 

@@ -4,8 +4,8 @@
 use std::io::{self, Write};
 
 use stagefrontier::core::log::records::RecordBody;
+use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
-use stagefrontier::core::net::work_requests::WrSource;
 
 use super::human::plural;
 use super::table::{self, Align};

@@ -6,13 +6,14 @@
 use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 
+use super::config::CuptiConfig;
 use super::parse::{parse_buffer, ParseStats, TimeBase};
 use super::{session, state, Session, RESULT, VERSION};
-use crate::core::capture::clock::monotonic_ns;
-use crate::core::capture::runtime::{self, Runtime};
 use crate::core::kernels::kernel_activity::Activity;
+use crate::core::live::runtime;
 use crate::core::log::records::{CuptiState, CuptiStatus, RecordBody};
 use crate::core::log::writer::LogWriter;
+use crate::core::record::clock::monotonic_ns;
 
 /// Kernel names longer than this are cut (C++ templates can run to kilobytes).
 const NAME_MAX: usize = 4096;
@@ -31,13 +32,18 @@ pub struct CuptiDrain {
 }
 
 impl CuptiDrain {
-    /// One collector round. `sink` gets every activity, with a kernel's name bytes valid
-    /// only during the call.
-    pub fn round(&mut self, rt: &Runtime, writer: &mut LogWriter, sink: &mut dyn FnMut(&Activity, Option<&[u8]>)) {
+    /// One collector round, CUPTI flushed every `config.flush_ms`. `sink` gets every
+    /// activity, with a kernel's name bytes valid only during the call.
+    pub fn round(
+        &mut self,
+        config: &CuptiConfig,
+        writer: &mut LogWriter,
+        sink: &mut dyn FnMut(&Activity, Option<&[u8]>),
+    ) {
         let Some(state) = state() else { return };
         let session = session();
         if let Some(session) = session.filter(|_| state == CuptiState::Enabled && runtime::is_active()) {
-            self.collect(rt, session, sink);
+            self.collect(config.flush_ms, session, sink);
         }
         let refusals = session.map_or(0, |s| s.pool.refused());
         let now = (state, self.dropped_by_cupti, refusals);
@@ -57,9 +63,9 @@ impl CuptiDrain {
         }
     }
 
-    fn collect(&mut self, rt: &Runtime, session: &Session, sink: &mut dyn FnMut(&Activity, Option<&[u8]>)) {
+    fn collect(&mut self, flush_ms: u64, session: &Session, sink: &mut dyn FnMut(&Activity, Option<&[u8]>)) {
         let now = monotonic_ns();
-        if self.time.is_none() || now.saturating_sub(self.last_flush_ns) >= rt.config.cupti.flush_ms * 1_000_000 {
+        if self.time.is_none() || now.saturating_sub(self.last_flush_ns) >= flush_ms * 1_000_000 {
             self.time = time_base(session).or(self.time);
             let _ = session.cupti.flush_all(false);
             self.last_flush_ns = now;

@@ -9,6 +9,7 @@
 //!   filled buffers, feeds the kernel windows, gives the buffers back and writes the
 //!   door's `cupti_status` records.
 
+pub mod config;
 mod drain;
 pub mod loader;
 pub mod parse;
@@ -20,12 +21,12 @@ use std::sync::OnceLock;
 
 use cudarc::cupti::sys::{CUptiResult, CUpti_CallbackFunc};
 
+use self::config::CuptiConfig;
 pub use self::drain::CuptiDrain;
 use self::loader::{Callbacks, Cupti, OpenError};
 use self::pool::BufferPool;
-use crate::core::capture::config::CuptiConfig;
-use crate::core::capture::notice::say;
 use crate::core::log::records::CuptiState;
+use crate::core::record::notice::say;
 
 /// CUPTI and the buffers lent to it, from the moment the callbacks may run.
 pub struct Session {

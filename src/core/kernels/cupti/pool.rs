@@ -8,7 +8,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use crate::core::capture::ring::Ring;
+use crate::core::record::ring::Ring;
 
 /// A filled buffer on its way from CUPTI to the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 use std::os::fd::AsRawFd;
 
 use super::{RankLog, Record, RingSpan, ScanStats};
-use crate::core::capture::process_stamp::ProcessCheck;
 use crate::core::log::format::{self, bytes, WriterState};
+use crate::core::log::process_stamp::ProcessCheck;
 use crate::core::log::records::RecordBody;
 
 /// Slots read per `pread`: big enough that a scan is a few dozen calls, small enough that

@@ -20,9 +20,9 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::abi::ForeignPlugin;
-use crate::core::capture::config::Config;
-use crate::core::capture::notice::say;
-use crate::core::capture::once::LeakedOnce;
+use crate::core::record::notice::say;
+use crate::core::record::once::LeakedOnce;
+use crate::core::runtime::config::Config;
 
 /// Settings the door reads once, whether or not the runtime records.
 pub struct Settings {
@@ -30,7 +30,7 @@ pub struct Settings {
     pub kernel_ch: bool,
 }
 
-/// Read on the first profiler `init`, without a lock (see `core::capture::once`).
+/// Read on the first profiler `init`, without a lock (see `core::record::once`).
 pub fn settings() -> &'static Settings {
     static SETTINGS: LeakedOnce<Settings> = LeakedOnce::new();
     SETTINGS.get_or_init(|| {

@@ -1,31 +1,9 @@
-//! Who this process is in the job: global rank, world size, local rank and job id, read
-//! from the launcher's environment. A process without one (the launcher itself, a compile
-//! worker) stays inert unless SF_FORCE=1.
+//! Who this process is in the job, read from the launcher's environment. A process
+//! without one (the launcher itself, a compile worker) stays inert unless SF_FORCE=1.
 
-use crate::core::capture::config::sanitize_job_id;
 use crate::core::log::format::caps;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    /// -1 for a forced process with no rank identity.
-    pub global_rank: i32,
-    pub world_size: i32,
-    pub local_rank: i32,
-    pub job_id: String,
-    /// Which launcher's variables were used: torchrun, ompi, slurm or forced.
-    pub source: &'static str,
-}
-
-impl Identity {
-    /// The log file name within the job directory.
-    pub fn file_name(&self, pid: u32) -> String {
-        if self.global_rank >= 0 {
-            format!("rank-{:05}.sflog", self.global_rank)
-        } else {
-            format!("pid-{pid}.sflog")
-        }
-    }
-}
+use crate::core::log::identity::Identity;
+use crate::core::runtime::config::sanitize_job_id;
 
 /// Reads the identity. `job_override` is SF_JOB_ID, already sanitized.
 pub fn detect(var: impl Fn(&str) -> Option<String>, job_override: Option<&str>, force: bool) -> Option<Identity> {

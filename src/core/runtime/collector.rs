@@ -5,23 +5,25 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::core::capture::clock::{monotonic_ns, now_ticks, wall_ns};
-use crate::core::capture::config::TestFault;
-use crate::core::capture::event::Event;
-use crate::core::capture::notice::say;
-use crate::core::capture::runtime::{self, Runtime};
-use crate::core::comms::nccl_op::NcclOp;
 use crate::core::kernels::cupti::CuptiDrain;
 use crate::core::kernels::kernel_windows::KernelWindows;
+use crate::core::live::event::Event;
+use crate::core::live::runtime::{self, Runtime};
 use crate::core::log::format::{live, WriterState, COMM_SLOTS};
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::{Drops, HangEvidence, RecordBody};
 use crate::core::log::writer::LogWriter;
 use crate::core::net::port_counters::PortSampler;
-use crate::core::net::qp_monitor::QpMonitor;
+use crate::core::net::qp_monitor::{QpMonitor, QpSettings};
+use crate::core::record::clock::{monotonic_ns, now_ticks, wall_ns};
+use crate::core::record::notice::say;
+use crate::core::runtime::config::{Config, TestFault};
 use crate::core::steps::step_assembly::StepAssembly;
 
 pub struct Collector {
     writer: LogWriter,
+    /// The settings the runtime started with; the families get their part of it.
+    config: &'static Config,
     drops_written: u64,
     /// (comm id, sequence) of the last hang reported per communicator slot, so each
     /// stuck call is reported once: fixed size, like everything the collector keeps.
@@ -40,9 +42,10 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(writer: LogWriter) -> Collector {
+    pub fn new(writer: LogWriter, config: &'static Config) -> Collector {
         Collector {
             writer,
+            config,
             drops_written: 0,
             hang_reported: [(0, 0); COMM_SLOTS],
             steps: StepAssembly::default(),
@@ -94,11 +97,12 @@ impl Collector {
             self.drops_written = dropped;
         }
         let kernels = &mut self.kernels;
-        self.cupti.round(rt, &mut self.writer, &mut |activity, name| kernels.feed(activity, name));
-        self.kernels.round(rt, &mut self.writer);
-        self.qps.round(rt, &mut self.writer);
+        let config = self.config;
+        self.cupti.round(&config.cupti, &mut self.writer, &mut |activity, name| kernels.feed(activity, name));
+        self.kernels.round(rt, config.kernel_window_ms, &config.cupti, &mut self.writer);
+        self.qps.round(rt, &self.qp_settings(), &mut self.writer);
         let writer = &mut self.writer;
-        self.ports.round(rt, &mut |record| writer.append(record));
+        self.ports.round(config.ib_sample_ms, &config.ib_sysfs_root, &mut |record| writer.append(record));
         crate::core::net::verbs::write_notes(monotonic_ns(), &mut |record| writer.append(record));
         self.watch_for_hangs(rt);
         rt.calibration.refine();
@@ -106,11 +110,21 @@ impl Collector {
         written
     }
 
+    fn qp_settings(&self) -> QpSettings {
+        let c = self.config;
+        QpSettings {
+            timeout_ms: c.wr_timeout_ms,
+            window: c.wr_window,
+            degraded: c.wr_degraded,
+            sample_ms: c.net_sample_ms,
+        }
+    }
+
     /// max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S); just the minimum until steps
     /// are known.
-    fn hang_threshold_ns(&self, rt: &Runtime) -> u64 {
-        let floor = rt.config.hang_min_s * 1e9;
-        let by_steps = self.recent_steps.median_ns().map_or(0.0, |m| m as f64 * rt.config.hang_factor);
+    fn hang_threshold_ns(&self) -> u64 {
+        let floor = self.config.hang_min_s * 1e9;
+        let by_steps = self.recent_steps.median_ns().map_or(0.0, |m| m as f64 * self.config.hang_factor);
         floor.max(by_steps) as u64
     }
 
@@ -118,7 +132,7 @@ impl Collector {
     /// has been in flight longer than the threshold. The rank may never return from it,
     /// so this is the evidence that survives whatever happens next.
     fn watch_for_hangs(&mut self, rt: &Runtime) {
-        let threshold_ns = self.hang_threshold_ns(rt);
+        let threshold_ns = self.hang_threshold_ns();
         let now_ns = rt.calibration.to_mono_ns(now_ticks());
         for (index, slot) in rt.comms.live() {
             let since_ticks = slot.inflight_ticks.load(Ordering::Acquire);
@@ -157,7 +171,7 @@ impl Collector {
         self.cupti.flush_at_exit();
         self.round(rt);
         self.kernels.finish(&mut self.writer);
-        self.qps.sample(rt, &mut self.writer);
+        self.qps.sample(rt, &self.qp_settings(), &mut self.writer);
         self.writer.set(live::WRITER_STATE, state);
     }
 }
@@ -169,14 +183,14 @@ impl Collector {
 /// A panic in a round is caught: the header records it (`collector_panicked`), recording
 /// stops, and the job runs on.
 pub fn run(rt: &'static Runtime, mut collector: Collector) {
-    let period = Duration::from_millis(rt.config.heartbeat_ms);
+    let period = Duration::from_millis(collector.config.heartbeat_ms);
     let busy = rt.ring.capacity() / 4;
     quiet_panics_in_collector();
-    let environment = super::doors::environment();
+    let environment = crate::core::record::doors::environment();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // A process that is not the runtime's owner must not write its log (see owner()).
         while runtime::is_active() && rt.in_owner_process() {
-            match rt.config.test_fault {
+            match collector.config.test_fault {
                 Some(TestFault::CollectorPanic) => panic!("SF_TEST_FAULT=collector-panic"),
                 Some(TestFault::CollectorStall) => loop {
                     std::thread::sleep(Duration::from_secs(3600));
@@ -184,7 +198,7 @@ pub fn run(rt: &'static Runtime, mut collector: Collector) {
                 _ => {}
             }
             rt.live(crate::core::log::format::live::DOORS)
-                .store(super::doors::published(environment), Ordering::Relaxed);
+                .store(crate::core::record::doors::published(environment), Ordering::Relaxed);
             if rt.exit.requested.load(Ordering::Acquire) {
                 collector.finish(rt, WriterState::Exited as u64);
                 return;
@@ -204,7 +218,7 @@ pub fn run(rt: &'static Runtime, mut collector: Collector) {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        let what = crate::core::capture::config::clip(what.as_bytes()).0;
+        let what = crate::core::record::notice::clip(what.as_bytes()).0;
         runtime::stop(
             WriterState::CollectorPanicked,
             &format!("the collector thread panicked ({what}); recorded in the log header"),

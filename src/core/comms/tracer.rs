@@ -4,16 +4,16 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::core::capture::clock::now_ticks;
-use crate::core::capture::event::Event;
-use crate::core::capture::runtime::{self, Runtime};
-use crate::core::capture::thread_state::ReentrancyGuard;
 use crate::core::comms::comm_identity;
-use crate::core::comms::comm_table::{CommSlot, Registration};
-use crate::core::comms::inject::{self, Firing, Site};
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::inject::{self, Firing, Site};
+use crate::core::live::event::Event;
+use crate::core::live::runtime::{self, Runtime};
+use crate::core::log::comm_table::{CommSlot, Registration};
 use crate::core::log::format::live;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::{CommCreated, CommOrigin, InjectAction, Injection, NcclCall, RecordBody};
+use crate::core::record::clock::now_ticks;
+use crate::core::record::thread_state::ReentrancyGuard;
 
 /// The arguments of an intercepted call that records keep.
 #[derive(Clone, Copy)]

@@ -1,25 +1,7 @@
 //! The CUDA door's keys (README, CUDA kernel activity).
 
-use std::path::PathBuf;
-
 use super::settings::Settings;
-
-/// The CUDA door's settings (README, CUDA kernel activity).
-#[derive(Clone, Debug, PartialEq)]
-pub struct CuptiConfig {
-    pub enabled: bool,
-    pub path: Option<PathBuf>,
-    pub flush_ms: u64,
-    pub buffers: usize,
-    pub buffer_kb: usize,
-    pub correlation: bool,
-}
-
-impl Default for CuptiConfig {
-    fn default() -> CuptiConfig {
-        CuptiConfig { enabled: true, path: None, flush_ms: 500, buffers: 16, buffer_kb: 1024, correlation: false }
-    }
-}
+use crate::core::kernels::cupti::config::CuptiConfig;
 
 pub(super) fn parse_cupti_keys(cfg: &mut CuptiConfig, s: &mut Settings) {
     s.flag("SF_CUPTI", &mut cfg.enabled);
@@ -36,6 +18,7 @@ pub(super) fn parse_cupti_keys(cfg: &mut CuptiConfig, s: &mut Settings) {
 mod tests {
     use super::super::tests::parse;
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn cupti_settings() {

@@ -1,6 +1,7 @@
 //! Scripted NCCL faults (`SF_INJECT`), for scoring analysis against ground truth. Off
 //! unless set; then every rule that fires is written to the log as an `injection` record
-//! before it acts.
+//! before it acts. Imports only log and record; the live runtime holds the injector and
+//! the comms tracer checks it. Never acts unless a rule matched.
 
 pub mod rules;
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use rules::{CommSelector, Rule};
 
-use crate::core::comms::nccl_op::NcclOp;
+use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::InjectAction;
 
 /// The rules that concern this rank, with their position in `SF_INJECT`.

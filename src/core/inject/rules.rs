@@ -8,9 +8,9 @@
 //! Keys: rank (N or N|N|...), op, comm (an id as `sf dump` prints it, or `world`),
 //! seq (N or N-M), step (N or N-M), stage, ms, jitter_ms, result, prob, seed.
 
-use crate::core::capture::config::{clip, echo};
-use crate::core::comms::nccl_op::{result_name, NcclOp};
+use crate::core::log::nccl_op::{result_name, NcclOp};
 use crate::core::log::records::InjectAction;
+use crate::core::record::notice::{clip, echo};
 
 /// An inclusive range of sequence or step numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

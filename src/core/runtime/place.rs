@@ -19,11 +19,11 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::format::{self, bytes, header, live, WriterState};
-use super::private_dir::{DirError, Entry, PrivateDir};
-use super::writer::{HeaderInfo, LogWriter};
-use crate::core::capture::config::Config;
-use crate::core::capture::host;
+use crate::core::log::format::{self, bytes, header, live, WriterState};
+use crate::core::log::host;
+use crate::core::log::private_dir::{DirError, Entry, PrivateDir};
+use crate::core::log::writer::{HeaderInfo, LogWriter};
+use crate::core::runtime::config::Config;
 
 /// The smallest log the library makes on its own.
 pub const MIN_RECORDS: u32 = 1024;

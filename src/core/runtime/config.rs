@@ -11,10 +11,10 @@ mod cupti;
 mod rdma;
 mod settings;
 
-pub use cupti::CuptiConfig;
+pub use crate::core::kernels::cupti::config::CuptiConfig;
 use settings::Settings;
-pub use settings::{clip, echo};
 
+use crate::core::record::notice::{clip, echo};
 use crate::core::steps::nvtx_stages;
 
 /// Every variable the library reads, with its default, for README and `--help` texts.
@@ -122,7 +122,7 @@ pub struct Config {
     pub force: bool,
     pub log_root: PathBuf,
     /// Whether SF_LOG_DIR / SF_LOG_RECORDS were set: if not, the library may pick a place
-    /// and a size that fit (core::log::place).
+    /// and a size that fit (core::runtime::place).
     pub log_root_chosen: bool,
     pub log_records_chosen: bool,
     pub log_mode: LogMode,
