@@ -644,3 +644,23 @@ fn json_errors_are_one_object_on_stdout_and_one_line_on_stderr() {
     let out = sf(&[OsStr::new("slow"), missing.as_os_str()]);
     assert!(out.stdout.is_empty() && out.status.code() == Some(1));
 }
+
+/// A bad command line under `--json` is the usage error (status 2) on stderr as clap
+/// words it, and one JSON error object on stdout where the script reads the answer.
+#[test]
+fn usage_errors_under_json_are_a_json_object_too() {
+    let out = sf(&["ls", "--json", "--no-such-flag", "job"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
+    let object: Value = serde_json::from_str(&stdout).unwrap();
+    let message = object["message"].as_str().unwrap();
+    assert!(message.starts_with("usage: ") && message.contains("--no-such-flag"), "{message}");
+    assert_eq!(object["hint"], "see sf --help");
+    assert!(text(&out.stderr).contains("--no-such-flag"));
+    // Without --json, and for --help, stdout holds no error object.
+    assert!(sf(&["ls", "--no-such-flag", "job"]).stdout.is_empty());
+    let help = sf(&["ls", "--json", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(!text(&help.stdout).starts_with('{'));
+}

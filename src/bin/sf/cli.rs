@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 
 pub use stagefrontier::report::discover::Dirs;
@@ -83,6 +84,29 @@ impl Command {
             Command::Trace { format, .. } => *format,
         }
     }
+}
+
+/// Whether clap's error is a bad command line (not `--help` or `--version`).
+pub fn is_usage_error(error: &clap::Error) -> bool {
+    !matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    )
+}
+
+/// Whether the command line asks for `--json` (before a `--`, after which the words are
+/// `sf run`'s job's).
+pub fn asks_for_json<I: IntoIterator<Item = OsString>>(args: I) -> bool {
+    args.into_iter().take_while(|a| a != "--").any(|a| a == "--json")
+}
+
+/// clap's error as one line in sf's form, `usage: what went wrong; what to do`.
+pub fn usage_line(error: &clap::Error) -> String {
+    let text = error.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let what = lines.next().unwrap_or("bad command line");
+    let what = what.strip_prefix("error: ").unwrap_or(what);
+    format!("usage: {what}; see sf --help")
 }
 
 /// Parses `args`, program name first. Help, version and usage errors come back as the

@@ -26,7 +26,14 @@ fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
         Ok(command) => command,
         // Help, version and usage errors: clap prints them and picks the exit status (2).
-        Err(e) => e.exit(),
+        Err(e) => {
+            if cli::is_usage_error(&e) && cli::asks_for_json(std::env::args_os()) {
+                // A script reading `--json` gets a usage error as JSON where it reads the answer too.
+                let mut stdout = io::stdout().lock();
+                let _ = output::json_error(&mut stdout, &cli::usage_line(&e)).and_then(|_| stdout.flush());
+            }
+            e.exit()
+        }
     };
     let format = command.format();
     match run(command) {
