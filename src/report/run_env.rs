@@ -158,6 +158,13 @@ pub fn plan(options: &RunOptions, var: impl Fn(&str) -> Option<OsString>, places
             plan.set.push(("SF_LOG_DIR".into(), dir.clone().into_os_string()));
             dir
         }
+        // A relative SF_LOG_DIR is made absolute as --log-dir is, so the start line says
+        // where the logs really go and a rank that changes directory writes there too.
+        (None, Some(dir)) if Path::new(&dir).is_relative() => {
+            let dir = places.cwd.join(dir);
+            plan.set.push(("SF_LOG_DIR".into(), dir.clone().into_os_string()));
+            dir
+        }
         (None, Some(dir)) => PathBuf::from(dir),
         (None, None) => PathBuf::from(format!("/dev/shm/stagefrontier-{}", places.uid)),
     };

@@ -101,6 +101,17 @@ fn doors_pick_a_subset_and_log_dir_is_made_absolute() {
 }
 
 #[test]
+fn a_relative_sf_log_dir_is_made_absolute_too() {
+    let plan = plan_in(&options(&["x"]), &[("SF_LOG_DIR", "rel/logs")]);
+    assert_eq!(set(&plan, "SF_LOG_DIR"), Some("/home/op/rel/logs"));
+    assert_eq!(plan.log_root, Path::new("/home/op/rel/logs"));
+    // An absolute one is the job's own: left as it is.
+    let plan = plan_in(&options(&["x"]), &[("SF_LOG_DIR", "/scratch/logs")]);
+    assert_eq!(set(&plan, "SF_LOG_DIR"), None);
+    assert_eq!(plan.log_root, Path::new("/scratch/logs"));
+}
+
+#[test]
 fn job_ids_follow_the_documented_order() {
     let job = |command: &[&str], env: &[(&str, &str)]| {
         let plan = plan_in(&options(command), env);
