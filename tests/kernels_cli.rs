@@ -173,8 +173,8 @@ fn logs_without_kernel_records_say_how_to_get_them() {
     };
     LogWriter::create(&dir.join(&identity.file_name(0)), &info).expect("create log");
     let out = Command::new(artifact("sf")).arg("kernels").arg(&dir.0).output().unwrap();
-    // Nothing to judge is not "nothing found": 1, as for every command without its evidence.
-    assert_eq!(out.status.code(), Some(1));
+    // Nothing of that kind to judge: said in one line, and no error (0).
+    assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("no kernel records") && stdout.contains("CUDA_INJECTION64_PATH"), "{stdout}");
     let missing = Command::new(artifact("sf")).arg("kernels").arg(dir.join("nope")).output().unwrap();

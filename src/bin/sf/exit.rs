@@ -2,10 +2,11 @@
 //! A finding's status is the answer even when some log could not be read; 1 is for a
 //! command that could not answer at all.
 
-/// Nothing found.
+/// Nothing found; also nothing of the command's kind to judge (no kernel records for
+/// `sf kernels`, no work requests nor port counters for `sf net`), which it says in a line.
 pub const NOTHING: u8 = 0;
-/// An error: a path that is not a job, an unreadable log, logs that hold none of the
-/// evidence the command reads (no step vectors, no kernel records, no work requests nor port counters).
+/// An error: a path that is not a job, an unreadable log, logs that hold no step vectors
+/// for a command that needs them.
 pub const ERROR: u8 = 1;
 // 2 is usage only: clap's status for a bad command line.
 /// A hang: `sf hang`'s diagnosis, `sf net`'s stuck QP.
