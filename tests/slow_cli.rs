@@ -113,6 +113,10 @@ fn a_one_rank_job_and_one_rank_groups_have_no_stragglers() {
     assert_eq!((code, report["found"].as_bool()), (Some(if regressed { 4 } else { 0 }), Some(regressed)), "{report}");
     let human = String::from_utf8(sf_slow(&alone, &[]).stdout).unwrap();
     assert!(human.contains("note: group job has 1 rank, too few to compare: no stragglers there"), "{human}");
+    // The headline and the status agree: a finding (4) is named in a SLOW line, never under
+    // a line that says no rank stands out.
+    assert!(!human.contains("no rank stands out"), "{human}");
+    assert_eq!(human.contains("SLOW rank 0: its own step time"), regressed, "{human}");
     // Four ranks on one node by local rank: four groups of one, compared together.
     let four = job("slow-by-local-rank", "");
     let (code, report) = {

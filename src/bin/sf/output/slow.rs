@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use super::human::plural;
 use super::table::{self, Align};
 use crate::cli::Format;
-use stagefrontier::report::slow::{JobRegressionReport, L1Report, SlowRankReport, SlowReport};
+use stagefrontier::report::slow::{JobRegressionReport, L1Report, RegressionReport, SlowRankReport, SlowReport};
 
 /// Step runs shown before "and N more"; the JSON output has every step.
 const RUNS_AT_MOST: usize = 8;
@@ -72,7 +72,13 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
             r.floor_s, r.params.min_effect, r.params.min_effect_ms
         )?;
     } else if r.slow_ranks.is_empty() && r.job_regression.is_none() {
-        writeln!(out, "no rank stands out in a stage; the L1 regressions below slowed the job as a whole")?;
+        // The finding is a rank's own regression, which no other detector placed in a
+        // stage: the headline names it, as the exit status (4) says a finding.
+        for l in &r.l1 {
+            if let Some(g) = l.regression.as_ref().filter(|g| !g.job_wide) {
+                writeln!(out, "{}", own_regression_line(l.rank, g))?;
+            }
+        }
     }
     if r.slow_ranks.is_empty() && r.l1.iter().any(|l| l.jitter.iter().any(|j| j.effective_first_step.is_some())) {
         writeln!(
@@ -196,6 +202,20 @@ fn job_regression_line(g: &JobRegressionReport, ranks: usize) -> String {
     };
     format!(
         "REGRESSION from step {} on {who}, one event of the job: {:.4} -> {:.4} s per step (x{:.2}); {cause}",
+        g.step, g.mean_before_s, g.mean_after_s, g.ratio
+    )
+}
+
+/// `SLOW rank 2: its own step time regressed from step 20 ...`: a rank's L1 regression that
+/// neither L2, expected time nor the wait attribution placed in a stage.
+fn own_regression_line(rank: u32, g: &RegressionReport) -> String {
+    let stage = match (&g.stage, g.stage_delta_s) {
+        (Some(stage), Some(delta)) => format!(", most of it in {stage} (+{delta:.4} s)"),
+        _ => String::new(),
+    };
+    format!(
+        "SLOW rank {rank}: its own step time (less its waiting) regressed from step {}: {:.4} -> {:.4} s (x{:.2}){stage}; \
+         L1 alone: no other rank or detector confirms it",
         g.step, g.mean_before_s, g.mean_after_s, g.ratio
     )
 }
@@ -325,5 +345,23 @@ mod tests {
         let many: Vec<u64> = (0..40).step_by(2).collect();
         assert!(step_runs(&many).ends_with("14, and 12 more"), "{}", step_runs(&many));
         assert_eq!(step_span(7, 7, 1), "at step 7");
+    }
+
+    #[test]
+    fn a_ranks_own_regression_is_a_slow_line() {
+        let g = RegressionReport {
+            step: 20,
+            mean_before_s: 0.1,
+            mean_after_s: 0.15,
+            ratio: 1.5,
+            cv_before: 0.01,
+            cv_after: 0.01,
+            stage: Some("fwd".into()),
+            stage_delta_s: Some(0.05),
+            job_wide: false,
+        };
+        let line = own_regression_line(2, &g);
+        assert!(line.starts_with("SLOW rank 2: its own step time"), "{line}");
+        assert!(line.contains("from step 20: 0.1000 -> 0.1500 s (x1.50), most of it in fwd"), "{line}");
     }
 }
