@@ -235,13 +235,16 @@ fn source_dirs(dirs: &Dirs, files: &[discover::LogFile]) -> Vec<((u64, u64), Pat
     all.filter_map(|dir| std::fs::metadata(&dir).ok().map(|m| ((m.dev(), m.ino()), dir))).collect()
 }
 
+/// DEST refused (with what sf snapshot writes into) or unusable (no space, no permission).
 fn refused_dest(to: &Path, e: &DirError) -> Failure {
-    Failure::Message(format!(
-        "--to {}: {}; sf snapshot writes only below directories that are root's or its user's and that no \
-         one else can change (a shared parent must be sticky, as /tmp is)",
-        to.display(),
-        e.message()
-    ))
+    let why = match e {
+        DirError::Refused(_) => {
+            "; sf snapshot writes only below directories that are root's or its user's and that no one else \
+             can change (a shared parent must be sticky, as /tmp is)"
+        }
+        DirError::Unavailable(_) => "",
+    };
+    Failure::Message(format!("--to {}: {}{why}", to.display(), e.message()))
 }
 
 /// `DEST/<host>/<job>`: created 0700 where missing, opened without following links, ours,
