@@ -17,38 +17,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use stagefrontier::core::log::reader::RankLog;
 
-const NOBODY: u32 = 65534;
-
 fn plain_checksum(args: &[String]) -> String {
     checksum(&run_ok(Command::new(trainer_sim()).args(args).env_remove("LD_PRELOAD")))
-}
-
-/// Whether a second user can be played here; the reason if not.
-fn second_user() -> Result<(), String> {
-    if !is_root() {
-        return Err("needs root to act as a second user".into());
-    }
-    match Command::new("setpriv").arg("--version").output() {
-        Ok(out) if out.status.success() => Ok(()),
-        _ => Err("setpriv is not installed".into()),
-    }
-}
-
-/// `sh -c script` as uid/gid 65534 with no supplementary groups.
-fn as_nobody(script: &str) {
-    let out = Command::new("setpriv")
-        .args([format!("--reuid={NOBODY}"), format!("--regid={NOBODY}"), "--clear-groups".into()])
-        .args(["sh", "-c", script])
-        .output()
-        .expect("run setpriv");
-    assert!(out.status.success(), "as nobody: {script}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A directory anyone may create in, like /tmp (1777).
-fn shared_dir(name: &str) -> TempDir {
-    let dir = TempDir::new(name);
-    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    dir
 }
 
 /// Runs the job to completion within a minute (a rank stuck in `open` fails the test).

@@ -5,14 +5,24 @@
 //! Each log is copied by `core::log::copy` (header and live tables, then the whole records:
 //! never a torn record), which reads and never waits on the writer, so a wedged rank is
 //! copied like a running one.
+//!
+//! It may run as root (a Slurm epilog) into a shared DEST whose host and job names the
+//! job's owner knows in advance, and from a DIR that owner controls, so (`core::log::
+//! safe_path`): DEST is walked by descriptor and refused where someone else could redirect
+//! it, every file is created new under a random name and renamed into place, only regular
+//! files of the job's user are copied (never through a link), and a DEST that is or holds
+//! the logs being copied is refused before anything is written there.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::analysis::log::heartbeat::same_host;
 use crate::core::log::copy::copy_log;
 use crate::core::log::host as local_host;
+use crate::core::log::private_dir::{DirError, Entry, PrivateDir};
 use crate::core::log::reader::RankLog;
+use crate::core::log::safe_path;
 use crate::core::record::clock::{monotonic_ns, wall_ns};
 use serde::Serialize;
 
@@ -46,7 +56,7 @@ pub struct SnapshotDir {
 
 /// One destination directory's manifest as it fills.
 struct Dest {
-    dir: PathBuf,
+    dir: PrivateDir,
     job_id: String,
     manifest: Manifest,
 }
@@ -55,6 +65,8 @@ pub fn build(dirs: &Dirs, to: &Path) -> Result<SnapshotReport, Failure> {
     let started = Instant::now();
     check_dest(dirs, to)?;
     let files = discover::job_logs(dirs, "snapshot").map_err(Failure::Message)?;
+    let sources = source_dirs(dirs, &files);
+    let dest_root = safe_path::output_dir(to, true).map_err(|e| refused_dest(to, &e))?;
     let here = local_host::name();
     let boot_id = moment::boot_id_here();
     let mut dests: Vec<Dest> = Vec::new();
@@ -69,10 +81,10 @@ pub fn build(dirs: &Dirs, to: &Path) -> Result<SnapshotReport, Failure> {
     };
     for file in &files {
         let fail = |error: String| FileError { file: file.path.display().to_string(), error };
-        let log = match RankLog::open(&file.path) {
+        let log = match open_source(&file.path) {
             Ok(log) => log,
             Err(e) => {
-                report.errors.push(fail(e.to_string()));
+                report.errors.push(fail(e));
                 continue;
             }
         };
@@ -86,17 +98,14 @@ pub fn build(dirs: &Dirs, to: &Path) -> Result<SnapshotReport, Failure> {
             .and_then(|p| p.file_name())
             .and_then(|n| safe_name(&n.to_string_lossy()))
             .unwrap_or_else(|| "job".into());
-        let dest_dir = to.join(&host).join(&job_id);
-        if let Err(e) = create_private_dirs(&dest_dir) {
-            return Err(Failure::Message(format!("{}: cannot create: {e}", dest_dir.display())));
-        }
+        let dest_dir = dest_dir(&dest_root, &host, &job_id, &sources)?;
         let name = file.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut clocks = (0, 0);
-        let copied = copy_log(&log, &dest_dir.join(&name), || clocks = (monotonic_ns(), wall_ns()));
+        let copied = copy_log(&log, &dest_dir, &name, || clocks = (monotonic_ns(), wall_ns()));
         let stats = match copied {
             Ok(stats) => stats,
             Err(e) => {
-                report.errors.push(fail(format!("cannot copy to {}: {e}", dest_dir.display())));
+                report.errors.push(fail(format!("cannot copy to {}: {e}", dest_dir.path().display())));
                 continue;
             }
         };
@@ -118,13 +127,13 @@ pub fn build(dirs: &Dirs, to: &Path) -> Result<SnapshotReport, Failure> {
             torn_slots: stats.torn_slots,
         };
         let source = file.path.parent().map(|p| p.display().to_string()).unwrap_or_default();
-        let dest = match dests.iter_mut().position(|d| d.dir == dest_dir) {
+        let dest = match dests.iter_mut().position(|d| d.dir.path() == dest_dir.path()) {
             Some(i) => &mut dests[i],
             None => {
                 // Logs an earlier snapshot put here keep their moments.
-                let earlier = moment::manifest_in(&dest_dir).ok().flatten().map_or_else(Vec::new, |m| m.logs);
+                let earlier = moment::manifest_in(dest_dir.path()).ok().flatten().map_or_else(Vec::new, |m| m.logs);
                 dests.push(Dest {
-                    dir: dest_dir.clone(),
+                    dir: dest_dir,
                     job_id,
                     manifest: Manifest {
                         sf_snapshot: MANIFEST_VERSION,
@@ -146,11 +155,12 @@ pub fn build(dirs: &Dirs, to: &Path) -> Result<SnapshotReport, Failure> {
     }
     for dest in &dests {
         write_manifest(&dest.dir, &dest.manifest)
-            .map_err(|e| Failure::Message(format!("{}: cannot write {MANIFEST}: {e}", dest.dir.display())))?;
+            .map_err(|e| Failure::Message(format!("{}: cannot write {MANIFEST}: {e}", dest.dir.path().display())))?;
         report.dirs.push(SnapshotDir {
-            dir: dest.dir.display().to_string(),
+            dir: dest.dir.path().display().to_string(),
             host: dest
                 .dir
+                .path()
                 .parent()
                 .and_then(|p| p.file_name())
                 .map(|n| n.to_string_lossy().into_owned())
@@ -217,18 +227,75 @@ fn resolved(path: &Path) -> Option<PathBuf> {
     }
 }
 
-/// `dir` and its missing parents, new ones 0700: the copies are the job's private data.
-fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+/// The directories whose logs are copied (each DIR and each log's own directory), by
+/// identity: a DEST directory that is one of them would be copied over or into.
+fn source_dirs(dirs: &Dirs, files: &[discover::LogFile]) -> Vec<((u64, u64), PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let all = dirs.0.iter().cloned().chain(files.iter().filter_map(|f| f.path.parent().map(Path::to_path_buf)));
+    all.filter_map(|dir| std::fs::metadata(&dir).ok().map(|m| ((m.dev(), m.ino()), dir))).collect()
+}
+
+/// DEST refused (with what sf snapshot writes into) or unusable (no space, no permission).
+fn refused_dest(to: &Path, e: &DirError) -> Failure {
+    let why = match e {
+        DirError::Refused(_) => {
+            "; sf snapshot writes only below directories that are root's or its user's and that no one else \
+             can change (a shared parent must be sticky, as /tmp is)"
+        }
+        DirError::Unavailable(_) => "",
+    };
+    Failure::Message(format!("--to {}: {}{why}", to.display(), e.message()))
+}
+
+/// `DEST/<host>/<job>`: created 0700 where missing, opened without following links, ours,
+/// written by no one else, and none of the directories the logs are copied from.
+fn dest_dir(
+    root: &PrivateDir,
+    host: &str,
+    job_id: &str,
+    sources: &[((u64, u64), PathBuf)],
+) -> Result<PrivateDir, Failure> {
+    let host_dir = root.subdir(host, 0o700).map_err(|e| refused_dest(root.path(), &e))?;
+    let dir = host_dir.subdir(job_id, 0o700).map_err(|e| refused_dest(root.path(), &e))?;
+    for d in [root, &host_dir, &dir] {
+        let identity = d.identity().map_err(|e| Failure::Message(format!("{}: {e}", d.path().display())))?;
+        if let Some((_, source)) = sources.iter().find(|(s, _)| *s == identity) {
+            let what = if d.path() == source { String::new() } else { format!(" (that is {})", source.display()) };
+            return Err(Failure::Message(format!(
+                "--to {}: {}{what} holds the logs being copied, which the copies would replace or join; pick a \
+                 DEST outside them",
+                root.path().display(),
+                d.path().display(),
+            )));
+        }
+    }
+    Ok(dir)
+}
+
+/// A log to copy: a regular file of the job's user (the owner of its directory), opened
+/// without following a link. A link in a job directory may point at another job's log or,
+/// read as root, at another user's private one.
+fn open_source(path: &Path) -> Result<RankLog, String> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let (dir, owner) = safe_path::job_dir(parent).map_err(|e| e.message().to_string())?;
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or("not a UTF-8 name")?;
+    match dir.entry_of(name, owner) {
+        Entry::OurFile(file) => RankLog::from_file(path, file).map_err(|e| e.to_string()),
+        Entry::Missing => Err(format!("{}: gone before it could be copied", path.display())),
+        Entry::Foreign(what) => Err(format!(
+            "{}: {what}, not a regular file of the job's user (uid {owner}, who owns {}); not copied",
+            path.display(),
+            parent.display()
+        )),
+    }
 }
 
 /// The manifest, written under a temporary name and renamed: a reader sees a whole one.
-fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result<()> {
+fn write_manifest(dir: &PrivateDir, manifest: &Manifest) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(manifest).map_err(std::io::Error::other)?;
-    let tmp = dir.join(format!("{MANIFEST}.partial"));
-    std::fs::write(&tmp, text + "\n")?;
-    std::fs::rename(&tmp, dir.join(MANIFEST))
+    let out = dir.create_new(MANIFEST, 0o600)?;
+    out.file().write_all((text + "\n").as_bytes())?;
+    out.commit()
 }
 
 #[cfg(test)]

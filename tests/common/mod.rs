@@ -427,3 +427,35 @@ pub const TRAINER_STAGES: [&str; 6] = [
     "optim.step_cpu_wall",
     "step.other_cpu_wall",
 ];
+
+/// The second user of the multi-user tests: `nobody`, played through `setpriv`.
+pub const NOBODY: u32 = 65534;
+
+/// Whether a second user can be played here; the reason if not.
+pub fn second_user() -> Result<(), String> {
+    if !is_root() {
+        return Err("needs root to act as a second user".into());
+    }
+    match Command::new("setpriv").arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        _ => Err("setpriv is not installed".into()),
+    }
+}
+
+/// `sh -c script` as uid/gid 65534 with no supplementary groups.
+pub fn as_nobody(script: &str) {
+    let out = Command::new("setpriv")
+        .args([format!("--reuid={NOBODY}"), format!("--regid={NOBODY}"), "--clear-groups".into()])
+        .args(["sh", "-c", script])
+        .output()
+        .expect("run setpriv");
+    assert!(out.status.success(), "as nobody: {script}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A directory anyone may create in, like /tmp (1777).
+pub fn shared_dir(name: &str) -> TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new(name);
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    dir
+}

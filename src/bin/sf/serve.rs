@@ -6,6 +6,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
+use stagefrontier::core::log::safe_path;
 use stagefrontier::report::discover::Dirs;
 use stagefrontier::report::exporter::{Exporter, ExporterOptions};
 use stagefrontier::report::hang::{HangOptions, DEFAULT_HANG};
@@ -74,12 +75,15 @@ fn say_unreadable(dirs: &Dirs) {
 /// The textfile's name: node_exporter's textfile collector reads `*.prom`.
 pub const TEXTFILE: &str = "stagefrontier.prom";
 
-/// Written under a temporary name (that the collector ignores) and renamed into place, so
-/// node_exporter never reads half a scrape.
-fn write_textfile(dir: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{TEXTFILE}.{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, dir.join(TEXTFILE))
+/// Written new under a temporary name (that the collector ignores) and renamed into
+/// place, so node_exporter never reads half a scrape; the directory is walked again each
+/// time, and neither it nor the file is ever reached through another user's link
+/// (core::log::safe_path).
+fn write_textfile(dir: &Path, text: &str) -> Result<(), String> {
+    let dir = safe_path::output_dir(dir, false).map_err(|e| e.message().to_string())?;
+    let new = dir.create_new(TEXTFILE, 0o644).map_err(|e| e.to_string())?;
+    new.file().write_all(text.as_bytes()).map_err(|e| e.to_string())?;
+    new.commit().map_err(|e| e.to_string())
 }
 
 /// Answers one HTTP/1.x request: `GET /metrics` scrapes, anything else is 404 or 405.

@@ -9,13 +9,13 @@
 //! in the copied records. The copy is written under a temporary name and renamed into
 //! place, so a reader of the destination sees the old copy or the new one, never half.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::FileExt;
 
 use super::format::{self, bytes};
 use super::pread::{read_stable, read_zeroed};
+use super::private_dir::PrivateDir;
 use super::reader::{RankLog, RingSpan};
 
 /// Slots read per `pread`, as the reader's scan reads them.
@@ -32,27 +32,20 @@ pub struct CopyStats {
     pub bytes: u64,
 }
 
-/// Copies `log` to `dest` (replacing it). `header_read` runs right after the header and its
-/// live state were read: the moment the copy shows, for the caller to take its clocks.
-/// The new file gets mode 0600: a rank log is its job's private data.
-pub fn copy_log(log: &RankLog, dest: &Path, header_read: impl FnOnce()) -> io::Result<CopyStats> {
-    let src = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(log.path())?;
+/// Copies `log` to `name` in `dest` (replacing it). `header_read` runs right after the
+/// header and its live state were read: the moment the copy shows, for the caller to take
+/// its clocks. The copy is read from the file `log` holds open (the one its opener
+/// checked) and written as a new file of mode 0600 (a rank log is its job's private data)
+/// that `dest.create_new` makes: never through a link planted in `dest`.
+pub fn copy_log(log: &RankLog, dest: &PrivateDir, name: &str, header_read: impl FnOnce()) -> io::Result<CopyStats> {
+    let src = log.file();
     let rings = log.rings();
     let mut head = vec![0u8; format::records_offset()];
-    read_stable(&src, 0, &mut head)?;
+    read_stable(src, 0, &mut head)?;
     header_read();
-
-    let tmp = dest.with_extension("sflog.partial");
-    let out = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    let result = write_copy(&src, &out, &head, &rings);
-    let stats = match result {
-        Ok(stats) => stats,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    std::fs::rename(&tmp, dest)?;
+    let out = dest.create_new(name, 0o600)?;
+    let stats = write_copy(src, out.file(), &head, &rings)?;
+    out.commit()?;
     Ok(stats)
 }
 
@@ -137,11 +130,12 @@ mod tests {
         // A step vector goes to the history ring: the copy keeps that ring too.
         writer.append(&crate::core::log::roundtrip_tests::step(7));
         // Tear record 2: one payload byte changes after its CRC was computed.
-        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.write_all_at(&[0xff], (format::records_offset() + format::SLOT_SIZE + 20) as u64).unwrap();
         let log = RankLog::open(&path).unwrap();
         let mut called = false;
-        let stats = copy_log(&log, &dir.join("copy.sflog"), || called = true).unwrap();
+        let dest = PrivateDir::open_root(&dir, 0o700).unwrap();
+        let stats = copy_log(&log, &dest, "copy.sflog", || called = true).unwrap();
         assert!(called);
         assert_eq!((stats.records, stats.torn_slots), (3, 1));
         let copy = RankLog::open(&dir.join("copy.sflog")).unwrap();

@@ -21,6 +21,7 @@ pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;
 pub mod records_profiler;
+pub mod safe_path;
 pub mod stage_names;
 pub mod synth;
 pub mod tail;

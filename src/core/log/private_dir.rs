@@ -46,16 +46,16 @@ pub enum Entry {
     Foreign(String),
 }
 
-fn c_name(name: &str) -> io::Result<CString> {
+pub(super) fn c_name(name: &str) -> io::Result<CString> {
     CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
-fn euid() -> u32 {
+pub(super) fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }
 
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
+pub(super) fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     // SAFETY: an all-zero stat is a valid value to be overwritten.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes one stat through a valid pointer.
@@ -66,7 +66,7 @@ fn fstat(fd: RawFd) -> io::Result<libc::stat> {
 }
 
 /// What an inode is, in words, for messages.
-fn kind(mode: libc::mode_t) -> &'static str {
+pub(super) fn kind(mode: libc::mode_t) -> &'static str {
     match mode & libc::S_IFMT {
         libc::S_IFREG => "a regular file",
         libc::S_IFDIR => "a directory",
@@ -183,6 +183,11 @@ impl PrivateDir {
         Ok(())
     }
 
+    /// A directory opened and checked by another walk (`safe_path`), whose checks differ.
+    pub(super) fn from_open(fd: OwnedFd, path: PathBuf) -> PrivateDir {
+        PrivateDir { fd, path }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -194,6 +199,11 @@ impl PrivateDir {
     /// What is at `name`: opened `O_NOFOLLOW | O_NONBLOCK` (a FIFO opens at once and is
     /// never read), and only a regular file of ours counts as ours.
     pub fn entry(&self, name: &str) -> Entry {
+        self.entry_of(name, euid())
+    }
+
+    /// As `entry`, with the regular files of `owner` counting as ours.
+    pub fn entry_of(&self, name: &str, owner: u32) -> Entry {
         let Ok(c) = c_name(name) else { return Entry::Foreign("an unusable name".into()) };
         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
         // SAFETY: openat on our open directory with a NUL-terminated name; checked.
@@ -210,7 +220,7 @@ impl PrivateDir {
         let file = unsafe { std::fs::File::from_raw_fd(fd) };
         match fstat(fd) {
             Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFREG => Entry::Foreign(kind(st.st_mode).into()),
-            Ok(st) if st.st_uid != euid() => Entry::Foreign(format!("a file of uid {}", st.st_uid)),
+            Ok(st) if st.st_uid != owner => Entry::Foreign(format!("a file of uid {}", st.st_uid)),
             Ok(_) => Entry::OurFile(file),
             Err(e) => Entry::Foreign(format!("unreadable ({e})")),
         }

@@ -272,6 +272,13 @@ impl RankLog {
         let unreadable = |error| ReadError::Unreadable { path: path.to_path_buf(), error };
         // O_NONBLOCK: a FIFO planted under a log's name must not hang the open.
         let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(unreadable)?;
+        RankLog::from_file(path, file)
+    }
+
+    /// The log in `file`, already open (by a caller that checked what it opened); `path`
+    /// names it in messages.
+    pub fn from_file(path: &Path, file: File) -> Result<RankLog, ReadError> {
+        let unreadable = |error| ReadError::Unreadable { path: path.to_path_buf(), error };
         let meta = file.metadata().map_err(unreadable)?;
         if !meta.is_file() {
             return Err(ReadError::NotAFile { path: path.to_path_buf() });
@@ -315,6 +322,11 @@ impl RankLog {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open file the log is read from.
+    pub fn file(&self) -> &File {
+        &self.file
     }
 
     /// `buf.len()` bytes at `offset`; what lies past the end of the file (truncated while

@@ -4,9 +4,9 @@
 //! microseconds from the trace's origin to a tenth (100 ns: finer than any NCCL call or
 //! stage worth seeing, and a big job's trace is a tenth smaller than at nanoseconds).
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 
+use stagefrontier::core::log::safe_path;
 use stagefrontier::report::trace::{self, FlowPhase, TraceOptions, TraceReport, TraceSink};
 use stagefrontier::report::Failure;
 
@@ -156,11 +156,16 @@ fn micros(out: &mut impl Write, key: &str, ns: u64) -> io::Result<()> {
 pub fn write_file(options: &TraceOptions) -> Result<TraceReport, Failure> {
     let plan = trace::plan(options)?;
     let fail = |e: io::Error| Failure::Message(format!("{}: cannot write: {e}", options.output.display()));
-    let file = File::create(&options.output).map_err(fail)?;
-    let mut writer = TraceWriter::new(BufWriter::new(file), plan.origin_ns).map_err(fail)?;
+    // Made new beside its name and renamed onto it: never written through a link planted
+    // at that name or on the way to it (core::log::safe_path).
+    let (dir, name) = safe_path::output_file_dir(&options.output)
+        .map_err(|e| Failure::Message(format!("{}: cannot write: {}", options.output.display(), e.message())))?;
+    let new = dir.create_new(&name, 0o666).map_err(fail)?;
+    let mut writer = TraceWriter::new(BufWriter::new(new.file()), plan.origin_ns).map_err(fail)?;
     trace::stream(&plan, options, &mut writer)?;
     let (events, out) = writer.finish().map_err(fail)?;
     let bytes = out.into_inner().map_err(|e| fail(e.into_error()))?.metadata().map_or(0, |m| m.len());
+    new.commit().map_err(fail)?;
     Ok(TraceReport {
         file: options.output.display().to_string(),
         ranks: plan.ranks(),
