@@ -255,3 +255,67 @@ fn textfile_once_writes_one_scrape_and_exits() {
         assert!(!said.contains("error while linting") && !said.contains("text format parsing error"), "{said}");
     }
 }
+
+/// Issue 24, point 5: a client that sends a byte a second and a thousand that send
+/// nothing, all connected before the scrape, must not hold it up. The exporter used to
+/// serve one connection at a time with a 5 s timeout per read: the slow client alone held
+/// every scrape off for as long as it kept sending, the idle ones 5 s each.
+#[test]
+fn a_scrape_answers_beside_a_slow_client_and_a_thousand_idle_ones() {
+    let _serial = one_at_a_time();
+    let root = log_root("exporter-slow-clients");
+    run_ok(preloaded(&trainer_sim(), &root, "job").args(trainer_args(4, 20)));
+    // The test's own end of a thousand connections, beyond a soft limit of 1024.
+    // SAFETY: getrlimit/setrlimit on a valid rlimit of this process.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max.min(4096).max(limit.rlim_cur);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    let port = free_port();
+    let _exporter = exporter(&root, port);
+    wait_for("the exporter", Duration::from_secs(30), || get(port, "/").filter(|(status, _)| *status == 200));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // Reconnects whenever the server closes it, so one is always mid-request.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { continue };
+                let mut sent = stream.write_all(b"GET /metrics HTTP/1.1\r\n").is_ok();
+                while sent && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    sent = stream.write_all(b"X").is_ok();
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    // Connected in at most 10 s: the old exporter, stuck on the slow client, let its
+    // backlog fill and the rest hang in connect().
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut idle = Vec::new();
+    while idle.len() < 1000 && Instant::now() < deadline {
+        if let Ok(stream) = TcpStream::connect_timeout(&(([127, 0, 0, 1], port).into()), Duration::from_secs(1)) {
+            idle.push(stream);
+        }
+    }
+    let connected = idle.len();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let scrape = get(port, "/metrics");
+        let took = started.elapsed();
+        eprintln!("a scrape beside a slow client and {connected} idle ones: {took:?}");
+        let (status, body) = scrape.expect("the scrape answered");
+        assert_eq!(status, 200);
+        assert!(body.contains("sf_rank_info{job_id=\"job\",rank=\"3\""), "{body}");
+        // The target is well under a second; the bound leaves room for a loaded 2-core
+        // host and a debug build, and the old exporter took over 30 s.
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+    assert_eq!(connected, 1000, "every idle client was let in");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    slow.join().unwrap();
+}

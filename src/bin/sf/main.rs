@@ -9,6 +9,7 @@
 
 mod cli;
 mod exit;
+mod http;
 mod output;
 mod progress;
 mod run;

@@ -1,8 +1,8 @@
 //! How `sf exporter` gives its scrapes out: once on stdout, as node_exporter textfiles,
 //! or over HTTP, one scrape a request.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,12 +12,8 @@ use stagefrontier::report::exporter::{Exporter, ExporterOptions};
 use stagefrontier::report::hang::{HangOptions, DEFAULT_HANG};
 use stagefrontier::report::Failure;
 
+use crate::http::{Request, Response};
 use crate::output::openmetrics::{render, Flavor};
-
-/// How long a scrape's client may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// The largest request head read.
-const REQUEST_MAX_BYTES: usize = 16 << 10;
 
 /// Runs `sf exporter` until killed (or for one scrape with `--once`).
 pub fn run(options: &ExporterOptions) -> Result<(), Failure> {
@@ -45,12 +41,8 @@ pub fn run(options: &ExporterOptions) -> Result<(), Failure> {
         .map_err(|e| Failure::Message(format!("cannot listen on {addr}: {e}; pick another with --listen")))?;
     let bound = listener.local_addr().map_err(Failure::Output)?;
     let _ = writeln!(std::io::stderr(), "sf exporter: serving http://{bound}/metrics");
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        // One scrape at a time: a scrape is milliseconds, and Prometheus waits its turn.
-        let _ = serve(stream, &mut exporter, &options.dirs, &settings);
-    }
-    Ok(())
+    crate::http::serve(listener, |request| answer(request, &mut exporter, &options.dirs, &settings))
+        .map_err(|e| Failure::Message(format!("{bound}: cannot serve: {e}")))
 }
 
 /// A LOGDIR that is not a directory now: a log root appears with the first job on the
@@ -86,45 +78,21 @@ fn write_textfile(dir: &Path, text: &str) -> Result<(), String> {
     new.commit().map_err(|e| e.to_string())
 }
 
-/// Answers one HTTP/1.x request: `GET /metrics` scrapes, anything else is 404 or 405.
-fn serve(mut stream: TcpStream, exporter: &mut Exporter, dirs: &Dirs, settings: &HangOptions) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
-    stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 2048];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_MAX_BYTES {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
+/// `GET /metrics` scrapes, anything else is 404 or 405.
+fn answer(request: &Request, exporter: &mut Exporter, dirs: &Dirs, settings: &HangOptions) -> Response {
+    let text = |status, body: &str| Response { status, content_type: "text/plain", body: body.to_string() };
+    match (request.method, request.path) {
+        ("GET", "/metrics") => {
+            let flavor = if request.accept.contains("application/openmetrics-text") {
+                Flavor::OpenMetrics
+            } else {
+                Flavor::Prometheus
+            };
+            let body = render(&exporter.scrape(dirs, settings), flavor);
+            Response { status: 200, content_type: flavor.content_type(), body }
         }
-        head.extend_from_slice(&buf[..n]);
+        ("GET", "/") => text(200, "sf exporter: metrics at /metrics\n"),
+        ("GET", _) => text(404, "not found: metrics are at /metrics\n"),
+        _ => text(405, "only GET\n"),
     }
-    let text = String::from_utf8_lossy(&head);
-    let mut lines = text.lines();
-    let request: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
-    let accept = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("accept"))
-        .map_or(String::new(), |(_, v)| v.to_string());
-    let (status, content_type, body) = match request.as_slice() {
-        ["GET", path, ..] if path.split('?').next() == Some("/metrics") => {
-            let flavor =
-                if accept.contains("application/openmetrics-text") { Flavor::OpenMetrics } else { Flavor::Prometheus };
-            (200, flavor.content_type(), render(&exporter.scrape(dirs, settings), flavor))
-        }
-        ["GET", "/", ..] => (200, "text/plain", "sf exporter: metrics at /metrics\n".to_string()),
-        ["GET", ..] => (404, "text/plain", "not found: metrics are at /metrics\n".to_string()),
-        _ => (405, "text/plain", "only GET\n".to_string()),
-    };
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        _ => "Method Not Allowed",
-    };
-    write!(
-        stream,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
 }
