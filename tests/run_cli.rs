@@ -249,3 +249,105 @@ fn the_python_door_chains_an_existing_sitecustomize_and_arms_only_in_ranks() {
     let rank = python(Some("1"));
     assert!(rank.contains("site hook ran") && rank.contains("door True False"), "armed, torch untouched: {rank}");
 }
+
+/// tests/c/count_signal.c, built once per test process.
+fn signal_counter() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::temp_dir().join(format!("count-signal-{}", std::process::id()));
+            compile_c(&c_source("count_signal.c"), &exe, &[]);
+            exe
+        })
+        .clone()
+}
+
+/// Issue 24, point 8: scancel and systemd signal a job's whole process group. sf run used
+/// to share its group with the job, which got the signal from the sender and again from
+/// sf run's forwarding (16 of 20 trials).
+#[test]
+fn a_sigterm_to_sf_runs_process_group_reaches_the_job_once() {
+    use std::os::unix::process::CommandExt;
+    let counter = signal_counter();
+    let mut counts = Vec::new();
+    for _ in 0..20 {
+        let mut child = sf_run(&sf(), &["--doors", "preload", "--"])
+            .arg(&counter)
+            .arg("TERM")
+            // Like a Slurm task or a systemd service: sf run leads a group of its own.
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        // SAFETY: kill on the process group our own child leads.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert!(status.success(), "the job handles SIGTERM and exits 0: {status:?}");
+        counts.push(lines.next().unwrap().unwrap());
+    }
+    assert!(counts.iter().all(|c| c == "TERM=1"), "every trial, one SIGTERM: {counts:?}");
+}
+
+/// A Ctrl-C at sf run's controlling terminal reaches the job once, from the terminal: sf
+/// run gives the job's group the terminal and neither gets nor forwards the SIGINT.
+#[test]
+fn a_ctrl_c_at_the_terminal_reaches_the_job_once() {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: posix_openpt, grantpt, unlockpt and ptsname_r on the new master descriptor,
+    // into a buffer of the size given; the descriptor is owned by the File from here on.
+    let (master, slave_path) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0 && libc::grantpt(fd) == 0 && libc::unlockpt(fd) == 0, "a pseudo-terminal");
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_string();
+        (std::fs::File::from_raw_fd(fd), path)
+    };
+    let slave = std::fs::OpenOptions::new().read(true).write(true).open(&slave_path).unwrap();
+    let mut cmd = sf_run(&sf(), &["--doors", "preload", "--"]);
+    cmd.arg(signal_counter()).arg("INT");
+    cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
+    // SAFETY: setsid and ioctl are async-signal-safe; stdin is the terminal by now.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let (seen, mut master) = (seen.clone(), master.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            // Ends with EIO once the last process holding the terminal is gone.
+            while let Ok(n @ 1..) = master.read(&mut buf) {
+                seen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let wait_for_text = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !seen.lock().unwrap().contains(what) {
+            assert!(Instant::now() < deadline, "no {what:?} in {:?}", seen.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for_text("ready");
+    (&master).write_all(b"\x03").unwrap();
+    wait_for_text("INT=");
+    let status = child.wait().unwrap();
+    drop(master);
+    reader.join().unwrap();
+    let text = seen.lock().unwrap().clone();
+    assert!(text.contains("INT=1"), "one SIGINT: {text:?}");
+    assert!(status.success(), "the job handled it and exited 0, and so did sf run: {status:?} {text:?}");
+}

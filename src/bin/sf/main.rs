@@ -10,6 +10,7 @@
 mod cli;
 mod exit;
 mod http;
+mod job_control;
 mod output;
 mod progress;
 mod run;

@@ -1,17 +1,19 @@
 //! `sf run -- COMMAND`: starts an unmodified job with the library's doors open (the
-//! environment comes from `run_env`), forwards signals to it, returns its exit status
-//! unchanged, and with --report prints the analysis commands' headlines after it.
+//! environment comes from `run_env`) in a process group of its own (`job_control`),
+//! forwards signals to it, returns its exit status unchanged, and with --report prints
+//! the analysis commands' headlines after it.
 
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use stagefrontier::report::run_env::{plan, Places, Plan, RunOptions};
 use stagefrontier::report::wall::rfc3339_ms;
 use stagefrontier::report::Failure;
+
+use crate::job_control;
 
 const LIBRARY: &str = "libstagefrontier.so";
 
@@ -47,19 +49,9 @@ pub fn run(options: &RunOptions) -> Result<ExitCode, Failure> {
     for (name, value) in &plan.set {
         command.env(name, value);
     }
-    forward_signals();
-    let mut child = command
-        .spawn()
+    let mut job = job_control::spawn(&mut command)
         .map_err(|e| Failure::Message(format!("cannot start {}: {e}", Path::new(&options.command[0]).display())))?;
-    CHILD.store(child.id() as i32, Ordering::SeqCst);
-    // A signal that came between the spawn and the store above was kept for the job.
-    let pending = PENDING.swap(0, Ordering::SeqCst);
-    if pending != 0 {
-        // SAFETY: kill on the pid of the child we just started and have not reaped.
-        unsafe { libc::kill(child.id() as i32, pending) };
-    }
-    let status = child.wait().map_err(|e| Failure::Message(format!("cannot wait for the job: {e}")))?;
-    CHILD.store(0, Ordering::SeqCst);
+    let status = job.wait().map_err(|e| Failure::Message(format!("cannot wait for the job: {e}")))?;
 
     if options.report {
         report(&exe, &plan);
@@ -106,49 +98,6 @@ fn find_python_boot(exe: &Path, library: &Path) -> Option<PathBuf> {
         .map(|dir| dir.join("stagefrontier_boot"))
         .find(|boot| boot.join("sitecustomize.py").is_file())
         .and_then(|boot| std::fs::canonicalize(boot).ok())
-}
-
-/// The job's pid while it runs, for the signal handler.
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
-/// A forwarded signal that arrived before the job's pid was known (the job may already
-/// run and tell its caller it is ready): sent to it once the pid is stored. The handler runs
-/// on sf run's only thread, so it cannot interleave with the store and the swap.
-static PENDING: AtomicI32 = AtomicI32::new(0);
-
-/// Signals an operator or a scheduler sends to stop or poke a job.
-const FORWARDED: [libc::c_int; 6] =
-    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
-
-extern "C" fn forward(signal: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
-    // A terminal's Ctrl-C or Ctrl-\ (sent by the kernel) reaches the whole foreground
-    // process group, the job included: sending it again would deliver it twice.
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    if !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL {
-        return;
-    }
-    let child = CHILD.load(Ordering::SeqCst);
-    if child > 0 {
-        // SAFETY: kill is async-signal-safe; a stale pid was reaped by us only after
-        // CHILD went back to 0.
-        unsafe { libc::kill(child, signal) };
-    } else {
-        PENDING.store(signal, Ordering::SeqCst);
-    }
-}
-
-fn forward_signals() {
-    for signal in FORWARDED {
-        // SAFETY: a zeroed sigaction is valid; the handler only reads an atomic and calls
-        // kill, both async-signal-safe.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = forward as extern "C" fn(_, _, _) as usize;
-            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut());
-        }
-    }
 }
 
 /// Ends sf run by `signal`, as the job ended, so that the caller's wait status is the
