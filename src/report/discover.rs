@@ -336,11 +336,17 @@ fn rank_in_name(path: &Path) -> Option<i32> {
     name.split('.').next()?.parse().ok()
 }
 
-/// Notes go to stderr once per run, however many times a command discovers its logs.
+/// Notes go to stderr once per run, however many times a command discovers its logs. They
+/// name hosts and files from logs: their control characters are shown escaped (`\u{1b}`,
+/// `\n`), as sf's human output shows them, so a note stays one line and moves no cursor.
 fn say_once(notes: &[String]) {
     static SAID: std::sync::Once = std::sync::Once::new();
     SAID.call_once(|| {
         for note in notes {
+            let note: String = note
+                .chars()
+                .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+                .collect();
             let _ = writeln!(std::io::stderr(), "sf: {note}");
         }
     });

@@ -165,6 +165,7 @@ fn error_line(message: &str) {
 }
 
 /// `eprintln!` would panic if stderr were closed; a lost diagnostic is not worth one.
+/// A diagnostic names files and hosts from logs: it is a line of human output.
 fn note_line(line: &str) {
-    let _ = writeln!(io::stderr(), "{line}");
+    let _ = output::terminal::line(&mut io::stderr(), format_args!("{line}"));
 }

@@ -34,10 +34,21 @@ impl<'a, W: Write> RecordWriter<'a, W> {
         base_mono_ns: u64,
     ) -> io::Result<RecordWriter<'a, W>> {
         if format == Format::Human {
-            writeln!(
+            human_line!(
                 out,
                 "{:>8}  {:>12}  {:<24}  {:<12}  {:<21}  {:<18}  {:>8}  {:>12}  {:<10}  {:>14}  {:<6}  {:>12}  RESULT",
-                "SEQ", "TIME_S", "WALL", "KIND", "OP", "COMM", "COMM_SEQ", "COUNT", "DTYPE", "BYTES", "REDOP", "DUR_US"
+                "SEQ",
+                "TIME_S",
+                "WALL",
+                "KIND",
+                "OP",
+                "COMM",
+                "COMM_SEQ",
+                "COUNT",
+                "DTYPE",
+                "BYTES",
+                "REDOP",
+                "DUR_US"
             )?;
         }
         Ok(RecordWriter { format, out, names, clock, base_mono_ns })
@@ -49,7 +60,7 @@ impl<'a, W: Write> RecordWriter<'a, W> {
             Format::Human => {
                 let wall = record.body.t_ns().map_or_else(|| "-".to_string(), |t| self.clock.rfc3339(t));
                 let line = record_line(record, self.base_mono_ns, self.names);
-                writeln!(self.out, "{}", with_wall_column(&line, &wall))
+                human_line!(self.out, "{}", with_wall_column(&line, &wall))
             }
         }
     }
@@ -129,11 +140,11 @@ pub fn header<W: Write>(format: Format, out: W, report: &HeaderReport) -> io::Re
             ("doors", live.doors.as_ref().map_or_else(|| "not recorded (an older library)".to_string(), doors_line)),
         ];
         for (key, value) in lines {
-            writeln!(out, "{key:<10} {value}")?;
+            human_line!(out, "{key:<10} {value}")?;
         }
-        writeln!(out, "names      {} (stage and value names, by id)", r.names.len())?;
+        human_line!(out, "names      {} (stage and value names, by id)", r.names.len())?;
         for entry in &r.names {
-            writeln!(out, "  {:>4}  {}", entry.id, entry.name)?;
+            human_line!(out, "  {:>4}  {}", entry.id, entry.name)?;
         }
         Ok(())
     })

@@ -33,7 +33,7 @@ impl<W: Write> Output for Human<W> {
             table::write(&mut self.out, &LS_COLUMNS, &rows)?;
         }
         for line in summary_lines(report) {
-            writeln!(self.out, "{line}")?;
+            human_line!(self.out, "{line}")?;
         }
         // Only a job on several hosts compares times across clocks.
         if report.clocks.len() > 1 {
@@ -42,7 +42,7 @@ impl<W: Write> Output for Human<W> {
                 .iter()
                 .map(|c| format!("{} ±{:.3} ms ({} ranks)", c.host, c.uncertainty_ns as f64 / 1e6, c.ranks))
                 .collect();
-            writeln!(
+            human_line!(
                 self.out,
                 "clocks: {} hosts put on one wall-clock timeline through the headers' calibration: {}; \
                  beyond that, as far as the hosts' clocks agree (NTP/PTP)",
@@ -52,36 +52,36 @@ impl<W: Write> Output for Human<W> {
         }
         let comms = report.mismatches.iter().map(|c| (c.comm_id, &c.mismatches[..], c.mismatches_total));
         for line in mismatch_lines(comms) {
-            writeln!(self.out, "{line}")?;
+            human_line!(self.out, "{line}")?;
         }
         self.out.flush()
     }
 
     fn frontier(&mut self, report: &FrontierReport) -> io::Result<()> {
         let windows = plural(report.windows.len() as u64, "window");
-        writeln!(self.out, "{}: {} stages, {} ranks, {windows}", report.file, report.stages.len(), report.world)?;
+        human_line!(self.out, "{}: {} stages, {} ranks, {windows}", report.file, report.stages.len(), report.world)?;
         if let Some(inferred) = &report.inferred {
-            writeln!(self.out, "{}", inferred.line())?;
+            human_line!(self.out, "{}", inferred.line())?;
         }
         if let Some(step) = report.history_starts_at_step {
-            writeln!(self.out, "{}", stagefrontier::report::history_note(step))?;
+            human_line!(self.out, "{}", stagefrontier::report::history_note(step))?;
         }
         if let Some(window) = &report.call_window {
-            writeln!(self.out, "{}", window.note())?;
+            human_line!(self.out, "{}", window.note())?;
         }
         if let Some(step) = report.waits_start_at_step {
-            writeln!(self.out, "{}", stagefrontier::report::waits_note(step))?;
+            human_line!(self.out, "{}", stagefrontier::report::waits_note(step))?;
         }
         for window in &report.windows {
             writeln!(self.out)?;
             for line in window_head(window) {
-                writeln!(self.out, "{line}")?;
+                human_line!(self.out, "{line}")?;
             }
             let columns = frontier_columns(window);
             let columns: Vec<(&str, Align)> = columns.iter().map(|(title, align)| (title.as_str(), *align)).collect();
             table::write(&mut self.out, &columns, &window_rows(window))?;
             for line in window_tail(window) {
-                writeln!(self.out, "{line}")?;
+                human_line!(self.out, "{line}")?;
             }
         }
         self.out.flush()

@@ -14,7 +14,7 @@ use stagefrontier::report::hang::{CommReport, HangReport, InjectionReport, PostM
 /// The report as a person reads it.
 pub(super) fn write<W: Write>(out: &mut W, report: &HangReport) -> io::Result<()> {
     for line in hang_head(report) {
-        writeln!(out, "{line}")?;
+        human_line!(out, "{line}")?;
     }
     let stuck: Vec<Vec<String>> = stuck_comms(report).map(|c| stuck_comm_cells(c, report.source)).collect();
     if !stuck.is_empty() {
@@ -25,10 +25,10 @@ pub(super) fn write<W: Write>(out: &mut W, report: &HangReport) -> io::Result<()
     writeln!(out)?;
     table::write(out, &HANG_RANK_COLUMNS, &rows)?;
     if ok_hidden > 0 {
-        writeln!(out, "and {} ok (--json lists every rank)", plural(ok_hidden as u64, "more rank"))?;
+        human_line!(out, "and {} ok (--json lists every rank)", plural(ok_hidden as u64, "more rank"))?;
     }
     for line in hang_tail(report) {
-        writeln!(out, "{line}")?;
+        human_line!(out, "{line}")?;
     }
     Ok(())
 }

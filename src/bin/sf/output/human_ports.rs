@@ -57,7 +57,7 @@ pub(super) fn port_table<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result
     }
     let moved: Vec<_> = all.iter().filter(|(_, p)| p.delta > 0 || p.state != CounterState::Present).collect();
     writeln!(out)?;
-    writeln!(out, "port counters: {} sampled, {} moved or changed state", all.len(), moved.len())?;
+    human_line!(out, "port counters: {} sampled, {} moved or changed state", all.len(), moved.len())?;
     if moved.is_empty() {
         return Ok(());
     }

@@ -13,7 +13,7 @@ pub fn write<W: Write>(format: Format, out: W, report: &KernelsReport) -> io::Re
 
 fn human<W: Write>(out: &mut W, report: &KernelsReport) -> io::Result<()> {
     if !report.kernel_records {
-        return writeln!(
+        return human_line!(
             out,
             "{}: no kernel records: was the job run with CUDA_INJECTION64_PATH=/path/to/libstagefrontier.so (and SF_CUPTI not 0)?",
             report.dir
@@ -23,7 +23,7 @@ fn human<W: Write>(out: &mut W, report: &KernelsReport) -> io::Result<()> {
         None => "no anomalous kernel".to_string(),
         Some(a) => format!("ANOMALOUS: rank {} in {} ({} finding(s))", a.rank, a.kernel, report.anomalies.len()),
     };
-    writeln!(
+    human_line!(
         out,
         "{}: {} ranks, {} kernels compared (grouped by {}, IQR k {}): {verdict}",
         report.dir,

@@ -1,5 +1,14 @@
 //! Output formats. Each command's report is computed once; an `Output` only formats it.
 
+/// `writeln!` for human output: every line a human writer writes goes through
+/// `terminal::line`, so a name from a log cannot end it early or send the terminal a
+/// control sequence. A blank line is `writeln!(out)`.
+macro_rules! human_line {
+    ($out:expr, $($arg:tt)*) => {
+        $crate::output::terminal::line($out.by_ref(), format_args!($($arg)*))
+    };
+}
+
 pub mod dump;
 mod error;
 mod human;
@@ -18,7 +27,9 @@ pub mod slow;
 pub mod snapshot;
 pub mod steps;
 mod table;
+pub(crate) mod terminal;
 pub mod trace;
+pub use terminal::escaped;
 
 use std::io::{self, Write};
 

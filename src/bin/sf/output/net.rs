@@ -70,7 +70,7 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
             parts.join("; ")
         }
     };
-    writeln!(out, "{}: {}, {}: {verdict}", r.dir, plural(s.ranks as u64, "rank"), plural(s.qps as u64, "QP"))?;
+    human_line!(out, "{}: {}, {}: {verdict}", r.dir, plural(s.ranks as u64, "rank"), plural(s.qps as u64, "QP"))?;
     if let Some(start) = &r.series_start {
         let list = |ranks: &[i32]| ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",");
         let mut why = Vec::new();
@@ -87,27 +87,27 @@ fn human<W: Write>(out: &mut W, r: &NetReport, series: bool) -> io::Result<()> {
                 list(&r.unread_ranks)
             ));
         }
-        writeln!(
+        human_line!(
             out,
             "note: the QP series start at {start}, after the job did: {}; stuck and degraded evidence is kept longer and read whole",
             why.join("; ")
         )?;
     }
     if s.qps == 0 {
-        writeln!(
+        human_line!(
             out,
             "work requests come from NCCL_PROFILER_PLUGIN=libstagefrontier.so (NCCL >= 2.23: its QP events in an NCCL built with NET_PROFILER, its proxy steps otherwise) or SF_VERBS=1"
         )?;
     } else if !s.ranks_without_work_requests.is_empty() {
         let ranks: Vec<String> = s.ranks_without_work_requests.iter().map(|r| r.to_string()).collect();
-        writeln!(out, "no work requests recorded on ranks {}", ranks.join(", "))?;
+        human_line!(out, "no work requests recorded on ranks {}", ranks.join(", "))?;
     }
     if s.qps > 0 {
         writeln!(out)?;
         qp_table(out, &r.ranks)?;
         let unknown = qps(&r.ranks).filter(|(_, q)| !q.bandwidth_known).count();
         if unknown > 0 {
-            writeln!(
+            human_line!(
                 out,
                 "bandwidth unknown on {}: no completion carried a size (NCCL's receive-side QP events have no length, proxy steps have none before profiler ABI v4)",
                 plural(unknown as u64, "QP")
@@ -188,7 +188,7 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
     for (r, q) in qps(ranks) {
         let name = qp_name(&qp_ref(r, q));
         for s in &q.stuck {
-            writeln!(
+            human_line!(
                 out,
                 "{name}: stuck, a work request in flight {:.3} s at {} (t={} ns) (timeout {:.3} s), {} in flight after {} completions; {}",
                 s.age_s,
@@ -201,7 +201,7 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
             )?;
         }
         for d in &q.degraded {
-            writeln!(
+            human_line!(
                 out,
                 "{name}: slower than its own start, window {} GB/s against baseline {} GB/s ({:.0}% below, threshold {:.0}%) for {} windows at {} (t={} ns)",
                 gbps(d.window_bps),
@@ -214,7 +214,7 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
             )?;
         }
         match &q.peer_check {
-            Some(c) if c.verdict == "degraded" => writeln!(
+            Some(c) if c.verdict == "degraded" => human_line!(
                 out,
                 "{name}: DEGRADED, {} GB/s against its {} peers' {} GB/s for {:.1} s",
                 gbps(c.own_bps),
@@ -222,7 +222,7 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
                 gbps(c.peers_bps.unwrap_or(0)),
                 c.sustained_s.unwrap_or(0.0)
             )?,
-            Some(c) => writeln!(
+            Some(c) => human_line!(
                 out,
                 "{name}: not degraded: {}{}",
                 c.why.unwrap_or(""),
@@ -242,9 +242,10 @@ fn evidence<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
 fn samples<W: Write>(out: &mut W, ranks: &[RankNet]) -> io::Result<()> {
     for (r, q) in qps(ranks) {
         let t0 = q.series.first().map_or(0, |s| s.t_ns);
-        writeln!(
+        writeln!(out)?;
+        human_line!(
             out,
-            "\n{}, one row per sample, T_S from {} (t={t0} ns):",
+            "{}, one row per sample, T_S from {} (t={t0} ns):",
             qp_name(&qp_ref(r, q)),
             r.clock.rfc3339(t0)
         )?;

@@ -16,7 +16,7 @@ pub fn write<W: Write>(format: Format, out: W, report: &SlowReport) -> io::Resul
 
 fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     let steps = r.l1.iter().map(|l| l.steps).max().unwrap_or(0) as u64;
-    writeln!(
+    human_line!(
         out,
         "{}: {} of a world of {}, up to {} each (first {} skipped), {}, median step {:.3} s, compared by {}",
         r.dir,
@@ -29,29 +29,29 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
         r.group_by
     )?;
     if let Some(inferred) = &r.inferred {
-        writeln!(out, "{}", inferred.line())?;
+        human_line!(out, "{}", inferred.line())?;
     }
     if let Some(step) = r.history_starts_at_step {
-        writeln!(out, "{}", stagefrontier::report::history_note(step))?;
+        human_line!(out, "{}", stagefrontier::report::history_note(step))?;
     }
     if let Some(window) = &r.call_window {
-        writeln!(out, "{}", window.note())?;
+        human_line!(out, "{}", window.note())?;
     }
     if let Some(step) = r.waits_start_at_step {
-        writeln!(out, "{}", stagefrontier::report::waits_note(step))?;
+        human_line!(out, "{}", stagefrontier::report::waits_note(step))?;
     }
     if !r.ranks_without_steps.is_empty() {
-        writeln!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
+        human_line!(out, "no steps to judge on ranks {}", list(&r.ranks_without_steps))?;
     }
     if !r.merged_groups.is_empty() {
-        writeln!(
+        human_line!(
             out,
             "note: groups {} have one rank each, too few to compare: compared together as one group, merged",
             r.merged_groups.join(", ")
         )?;
     }
     for g in &r.skipped_groups {
-        writeln!(
+        human_line!(
             out,
             "note: group {} has {}, too few to compare: no stragglers there (L2 and expected time skipped it)",
             g.group,
@@ -59,39 +59,43 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
         )?;
     }
     if let Some(g) = &r.job_regression {
-        writeln!(out, "{}", job_regression_line(g, r.ranks))?;
+        human_line!(out, "{}", job_regression_line(g, r.ranks))?;
     }
     for s in &r.slow_ranks {
-        writeln!(out, "{}", slow_line(s, r))?;
+        human_line!(out, "{}", slow_line(s, r))?;
     }
     if !r.found {
-        writeln!(
+        human_line!(
             out,
             "nothing slow: no straggler, slow stage or regression found above the effect floor, {:.4} s per step \
              (--min-effect {} of the step, at least --min-effect-ms {})",
-            r.floor_s, r.params.min_effect, r.params.min_effect_ms
+            r.floor_s,
+            r.params.min_effect,
+            r.params.min_effect_ms
         )?;
     } else if r.slow_ranks.is_empty() && r.job_regression.is_none() {
         // The finding is a rank's own regression, which no other detector placed in a
         // stage: the headline names it, as the exit status (4) says a finding.
         for l in &r.l1 {
             if let Some(g) = l.regression.as_ref().filter(|g| !g.job_wide) {
-                writeln!(out, "{}", own_regression_line(l.rank, g))?;
+                human_line!(out, "{}", own_regression_line(l.rank, g))?;
             }
         }
     }
     if r.slow_ranks.is_empty() && r.l1.iter().any(|l| l.jitter.iter().any(|j| j.effective_first_step.is_some())) {
-        writeln!(
+        human_line!(
             out,
             "note: L1 saw jitter spikes that no detector pins on a rank: the whole job paused (a loaded host, a \
              shared stall); shown below, not a finding"
         )?;
     }
 
-    writeln!(
+    writeln!(out)?;
+    human_line!(
         out,
-        "\nL1: each rank's own step time, wall less its waiting in collectives (jitter window {}, max/min > {})",
-        r.params.jitter_window, r.params.jitter_ratio
+        "L1: each rank's own step time, wall less its waiting in collectives (jitter window {}, max/min > {})",
+        r.params.jitter_window,
+        r.params.jitter_ratio
     )?;
     let rows: Vec<Vec<String>> = r.l1.iter().flat_map(l1_rows).collect();
     table::write(
@@ -107,9 +111,10 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     )?;
 
     let uneven: Vec<_> = r.l2.iter().filter(|g| g.imbalance != "balanced" || !g.stragglers.is_empty()).collect();
-    writeln!(
+    writeln!(out)?;
+    human_line!(
         out,
-        "\nL2: mean stage time across each group's ranks ({} of {} group stages balanced, CV < {})",
+        "L2: mean stage time across each group's ranks ({} of {} group stages balanced, CV < {})",
         r.l2.len() - uneven.len(),
         r.l2.len(),
         r.params.mild_cv
@@ -144,15 +149,16 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
         )?;
     }
 
-    writeln!(
+    writeln!(out)?;
+    human_line!(
         out,
-        "\nEXPECTED TIME: stage advances above T_expect x {} (alpha {}, beta {})",
+        "EXPECTED TIME: stage advances above T_expect x {} (alpha {}, beta {})",
         1.0 + r.params.beta,
         r.params.alpha,
         r.params.beta
     )?;
     if r.expected_time.is_empty() {
-        writeln!(out, "no stage was slow in {} or more steps", r.params.min_slow_steps)?;
+        human_line!(out, "no stage was slow in {} or more steps", r.params.min_slow_steps)?;
     } else {
         let rows: Vec<Vec<String>> = r
             .expected_time

@@ -10,7 +10,7 @@ pub fn write<W: Write>(format: Format, out: W, report: &SnapshotReport) -> io::R
 }
 
 fn human<W: Write>(out: &mut W, r: &SnapshotReport) -> io::Result<()> {
-    writeln!(
+    human_line!(
         out,
         "copied {} logs in {:.3} s: {} whole records, {} slots caught mid-write left out, {:.1} MiB",
         r.logs,
@@ -20,7 +20,7 @@ fn human<W: Write>(out: &mut W, r: &SnapshotReport) -> io::Result<()> {
         r.bytes as f64 / (1 << 20) as f64
     )?;
     for d in &r.dirs {
-        writeln!(out, "  {}  host {}, job {}, {} logs, taken {}", d.dir, d.host, d.job_id, d.logs, d.taken_wall)?;
+        human_line!(out, "  {}  host {}, job {}, {} logs, taken {}", d.dir, d.host, d.job_id, d.logs, d.taken_wall)?;
     }
     Ok(())
 }

@@ -17,9 +17,15 @@ pub fn write<W: Write>(format: StepsFormat, out: W, report: &StepsReport) -> io:
 
 fn human<W: Write>(out: &mut W, report: &StepsReport) -> io::Result<()> {
     let steps: usize = report.ranks.iter().map(|r| r.steps.len()).sum();
-    writeln!(out, "{}: {} ranks, {steps} rank steps, {} stages", report.dir, report.ranks.len(), report.stages.len())?;
+    human_line!(
+        out,
+        "{}: {} ranks, {steps} rank steps, {} stages",
+        report.dir,
+        report.ranks.len(),
+        report.stages.len()
+    )?;
     for note in notes(report) {
-        writeln!(out, "{note}")?;
+        human_line!(out, "{note}")?;
     }
     let mut columns: Vec<(&str, Align)> =
         vec![("RANK", Align::Right), ("STEP", Align::Right), ("START", Align::Left), ("WALL_S", Align::Right)];
@@ -57,7 +63,7 @@ fn notes(report: &StepsReport) -> Vec<String> {
 fn csv<W: Write>(out: W, report: &StepsReport) -> io::Result<()> {
     // The CSV is data on stdout: its notes go to stderr.
     for note in notes(report) {
-        let _ = writeln!(io::stderr(), "sf: {note}");
+        let _ = human_line!(io::stderr(), "sf: {note}");
     }
     let device = report.ranks.iter().flat_map(|r| &r.steps).any(|s| !s.device.0.is_empty());
     let mut rows: Vec<(u64, u32, &stagefrontier::report::steps::StepReport)> =

@@ -1,6 +1,9 @@
 //! Columns padded to their widest cell, so tables line up whatever the host names are.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
+
+use super::escaped;
 
 #[derive(Clone, Copy)]
 pub enum Align {
@@ -8,15 +11,18 @@ pub enum Align {
     Right,
 }
 
+/// Titles (stage names, for `sf steps`) and cells are names from logs as often as not: each
+/// is escaped (`escaped`), so a row stays one line.
 pub fn write<W: Write>(out: &mut W, columns: &[(&str, Align)], rows: &[Vec<String>]) -> io::Result<()> {
-    let mut widths: Vec<usize> = columns.iter().map(|(title, _)| title.chars().count()).collect();
-    for row in rows {
+    let rows: Vec<Vec<Cow<str>>> = rows.iter().map(|row| row.iter().map(|cell| escaped(cell)).collect()).collect();
+    let mut widths: Vec<usize> = columns.iter().map(|(title, _)| escaped(title).chars().count()).collect();
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let titles: Vec<String> = columns.iter().map(|(title, _)| title.to_string()).collect();
-    for row in std::iter::once(&titles).chain(rows) {
+    let titles: Vec<Cow<str>> = columns.iter().map(|(title, _)| escaped(title)).collect();
+    for row in std::iter::once(&titles).chain(&rows) {
         let mut line = String::new();
         for (i, ((cell, width), (_, align))) in row.iter().zip(&widths).zip(columns).enumerate() {
             let pad = " ".repeat(width - cell.chars().count());
@@ -28,7 +34,7 @@ pub fn write<W: Write>(out: &mut W, columns: &[(&str, Align)], rows: &[Vec<Strin
                 Align::Right => line += &format!("{pad}{cell}  "),
             }
         }
-        writeln!(out, "{line}")?;
+        human_line!(out, "{line}")?;
     }
     Ok(())
 }
