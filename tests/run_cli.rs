@@ -291,10 +291,9 @@ fn a_sigterm_to_sf_runs_process_group_reaches_the_job_once() {
     assert!(counts.iter().all(|c| c == "TERM=1"), "every trial, one SIGTERM: {counts:?}");
 }
 
-/// A Ctrl-C at sf run's controlling terminal reaches the job once, from the terminal: sf
-/// run gives the job's group the terminal and neither gets nor forwards the SIGINT.
-#[test]
-fn a_ctrl_c_at_the_terminal_reaches_the_job_once() {
+/// Runs `cmd` as the session leader of a new pseudo-terminal (the shell's place), waits
+/// for `ready` on it, types Ctrl-C, and returns what the terminal showed and how `cmd` ended.
+fn ctrl_c_at_a_terminal(mut cmd: Command) -> (String, std::process::ExitStatus) {
     use std::io::{Read, Write};
     use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
@@ -309,8 +308,6 @@ fn a_ctrl_c_at_the_terminal_reaches_the_job_once() {
         (std::fs::File::from_raw_fd(fd), path)
     };
     let slave = std::fs::OpenOptions::new().read(true).write(true).open(&slave_path).unwrap();
-    let mut cmd = sf_run(&sf(), &["--doors", "preload", "--"]);
-    cmd.arg(signal_counter()).arg("INT");
     cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
     // SAFETY: setsid and ioctl are async-signal-safe; stdin is the terminal by now.
     unsafe {
@@ -334,20 +331,51 @@ fn a_ctrl_c_at_the_terminal_reaches_the_job_once() {
             }
         })
     };
-    let wait_for_text = |what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !seen.lock().unwrap().contains(what) {
-            assert!(Instant::now() < deadline, "no {what:?} in {:?}", seen.lock().unwrap());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    wait_for_text("ready");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen.lock().unwrap().contains("ready") {
+        assert!(Instant::now() < deadline, "no ready in {:?}", seen.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     (&master).write_all(b"\x03").unwrap();
-    wait_for_text("INT=");
     let status = child.wait().unwrap();
+    // The job may still write its last line after sf run's caller ended.
+    std::thread::sleep(Duration::from_millis(200));
     drop(master);
     reader.join().unwrap();
     let text = seen.lock().unwrap().clone();
+    (text, status)
+}
+
+/// A Ctrl-C at sf run's controlling terminal reaches the job once, from the terminal: sf
+/// run, the shell's foreground job, gives the job's group the terminal and neither gets nor
+/// forwards the SIGINT.
+#[test]
+fn a_ctrl_c_at_the_terminal_reaches_the_job_once() {
+    let mut cmd = sf_run(&sf(), &["--doors", "preload", "--"]);
+    cmd.arg(signal_counter()).arg("INT");
+    let (text, status) = ctrl_c_at_a_terminal(cmd);
     assert!(text.contains("INT=1"), "one SIGINT: {text:?}");
     assert!(status.success(), "the job handled it and exited 0, and so did sf run: {status:?} {text:?}");
+}
+
+/// In a script without job control, sf run shares the script's process group: a Ctrl-C
+/// still reaches the script, which ends with its job, as it would without sf run.
+#[test]
+fn a_ctrl_c_ends_a_script_that_runs_sf_run() {
+    let cmd = sf_run(&sf(), &[]);
+    let sf_run_args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
+    let mut script = Command::new("bash");
+    script.arg("-c").arg("\"$@\"; echo went on").arg("bash").arg(sf());
+    script.args(&sf_run_args).args(["--doors", "preload", "--", "sh", "-c", "echo ready; exec sleep 30"]);
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => script.env(key, value),
+            None => script.env_remove(key),
+        };
+    }
+    let started = Instant::now();
+    let (text, status) = ctrl_c_at_a_terminal(script);
+    assert!(started.elapsed() < Duration::from_secs(20), "the job ended at once: {text:?}");
+    assert!(!text.contains("went on"), "the script stopped: {text:?}");
+    assert_eq!(status.signal(), Some(libc::SIGINT), "bash ended by the Ctrl-C: {status:?} {text:?}");
 }

@@ -4,7 +4,8 @@
 //! whether it was sent to a process or to its group (both are `SI_USER` from the same
 //! sender), so the job must not share the group.
 //!
-//! At a terminal the job's group is made the foreground one while sf run holds it, so
+//! At a terminal, when sf run is the shell's foreground job (it leads the foreground
+//! group), the job's group is made the foreground one while sf run holds it, so
 //! Ctrl-C and Ctrl-\ go to the job alone, from the terminal, once; when the job stops
 //! (Ctrl-Z, or reading the terminal from the background) sf run takes the terminal back
 //! and stops the same way, so the shell sees its job stopped, and gives it on and
@@ -39,15 +40,20 @@ pub struct Job {
 }
 
 /// Starts `command` as the job: its own process group, the terminal's foreground group
-/// when sf run's group is, killed if sf run dies (a SIGKILL to sf run's group, which no
+/// when sf run leads the foreground group, killed if sf run dies (a SIGKILL to sf run's group, which no
 /// one forwards, must still end it).
 pub fn spawn(command: &mut Command) -> io::Result<Job> {
     let terminal = controlling_terminal();
-    // SAFETY: tcgetpgrp and getpgrp on a valid descriptor and this process.
-    let foreground =
-        terminal.as_ref().map(|t| t.as_raw_fd()).filter(|&fd| unsafe { libc::tcgetpgrp(fd) == libc::getpgrp() });
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    // Only when a shell made sf run a job of its own (the leader of its group): a script
+    // without job control shares its group with sf run and must still get the Ctrl-C that
+    // ends it (sf run forwards it to the job).
+    // SAFETY: tcgetpgrp and getpgrp on a valid descriptor and this process.
+    let foreground = terminal
+        .as_ref()
+        .map(|t| t.as_raw_fd())
+        .filter(|&fd| unsafe { libc::getpgrp() == parent && libc::tcgetpgrp(fd) == parent });
     command.process_group(0);
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
     // calls (prctl, getppid, getpid, sigprocmask, tcsetpgrp), with no allocation.
