@@ -27,6 +27,10 @@ enum Token {
     Open,
     Close,
     Comma,
+    /// `!`: a macro call after a name.
+    Bang,
+    /// `(`: a call after a name.
+    Call,
     Other,
 }
 
@@ -104,6 +108,10 @@ fn tokens(source: &str) -> Vec<(Token, usize)> {
                 i += 1;
             }
             c if c.is_whitespace() => i += 1,
+            '!' | '(' => {
+                out.push((if c == '!' { Token::Bang } else { Token::Call }, line));
+                i += 1;
+            }
             _ => {
                 out.push((Token::Other, line));
                 i += 1;
@@ -391,6 +399,9 @@ fn breaches(src: &Path) -> Vec<String> {
         if area(&file.module) == "report" && exits_the_process(&file.text) {
             problems.push(format!("{shown}: report must return values, not call std::process::exit"));
         }
+        if area(&file.module) == "report" && prints(&file.text) {
+            problems.push(format!("{shown}: report must return values, not print (hand notes to report::notes)"));
+        }
     }
 
     if let Some(cycle) = find_cycle(&edges) {
@@ -401,6 +412,17 @@ fn breaches(src: &Path) -> Vec<String> {
         problems.push(format!("a cycle between the layers of src/core:\n{}", arrows.join("\n")));
     }
     problems
+}
+
+/// Writes to the terminal: `print!`/`eprint!` and their `ln` forms, or `stdout()`/`stderr()`.
+fn prints(source: &str) -> bool {
+    let toks = tokens(source);
+    let is = |i: usize, word: &str| matches!(toks.get(i), Some((Token::Ident(w), _)) if w == word);
+    (0..toks.len()).any(|i| {
+        ["print", "println", "eprint", "eprintln", "dbg"].iter().any(|m| is(i, m))
+            && matches!(toks.get(i + 1), Some((Token::Bang, _)))
+            || ["stdout", "stderr"].iter().any(|f| is(i, f)) && matches!(toks.get(i + 1), Some((Token::Call, _)))
+    })
 }
 
 /// `std::process::exit` in any spelling: the full path, `process::exit` after `use
@@ -481,10 +503,13 @@ fn a_back_edge_is_a_cycle_and_a_wrong_direction_is_named() {
     write("src/core/record/ring.rs", "use crate::core::{log::format, fnv};");
     write("src/analysis/mod.rs", "use crate::core::log;\nuse crate::doors::nccl;");
     write("src/report/ask.rs", "use std::process::{self, exit};\nfn f() { exit(2) }");
+    write("src/report/say.rs", "fn f() { let _ = writeln!(std::io::stderr(), \"x\"); }");
     let problems = breaches(&dir.join("src"));
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(problems.iter().any(|p| p.contains("src/report/say.rs: report must return values, not print")));
     assert!(problems[0].contains("src/analysis/mod.rs:2: analysis must not use doors"), "{problems:#?}");
     assert!(problems[1].contains("src/report/ask.rs: report must return values"), "{problems:#?}");
-    assert!(problems[2].contains("core::log -> core::record") && problems[2].contains("core::record -> core::log"));
+    let cycle = problems.last().unwrap();
+    assert!(cycle.contains("core::log -> core::record") && cycle.contains("core::record -> core::log"), "{cycle}");
 }

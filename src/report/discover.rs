@@ -1,7 +1,7 @@
 //! Which files a job directory holds for `sf` to read.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::core::log::reader::RankLog;
@@ -88,7 +88,7 @@ pub struct LogFile {
 /// `DEST/` with one subdirectory per node, a log root). The logs found are grouped by the
 /// job id their headers name; logs of more than one job found by searching are an error
 /// that lists the jobs. A rank found twice (two snapshots of a node) is read from the
-/// copy taken last. Missing ranks and the hosts are said on stderr, once per run.
+/// copy taken last. Missing ranks and the hosts are notes (`report::notes`), once per run.
 pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
     let mut found = Vec::new();
     let mut searched = dirs.0.len() > 1;
@@ -124,7 +124,7 @@ pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
     // directory is one node's view: said too, but for the commands whose own report names
     // the missing ranks (ls, hang) or that read one node by design (snapshot).
     if searched || !matches!(command, "ls" | "hang" | "snapshot") {
-        say_once(&chosen.notes);
+        super::notes::say_once(&chosen.notes);
     }
     Ok(chosen.files)
 }
@@ -334,22 +334,6 @@ fn one_job(found: Vec<Candidate>, searched: bool, command: &str) -> Result<Chose
 fn rank_in_name(path: &Path) -> Option<i32> {
     let name = path.file_name()?.to_str()?.strip_prefix("rank-")?;
     name.split('.').next()?.parse().ok()
-}
-
-/// Notes go to stderr once per run, however many times a command discovers its logs. They
-/// name hosts and files from logs: their control characters are shown escaped (`\u{1b}`,
-/// `\n`), as sf's human output shows them, so a note stays one line and moves no cursor.
-fn say_once(notes: &[String]) {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| {
-        for note in notes {
-            let note: String = note
-                .chars()
-                .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
-                .collect();
-            let _ = writeln!(std::io::stderr(), "sf: {note}");
-        }
-    });
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod ls;
 pub mod metric_families;
 pub mod moment;
 pub mod net;
+pub mod notes;
 pub mod parallel;
 pub mod progress;
 pub mod rank_list;
