@@ -2,11 +2,13 @@
 //!
 //! It is never unmapped: hooks on any thread may touch the communicator table until the
 //! very end of the process, after every destructor has run, so the mapping must outlive
-//! them all. The file's size is fixed at creation, which is what keeps memory constant.
+//! them all. The file's size is fixed at creation, which is what keeps memory constant;
+//! a file shrunk by someone else is survived (`guard_against_truncation`).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 pub struct SharedMap {
@@ -51,6 +53,12 @@ impl SharedMap {
             }
         }
         Ok(Box::leak(Box::new(map)))
+    }
+
+    /// Keeps the process alive if the file at `path` behind this mapping shrinks
+    /// (`sigbus_guard`): the mapping then becomes anonymous memory and recording stops.
+    pub fn guard_against_truncation(&self, path: &Path) {
+        super::sigbus_guard::guard(self.base, self.len, path);
     }
 
     /// The 8-byte-aligned u64 at `offset`, as an atomic.

@@ -1,0 +1,136 @@
+//! The host process against its own surroundings (issue 24): a rank whose log is
+//! truncated under it survives, a host's own SIGBUS goes where it went without the
+//! library, and what the ring costs in memory is what the README says.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn host_sigbus() -> &'static PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| compile_against_fakenccl("host_sigbus.c", "sf-host-sigbus"))
+}
+
+fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until `job` in `root` has `ranks` logs.
+fn wait_for_logs(root: &Path, ranks: usize) -> Vec<PathBuf> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = rank_logs(root, "job");
+        if logs.len() >= ranks {
+            return logs;
+        }
+        assert!(Instant::now() < deadline, "the logs never appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_log_truncated_under_a_running_job_stops_recording_and_the_job_finishes() {
+    let root = log_root("truncated-live");
+    let args: Vec<String> = ["--ranks", "2", "--steps", "150", "--stage-ms", "data=2,fwd=1,bwd=0,callbacks=0,optim=0"]
+        .map(String::from)
+        .to_vec();
+    let job = preloaded(&trainer_sim(), &root, "job")
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sf-trainer-sim");
+    let logs = wait_for_logs(&root, 2);
+    std::thread::sleep(Duration::from_millis(100));
+    for log in &logs {
+        // Another process (this test) shrinks each live log to nothing.
+        std::fs::OpenOptions::new().write(true).open(log).unwrap().set_len(0).unwrap();
+    }
+    let out = job.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the job died: {:?} (signal {:?})\nstderr:\n{}",
+        out.status,
+        out.status.signal(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plain = run_ok(Command::new(trainer_sim()).args(&args).env_remove("LD_PRELOAD"));
+    assert_eq!(checksum(&out), checksum(&plain), "the job's results are unchanged");
+    let lines = library_lines(&out);
+    assert_eq!(lines.len(), 2, "one line per rank: {lines:?}");
+    for log in &logs {
+        let said = lines.iter().filter(|l| l.contains(&log.display().to_string())).count();
+        assert_eq!(said, 1, "one line names {}: {lines:?}", log.display());
+    }
+    for line in &lines {
+        for needle in ["was truncated by another process", "recording stopped", "the job continues"] {
+            assert!(line.contains(needle), "{needle:?} missing from {line}");
+        }
+    }
+}
+
+/// What ended a run: its exit code, or the signal that killed it.
+#[derive(Debug, PartialEq)]
+enum End {
+    Code(i32),
+    Signal(i32),
+}
+
+fn end(out: &Output) -> End {
+    match (out.status.code(), out.status.signal()) {
+        (Some(code), _) => End::Code(code),
+        (None, Some(signal)) => End::Signal(signal),
+        _ => unreachable!("a process ends with a code or a signal"),
+    }
+}
+
+#[test]
+fn a_hosts_own_sigbus_goes_where_it_would_without_the_library() {
+    let dir = TempDir::new("own-sigbus");
+    let cases: &[(&str, &str, End, &str)] = &[
+        ("default", "mmap", End::Signal(libc::SIGBUS), ""),
+        ("default", "raise", End::Signal(libc::SIGBUS), ""),
+        ("ignore", "mmap", End::Signal(libc::SIGBUS), ""),
+        ("ignore", "raise", End::Code(0), "survived raise"),
+        ("siginfo", "mmap", End::Code(42), "own siginfo handler: si_addr is the store's"),
+        ("siginfo", "raise", End::Code(42), "own siginfo handler: raised"),
+        ("plain", "mmap", End::Code(43), "own plain handler: SIGBUS"),
+        ("plain", "raise", End::Code(43), "own plain handler: SIGBUS"),
+    ];
+    for (disposition, kind, expected, said) in cases {
+        let run = |library: bool| {
+            let mut cmd = if library {
+                preloaded(host_sigbus(), &dir.join("logs"), "job")
+            } else {
+                let mut cmd = Command::new(host_sigbus());
+                cmd.env_remove("LD_PRELOAD");
+                cmd
+            };
+            cmd.env("SF_FORCE", "1").args(["fault", disposition, kind]).arg(&dir.0).output().expect("spawn")
+        };
+        let (without, with) = (run(false), run(true));
+        let what = format!("{disposition} {kind}");
+        assert_eq!(end(&without), *expected, "{what} without the library");
+        assert_eq!(
+            end(&with),
+            *expected,
+            "{what} with the library\nstderr:\n{}",
+            String::from_utf8_lossy(&with.stderr)
+        );
+        assert!(stdout_of(&without).contains("library handler installed: no"), "{what}: {}", stdout_of(&without));
+        assert!(stdout_of(&with).contains("library handler installed: yes"), "{what}: the guard is in place");
+        assert!(stdout_of(&with).contains(said), "{what}: {said:?} missing from {}", stdout_of(&with));
+        assert_eq!(
+            stdout_of(&with).lines().skip(1).collect::<Vec<_>>(),
+            stdout_of(&without).lines().skip(1).collect::<Vec<_>>(),
+            "{what}: the program says the same"
+        );
+        assert!(library_lines(&with).is_empty(), "{what}: the library says nothing: {:?}", library_lines(&with));
+    }
+}
