@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
+use stagefrontier::core::live::event::Event;
+use stagefrontier::core::record::ring::Ring;
 
 fn host_sigbus() -> &'static PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
@@ -133,4 +135,33 @@ fn a_hosts_own_sigbus_goes_where_it_would_without_the_library() {
         );
         assert!(library_lines(&with).is_empty(), "{what}: the library says nothing: {:?}", library_lines(&with));
     }
+}
+
+/// Prints what a process's resident memory grows by when its ring grows from 16 events to
+/// 1048576, and holds it to the README's `SF_RING_EVENTS × 192 bytes` (`Ring::SLOT_BYTES`).
+#[test]
+fn the_ring_costs_what_the_readme_says() {
+    let dir = TempDir::new("ring-memory");
+    let peak_kib = |events: usize| {
+        let mut cmd = preloaded(host_sigbus(), &dir.join("logs"), "job");
+        cmd.env("SF_FORCE", "1").env("SF_LOG_RECORDS", "1024").env("SF_RING_EVENTS", events.to_string()).arg("start");
+        let m = run_measured(&mut cmd, &dir.0);
+        assert!(m.status.success(), "{:?}\n{}", m.status, m.stderr);
+        m.max_rss_kib
+    };
+    let events = 1 << 20;
+    let (small, large) = (peak_kib(16), peak_kib(events));
+    let expected_kib = (events * Ring::<Event>::SLOT_BYTES / 1024) as u64;
+    let grown = large.saturating_sub(small);
+    eprintln!(
+        "ring memory: peak RSS {small} KiB at SF_RING_EVENTS=16, {large} KiB at {events}: +{grown} KiB, \
+         {:.1} bytes an event; the README says {} ({} KiB)",
+        grown as f64 * 1024.0 / events as f64,
+        Ring::<Event>::SLOT_BYTES,
+        expected_kib
+    );
+    assert!(
+        grown >= expected_kib * 95 / 100 && grown <= expected_kib * 105 / 100,
+        "the ring grew the process by {grown} KiB, the README says {expected_kib} KiB"
+    );
 }
