@@ -165,3 +165,84 @@ fn the_ring_costs_what_the_readme_says() {
         "the ring grew the process by {grown} KiB, the README says {expected_kib} KiB"
     );
 }
+
+/// Runs sf-trainer-sim's 2 ranks to completion as `job` in `root`, each log of `records`.
+fn finished_job(root: &Path, job: &str, records: &str) -> Output {
+    run_ok(
+        preloaded(&trainer_sim(), root, job)
+            .args(trainer_args(2, 2))
+            .env("SF_LOG_RECORDS", records)
+            .env_remove("SF_QUIET"),
+    )
+}
+
+fn job_logs(root: &Path, job: &str) -> usize {
+    walk(&root.join(job)).iter().filter(|p| p.extension().is_some_and(|e| e == "sflog")).count()
+}
+
+#[test]
+fn finished_jobs_leave_room_for_a_later_shared_memory_user() {
+    let fs = match Tmpfs::mount("retention", "256m") {
+        Ok(fs) => fs,
+        Err(why) => return skip("finished_jobs_leave_room_for_a_later_shared_memory_user", &why),
+    };
+    let root = fs.join("root");
+    // Six jobs of two 19.5 MiB logs: 234 MiB of the 256 if nothing is removed.
+    let mut said = Vec::new();
+    for n in 0..6 {
+        let out = finished_job(&root, &format!("job{n}"), "53248");
+        said.extend(library_lines(&out).into_iter().filter(|l| l.contains("removed the logs")));
+    }
+    let shm = fs.join("shm-user");
+    let out = Command::new(host_sigbus()).arg("shm").arg(&shm).arg("100").output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "the 100 MiB shared-memory user died: {:?} (signal {:?})",
+        out.status,
+        out.status.signal()
+    );
+    assert!(stdout_of(&out).contains("shm user: 100 MiB touched"));
+    let kept: Vec<usize> = (0..6).map(|n| job_logs(&root, &format!("job{n}"))).collect();
+    assert_eq!(kept, [0, 0, 0, 2, 2, 2], "the oldest jobs' logs went first, within half of 256 MiB");
+    assert!(!root.join("job0").exists(), "an emptied job directory goes too");
+    assert!(!said.is_empty() && said.iter().all(|l| l.contains("sf snapshot")), "says so: {said:?}");
+}
+
+#[test]
+fn retention_never_touches_a_live_job_or_what_is_not_its_own() {
+    let fs = match Tmpfs::mount("retention-live", "64m") {
+        Ok(fs) => fs,
+        Err(why) => return skip("retention_never_touches_a_live_job_or_what_is_not_its_own", &why),
+    };
+    let root = fs.join("root");
+    // The oldest job still runs: two 6 MiB logs.
+    let live = Killed(
+        preloaded(&trainer_sim(), &root, "live")
+            .args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=5,fwd=0,bwd=0,callbacks=0,optim=0"])
+            .env("SF_LOG_RECORDS", "16384")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the live job"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job_logs(&root, "live") < 2 {
+        assert!(Instant::now() < deadline, "the live job's logs never appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    finished_job(&root, "old", "16384");
+    // Not ours to remove: a file of another tool, and a file at a log's name without the
+    // log's magic, in the oldest finished job.
+    std::fs::write(root.join("old/notes.txt"), b"keep me").unwrap();
+    std::fs::write(root.join("old/rank-00009.sflog"), b"not a log").unwrap();
+    for n in 0..4 {
+        finished_job(&root, &format!("later{n}"), "16384");
+    }
+    assert_eq!(job_logs(&root, "live"), 2, "the live job keeps its logs");
+    assert!(live.0.id() > 0 && Path::new(&format!("/proc/{}", live.0.id())).exists(), "and runs on");
+    let mut old: Vec<String> =
+        walk(&root.join("old")).iter().map(|p| p.file_name().unwrap().to_string_lossy().into()).collect();
+    old.sort();
+    assert_eq!(old, ["notes.txt", "rank-00009.sflog"], "only the finished job's own logs went");
+    assert_eq!(job_logs(&root, "later3"), 2, "the newest finished job is kept");
+}
