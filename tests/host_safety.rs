@@ -137,6 +137,28 @@ fn a_hosts_own_sigbus_goes_where_it_would_without_the_library() {
     }
 }
 
+/// An application that installs its own SIGBUS handler after the library replaces the
+/// library's; a handler that passes what it does not handle on to the action it replaced
+/// (with the siginfo) keeps the guard working.
+#[test]
+fn a_handler_installed_later_that_passes_sigbus_on_keeps_the_guard() {
+    let dir = TempDir::new("later-handler");
+    let root = dir.join("logs");
+    let out = preloaded(host_sigbus(), &root, "job")
+        .env("SF_FORCE", "1")
+        .arg("later")
+        .arg(root.join("job"))
+        .output()
+        .expect("spawn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?} (signal {:?})\nstderr:\n{stderr}", out.status, out.status.signal());
+    assert!(stdout_of(&out).contains("app handler: passing SIGBUS on"), "{}", stdout_of(&out));
+    assert!(stdout_of(&out).contains("survived"));
+    let lines = library_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("was truncated by another process"), "{lines:?}");
+}
+
 /// Prints what a process's resident memory grows by when its ring grows from 16 events to
 /// 1048576, and holds it to the README's `SF_RING_EVENTS × 192 bytes` (`Ring::SLOT_BYTES`).
 #[test]

@@ -5,6 +5,11 @@
  *     library starts and maps its log), says whether a SIGBUS handler is now installed,
  *     then raises SIGBUS itself: KIND mmap (a store past the end of its own truncated file
  *     in DIR) or raise (raise(SIGBUS)). Its handlers say what they got and _exit(42/43).
+ *   host_sigbus later JOB_DIR
+ *     makes one NCCL call (the library installs its guard), then installs its own SIGBUS
+ *     handler that passes every SIGBUS on to the action it replaced, as chaining handlers
+ *     do, truncates its own log (JOB_DIR/pid-<pid>.sflog, under SF_FORCE=1) and waits
+ *     for the collector's next stores into it.
  *   host_sigbus start
  *     makes one NCCL call (the library starts) and exits, for measuring what that costs.
  *   host_sigbus shm PATH MIB
@@ -97,6 +102,38 @@ static int fault(const char *how, const char *kind, const char *dir) {
     return 0;
 }
 
+static struct sigaction replaced;
+
+static void on_sigbus_pass_on(int sig, siginfo_t *info, void *context) {
+    say("app handler: passing SIGBUS on\n");
+    if ((replaced.sa_flags & SA_SIGINFO) && replaced.sa_sigaction != NULL) {
+        replaced.sa_sigaction(sig, info, context);
+        return;
+    }
+    signal(SIGBUS, SIG_DFL); /* the default: the fault re-executes and kills */
+}
+
+static int later(const char *job_dir) {
+    int version = 0;
+    ncclGetVersion(&version);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    sigemptyset(&action.sa_mask);
+    action.sa_sigaction = on_sigbus_pass_on;
+    action.sa_flags = SA_SIGINFO;
+    if (sigaction(SIGBUS, &action, &replaced) != 0)
+        return 2;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/pid-%d.sflog", job_dir, (int)getpid());
+    if (truncate(path, 0) != 0) {
+        perror(path);
+        return 2;
+    }
+    usleep(500 * 1000);
+    say("survived\n");
+    return 0;
+}
+
 static int shm(const char *path, long mib) {
     size_t len = (size_t)mib << 20;
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -118,12 +155,14 @@ static int shm(const char *path, long mib) {
 int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "fault") == 0)
         return fault(argv[2], argv[3], argv[4]);
+    if (argc == 3 && strcmp(argv[1], "later") == 0)
+        return later(argv[2]);
     if (argc == 2 && strcmp(argv[1], "start") == 0) {
         int version = 0;
         return ncclGetVersion(&version);
     }
     if (argc == 4 && strcmp(argv[1], "shm") == 0)
         return shm(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: host_sigbus fault default|ignore|siginfo|plain mmap|raise DIR | start | shm PATH MIB\n");
+    fprintf(stderr, "usage: host_sigbus fault default|ignore|siginfo|plain mmap|raise DIR | later JOB_DIR | start | shm PATH MIB\n");
     return 2;
 }
