@@ -85,8 +85,7 @@ impl LogWriter {
         });
         dir.remove(&staging);
         placed?;
-        let map = SharedMap::create(&file, len, format::records_offset())?;
-        map.guard_against_truncation(&dir.path().join(name));
+        let map = SharedMap::create(&file, len, format::records_offset(), &dir.path().join(name))?;
         let events = Ring {
             offset: format::records_offset(),
             slot_count: info.slot_count as u64,
