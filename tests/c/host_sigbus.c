@@ -11,7 +11,8 @@
  *     do, truncates its own log (JOB_DIR/pid-<pid>.sflog, under SF_FORCE=1) and waits
  *     for the collector's next stores into it.
  *   host_sigbus start
- *     makes one NCCL call (the library starts) and exits, for measuring what that costs.
+ *     makes one NCCL call (the library starts) and prints its resident memory then
+ *     (`VmRSS: N kB`, from /proc/self/status), for measuring what the start costs.
  *   host_sigbus shm PATH MIB
  *     maps MIB MiB of a new shared file at PATH and touches every page, as a program
  *     sharing tensors through /dev/shm does; dies of SIGBUS when the filesystem is full. */
@@ -159,7 +160,13 @@ int main(int argc, char **argv) {
         return later(argv[2]);
     if (argc == 2 && strcmp(argv[1], "start") == 0) {
         int version = 0;
-        return ncclGetVersion(&version);
+        ncclGetVersion(&version);
+        FILE *status = fopen("/proc/self/status", "r");
+        char line[256];
+        while (status != NULL && fgets(line, sizeof line, status) != NULL)
+            if (strncmp(line, "VmRSS:", 6) == 0)
+                fputs(line, stdout);
+        return status == NULL;
     }
     if (argc == 4 && strcmp(argv[1], "shm") == 0)
         return shm(argv[2], atol(argv[3]));
