@@ -112,10 +112,15 @@ fn install() {
         // SAFETY: as above.
         let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
         ours.sa_sigaction = on_sigbus as *const () as usize;
-        // The previous handler would have run with its own mask and SA_NODEFER; ours runs
-        // with the same, so calling it from here changes neither.
+        // A previous handler would have run with its own mask, stack and flags; ours runs
+        // with the same, so calling it from here changes none of them (a sent SIGBUS
+        // restarts or interrupts system calls as it did). Without one, nothing was
+        // interrupted: system calls restart.
         ours.sa_mask = previous.sa_mask;
-        ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART | (previous.sa_flags & libc::SA_NODEFER);
+        let handled = ![libc::SIG_DFL, libc::SIG_IGN].contains(&previous.sa_sigaction);
+        let inherited = libc::SA_NODEFER | libc::SA_RESTART | libc::SA_ONSTACK;
+        ours.sa_flags = libc::SA_SIGINFO
+            | if handled { previous.sa_flags & inherited } else { libc::SA_RESTART | libc::SA_ONSTACK };
         // SAFETY: installs a handler that only does async-signal-safe work (module doc).
         unsafe { libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) };
     });
