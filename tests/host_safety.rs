@@ -244,21 +244,27 @@ fn retention_never_touches_a_live_job_or_what_is_not_its_own() {
         Err(why) => return skip("retention_never_touches_a_live_job_or_what_is_not_its_own", &why),
     };
     let root = fs.join("root");
-    // The oldest job still runs: two 6 MiB logs.
-    let live = Killed(
-        preloaded(&trainer_sim(), &root, "live")
-            .args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=5,fwd=0,bwd=0,callbacks=0,optim=0"])
-            .env("SF_LOG_RECORDS", "16384")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the live job"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while job_logs(&root, "live") < 2 {
-        assert!(Instant::now() < deadline, "the live job's logs never appeared");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let running = |job: &str| {
+        let started = Killed(
+            preloaded(&trainer_sim(), &root, job)
+                .args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=5,fwd=0,bwd=0,callbacks=0,optim=0"])
+                .env("SF_LOG_RECORDS", "16384")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start a job"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while job_logs(&root, job) < 2 {
+            assert!(Instant::now() < deadline, "{job}'s logs never appeared");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        started
+    };
+    // The oldest job still runs: two 6 MiB logs. The next was killed (its logs still say
+    // running, but their writers are gone): finished.
+    let live = running("live");
+    drop(running("crashed"));
     finished_job(&root, "old", "16384");
     // Not ours to remove: a file of another tool, and a file at a log's name without the
     // log's magic, in the oldest finished job.
@@ -273,5 +279,6 @@ fn retention_never_touches_a_live_job_or_what_is_not_its_own() {
         walk(&root.join("old")).iter().map(|p| p.file_name().unwrap().to_string_lossy().into()).collect();
     old.sort();
     assert_eq!(old, ["notes.txt", "rank-00009.sflog"], "only the finished job's own logs went");
+    assert!(!root.join("crashed").exists(), "a killed job's logs are a finished job's");
     assert_eq!(job_logs(&root, "later3"), 2, "the newest finished job is kept");
 }
