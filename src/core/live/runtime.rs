@@ -226,7 +226,8 @@ pub fn stop(state: WriterState, reason: &str) {
 
 /// A forked child shares the parent's log mapping and ring memory but not its collector:
 /// it must never write either. Registered at load (`runtime::start`), so it also covers
-/// forks before init.
+/// forks before init. Also what the SIGBUS guard calls when the log was truncated under
+/// the process: atomic stores only, so it is safe in a signal handler.
 pub extern "C" fn disable_in_child() {
     STATE.store(DISABLED, Ordering::Release);
     RUNTIME.store(std::ptr::null_mut(), Ordering::Release);

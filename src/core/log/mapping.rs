@@ -2,11 +2,13 @@
 //!
 //! It is never unmapped: hooks on any thread may touch the communicator table until the
 //! very end of the process, after every destructor has run, so the mapping must outlive
-//! them all. The file's size is fixed at creation, which is what keeps memory constant.
+//! them all. The file's size is fixed at creation, which is what keeps memory constant;
+//! a file shrunk by someone else is survived (`sigbus_guard`).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 pub struct SharedMap {
@@ -21,10 +23,12 @@ unsafe impl Send for SharedMap {}
 unsafe impl Sync for SharedMap {}
 
 impl SharedMap {
-    /// Sizes `file` to `len` bytes and maps it shared and writable; the first `hot_len`
-    /// bytes (what hooks touch) are faulted in now so that no hook takes a page fault. The
-    /// rest is left to the collector to fault in as it writes.
-    pub fn create(file: &File, len: usize, hot_len: usize) -> io::Result<&'static SharedMap> {
+    /// Sizes `file` (at `path`) to `len` bytes and maps it shared and writable, guarded
+    /// from then on against the file shrinking (`sigbus_guard`: the mapping becomes
+    /// anonymous memory and recording stops); the first `hot_len` bytes (what hooks touch)
+    /// are faulted in now so that no hook takes a page fault. The rest is left to the
+    /// collector to fault in as it writes.
+    pub fn create(file: &File, len: usize, hot_len: usize, path: &Path) -> io::Result<&'static SharedMap> {
         file.set_len(len as u64)?;
         // SAFETY: a fresh shared mapping of a file we own, sized above; the kernel picks
         // the address. The result is checked against MAP_FAILED.
@@ -42,6 +46,7 @@ impl SharedMap {
             return Err(io::Error::last_os_error());
         }
         let map = SharedMap { base: base.cast(), len };
+        super::sigbus_guard::guard(map.base, len, path);
         for page in (0..hot_len.min(len)).step_by(4096) {
             // SAFETY: in bounds, and no other thread has the mapping yet; storing back the
             // byte just read changes nothing but makes the kernel back the page now.

@@ -22,6 +22,7 @@ pub mod records_net;
 pub mod records_ports;
 pub mod records_profiler;
 pub mod safe_path;
+pub mod sigbus_guard;
 pub mod stage_names;
 pub mod synth;
 pub mod tail;

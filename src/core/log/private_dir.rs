@@ -129,11 +129,22 @@ impl PrivateDir {
     /// The directory `name` inside this one, created with `mode` if missing, opened by
     /// `openat` without following a link, and verified.
     pub fn subdir(&self, name: &str, mode: u32) -> Result<PrivateDir, DirError> {
+        self.open_subdir(name, Some(mode))
+    }
+
+    /// The directory `name` inside this one if it exists, opened and verified like
+    /// `subdir`, never created.
+    pub fn existing_subdir(&self, name: &str) -> Result<PrivateDir, DirError> {
+        self.open_subdir(name, None)
+    }
+
+    fn open_subdir(&self, name: &str, create_mode: Option<u32>) -> Result<PrivateDir, DirError> {
         let path = self.path.join(name);
         let c = c_name(name).map_err(|_| DirError::Unavailable(format!("bad directory name {name:?}")))?;
         // SAFETY: mkdirat on our open directory with a NUL-terminated name.
-        let created = unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), mode) } == 0;
-        if !created {
+        let created =
+            create_mode.is_some_and(|mode| unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), mode) } == 0);
+        if !created && create_mode.is_some() {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EEXIST) {
                 return Err(DirError::Unavailable(format!("cannot create {}: {e}", path.display())));
@@ -147,7 +158,7 @@ impl PrivateDir {
         }
         // SAFETY: openat returned a fresh descriptor that nothing else owns.
         let dir = PrivateDir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, path };
-        dir.verify(created, mode)?;
+        dir.verify(created, create_mode.unwrap_or(0))?;
         Ok(dir)
     }
 

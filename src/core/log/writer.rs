@@ -85,7 +85,7 @@ impl LogWriter {
         });
         dir.remove(&staging);
         placed?;
-        let map = SharedMap::create(&file, len, format::records_offset())?;
+        let map = SharedMap::create(&file, len, format::records_offset(), &dir.path().join(name))?;
         let events = Ring {
             offset: format::records_offset(),
             slot_count: info.slot_count as u64,

@@ -36,6 +36,12 @@ unsafe impl<T: Copy + Send> Sync for Ring<T> {}
 unsafe impl<T: Copy + Send> Send for Ring<T> {}
 
 impl<T: Copy> Ring<T> {
+    /// Memory per slot: the stamp and the value, padded to whole cache lines so that
+    /// producers writing neighbouring slots never share a line. All of it is touched when
+    /// the ring is built (each slot's stamp), so a ring is resident for its whole
+    /// `capacity × SLOT_BYTES` from the start.
+    pub const SLOT_BYTES: usize = std::mem::size_of::<Slot<T>>();
+
     /// `capacity` must be a power of two (the config guarantees it).
     pub fn with_capacity(capacity: usize) -> Ring<T> {
         assert!(capacity.is_power_of_two() && capacity >= 2, "ring capacity {capacity}");

@@ -34,12 +34,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "SF_RING_EVENTS",
         "16384",
-        "events the hot-path ring holds (power of two, 16..4194304); a full ring drops and counts",
+        "events the hot-path ring holds (power of two, 16..4194304), 192 bytes each (3 MiB by default, 768 MiB at 4194304); a full ring drops and counts",
     ),
     (
         "SF_LOG_RECORDS",
         "65536",
-        "records the per-rank log keeps before wrapping (1024..67108864), 128 bytes each; unset: fewer when the log directory is small",
+        "records the per-rank log keeps before wrapping (1024..67108864), 384 bytes each with the history ring (24 MiB by default); unset: fewer when the log directory is small",
     ),
     ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
     ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
@@ -340,6 +340,21 @@ mod tests {
     pub(super) fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
         let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::parse(1000, |k| env.get(k).cloned())
+    }
+
+    /// The figure the README and `SF_RING_EVENTS`' description give: 192 bytes an event
+    /// (a 152-byte event and its stamp, in three cache lines), 768 MiB at the largest
+    /// setting. A change to the event's size must change them too.
+    #[test]
+    fn an_event_slot_costs_what_the_docs_say() {
+        use crate::core::live::event::Event;
+        use crate::core::record::ring::Ring;
+        assert_eq!(Ring::<Event>::SLOT_BYTES, 192);
+        assert_eq!(4_194_304 * Ring::<Event>::SLOT_BYTES, 768 << 20);
+        let (_, _, doc) = VARIABLES.iter().find(|(name, _, _)| *name == "SF_RING_EVENTS").unwrap();
+        assert!(doc.contains("192 bytes each") && doc.contains("768 MiB"), "{doc}");
+        let readme = include_str!("../../../README.md");
+        assert!(readme.contains("`SF_RING_EVENTS` × 192 bytes"), "the README's memory paragraph");
     }
 
     #[test]

@@ -8,4 +8,5 @@ pub mod config;
 pub mod identity;
 pub mod opened_through;
 pub mod place;
+pub mod retention;
 pub mod start;

@@ -1,6 +1,7 @@
 //! Where a rank's log goes and how big it is: a private directory tree (`private_dir`),
 //! a size that fits the filesystem and the file-size limit, every earlier attempt of the
-//! job kept up to `SF_KEEP_ATTEMPTS`, and nothing of another user's ever touched.
+//! job kept up to `SF_KEEP_ATTEMPTS`, finished jobs' logs kept within half the filesystem
+//! (`retention`), and nothing of another user's ever touched.
 //!
 //! ```text
 //! <root>/<job id>/rank-00003.sflog            the latest attempt (what sf reads)
@@ -22,8 +23,10 @@ use std::path::{Path, PathBuf};
 use crate::core::log::format::{self, bytes, header, live, WriterState};
 use crate::core::log::host;
 use crate::core::log::private_dir::{DirError, Entry, PrivateDir};
+use crate::core::log::process_stamp::{ProcessCheck, ProcessStamp};
 use crate::core::log::writer::{HeaderInfo, LogWriter};
 use crate::core::runtime::config::Config;
+use crate::core::runtime::retention;
 
 /// The smallest log the library makes on its own.
 pub const MIN_RECORDS: u32 = 1024;
@@ -75,6 +78,8 @@ pub fn create(req: &Request) -> Result<Placed, String> {
                 continue;
             }
         };
+        let need = (format::file_len(req.config.log_records) as u64).saturating_mul(req.local_ranks.max(1) as u64);
+        let retired = retention::make_room(&root, req.job_id, need);
         let records = if req.config.log_records_chosen {
             check_fsize(req.config.log_records, fsize)?
         } else {
@@ -109,6 +114,7 @@ pub fn create(req: &Request) -> Result<Placed, String> {
             if let Some(note) = fit_note(req, root_path, &passed_over, records, fsize) {
                 placed.notes.insert(0, note);
             }
+            placed.notes.extend(retired);
         }
         return Ok(placed);
     }
@@ -410,6 +416,10 @@ pub struct OldLog {
     pub pid: u32,
     pub host: String,
     pub running: bool,
+    pub exited: bool,
+    pub stamp: ProcessStamp,
+    /// Wall-clock ns of its last heartbeat, else of its start: when it was last written.
+    pub last_written_ns: u64,
 }
 
 impl OldLog {
@@ -418,6 +428,13 @@ impl OldLog {
     fn is_live_elsewhere(&self, here: &str) -> bool {
         self.running && self.host == here && self.pid != std::process::id() && host::process_exists(self.pid)
     }
+
+    /// It can no longer change: its writer exited through `exit()`, or the very process
+    /// that wrote it is gone (its stamp says so for certain), as `sf` decides a log is
+    /// settled. A log whose writer cannot be told gone counts as live.
+    pub fn finished(&self) -> bool {
+        self.exited || self.stamp.check(self.pid, false) == ProcessCheck::WriterGone
+    }
 }
 
 /// Reads an existing file's header with `pread` (no mapping, nothing that can fault);
@@ -425,10 +442,21 @@ impl OldLog {
 pub fn probe(file: &File) -> Option<OldLog> {
     let mut head = [0u8; live::WRITER_STATE + 8];
     file.read_exact_at(&mut head, 0).ok()?;
+    let state = WriterState::from_u64(bytes::get_u64(&head, live::WRITER_STATE));
+    let mut boot_id = [0u8; 16];
+    boot_id.copy_from_slice(&head[header::BOOT_ID..header::BOOT_ID + 16]);
     (head[..8] == format::MAGIC).then(|| OldLog {
         pid: bytes::get_u32(&head, header::PID),
         host: bytes::get_str(&head, header::HOST, format::HOST_LEN),
-        running: WriterState::from_u64(bytes::get_u64(&head, live::WRITER_STATE)) == Some(WriterState::Running),
+        running: state == Some(WriterState::Running),
+        exited: state == Some(WriterState::Exited),
+        stamp: ProcessStamp {
+            boot_id,
+            pid_namespace: bytes::get_u64(&head, header::PID_NAMESPACE),
+            start_ticks: bytes::get_u64(&head, header::PROCESS_START),
+        },
+        last_written_ns: bytes::get_u64(&head, live::HEARTBEAT_WALL_NS)
+            .max(bytes::get_u64(&head, header::BASE_WALL_NS)),
     })
 }
 

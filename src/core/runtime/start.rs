@@ -13,6 +13,7 @@ use crate::core::log::comm_table::CommTable;
 use crate::core::log::format::live;
 use crate::core::log::host;
 use crate::core::log::identity::Identity;
+use crate::core::log::sigbus_guard;
 use crate::core::log::stage_names::StageNames;
 use crate::core::log::writer::HeaderInfo;
 use crate::core::record::clock;
@@ -178,12 +179,14 @@ extern "C" fn flush_at_exit() {
     });
 }
 
-/// Runs when the library is loaded, before `main`: only registers the fork handler and
-/// this module's start with the state machine (which sits below every family).
+/// Runs when the library is loaded, before `main`: only registers the fork handler, this
+/// module's start with the state machine (which sits below every family), and what a
+/// lost log turns off (no signal handler yet: that waits for the first log).
 extern "C" fn on_load() {
     runtime::register_starter(start);
     // SAFETY: registering plain extern "C" fns; pthread_atfork copies the pointers.
     unsafe { libc::pthread_atfork(None, None, Some(runtime::disable_in_child)) };
+    sigbus_guard::on_lost(runtime::disable_in_child);
 }
 
 #[used]

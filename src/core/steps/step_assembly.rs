@@ -231,7 +231,7 @@ mod tests {
         let path =
             std::env::temp_dir().join(format!("sf-assembly-{}-{:?}", std::process::id(), std::thread::current().id()));
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
-        let map = SharedMap::create(&file, format::HEADER_SIZE, 0).unwrap();
+        let map = SharedMap::create(&file, format::HEADER_SIZE, 0, &path).unwrap();
         let _ = std::fs::remove_file(&path);
         StageNames::in_map(map)
     }
