@@ -6,29 +6,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 use stagefrontier::core::log::format::WriterState;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
-
-/// Runs `cmd` to completion within `limit`, or kills it and fails the test.
-fn output_within(cmd: &mut Command, limit: Duration) -> (Output, Duration) {
-    let start = Instant::now();
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect");
-            panic!("{cmd:?} still running after {limit:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let elapsed = start.elapsed();
-    (child.wait_with_output().expect("collect"), elapsed)
-}
 
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -126,6 +110,36 @@ fn a_fork_while_another_thread_initialises_the_library_does_not_hang_the_child()
     assert_eq!(logs.len(), 1, "{logs:?}");
     let calls = nccl_calls(&bodies(&logs[0]));
     assert!(calls.iter().all(|c| c.count != 16), "the child's allreduces leaked into the parent's log");
+}
+
+/// Issue 24, point 3: looking up NCCL's symbols walked the loaded objects under the
+/// loader's lock (`dl_iterate_phdr`) on the application's threads; a child forked meanwhile
+/// inherited the lock held and hung in its own first lookup. NCCL here is linked into
+/// another library, as builds with a static NCCL have it (libtorch_cuda.so): no object is
+/// named libnccl, so every lookup walked, in the parent and in the child.
+#[test]
+fn children_forked_while_32_threads_make_their_first_nccl_calls_never_hang() {
+    let dir = TempDir::new("fork-threads");
+    let fakenccl = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fakenccl");
+    let torch = dir.join("libtorch_cuda.so");
+    let driver = fakenccl.join("profiler_driver.c");
+    let shared = ["-shared", "-fPIC", "-pthread", "-std=gnu11", "-fvisibility=hidden", "-Wl,-soname,libtorch_cuda.so"];
+    compile_c(&fakenccl.join("fakenccl.c"), &torch, &[&[driver.to_str().unwrap()][..], &shared, &["-ldl"]].concat());
+    let exe = dir.join("fork_threads");
+    let (search, rpath) = (format!("-L{}", dir.0.display()), format!("-Wl,-rpath,{}", dir.0.display()));
+    compile_c(&c_source("fork_threads.c"), &exe, &["-Wextra", &search, &rpath, "-ltorch_cuda", "-ldl", "-pthread"]);
+    let root = log_root("fork-threads");
+    let mut hung = Vec::new();
+    for run in 0..30 {
+        let mut cmd = preloaded(&exe, &root, &format!("run{run}"));
+        cmd.args(["32", "4"]).env("RANK", "0").env("WORLD_SIZE", "1").env("SF_LOG_RECORDS", "4096");
+        let (out, _) = output_within(&mut cmd, Duration::from_secs(120));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !(out.status.success() && stdout.contains("fork_threads: ok")) {
+            hung.push(format!("run {run}: {}: {stdout}{}", out.status, String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    assert!(hung.is_empty(), "{} of 30 runs:\n{}", hung.len(), hung.join("\n"));
 }
 
 #[test]

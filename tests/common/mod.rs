@@ -4,8 +4,9 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use stagefrontier::analysis::frontier::{analyze, Context, Schema, Step, Window};
 use stagefrontier::core::log::reader::{RankLog, Record};
@@ -116,6 +117,22 @@ pub fn checksum(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().find(|l| l.starts_with("sf-trainer-sim: ok")).expect("summary line");
     line.split_whitespace().find_map(|w| w.strip_prefix("checksum=")).expect("checksum").to_string()
+}
+
+/// Runs `cmd` to completion within `limit`, or kills it and fails the test.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect");
+            panic!("{cmd:?} still running after {limit:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let elapsed = start.elapsed();
+    (child.wait_with_output().expect("collect"), elapsed)
 }
 
 /// Every `.sflog` in the job directory, sorted by name.

@@ -3,3 +3,4 @@
 
 pub mod nccl;
 pub(super) mod nccl_abi;
+mod nccl_symbols;

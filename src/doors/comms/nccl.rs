@@ -15,7 +15,8 @@ use crate::core::record::doors;
 use crate::core::record::notice::say;
 use crate::core::record::thread_state::{self, ReentrancyGuard};
 use crate::doors::comms::nccl_abi::*;
-use crate::doors::real_symbol::{loaded_nccl_path, RealSymbol};
+use crate::doors::comms::nccl_symbols::{EntryPoint, NCCL};
+use crate::doors::real_symbol::loaded_nccl_path;
 use crate::doors::traced::{shielded, traced};
 
 /// When the real entry point cannot be found the call cannot be forwarded; the
@@ -37,20 +38,10 @@ fn missing(name: &str, said: &AtomicBool) -> NcclResult {
     NCCL_INTERNAL_ERROR
 }
 
-/// Resolves the real `$name` with the hook's own signature.
+/// The real `$name` with the hook's own signature (`nccl_symbols`).
 macro_rules! real {
     ($name:ident, fn($($ty:ty),*)) => {{
-        static REAL: RealSymbol = RealSymbol::new(
-            match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                Ok(name) => name,
-                Err(_) => panic!("symbol name"),
-            },
-            match std::ffi::CStr::from_bytes_with_nul(concat!("p", stringify!($name), "\0").as_bytes()) {
-                Ok(name) => name,
-                Err(_) => panic!("symbol name"),
-            },
-        );
-        match REAL.get() {
+        match NCCL.get(EntryPoint::$name as usize) {
             // SAFETY: NCCL's symbol of this name has exactly this signature (nccl.h).
             Some(address) => Some(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> NcclResult>(address) }),
             None => None,

@@ -1,0 +1,42 @@
+//! Every NCCL entry point the door forwards to, resolved together (`RealSymbols`): at
+//! load when NCCL is already loaded, else by the first hook.
+
+use crate::doors::real_symbol::{self, RealSymbols};
+
+macro_rules! entry_points {
+    ($($name:ident),* $(,)?) => {
+        /// An entry point's index in `NCCL`, named as NCCL names it.
+        #[allow(non_camel_case_types, clippy::enum_variant_names)]
+        #[derive(Clone, Copy)]
+        pub enum EntryPoint { $($name),* }
+
+        const NAMES: &[&str; [$(stringify!($name)),*].len()] = &[$(stringify!($name)),*];
+    };
+}
+
+entry_points! {
+    ncclGetVersion, ncclGetUniqueId, ncclCommDestroy, ncclCommAbort, ncclCommCount, ncclCommUserRank,
+    ncclCommCuDevice, ncclAllReduce, ncclBroadcast, ncclBcast, ncclReduce, ncclAllGather, ncclReduceScatter,
+    ncclAlltoAll, ncclSend, ncclRecv, ncclGroupStart, ncclGroupEnd, ncclGroupSimulateEnd, ncclGather,
+    ncclScatter, ncclAllReduceConfig, ncclBroadcastConfig, ncclReduceConfig, ncclAllGatherConfig,
+    ncclReduceScatterConfig, ncclAlltoAllConfig, ncclGatherConfig, ncclScatterConfig, ncclPutSignal, ncclSignal,
+    ncclWaitSignal, ncclCommFinalize, ncclCommGetAsyncError, ncclCommRevoke, ncclCommSuspend, ncclCommResume,
+    ncclCommRegister, ncclCommDeregister, ncclCommWindowRegister, ncclCommWindowDeregister, ncclCommInitRank,
+    ncclCommInitRankConfig, ncclCommInitAll, ncclCommSplit, ncclCommInitRankScalable, ncclCommShrink,
+    ncclCommGrow,
+}
+
+pub static NCCL: RealSymbols<{ NAMES.len() }> = RealSymbols::new(NAMES);
+
+/// Runs when the library is loaded: guards forks, then resolves NCCL if it is already
+/// there (the program links it), so that no hook ever looks anything up.
+extern "C" fn resolve_at_load() {
+    let _ = std::panic::catch_unwind(|| {
+        real_symbol::guard_forks();
+        NCCL.resolve_all(EntryPoint::ncclGetVersion as usize);
+    });
+}
+
+#[used]
+#[link_section = ".init_array"]
+static RESOLVE_AT_LOAD: extern "C" fn() = resolve_at_load;
