@@ -7,6 +7,7 @@ mod profiler_common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::*;
 use profiler_common::*;
@@ -191,6 +192,44 @@ fn chaining_to_itself_is_refused() {
         assert!(stderr.contains("libstagefrontier itself"), "{stderr}");
         for (rank, path) in logs_by_rank(&root, "job").iter().enumerate() {
             check_rank(&view(path), rank as i32, 7, false);
+        }
+        let _ = std::fs::remove_dir_all(root.join("job"));
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Issue 24, point 10: a FIFO at SF_CHAIN_PROFILER hung the job in `dlopen` and a
+/// truncated plugin crashed it; a copy of the library was named 11 times per rank, and a
+/// long path came back raw and whole. Each is refused in one escaped, cut line per process.
+#[test]
+fn a_fifo_a_truncated_plugin_or_a_copy_is_refused_in_one_short_line_per_process() {
+    let root = log_root("bad-chain");
+    let fifo = root.join("libfifo.so");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let whole = std::fs::read(compile_chain_plugin(&root, None)).unwrap();
+    let truncated = root.join("libcut.so");
+    std::fs::write(&truncated, &whole[..whole.len() / 2]).unwrap();
+    let copy = root.join("libcopy.so");
+    std::fs::copy(library(), &copy).unwrap();
+    let long = root.join(format!("\x1b[2J{}libplugin.so", "d/".repeat(3000)));
+    let cases = [
+        (&fifo, "is not a regular file"),
+        (&truncated, "is truncated"),
+        (&copy, "a copy of libstagefrontier"),
+        (&long, "cannot be opened"),
+    ];
+    for (chain, said) in cases {
+        let (out, _) =
+            output_within(profiled(&root, "job", 7, false).env("SF_CHAIN_PROFILER", chain), Duration::from_secs(60));
+        assert!(out.status.success(), "{}: {}", chain.display(), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(checksum(&out), plain_checksum());
+        let lines: Vec<String> = library_lines(&out).into_iter().filter(|l| l.contains("SF_CHAIN_PROFILER")).collect();
+        assert!(!lines.is_empty() && lines.len() <= RANKS as usize, "at most one line per process: {lines:?}");
+        for line in &lines {
+            assert!(line.contains(said), "{said}: {line}");
+            assert!(line.len() < 400 && !line.contains('\x1b'), "escaped and cut: {line}");
         }
         let _ = std::fs::remove_dir_all(root.join("job"));
     }

@@ -5,6 +5,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -178,6 +179,45 @@ fn the_library_is_found_next_to_sf_then_in_lib_or_through_sf_library() {
         .unwrap();
     assert_eq!(printed(&text(&out.stdout), "LD_PRELOAD"), in_lib.canonicalize().unwrap().to_str(), "bin/../lib");
     let _ = std::fs::remove_dir_all(&prefix);
+}
+
+/// Issue 24, point 10: a FIFO at SF_LIBRARY hung every process of the job in the dynamic
+/// loader, and a truncated library crashed them; sf run refuses both in one line.
+#[test]
+fn sf_library_naming_a_fifo_or_a_truncated_library_is_refused() {
+    let dir = TempDir::new("run-bad-library");
+    let fifo = dir.join("libfifo.so");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let truncated = dir.join("libcut.so");
+    let whole = std::fs::read(library()).unwrap();
+    std::fs::write(&truncated, &whole[..whole.len() / 2]).unwrap();
+    for (path, said) in [(&fifo, "is not a regular file"), (&truncated, "is truncated")] {
+        let err = dir.join("stderr");
+        let mut child = sf_run(&sf(), &["--doors", "preload", "--", "true"])
+            .env("SF_LIBRARY", path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                // A writer that comes and goes ends the loader's wait on the FIFO.
+                let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&fifo);
+                let _ = child.kill();
+                panic!("sf run with SF_LIBRARY={} still running after 30 s", path.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stderr = std::fs::read_to_string(&err).unwrap();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("SF_LIBRARY=") && stderr.contains(said), "{said}: {stderr}");
+    }
 }
 
 #[test]

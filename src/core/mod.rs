@@ -4,8 +4,9 @@
 //! `sf`; must never import any of them.
 //!
 //! From the bottom up:
-//! - [`fnv`], [`rng`], [`quantile`]: leaf files; hashing, seeded draws and quantiles that
-//!   every layer and `analysis` share.
+//! - [`fnv`], [`rng`], [`quantile`], [`regular_file`]: leaf files; hashing, seeded draws
+//!   and quantiles that every layer and `analysis` share, and files a setting names,
+//!   opened without blocking.
 //! - [`record`]: the hot path's building blocks (clock, ring, per-thread state, the one
 //!   stderr line, door marks).
 //! - [`log`]: the per-rank log format, its record vocabulary, writer and reader.
@@ -26,6 +27,7 @@ pub mod log;
 pub mod net;
 pub mod quantile;
 pub mod record;
+pub mod regular_file;
 pub mod rng;
 pub mod runtime;
 pub mod steps;

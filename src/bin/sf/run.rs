@@ -9,6 +9,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
+use stagefrontier::core::record::notice::echo;
+use stagefrontier::core::regular_file::check_shared_object;
 use stagefrontier::report::run_env::{plan, Places, Plan, RunOptions};
 use stagefrontier::report::wall::rfc3339_ms;
 use stagefrontier::report::Failure;
@@ -64,22 +66,30 @@ pub fn run(options: &RunOptions) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(128u8.wrapping_add(signal as u8)))
 }
 
-/// SF_LIBRARY when set (it must exist); else next to the sf binary; else in ../lib/.
+/// SF_LIBRARY when set (it must exist); else next to the sf binary; else in ../lib/. The
+/// choice must be a whole ELF shared object: the dynamic loader blocks on a FIFO and a
+/// truncated object crashes every process of the job.
 fn find_library(exe: &Path, from_env: Option<OsString>) -> Result<PathBuf, String> {
     if let Some(path) = from_env.filter(|p| !p.is_empty()) {
+        let shown = echo(path.as_encoded_bytes());
         return std::fs::canonicalize(&path)
-            .map_err(|e| format!("SF_LIBRARY={}: {e}; point it at libstagefrontier.so", Path::new(&path).display()));
+            .map_err(|e| e.to_string())
+            .and_then(|found| check_shared_object(&found).map(|()| found))
+            .map_err(|why| format!("SF_LIBRARY={shown}: {why}; point it at libstagefrontier.so"));
     }
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let candidates = [dir.join(LIBRARY), dir.join("../lib").join(LIBRARY)];
-    candidates.iter().find_map(|path| std::fs::canonicalize(path).ok()).ok_or_else(|| {
+    let found = candidates.iter().find_map(|path| std::fs::canonicalize(path).ok()).ok_or_else(|| {
         format!(
             "cannot find {LIBRARY}: looked in {} and {}; copy it next to sf (after `cargo install`, from \
              target/release/) or set SF_LIBRARY to its path",
             candidates[0].display(),
             candidates[1].display()
         )
-    })
+    })?;
+    check_shared_object(&found)
+        .map_err(|why| format!("{}: {why}; reinstall {LIBRARY}", echo(found.as_os_str().as_encoded_bytes())))?;
+    Ok(found)
 }
 
 /// The directory whose sitecustomize the Python door puts on PYTHONPATH: next to the

@@ -153,11 +153,7 @@ fn sorted_entries(dir: &Path) -> Vec<String> {
 /// blocking and read only if it is a regular file: a FIFO planted in the tree (or any
 /// file that blocks) must not stall the collector, and with it the process's exit.
 fn read_counter(path: &Path, buf: &mut [u8; 64]) -> io::Result<u64> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a regular file"));
-    }
+    let mut file = crate::core::regular_file::open_regular(path)?;
     let mut len = 0;
     while len < buf.len() {
         match file.read(&mut buf[len..])? {

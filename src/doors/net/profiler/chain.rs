@@ -17,11 +17,13 @@
 //! plugin's callback returns, before NCCL reads the mask again.
 
 use std::ffi::{c_int, c_void, CString};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::abi::ForeignPlugin;
-use crate::core::record::notice::say;
+use crate::core::record::notice::{echo, say};
 use crate::core::record::once::LeakedOnce;
+use crate::core::regular_file::check_shared_object;
 use crate::core::runtime::config::Config;
 
 /// Settings the door reads once, whether or not the runtime records.
@@ -62,40 +64,54 @@ fn symbol(handle: usize, version: u8) -> Option<usize> {
         0 => None,
         // Another copy of this library (a copied file): its tables are its own door.
         found if is_own_table(found) => {
-            say("SF_CHAIN_PROFILER names a copy of libstagefrontier; not chaining");
+            static SAID: AtomicBool = AtomicBool::new(false);
+            say_once(&SAID, "SF_CHAIN_PROFILER names a copy of libstagefrontier; not chaining");
             None
         }
         found => Some(found),
     }
 }
 
+/// Says `line` unless a thread of this process already said it.
+fn say_once(said: &AtomicBool, line: &str) {
+    if !said.swap(true, Ordering::Relaxed) {
+        say(line);
+    }
+}
+
 /// Loaded without a lock: threads racing here each dlopen, which only counts one more
-/// reference to the same never-closed library.
+/// reference to the same never-closed library. The file is checked first (a regular file,
+/// a whole ELF shared object): a FIFO would block `dlopen`, a truncated object crash it.
 fn library() -> usize {
     let known = LIBRARY.load(Ordering::Acquire);
     if known != 0 {
         return if known == ABSENT { 0 } else { known };
     }
+    static SAID: AtomicBool = AtomicBool::new(false);
     let handle = match settings().chain.as_ref() {
         None => 0,
         Some(path) => {
+            let shown = echo(path.as_os_str().as_bytes());
             if is_this_library(path) {
-                if LIBRARY.load(Ordering::Acquire) == 0 {
-                    say(&format!(
-                        "SF_CHAIN_PROFILER={} is libstagefrontier itself; not chaining (unset it)",
-                        path.display()
-                    ));
-                }
+                say_once(
+                    &SAID,
+                    &format!("SF_CHAIN_PROFILER={shown} is libstagefrontier itself; not chaining (unset it)"),
+                );
                 LIBRARY.store(ABSENT, Ordering::Release);
                 return 0;
             }
-            let c_path = CString::new(path.as_os_str().as_encoded_bytes()).ok();
+            if let Err(why) = check_shared_object(path) {
+                say_once(&SAID, &format!("SF_CHAIN_PROFILER={shown} {why}; not chaining"));
+                LIBRARY.store(ABSENT, Ordering::Release);
+                return 0;
+            }
+            let c_path = CString::new(path.as_os_str().as_bytes()).ok();
             // SAFETY: dlopen with a NUL-terminated path; the handle is never closed.
             let handle = c_path.map_or(std::ptr::null_mut(), |c| unsafe {
                 libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL)
             });
-            if handle.is_null() && LIBRARY.load(Ordering::Acquire) == 0 {
-                say(&format!("SF_CHAIN_PROFILER={}: cannot load it; not chaining", path.display()));
+            if handle.is_null() {
+                say_once(&SAID, &format!("SF_CHAIN_PROFILER={shown}: cannot load it; not chaining"));
             }
             handle as usize
         }
@@ -121,12 +137,16 @@ pub fn lookup(abi: u8) -> Option<&'static ForeignPlugin> {
                     None => {
                         let exported: Vec<String> =
                             (1..=7).filter(|&v| symbol(handle, v).is_some()).map(|v| format!("v{v}")).collect();
+                        static SAID: AtomicBool = AtomicBool::new(false);
                         if !exported.is_empty() {
-                            say(&format!(
-                                "SF_CHAIN_PROFILER: the plugin exports ncclProfiler_{} and NCCL runs v{abi}; \
+                            say_once(
+                                &SAID,
+                                &format!(
+                                    "SF_CHAIN_PROFILER: the plugin exports ncclProfiler_{} and NCCL runs v{abi}; \
                                  no conversion to it, not chaining",
-                                exported.join("/")
-                            ));
+                                    exported.join("/")
+                                ),
+                            );
                         }
                         (ABSENT, 0)
                     }
@@ -162,7 +182,6 @@ fn is_this_library(path: &std::path::Path) -> bool {
 
 /// The path the dynamic loader opened this library from.
 fn own_path() -> Option<std::path::PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
     // SAFETY: Dl_info is plain data; dladdr fills it for an address inside a loaded object.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let here = own_path as fn() -> Option<std::path::PathBuf> as *const c_void;
