@@ -2,9 +2,10 @@
 //! live state, and one fixed-size event pushed into the ring. No allocation, no lock, no
 //! syscall beyond the clock (and one `gettid` per thread, ever).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::core::comms::comm_identity;
+use crate::core::comms::early::{self, Early, Pushed};
 use crate::core::inject::{self, Firing, Site};
 use crate::core::live::event::Event;
 use crate::core::live::runtime::{self, Runtime};
@@ -40,9 +41,10 @@ impl CallArgs {
     }
 }
 
-/// A call between its entry and its return.
+/// A call between its entry and its return; `rt` is None for a call that began while the
+/// runtime was starting (`early`), whose `call.comm_id` holds the communicator's handle.
 pub struct Pending {
-    rt: &'static Runtime,
+    rt: Option<&'static Runtime>,
     slot: Option<&'static CommSlot>,
     call: NcclCall,
     forced_result: Option<i32>,
@@ -59,7 +61,7 @@ impl Pending {
 /// is the outermost hook on its thread and carries the thread's id and group depth.
 #[inline]
 pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
-    let rt = runtime::active()?;
+    let Some(rt) = runtime::active() else { return begin_while_starting(args, thread) };
     let slot = if args.comm != 0 { comm_slot(rt, args.comm) } else { None };
     let entered = slot.and_then(|slot| {
         if args.op.is_collective() {
@@ -83,27 +85,95 @@ pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
         entered.store(seq, Ordering::Release);
     }
     Some(Pending {
-        rt,
+        rt: Some(rt),
         // A failed call never entered NCCL: its communicator's counters stay as they are.
         slot: slot.filter(|_| forced_result.is_none()),
-        call: NcclCall {
-            op: args.op,
-            t_enter_ns: t_enter,
-            t_exit_ns: 0,
-            comm_id,
-            seq,
-            count: args.count,
-            bytes: 0,
-            stream: args.stream,
-            tid: thread.tid,
-            peer: args.peer,
-            dtype: args.dtype,
-            redop: args.redop,
-            result: 0,
-            group_depth: thread.group_depth,
-        },
+        call: entered_call(args, thread, t_enter, comm_id, seq),
         forced_result,
     })
+}
+
+/// The record of a call as it enters NCCL; its return fills in the rest.
+#[inline(always)]
+fn entered_call(args: &CallArgs, thread: &ReentrancyGuard, t_enter_ns: u64, comm_id: u64, seq: u64) -> NcclCall {
+    NcclCall {
+        op: args.op,
+        t_enter_ns,
+        t_exit_ns: 0,
+        comm_id,
+        seq,
+        count: args.count,
+        bytes: 0,
+        stream: args.stream,
+        tid: thread.tid,
+        peer: args.peer,
+        dtype: args.dtype,
+        redop: args.redop,
+        result: 0,
+        group_depth: thread.group_depth,
+    }
+}
+
+/// A call made while another thread starts the runtime: timed now, numbered in its
+/// communicator when it is replayed (`replay_call`).
+#[cold]
+fn begin_while_starting(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
+    if !runtime::is_starting() {
+        return None;
+    }
+    let call = entered_call(args, thread, now_ticks(), args.comm, 0);
+    Some(Pending { rt: None, slot: None, call, forced_result: None })
+}
+
+/// Queues what a hook saw while the runtime was starting; if the queue has just closed,
+/// the runtime is there (or never will be) and takes it directly.
+#[cold]
+fn hand_over(entry: Early) {
+    if let Pushed::Closed(entry) = early::push(entry) {
+        if let Some(rt) = runtime::after_start() {
+            replay(rt, entry);
+        }
+    }
+}
+
+/// Applies what a hook saw while the runtime was starting, as the hook would have.
+pub fn replay(rt: &'static Runtime, entry: Early) {
+    match entry {
+        Early::Call(call) => replay_call(rt, call),
+        Early::Poll => {
+            rt.live(live::NCCL_POLLS).fetch_add(1, Ordering::Relaxed);
+        }
+        Early::Created { kind, handle, rank, nranks, t_ns } => {
+            if let Some(derived) = derive(rt, kind) {
+                register_created(rt, &derived, handle, rank, nranks, t_ns);
+            }
+        }
+        Early::Ended { handle } => rt.comms.unregister(handle),
+        Early::Shape { handle, rank, nranks } => record_shape(rt, handle, rank, nranks),
+        Early::Version(version) => rt.set_nccl_version(version),
+    }
+}
+
+/// A call that began before the runtime was there: numbered in its communicator now. One
+/// communicator's calls never overlap (NCCL's rule), so none came in between.
+fn replay_call(rt: &'static Runtime, mut call: NcclCall) {
+    let slot = if call.comm_id != 0 { comm_slot(rt, call.comm_id) } else { None };
+    call.comm_id = slot.map_or(0, |s| s.comm_id.load(Ordering::Relaxed));
+    let counters = slot.and_then(|slot| {
+        if call.op.is_collective() {
+            Some((&slot.coll_entered, &slot.coll_returned))
+        } else if call.op.is_p2p() {
+            Some((&slot.p2p_entered, &slot.p2p_returned))
+        } else {
+            None
+        }
+    });
+    if let Some((entered, returned)) = counters {
+        call.seq = entered.load(Ordering::Relaxed) + 1;
+        entered.store(call.seq, Ordering::Release);
+        returned.store(call.seq, Ordering::Release);
+    }
+    rt.ring.push(Event::Record(RecordBody::NcclCall(call)));
 }
 
 /// Applies the first matching `SF_INJECT` rule before the call enters NCCL, so a hung
@@ -172,6 +242,7 @@ fn fire(
 pub fn end(mut pending: Pending, result: i32) {
     pending.call.t_exit_ns = now_ticks();
     pending.call.result = result;
+    let Some(rt) = pending.rt else { return hand_over(Early::Call(pending.call)) };
     if let (Some(slot), seq) = (pending.slot, pending.call.seq) {
         if seq != 0 {
             slot.inflight_ticks.store(0, Ordering::Relaxed);
@@ -179,12 +250,17 @@ pub fn end(mut pending: Pending, result: i32) {
             returned.store(seq, Ordering::Release);
         }
     }
-    pending.rt.ring.push(Event::Record(RecordBody::NcclCall(pending.call)));
+    rt.ring.push(Event::Record(RecordBody::NcclCall(pending.call)));
 }
 
 /// Counts a status poll that found nothing, instead of recording it.
 pub fn count_poll(pending: Pending) {
-    pending.rt.live(live::NCCL_POLLS).fetch_add(1, Ordering::Relaxed);
+    match pending.rt {
+        Some(rt) => {
+            rt.live(live::NCCL_POLLS).fetch_add(1, Ordering::Relaxed);
+        }
+        None => hand_over(Early::Poll),
+    }
 }
 
 /// The slot of a communicator, registering one the library did not see created.
@@ -256,8 +332,15 @@ pub enum NewComm {
     GrowNew([u8; 128]),
 }
 
-/// What a communicator-creating hook must remember before forwarding.
-pub struct PendingComm {
+/// What a communicator-creating hook must remember before forwarding: the derived id, or,
+/// while the runtime starts, what to derive it from once it is there.
+pub enum PendingComm {
+    Derived(Derivation),
+    Deferred(NewComm),
+}
+
+/// A new communicator's job-wide id and its relation to the job.
+pub struct Derivation {
     id: u64,
     /// The id the communicator's new ranks know it by (`ncclCommGrow`'s root only).
     alias: Option<u64>,
@@ -271,7 +354,13 @@ pub struct PendingComm {
 
 /// Called before forwarding a creation call: derives the job-wide id.
 pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
-    let rt = runtime::owner()?;
+    match runtime::owner() {
+        Some(rt) => derive(rt, kind).map(PendingComm::Derived),
+        None => runtime::is_starting().then_some(PendingComm::Deferred(kind)),
+    }
+}
+
+fn derive(rt: &'static Runtime, kind: NewComm) -> Option<Derivation> {
     let (mut alias, mut kept_rank) = (None, None);
     let (id, parent_id, origin, color, key) = match kind {
         NewComm::FromUniqueId(origin, uid) => (comm_identity::from_unique_id(&uid), 0, origin, -1, -1),
@@ -296,7 +385,7 @@ pub fn comm_creation(kind: NewComm) -> Option<PendingComm> {
         }
         NewComm::GrowNew(uid) => (comm_identity::from_unique_id(&uid), 0, CommOrigin::Grow, -1, -1),
     };
-    Some(PendingComm { id, alias, kept_rank, parent_id, origin, color, key })
+    Some(Derivation { id, alias, kept_rank, parent_id, origin, color, key })
 }
 
 /// The parent's job-wide id and the ordinal of the child being made from it: every member
@@ -307,17 +396,37 @@ fn child_of(rt: &'static Runtime, parent: u64) -> Option<(u64, u64)> {
     Some((parent_slot.comm_id.load(Ordering::Relaxed), parent_slot.splits.fetch_add(1, Ordering::Relaxed)))
 }
 
+/// `ncclCommInitAll` calls so far in this process, to tell their communicators apart.
+static INIT_ALL_CALLS: AtomicU64 = AtomicU64::new(0);
+
 /// Numbers `ncclCommInitAll` calls within this process.
 pub fn next_init_all_call() -> u64 {
-    runtime::owner().map_or(0, |rt| rt.init_all_calls.fetch_add(1, Ordering::Relaxed))
+    INIT_ALL_CALLS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Called after the real creation call returned a communicator.
 pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) {
-    let Some(rt) = runtime::owner() else { return };
+    let t_ns = now_ticks();
+    let Some(rt) = runtime::owner() else {
+        if let PendingComm::Deferred(kind) = pending {
+            hand_over(Early::Created { kind: kind.clone(), handle, rank, nranks, t_ns });
+        }
+        return;
+    };
+    let derived = match pending {
+        PendingComm::Derived(derived) => derived,
+        PendingComm::Deferred(kind) => &match derive(rt, kind.clone()) {
+            Some(derived) => derived,
+            None => return,
+        },
+    };
+    register_created(rt, derived, handle, rank, nranks, t_ns);
+}
+
+fn register_created(rt: &'static Runtime, pending: &Derivation, handle: u64, rank: i32, nranks: i32, t_ns: u64) {
     let rank = if rank < 0 { pending.kept_rank.unwrap_or(rank) } else { rank };
     let created = CommCreated {
-        t_ns: now_ticks(),
+        t_ns,
         comm_id: pending.id,
         parent_id: pending.parent_id,
         rank,
@@ -348,21 +457,33 @@ pub fn comm_created(pending: &PendingComm, handle: u64, rank: i32, nranks: i32) 
 
 /// Called after `ncclCommDestroy`/`ncclCommAbort` returned: the handle may be reused.
 pub fn comm_ended(handle: u64) {
-    if let Some(rt) = runtime::owner() {
-        rt.comms.unregister(handle);
+    match runtime::owner() {
+        Some(rt) => rt.comms.unregister(handle),
+        None if runtime::is_starting() => hand_over(Early::Ended { handle }),
+        None => {}
     }
 }
 
 /// `ncclCommUserRank`/`ncclCommCount` told the application a rank or size; keep it, since
 /// a split communicator's are not known at creation without asking NCCL.
 pub fn observed_comm_shape(handle: u64, rank: Option<i32>, nranks: Option<i32>) {
-    let Some(slot) = runtime::active().and_then(|rt| rt.comms.find(handle)) else { return };
+    match runtime::active() {
+        Some(rt) => record_shape(rt, handle, rank, nranks),
+        None if runtime::is_starting() => hand_over(Early::Shape { handle, rank, nranks }),
+        None => {}
+    }
+}
+
+fn record_shape(rt: &'static Runtime, handle: u64, rank: Option<i32>, nranks: Option<i32>) {
+    let Some(slot) = rt.comms.find(handle) else { return };
     let (old_rank, old_nranks) = slot.rank();
     slot.set_rank(rank.unwrap_or(old_rank), nranks.unwrap_or(old_nranks));
 }
 
 pub fn observed_nccl_version(version: i32) {
-    if let Some(rt) = runtime::active() {
-        rt.set_nccl_version(version);
+    match runtime::active() {
+        Some(rt) => rt.set_nccl_version(version),
+        None if runtime::is_starting() => hand_over(Early::Version(version)),
+        None => {}
     }
 }

@@ -57,8 +57,6 @@ pub struct Runtime {
     pub injector: Injector,
     /// Id of the first communicator spanning the whole job (`comm=world`), 0 until known.
     pub world_comm: AtomicU64,
-    /// `ncclCommInitAll` calls so far, to tell their communicators apart.
-    pub init_all_calls: AtomicU64,
     /// The exit handler's request to the collector thread, and its answer.
     pub exit: ExitHandshake,
     /// The collector thread, for the exit handler to wake (a leaked `Thread`, set once).
@@ -129,7 +127,7 @@ pub fn register_version_probe(probe: VersionProbe) {
 }
 
 /// The runtime if recording; starts it on the very first call. Never waits: a call that
-/// races another thread's start is simply not recorded.
+/// races another thread's start is queued (`is_starting`, `comms::early`).
 #[inline]
 pub fn active() -> Option<&'static Runtime> {
     let rt = RUNTIME.load(Ordering::Acquire);
@@ -165,9 +163,11 @@ pub fn claim_start() -> bool {
     STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
-/// Publishes the built runtime: from here on `active` returns it.
-pub fn publish(rt: Runtime) -> &'static Runtime {
+/// Publishes the built runtime: from here on `active` returns it. `before` runs first,
+/// on the runtime no hook can see yet (`runtime::start` replays the start-up queue).
+pub fn publish(rt: Runtime, before: impl FnOnce(&'static Runtime)) -> &'static Runtime {
     let rt: &'static Runtime = Box::leak(Box::new(rt));
+    before(rt);
     RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
     STATE.store(ACTIVE, Ordering::Release);
     rt
@@ -194,6 +194,28 @@ pub fn owner() -> Option<&'static Runtime> {
     }
     disable_in_child();
     None
+}
+
+/// Whether another thread is starting the runtime: a hook queues what it sees
+/// (`comms::early`).
+pub fn is_starting() -> bool {
+    STATE.load(Ordering::Acquire) == INITIALIZING
+}
+
+/// The runtime, for a hook the start-up queue no longer takes: the starting thread closed
+/// it and is replaying it, a bounded copy of at most `early::CAPACITY` entries with no lock
+/// or I/O, after which it publishes the runtime. None if the start left no runtime.
+#[cold]
+pub fn after_start() -> Option<&'static Runtime> {
+    loop {
+        if let Some(rt) = active() {
+            return Some(rt);
+        }
+        if !is_starting() {
+            return None;
+        }
+        std::thread::yield_now();
+    }
 }
 
 pub fn is_active() -> bool {

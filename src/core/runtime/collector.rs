@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::core::comms::early;
 use crate::core::kernels::cupti::CuptiDrain;
 use crate::core::kernels::kernel_windows::KernelWindows;
 use crate::core::live::event::Event;
@@ -84,7 +85,7 @@ impl Collector {
             written += 1;
         }
         let profiler_dropped = crate::core::net::profiler::dropped();
-        let dropped = rt.ring.dropped() + profiler_dropped;
+        let dropped = rt.ring.dropped() + profiler_dropped + early::dropped();
         if dropped != self.drops_written {
             self.writer.set(live::DROPPED_EVENTS, dropped);
             let drops = RecordBody::Drops(Drops {

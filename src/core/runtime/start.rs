@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::core::comms::early;
+use crate::core::comms::tracer;
 use crate::core::inject::Injector;
 use crate::core::live::runtime::{self, ExitHandshake, Runtime};
 use crate::core::log::comm_table::CommTable;
@@ -39,9 +41,20 @@ fn start() -> Option<&'static Runtime> {
     if !runtime::claim_start() {
         return None;
     }
-    match std::panic::catch_unwind(build) {
+    let built = std::panic::catch_unwind(build);
+    // What racing hooks queued meanwhile enters the runtime before any hook can see it.
+    let replayed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match built {
         Ok(Some((rt, collector))) => {
-            let rt = runtime::publish(rt);
+            Some(Some((runtime::publish(rt, |rt| early::close(|entry| tracer::replay(rt, entry))), collector)))
+        }
+        Ok(None) => {
+            early::close(drop);
+            Some(None)
+        }
+        Err(_) => None,
+    }));
+    match replayed {
+        Ok(Some(Some((rt, collector)))) => {
             let spawned = std::thread::Builder::new()
                 .name(collector::THREAD_NAME.into())
                 .spawn(move || collector::run(rt, collector));
@@ -63,11 +76,11 @@ fn start() -> Option<&'static Runtime> {
             }
             Some(rt)
         }
-        Ok(None) => {
+        Ok(Some(None)) => {
             runtime::settle_inert();
             None
         }
-        Err(_) => {
+        Ok(None) | Err(_) => {
             runtime::settle_disabled();
             say("internal error during start; not recording, the job continues unaffected");
             None
@@ -140,7 +153,6 @@ fn build() -> Option<(Runtime, Collector)> {
         nccl_version: AtomicU64::new(0),
         injector,
         world_comm: AtomicU64::new(0),
-        init_all_calls: AtomicU64::new(0),
         exit: ExitHandshake::default(),
         collector_thread: AtomicPtr::new(std::ptr::null_mut()),
         map,
