@@ -6,6 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::core::comms::tracer::{self, CallArgs};
 use crate::core::live::runtime;
+use crate::core::log::records::NcclCall;
 use crate::core::record::thread_state::ReentrancyGuard;
 
 use super::comms::nccl_abi::NcclResult;
@@ -18,6 +19,7 @@ pub fn traced(args: CallArgs, forward: impl FnOnce() -> NcclResult, after: impl 
         return forward();
     };
     let pending = shielded(|| tracer::begin(&args, &guard)).flatten();
+    let early = if pending.is_none() && runtime::is_starting() { begin_while_starting(&args, &guard) } else { None };
     let result = match pending.as_ref().and_then(|p| p.forced_result()) {
         Some(injected_failure) => injected_failure,
         None => forward(),
@@ -27,8 +29,21 @@ pub fn traced(args: CallArgs, forward: impl FnOnce() -> NcclResult, after: impl 
             tracer::end(pending, result);
             after(result);
         });
+    } else if let Some(call) = early {
+        shielded(|| {
+            tracer::end_while_starting(call, result);
+            after(result);
+        });
     }
     result
+}
+
+/// A call made while another thread starts the runtime, timed for the start-up queue
+/// (`tracer::begin_while_starting`). Out of line: the recording path pays nothing for it.
+#[cold]
+#[inline(never)]
+pub fn begin_while_starting(args: &CallArgs, guard: &ReentrancyGuard) -> Option<NcclCall> {
+    shielded(|| tracer::begin_while_starting(args, guard)).flatten()
 }
 
 /// Runs recording code that must never unwind into the caller.

@@ -41,10 +41,9 @@ impl CallArgs {
     }
 }
 
-/// A call between its entry and its return; `rt` is None for a call that began while the
-/// runtime was starting (`early`), whose `call.comm_id` holds the communicator's handle.
+/// A call between its entry and its return.
 pub struct Pending {
-    rt: Option<&'static Runtime>,
+    rt: &'static Runtime,
     slot: Option<&'static CommSlot>,
     call: NcclCall,
     forced_result: Option<i32>,
@@ -57,11 +56,12 @@ impl Pending {
     }
 }
 
-/// Records the entry of a call; `None` when not recording. The guard proves the caller
-/// is the outermost hook on its thread and carries the thread's id and group depth.
+/// Records the entry of a call; `None` when not recording (and while another thread
+/// starts the runtime: see `begin_while_starting`). The guard proves the caller is the
+/// outermost hook on its thread and carries the thread's id and group depth.
 #[inline]
 pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
-    let Some(rt) = runtime::active() else { return begin_while_starting(args, thread) };
+    let rt = runtime::active()?;
     let slot = if args.comm != 0 { comm_slot(rt, args.comm) } else { None };
     let entered = slot.and_then(|slot| {
         if args.op.is_collective() {
@@ -85,7 +85,7 @@ pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
         entered.store(seq, Ordering::Release);
     }
     Some(Pending {
-        rt: Some(rt),
+        rt,
         // A failed call never entered NCCL: its communicator's counters stay as they are.
         slot: slot.filter(|_| forced_result.is_none()),
         call: entered_call(args, thread, t_enter, comm_id, seq),
@@ -114,20 +114,33 @@ fn entered_call(args: &CallArgs, thread: &ReentrancyGuard, t_enter_ns: u64, comm
     }
 }
 
-/// A call made while another thread starts the runtime: timed now, numbered in its
-/// communicator when it is replayed (`replay_call`).
+/// A call made while another thread starts the runtime (`begin` said None and
+/// `runtime::is_starting`): timed now, its communicator's handle kept in `comm_id`, numbered
+/// in its communicator when it is replayed (`replay_call`). Kept apart from `begin` and
+/// `end` so that the recording path stays as short as it was.
 #[cold]
-fn begin_while_starting(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
-    if !runtime::is_starting() {
-        return None;
-    }
-    let call = entered_call(args, thread, now_ticks(), args.comm, 0);
-    Some(Pending { rt: None, slot: None, call, forced_result: None })
+pub fn begin_while_starting(args: &CallArgs, thread: &ReentrancyGuard) -> Option<NcclCall> {
+    runtime::is_starting().then(|| entered_call(args, thread, now_ticks(), args.comm, 0))
+}
+
+/// The return of a call `begin_while_starting` timed.
+#[cold]
+pub fn end_while_starting(mut call: NcclCall, result: i32) {
+    call.t_exit_ns = now_ticks();
+    call.result = result;
+    hand_over(Early::Call(call));
+}
+
+/// A status poll that found nothing, made while the runtime was starting.
+#[cold]
+pub fn count_poll_while_starting() {
+    hand_over(Early::Poll);
 }
 
 /// Queues what a hook saw while the runtime was starting; if the queue has just closed,
 /// the runtime is there (or never will be) and takes it directly.
 #[cold]
+#[inline(never)]
 fn hand_over(entry: Early) {
     if let Pushed::Closed(entry) = early::push(entry) {
         if let Some(rt) = runtime::after_start() {
@@ -242,7 +255,6 @@ fn fire(
 pub fn end(mut pending: Pending, result: i32) {
     pending.call.t_exit_ns = now_ticks();
     pending.call.result = result;
-    let Some(rt) = pending.rt else { return hand_over(Early::Call(pending.call)) };
     if let (Some(slot), seq) = (pending.slot, pending.call.seq) {
         if seq != 0 {
             slot.inflight_ticks.store(0, Ordering::Relaxed);
@@ -250,17 +262,12 @@ pub fn end(mut pending: Pending, result: i32) {
             returned.store(seq, Ordering::Release);
         }
     }
-    rt.ring.push(Event::Record(RecordBody::NcclCall(pending.call)));
+    pending.rt.ring.push(Event::Record(RecordBody::NcclCall(pending.call)));
 }
 
 /// Counts a status poll that found nothing, instead of recording it.
 pub fn count_poll(pending: Pending) {
-    match pending.rt {
-        Some(rt) => {
-            rt.live(live::NCCL_POLLS).fetch_add(1, Ordering::Relaxed);
-        }
-        None => hand_over(Early::Poll),
-    }
+    pending.rt.live(live::NCCL_POLLS).fetch_add(1, Ordering::Relaxed);
 }
 
 /// The slot of a communicator, registering one the library did not see created.

@@ -17,7 +17,7 @@ use crate::core::record::thread_state::{self, ReentrancyGuard};
 use crate::doors::comms::nccl_abi::*;
 use crate::doors::comms::nccl_symbols::{EntryPoint, NCCL};
 use crate::doors::real_symbol::loaded_nccl_path;
-use crate::doors::traced::{shielded, traced};
+use crate::doors::traced::{begin_while_starting, shielded, traced};
 
 /// When the real entry point cannot be found the call cannot be forwarded; the
 /// application gets NCCL's own code for a failure outside its control, and one line per
@@ -283,14 +283,29 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: NcclComm, async_error: *mut
         // SAFETY: forwarding the caller's arguments unchanged.
         return unsafe { real(comm, async_error) };
     };
-    let pending = shielded(|| tracer::begin(&on_comm(NcclOp::CommGetAsyncError, comm), &guard)).flatten();
+    let args = on_comm(NcclOp::CommGetAsyncError, comm);
+    let pending = shielded(|| tracer::begin(&args, &guard)).flatten();
+    let early = match pending {
+        None if runtime::is_starting() => begin_while_starting(&args, &guard),
+        _ => None,
+    };
     // SAFETY: forwarding the caller's arguments unchanged.
     let result = unsafe { real(comm, async_error) };
+    // None: a poll that found nothing (counted); else the result the call is recorded with.
+    let recorded = || match (result, read_out(result, async_error)) {
+        (NCCL_SUCCESS, Some(NCCL_SUCCESS | NCCL_IN_PROGRESS) | None) => None,
+        (NCCL_SUCCESS, Some(found)) => Some(found),
+        (failed, _) => Some(failed),
+    };
     if let Some(pending) = pending {
-        shielded(|| match (result, read_out(result, async_error)) {
-            (NCCL_SUCCESS, Some(NCCL_SUCCESS | NCCL_IN_PROGRESS) | None) => tracer::count_poll(pending),
-            (NCCL_SUCCESS, Some(found)) => tracer::end(pending, found),
-            (failed, _) => tracer::end(pending, failed),
+        shielded(|| match recorded() {
+            None => tracer::count_poll(pending),
+            Some(result) => tracer::end(pending, result),
+        });
+    } else if let Some(call) = early {
+        shielded(|| match recorded() {
+            None => tracer::count_poll_while_starting(),
+            Some(result) => tracer::end_while_starting(call, result),
         });
     }
     result
@@ -340,12 +355,20 @@ fn creating(
         return forward();
     };
     let pending_comm = shielded(|| tracer::comm_creation(kind())).flatten();
-    let pending_call = shielded(|| tracer::begin(&CallArgs::bare(op), &guard)).flatten();
+    let args = CallArgs::bare(op);
+    let pending_call = shielded(|| tracer::begin(&args, &guard)).flatten();
+    let early_call = match pending_call {
+        None if runtime::is_starting() => begin_while_starting(&args, &guard),
+        _ => None,
+    };
     let result = forward();
     shielded(|| {
         register_version_probe();
         if let Some(pending) = pending_call {
             tracer::end(pending, result);
+        }
+        if let Some(call) = early_call {
+            tracer::end_while_starting(call, result);
         }
         if let (Some(comm), true) = (&pending_comm, result == NCCL_SUCCESS || result == NCCL_IN_PROGRESS) {
             created(comm);
