@@ -53,7 +53,7 @@ def _bind(lib):
     if missing:
         if not _said_missing:
             _said_missing = True
-            sys.stderr.write("stagefrontier: the library loaded has no %s (older than this stagefrontier.py); "
+            sys.stderr.write("stagefrontier: the library loaded has no %s (older than this stagefrontier module); "
                              "markers are not recorded\n" % ", ".join(missing))
         return None
     lib.sf_step_begin.argtypes = [ctypes.c_int64]
