@@ -45,8 +45,9 @@ def _package():
 
 
 def _zig_on_path(env):
-    # cargo-zigbuild looks for `zig` on PATH; the ziglang build requirement ships one in its
-    # package directory.
+    # cargo-zigbuild runs zig as `python3 -m ziglang` where that works, else `zig` from PATH;
+    # the pinned ziglang build requirement ships the binary in its package directory, so it
+    # serves the second way too (a python3 on PATH other than the one running this build).
     import ziglang
     env["PATH"] = os.path.dirname(ziglang.__file__) + os.pathsep + env.get("PATH", "")
 
