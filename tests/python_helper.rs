@@ -1,5 +1,5 @@
-//! python/stagefrontier.py under the preloaded library records step vectors, and without
-//! the library is a silent no-op.
+//! The Python marker helper (python/stagefrontier/) under the preloaded library records
+//! step vectors, and without the library is a silent no-op.
 
 mod common;
 

@@ -220,6 +220,46 @@ fn sf_library_naming_a_fifo_or_a_truncated_library_is_refused() {
     }
 }
 
+/// Hard-links `from` to `to` (same filesystem), else copies it.
+fn place(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    std::fs::hard_link(from, to).or_else(|_| std::fs::copy(from, to).map(drop)).unwrap();
+}
+
+#[test]
+fn the_python_door_is_found_from_where_sf_is_never_from_the_build_tree() {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let prefix = artifact_dir().join(format!("run-cli-door-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&prefix);
+    let print_door = ["--doors", "python", "--", "sh", "-c", "echo PYTHONPATH=${PYTHONPATH-unset}"];
+
+    // sf and the library copied away from the checkout: the door stays shut and says so,
+    // though the source tree sf was built from still exists.
+    let (alone, alone_lib) = (prefix.join("alone/sf"), prefix.join("alone/libstagefrontier.so"));
+    place(&sf(), &alone);
+    place(&library(), &alone_lib);
+    let out = sf_run(&alone, &print_door).output().unwrap();
+    assert_eq!(printed(&text(&out.stdout), "PYTHONPATH"), Some("unset"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("the Python door (stagefrontier_boot) was not found"), "{}", text(&out.stderr));
+
+    // The wheel's layout: sf and the library inside the package, the door beside it.
+    let site = prefix.join("site-packages");
+    place(&sf(), &site.join("stagefrontier/sf"));
+    place(&library(), &site.join("stagefrontier/libstagefrontier.so"));
+    for file in ["__init__.py", "sitecustomize.py"] {
+        place(&python.join("stagefrontier_boot").join(file), &site.join("stagefrontier_boot").join(file));
+    }
+    let out = sf_run(&site.join("stagefrontier/sf"), &print_door).output().unwrap();
+    let door = site.join("stagefrontier_boot").canonicalize().unwrap();
+    assert_eq!(printed(&text(&out.stdout), "PYTHONPATH"), door.to_str(), "{}", text(&out.stderr));
+
+    // The checkout's own target/<profile>/sf: python/ two directories up.
+    let out = sf_run(&sf(), &print_door).output().unwrap();
+    let door = python.join("stagefrontier_boot").canonicalize().unwrap();
+    assert_eq!(printed(&text(&out.stdout), "PYTHONPATH"), door.to_str(), "{}", text(&out.stderr));
+    let _ = std::fs::remove_dir_all(&prefix);
+}
+
 #[test]
 fn a_command_that_cannot_start_is_an_error_naming_it() {
     let out = sf_run(&sf(), &["--", "/nonexistent/trainer"]).output().unwrap();

@@ -15,27 +15,6 @@ use serde_json::Value;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
-/// The environment's python, or None (skip) when it is not installed and not required.
-fn torch_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("SF_TORCH_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
-        cache.join("stagefrontier/torch-venv")
-    });
-    let python = venv.join("bin/python");
-    if python.is_file() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("SF_REQUIRE_TORCH").is_none_or(|v| v != "1"),
-        "SF_REQUIRE_TORCH=1 but {} is missing: run scripts/torch-venv",
-        python.display()
-    );
-    eprintln!("skipped: no PyTorch environment at {} (scripts/torch-venv installs it)", venv.display());
-    None
-}
-
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }

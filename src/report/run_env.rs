@@ -139,8 +139,9 @@ pub fn plan(options: &RunOptions, var: impl Fn(&str) -> Option<OsString>, places
                 }
                 None => {
                     plan.notes.push(
-                        "sf run: the Python door (python/stagefrontier_boot) was not found next to the library, in \
-                         ../share/stagefrontier/python or in sf's source tree: it stays shut"
+                        "sf run: the Python door (stagefrontier_boot) was not found next to the library, beside \
+                         sf's package, in ../share/stagefrontier/python or in the checkout above target/: it \
+                         stays shut"
                             .into(),
                     );
                     false

@@ -245,7 +245,7 @@ pub fn table_of(dir: &Dirs, ranks: &[RankSteps], world: usize, names: &StageName
 /// rank used the C API markers, why NVTX ranges were not seen (the variable not set).
 pub fn no_step_vectors(ranks: &[RankSteps]) -> String {
     let mut message =
-        "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or python/stagefrontier.py)"
+        "the logs hold no step vectors; the job needs step and stage markers (C API, NVTX ranges or Python's stagefrontier)"
             .to_string();
     if let Some(note) = no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())) {
         message += &format!("; {note}");

@@ -476,3 +476,25 @@ pub fn shared_dir(name: &str) -> TempDir {
     std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
     dir
 }
+
+/// The python of the cached PyTorch environment (scripts/torch-venv), or None (skip, said)
+/// when it is not installed and SF_REQUIRE_TORCH is not 1.
+pub fn torch_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("SF_TORCH_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
+        cache.join("stagefrontier/torch-venv")
+    });
+    let python = venv.join("bin/python");
+    if python.is_file() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("SF_REQUIRE_TORCH").is_none_or(|v| v != "1"),
+        "SF_REQUIRE_TORCH=1 but {} is missing: run scripts/torch-venv",
+        python.display()
+    );
+    eprintln!("skipped: no PyTorch environment at {} (scripts/torch-venv installs it)", venv.display());
+    None
+}

@@ -204,7 +204,7 @@ HELD: records still in the log; WRAPPED: older records overwritten (SF_LOG_RECOR
 more); MISSING: records torn by a kill or overwritten while read; DROPPED: events the
 library had to drop because its ring was full (SF_RING_EVENTS holds more).
 DOORS: the doors that recorded (preload: NCCL calls through LD_PRELOAD; markers: the C
-API or python/stagefrontier.py; nvtx: NVTX ranges, through NVTX_INJECTION64_PATH; cuda:
+API or Python's stagefrontier; nvtx: NVTX ranges, through NVTX_INJECTION64_PATH; cuda:
 CUPTI, through CUDA_INJECTION64_PATH; profiler: NCCL_PROFILER_PLUGIN; verbs: SF_VERBS=1);
 ? for a log of a library that did not record them. When no rank recorded step markers, a
 note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NVTX call).

@@ -92,16 +92,19 @@ fn find_library(exe: &Path, from_env: Option<OsString>) -> Result<PathBuf, Strin
     Ok(found)
 }
 
-/// The directory whose sitecustomize the Python door puts on PYTHONPATH: next to the
-/// library, in the installed share/ tree, or in the source tree this sf was built from.
+/// The directory whose sitecustomize the Python door puts on PYTHONPATH, found from where
+/// sf and the library are, never from a path compiled in: a copied or installed sf must
+/// not open a door from a build tree that happens to exist. In order: next to the library
+/// (python/); one directory up from sf (the wheel: sf and the library inside the
+/// stagefrontier package, stagefrontier_boot beside it in site-packages); a release
+/// tarball's share/; and a source checkout's python/, two up from target/<profile>/sf.
 fn find_python_boot(exe: &Path, library: &Path) -> Option<PathBuf> {
     let exe_dir = exe.parent()?;
-    let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
     let candidates = [
         library.parent()?.join("python"),
+        exe_dir.join(".."),
         exe_dir.join("../share/stagefrontier/python"),
         exe_dir.join("../../python"),
-        source_tree,
     ];
     candidates
         .iter()

@@ -37,8 +37,10 @@ impl ReentrancyGuard {
                     return None;
                 }
                 if s.tid.get() == 0 {
-                    // SAFETY: gettid has no preconditions; once per thread.
-                    s.tid.set(unsafe { libc::gettid() } as u32);
+                    // The raw syscall, not glibc's gettid(): that wrapper came in glibc
+                    // 2.30 and the shipped library runs on glibc 2.28.
+                    // SAFETY: gettid has no arguments and no preconditions; once per thread.
+                    s.tid.set(unsafe { libc::syscall(libc::SYS_gettid) } as u32);
                 }
                 Some(ReentrancyGuard { tid: s.tid.get(), group_depth: s.group_depth.get() })
             })

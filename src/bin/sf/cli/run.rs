@@ -37,11 +37,12 @@ Ctrl-C at the terminal reaches COMMAND directly. sf run then waits for COMMAND a
 with its status (killed by a signal: sf run ends by the same signal). With --report it
 first prints the headlines of sf frontier, sf slow, sf hang and sf net over the job's logs.
 
-THE LIBRARY is SF_LIBRARY when set, else libstagefrontier.so next to the sf binary, else in
-../lib/ from it (a release tarball's bin/ and lib/; after `cargo install`, copy the library
-next to sf or set SF_LIBRARY). The Python door is python/stagefrontier_boot found next to
-the library, in ../share/stagefrontier/python/ from the sf binary, or in the source tree
-this sf was built in.
+THE LIBRARY is SF_LIBRARY when set, else libstagefrontier.so next to the sf binary (the
+wheel; target/<profile>/ in a checkout), else in ../lib/ from it (a release tarball's bin/
+and lib/; after `cargo install`, copy the library next to sf or set SF_LIBRARY). The Python
+door is stagefrontier_boot, found next to the library, one directory up from the sf binary
+(the wheel's site-packages), in ../share/stagefrontier/python/ from it, or in the checkout's
+python/ two directories up from target/<profile>/sf.
 
 JOB ID, the directory name of the logs, in this order: --job-id; SF_JOB_ID; torchrun's
 --rdzv-id (PET_RDZV_ID); SLURM_JOB_ID; a torchrun with --master-addr or --rdzv-endpoint

@@ -9,7 +9,7 @@ use super::{non_negative, GroupBy, OutputArgs, SlowOptions};
 pub const LONG_ABOUT: &str = concat!(
     "\
 Find slow ranks and the stage they are slow in, from the step and stage markers the job
-records (C API, NVTX ranges or python/stagefrontier.py), or that sf infers from the NCCL
+records (C API, NVTX ranges or Python's stagefrontier), or that sf infers from the NCCL
 schedule when the job records none (inferred.* phases, \"source\": \"inferred\" in
 --json): three detectors, and how many of them agree.
 

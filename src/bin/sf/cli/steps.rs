@@ -6,7 +6,7 @@ use clap::Args;
 
 pub const LONG_ABOUT: &str = "\
 Export the per-rank, per-step stage vectors a job's rank logs hold (from sf_step/sf_stage
-markers, NVTX ranges or python/stagefrontier.py; with none, the inferred.* phases sf
+markers, NVTX ranges or Python's stagefrontier; with none, the inferred.* phases sf
 infers from the NCCL schedule), so they can be taken to pandas, DuckDB or a spreadsheet.
 
 --csv writes the long format sf frontier --csv reads back, one row per step, rank and

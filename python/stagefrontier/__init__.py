@@ -18,6 +18,9 @@ privately (RTLD_LOCAL) by the CUDA or NVTX injection, which happens when the pro
 first calls cuInit or NVTX, possibly long after this module was imported: until it is
 found, the binding looks again at most once a second. A forked child (a DataLoader
 worker) looks again too; the library itself does not record in a forked child.
+
+Installed from the wheel, the package also holds the library and `sf`:
+`stagefrontier.library_path()` (or `python -m stagefrontier --lib`) says where.
 """
 
 import contextlib
@@ -25,6 +28,8 @@ import ctypes
 import os
 import sys
 import time
+
+from stagefrontier.installed import library_path, sf_path  # noqa: F401 (the package's API)
 
 _lib = None
 # When the binding last looked for the library without finding it (monotonic seconds).
@@ -48,7 +53,7 @@ def _bind(lib):
     if missing:
         if not _said_missing:
             _said_missing = True
-            sys.stderr.write("stagefrontier: the library loaded has no %s (older than this stagefrontier.py); "
+            sys.stderr.write("stagefrontier: the library loaded has no %s (older than this stagefrontier module); "
                              "markers are not recorded\n" % ", ".join(missing))
         return None
     lib.sf_step_begin.argtypes = [ctypes.c_int64]
