@@ -256,6 +256,26 @@ fn textfile_once_writes_one_scrape_and_exits() {
     }
 }
 
+/// A --textfile directory that does not exist is said to be missing, in those words, with
+/// what to do: it is node_exporter's to create, and sf exits 1 before any scrape.
+#[test]
+fn a_missing_textfile_directory_is_named_as_missing() {
+    let root = TempDir::new("textfile-missing-root");
+    let missing = root.join("no-such-collector-dir");
+    let out = Command::new(artifact("sf"))
+        .args(["exporter", "--textfile"])
+        .arg(&missing)
+        .arg("--once")
+        .arg(&root.0)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("no-such-collector-dir: --textfile directory does not exist; create it"), "{said}");
+    assert!(!missing.exists(), "sf does not create it");
+}
+
 /// Issue 24, point 5: a client that sends a byte a second and a thousand that send
 /// nothing, all connected before the scrape, must not hold it up. The exporter used to
 /// serve one connection at a time with a 5 s timeout per read: the slow client alone held

@@ -26,6 +26,15 @@ pub fn run(options: &ExporterOptions) -> Result<(), Failure> {
         return Ok(());
     }
     if let Some(dir) = &options.textfile {
+        // The collector's directory is node_exporter's to make (its owner and mode decide
+        // who reads it): a missing one is named as missing, before any scrape.
+        if std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Err(Failure::Message(format!(
+                "{}: --textfile directory does not exist; create it, or pass node_exporter's \
+                 --collector.textfile.directory",
+                dir.display()
+            )));
+        }
         loop {
             let text = render(&exporter.scrape(&options.dirs, &settings), Flavor::Prometheus);
             write_textfile(dir, &text)
