@@ -5,6 +5,7 @@
 
 use std::os::unix::fs::MetadataExt;
 
+use super::format::{bytes, header};
 use super::host::process_exists;
 
 /// The writer's identity beyond its pid, as the log header records it; all zero when the
@@ -40,6 +41,23 @@ impl ProcessStamp {
             start_ticks: start_ticks(std::process::id())?,
         };
         stamp.is_known().then_some(stamp)
+    }
+
+    /// The stamp a log header records (`head` holds at least the header's fixed fields).
+    pub fn from_header(head: &[u8]) -> ProcessStamp {
+        ProcessStamp {
+            boot_id: head[header::BOOT_ID..header::BOOT_ID + 16].try_into().expect("16 bytes"),
+            pid_namespace: bytes::get_u64(head, header::PID_NAMESPACE),
+            start_ticks: bytes::get_u64(head, header::PROCESS_START),
+        }
+    }
+
+    /// Whether the log this stamp and `pid` head can no longer change: its writer exited
+    /// through `exit()` (`exited`), or the very process that wrote it is gone (certain
+    /// only where the stamp is comparable). A writer that cannot be told gone counts as
+    /// live. The one rule `sf` (a settled log) and retention (a finished job) share.
+    pub fn writer_settled(&self, pid: u32, exited: bool) -> bool {
+        exited || self.check(pid, false) == ProcessCheck::WriterGone
     }
 
     pub fn is_known(&self) -> bool {

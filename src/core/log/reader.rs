@@ -572,10 +572,6 @@ fn decode_header(head: &[u8]) -> LogHeader {
             _ => bytes::get_u32(head, header::HISTORY_SLOT_COUNT),
         },
         ring_capacity: bytes::get_u32(head, header::RING_CAPACITY),
-        stamp: ProcessStamp {
-            boot_id: head[header::BOOT_ID..header::BOOT_ID + 16].try_into().expect("16 bytes"),
-            pid_namespace: bytes::get_u64(head, header::PID_NAMESPACE),
-            start_ticks: bytes::get_u64(head, header::PROCESS_START),
-        },
+        stamp: ProcessStamp::from_header(head),
     }
 }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use crate::core::log::format::{self, bytes, header, live, WriterState};
 use crate::core::log::host;
 use crate::core::log::private_dir::{DirError, Entry, PrivateDir};
-use crate::core::log::process_stamp::{ProcessCheck, ProcessStamp};
+use crate::core::log::process_stamp::ProcessStamp;
 use crate::core::log::writer::{HeaderInfo, LogWriter};
 use crate::core::runtime::config::Config;
 use crate::core::runtime::retention;
@@ -433,7 +433,7 @@ impl OldLog {
     /// that wrote it is gone (its stamp says so for certain), as `sf` decides a log is
     /// settled. A log whose writer cannot be told gone counts as live.
     pub fn finished(&self) -> bool {
-        self.exited || self.stamp.check(self.pid, false) == ProcessCheck::WriterGone
+        self.stamp.writer_settled(self.pid, self.exited)
     }
 }
 
@@ -443,18 +443,12 @@ pub fn probe(file: &File) -> Option<OldLog> {
     let mut head = [0u8; live::WRITER_STATE + 8];
     file.read_exact_at(&mut head, 0).ok()?;
     let state = WriterState::from_u64(bytes::get_u64(&head, live::WRITER_STATE));
-    let mut boot_id = [0u8; 16];
-    boot_id.copy_from_slice(&head[header::BOOT_ID..header::BOOT_ID + 16]);
     (head[..8] == format::MAGIC).then(|| OldLog {
         pid: bytes::get_u32(&head, header::PID),
         host: bytes::get_str(&head, header::HOST, format::HOST_LEN),
         running: state == Some(WriterState::Running),
         exited: state == Some(WriterState::Exited),
-        stamp: ProcessStamp {
-            boot_id,
-            pid_namespace: bytes::get_u64(&head, header::PID_NAMESPACE),
-            start_ticks: bytes::get_u64(&head, header::PROCESS_START),
-        },
+        stamp: ProcessStamp::from_header(&head),
         last_written_ns: bytes::get_u64(&head, live::HEARTBEAT_WALL_NS)
             .max(bytes::get_u64(&head, header::BASE_WALL_NS)),
     })

@@ -6,7 +6,6 @@ use std::os::fd::AsRawFd;
 
 use super::{RankLog, Record, RingSpan, ScanStats};
 use crate::core::log::format::{self, bytes, WriterState};
-use crate::core::log::process_stamp::ProcessCheck;
 use crate::core::log::records::RecordBody;
 
 /// Slots read per `pread`: big enough that a scan is a few dozen calls, small enough that
@@ -112,8 +111,7 @@ impl RankLog {
     /// header's process stamp, compared only where it is certain). A copy whose writer
     /// still runs elsewhere is read as live: slower, never wrong.
     pub fn settled(&self) -> bool {
-        self.live().writer_state == Some(WriterState::Exited)
-            || self.header.stamp.check(self.header.pid, false) == ProcessCheck::WriterGone
+        self.header.stamp.writer_settled(self.header.pid, self.live().writer_state == Some(WriterState::Exited))
     }
 
     /// In a settled log, the sequence number of the ring's newest record, found without
