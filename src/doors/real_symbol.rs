@@ -24,14 +24,17 @@ const UNRESOLVED: usize = 0;
 /// The loaded NCCL has no such symbol.
 const MISSING: usize = 1;
 
+/// A symbol's name and its alias (NCCL's `pncclX` for `ncclX`).
+pub type Names = (&'static CStr, &'static CStr);
+
 /// The real addresses of a library's entry points, `names[i]` at `addresses[i]`.
 pub struct RealSymbols<const N: usize> {
-    names: &'static [&'static str; N],
+    names: &'static [Names; N],
     addresses: [AtomicUsize; N],
 }
 
 impl<const N: usize> RealSymbols<N> {
-    pub const fn new(names: &'static [&'static str; N]) -> RealSymbols<N> {
+    pub const fn new(names: &'static [Names; N]) -> RealSymbols<N> {
         RealSymbols { names, addresses: [const { AtomicUsize::new(UNRESOLVED) }; N] }
     }
 
@@ -51,11 +54,11 @@ impl<const N: usize> RealSymbols<N> {
     pub fn resolve_all(&self, index: usize) -> Option<*mut c_void> {
         let _held = ForkGuard::hold();
         if self.addresses[index].load(Ordering::Acquire) == UNRESOLVED {
-            lookup("ncclGetVersion")?;
+            lookup((c"ncclGetVersion", c"pncclGetVersion"))?;
             // Published one by one: a hook reads its entry resolved, or still unresolved
             // and then waits for the guard here, never anything else.
-            for (slot, name) in self.addresses.iter().zip(self.names) {
-                slot.store(lookup(name).map_or(MISSING, |address| address as usize), Ordering::Release);
+            for (slot, &names) in self.addresses.iter().zip(self.names) {
+                slot.store(lookup(names).map_or(MISSING, |address| address as usize), Ordering::Release);
             }
         }
         match self.addresses[index].load(Ordering::Acquire) {
@@ -65,11 +68,11 @@ impl<const N: usize> RealSymbols<N> {
     }
 }
 
-/// `name`'s real definition: through RTLD_NEXT, else in the loaded libnccl; as `name`
-/// first, then as `pname`. Called with `FORK_MUTEX` held.
-fn lookup(name: &str) -> Option<*mut c_void> {
-    let names = [CString::new(name).ok()?, CString::new(format!("p{name}")).ok()?];
-    let found = names
+/// The real definition of `names` (a name, then its alias): through RTLD_NEXT, else in the
+/// loaded libnccl. Called with `FORK_MUTEX` held.
+fn lookup((name, alias): Names) -> Option<*mut c_void> {
+    let names = [name, alias];
+    names
         .iter()
         // SAFETY: RTLD_NEXT lookup with NUL-terminated names.
         .map(|name| unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) })
@@ -77,8 +80,7 @@ fn lookup(name: &str) -> Option<*mut c_void> {
             // SAFETY: `handle` came from dlopen and is never closed.
             names.iter().map(move |name| unsafe { libc::dlsym(handle, name.as_ptr()) })
         }))
-        .find(|&address| !address.is_null() && !is_ours(address));
-    found
+        .find(|&address| !address.is_null() && !is_ours(address))
 }
 
 /// A process-wide lock that `fork` takes too (its prepare handler), so that no fork

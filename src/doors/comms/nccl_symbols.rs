@@ -1,7 +1,16 @@
 //! Every NCCL entry point the door forwards to, resolved together (`RealSymbols`): at
 //! load when NCCL is already loaded, else by the first hook.
 
+use std::ffi::CStr;
+
 use crate::doors::real_symbol::{self, RealSymbols};
+
+const fn symbol(name: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(name.as_bytes()) {
+        Ok(name) => name,
+        Err(_) => panic!("symbol name"),
+    }
+}
 
 macro_rules! entry_points {
     ($($name:ident),* $(,)?) => {
@@ -10,7 +19,10 @@ macro_rules! entry_points {
         #[derive(Clone, Copy)]
         pub enum EntryPoint { $($name),* }
 
-        const NAMES: &[&str; [$(stringify!($name)),*].len()] = &[$(stringify!($name)),*];
+        /// Each entry point's name and NCCL's `p`-prefixed alias, NUL-terminated at
+        /// compile time: the lookup pass builds no string.
+        const NAMES: &[(&CStr, &CStr); [$(stringify!($name)),*].len()] =
+            &[$((symbol(concat!(stringify!($name), "\0")), symbol(concat!("p", stringify!($name), "\0")))),*];
     };
 }
 
