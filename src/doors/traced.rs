@@ -19,7 +19,7 @@ pub fn traced(args: CallArgs, forward: impl FnOnce() -> NcclResult, after: impl 
         return forward();
     };
     let pending = shielded(|| tracer::begin(&args, &guard)).flatten();
-    let early = if pending.is_none() && runtime::is_starting() { begin_while_starting(&args, &guard) } else { None };
+    let early = begin_early(&pending, &args, &guard);
     let result = match pending.as_ref().and_then(|p| p.forced_result()) {
         Some(injected_failure) => injected_failure,
         None => forward(),
@@ -38,11 +38,22 @@ pub fn traced(args: CallArgs, forward: impl FnOnce() -> NcclResult, after: impl 
     result
 }
 
+/// A call the runtime did not record (`recorded` is None) while another thread starts it:
+/// timed for the start-up queue. Every door that records a call asks this after `begin`.
+#[inline(always)]
+pub fn begin_early<T>(recorded: &Option<T>, args: &CallArgs, guard: &ReentrancyGuard) -> Option<NcclCall> {
+    if recorded.is_none() && runtime::is_starting() {
+        begin_while_starting(args, guard)
+    } else {
+        None
+    }
+}
+
 /// A call made while another thread starts the runtime, timed for the start-up queue
 /// (`tracer::begin_while_starting`). Out of line: the recording path pays nothing for it.
 #[cold]
 #[inline(never)]
-pub fn begin_while_starting(args: &CallArgs, guard: &ReentrancyGuard) -> Option<NcclCall> {
+fn begin_while_starting(args: &CallArgs, guard: &ReentrancyGuard) -> Option<NcclCall> {
     shielded(|| tracer::begin_while_starting(args, guard)).flatten()
 }
 

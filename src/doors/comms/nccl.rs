@@ -17,7 +17,7 @@ use crate::core::record::thread_state::{self, ReentrancyGuard};
 use crate::doors::comms::nccl_abi::*;
 use crate::doors::comms::nccl_symbols::{EntryPoint, NCCL};
 use crate::doors::real_symbol::loaded_nccl_path;
-use crate::doors::traced::{begin_while_starting, shielded, traced};
+use crate::doors::traced::{begin_early, shielded, traced};
 
 /// When the real entry point cannot be found the call cannot be forwarded; the
 /// application gets NCCL's own code for a failure outside its control, and one line per
@@ -285,10 +285,7 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: NcclComm, async_error: *mut
     };
     let args = on_comm(NcclOp::CommGetAsyncError, comm);
     let pending = shielded(|| tracer::begin(&args, &guard)).flatten();
-    let early = match pending {
-        None if runtime::is_starting() => begin_while_starting(&args, &guard),
-        _ => None,
-    };
+    let early = begin_early(&pending, &args, &guard);
     // SAFETY: forwarding the caller's arguments unchanged.
     let result = unsafe { real(comm, async_error) };
     // None: a poll that found nothing (counted); else the result the call is recorded with.
@@ -357,10 +354,7 @@ fn creating(
     let pending_comm = shielded(|| tracer::comm_creation(kind())).flatten();
     let args = CallArgs::bare(op);
     let pending_call = shielded(|| tracer::begin(&args, &guard)).flatten();
-    let early_call = match pending_call {
-        None if runtime::is_starting() => begin_while_starting(&args, &guard),
-        _ => None,
-    };
+    let early_call = begin_early(&pending_call, &args, &guard);
     let result = forward();
     shielded(|| {
         register_version_probe();
