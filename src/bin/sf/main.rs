@@ -20,6 +20,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use cli::{Command, Format};
+use output::terminal::{error_line, note_line};
 use stagefrontier::report::ls::FileError;
 use stagefrontier::report::{dump, frontier, hang, kernels, ls, net, slow, snapshot, steps, wall, Failure};
 
@@ -160,14 +161,4 @@ fn status(found: Option<u8>, errors: &[FileError]) -> ExitCode {
         None if errors.is_empty() => ExitCode::from(exit::NOTHING),
         None => ExitCode::from(exit::ERROR),
     }
-}
-
-fn error_line(message: &str) {
-    note_line(&format!("sf: {message}"));
-}
-
-/// `eprintln!` would panic if stderr were closed; a lost diagnostic is not worth one.
-/// A diagnostic names files and hosts from logs: it is a line of human output.
-fn note_line(line: &str) {
-    let _ = output::terminal::line(&mut io::stderr(), format_args!("{line}"));
 }

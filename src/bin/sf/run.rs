@@ -16,6 +16,7 @@ use stagefrontier::report::wall::rfc3339_ms;
 use stagefrontier::report::Failure;
 
 use crate::job_control;
+use crate::output::terminal::note_line;
 
 const LIBRARY: &str = "libstagefrontier.so";
 
@@ -187,8 +188,4 @@ fn utc_stamp() -> String {
     let text = rfc3339_ms(ns);
     let digits: String = text[..19].chars().filter(|c| c.is_ascii_digit() || *c == 'T').collect();
     format!("{digits}Z")
-}
-
-fn note_line(line: &str) {
-    let _ = writeln!(io::stderr(), "{line}");
 }

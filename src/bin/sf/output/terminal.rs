@@ -18,6 +18,17 @@ pub fn line(out: &mut impl Write, text: fmt::Arguments) -> io::Result<()> {
     }
 }
 
+/// `sf: message` on stderr, escaped: an error or note for the operator.
+pub fn error_line(message: &str) {
+    note_line(&format!("sf: {message}"));
+}
+
+/// One line on stderr, escaped. `eprintln!` would panic if stderr were closed; a lost
+/// diagnostic is not worth one.
+pub fn note_line(line: &str) {
+    let _ = self::line(&mut io::stderr(), format_args!("{line}"));
+}
+
 /// `text` with every control character (C0, DEL, C1) escaped.
 pub fn escaped(text: &str) -> Cow<'_, str> {
     if !text.chars().any(char::is_control) {
@@ -25,12 +36,10 @@ pub fn escaped(text: &str) -> Cow<'_, str> {
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
         }
     }
     Cow::Owned(out)
