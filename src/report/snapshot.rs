@@ -13,7 +13,6 @@
 //! files of the job's user are copied (never through a link), and a DEST that is or holds
 //! the logs being copied is refused before anything is written there.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -293,9 +292,7 @@ fn open_source(path: &Path) -> Result<RankLog, String> {
 /// The manifest, written under a temporary name and renamed: a reader sees a whole one.
 fn write_manifest(dir: &PrivateDir, manifest: &Manifest) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(manifest).map_err(std::io::Error::other)?;
-    let out = dir.create_new(MANIFEST, 0o600)?;
-    out.file().write_all((text + "\n").as_bytes())?;
-    out.commit()
+    dir.write_new(MANIFEST, 0o600, (text + "\n").as_bytes())
 }
 
 #[cfg(test)]

@@ -82,9 +82,7 @@ pub const TEXTFILE: &str = "stagefrontier.prom";
 /// (core::log::safe_path).
 fn write_textfile(dir: &Path, text: &str) -> Result<(), String> {
     let dir = safe_path::output_dir(dir, false).map_err(|e| e.message().to_string())?;
-    let new = dir.create_new(TEXTFILE, 0o644).map_err(|e| e.to_string())?;
-    new.file().write_all(text.as_bytes()).map_err(|e| e.to_string())?;
-    new.commit().map_err(|e| e.to_string())
+    dir.write_new(TEXTFILE, 0o644, text.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// `GET /metrics` scrapes, anything else is 404 or 405.

@@ -20,7 +20,7 @@
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::hash::BuildHasher;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
@@ -275,6 +275,13 @@ impl PrivateDir {
             }
         }
         Err(io::Error::new(io::ErrorKind::AlreadyExists, "every temporary name tried was taken"))
+    }
+
+    /// Writes `bytes` as the whole of a new file `name` (`create_new`, then committed).
+    pub fn write_new(&self, name: &str, mode: u32, bytes: &[u8]) -> io::Result<()> {
+        let new = self.create_new(name, mode)?;
+        new.file().write_all(bytes)?;
+        new.commit()
     }
 
     /// (device, inode): which directory this is, however it was reached.
