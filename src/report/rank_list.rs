@@ -6,17 +6,23 @@ pub const LIST_AT_MOST: usize = 16;
 
 /// Sorted ranks as runs, `0-3, 7, 9-10`, at most `LIST_AT_MOST` runs.
 pub fn ranges(ranks: &[i32]) -> String {
-    let mut runs: Vec<(i32, i32)> = Vec::new();
-    for &r in ranks {
+    runs(ranks, LIST_AT_MOST)
+}
+
+/// Sorted numbers (ranks, steps) as runs, `20-38, 41`, naming at most `at_most` runs and
+/// counting the rest.
+pub fn runs<T: Copy + Into<i128>>(sorted: &[T], at_most: usize) -> String {
+    let mut runs: Vec<(i128, i128)> = Vec::new();
+    for n in sorted.iter().map(|&n| n.into()) {
         match runs.last_mut() {
-            Some((_, end)) if *end + 1 == r => *end = r,
-            _ => runs.push((r, r)),
+            Some((_, end)) if *end + 1 == n => *end = n,
+            _ => runs.push((n, n)),
         }
     }
     let mut named: Vec<String> =
-        runs.iter().take(LIST_AT_MOST).map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
-    if runs.len() > LIST_AT_MOST {
-        named.push(format!("and {} more", runs[LIST_AT_MOST..].iter().map(|(a, b)| b - a + 1).sum::<i32>()));
+        runs.iter().take(at_most).map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+    if runs.len() > at_most {
+        named.push(format!("and {} more", runs[at_most..].iter().map(|(a, b)| b - a + 1).sum::<i128>()));
     }
     named.join(", ")
 }

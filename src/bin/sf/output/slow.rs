@@ -322,19 +322,7 @@ fn step_span(a: u64, b: u64, width: usize) -> String {
 
 /// Sorted steps as runs, `20-38, 41`.
 fn step_runs(steps: &[u64]) -> String {
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for &s in steps {
-        match runs.last_mut() {
-            Some((_, end)) if *end + 1 == s => *end = s,
-            _ => runs.push((s, s)),
-        }
-    }
-    let mut named: Vec<String> =
-        runs.iter().take(RUNS_AT_MOST).map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
-    if runs.len() > RUNS_AT_MOST {
-        named.push(format!("and {} more", runs[RUNS_AT_MOST..].iter().map(|(a, b)| b - a + 1).sum::<u64>()));
-    }
-    named.join(", ")
+    stagefrontier::report::rank_list::runs(steps, RUNS_AT_MOST)
 }
 
 fn list(ranks: &[u32]) -> String {
