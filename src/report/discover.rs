@@ -88,7 +88,7 @@ pub struct LogFile {
 /// `DEST/` with one subdirectory per node, a log root). The logs found are grouped by the
 /// job id their headers name; logs of more than one job found by searching are an error
 /// that lists the jobs. A rank found twice (two snapshots of a node) is read from the
-/// copy taken last. Missing ranks and the hosts are notes (`report::notes`), once per run.
+/// copy taken last. Missing ranks and the hosts are notes (`report::observer`), once per run.
 pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
     let mut found = Vec::new();
     let mut searched = dirs.0.len() > 1;
@@ -124,7 +124,7 @@ pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
     // directory is one node's view: said too, but for the commands whose own report names
     // the missing ranks (ls, hang) or that read one node by design (snapshot).
     if searched || !matches!(command, "ls" | "hang" | "snapshot") {
-        super::notes::say_once(&chosen.notes);
+        super::observer::say_once(&chosen.notes);
     }
     Ok(chosen.files)
 }

@@ -18,7 +18,7 @@ use super::slow::GroupBy;
 use super::Failure;
 use crate::report::discover;
 use crate::report::discover::Dirs;
-use crate::report::progress::Progress;
+use crate::report::observer::Progress;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelsOptions {
@@ -148,7 +148,7 @@ pub fn build(dir: &Dirs, options: &KernelsOptions) -> Result<KernelsReport, Fail
         errors: Vec::new(),
     };
     let mut inputs = Vec::new();
-    let mut progress = Progress::new(files.len());
+    let progress = Progress::new(files.len());
     for (i, file) in files.iter().enumerate() {
         match RankLog::open(file) {
             Ok(log) => {

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use crate::report::progress::Progress;
+use crate::report::observer::Progress;
 
 /// `read` applied to every file (a path, or a path with what sf knows of it), in file
 /// order, the files shared out over the machine's cores; the file counter on stderr
@@ -14,7 +14,7 @@ pub fn read_all<F: Sync, T: Send>(files: &[F], read: impl Fn(&F) -> T + Sync) ->
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len()).max(1);
     let next = AtomicUsize::new(0);
     let mut results: Vec<Option<T>> = (0..files.len()).map(|_| None).collect();
-    let mut progress = Progress::new(files.len());
+    let progress = Progress::new(files.len());
     std::thread::scope(|scope| {
         let (done, finished) = mpsc::channel();
         for _ in 0..workers {

@@ -25,9 +25,8 @@ use stagefrontier::report::ls::FileError;
 use stagefrontier::report::{dump, frontier, hang, kernels, ls, net, slow, snapshot, steps, wall, Failure};
 
 fn main() -> ExitCode {
+    // The report layer's progress and notes (missing ranks, hosts), on stderr.
     progress::show_on_terminal();
-    // The report layer's notes (missing ranks, hosts), escaped, on stderr.
-    stagefrontier::report::notes::read_with(error_line);
     let command = match cli::parse_from(std::env::args_os()) {
         Ok(command) => command,
         // Help, version and usage errors: clap prints them and picks the exit status (2).

@@ -1,30 +1,33 @@
-//! A file counter on stderr for reads long enough to leave an operator wondering: the
-//! report layer's progress events, drawn on a terminal.
+//! What the report layer tells while it works, shown to the operator: a file counter on
+//! stderr for reads long enough to leave one wondering, and its notes as `sf:` lines.
 
 use std::io::{IsTerminal, Write};
 
-use stagefrontier::report::progress::{self, Event};
+use stagefrontier::report::observer::{self, Event};
+
+use crate::output::terminal::error_line;
 
 /// Below this many files a read is quick enough to need no counter.
 const SHOW_ABOVE_FILES: usize = 64;
 
-/// From now on, long reads show their counter on stderr.
+/// From now on, long reads show their counter on stderr and notes are said there.
 pub fn show_on_terminal() {
-    progress::observe(draw);
+    observer::observe(show);
 }
 
-/// Shown only on a terminal, so redirected stderr never collects counter lines.
-fn draw(event: Event) {
+fn show(event: Event) {
     let total = match event {
-        Event::Done { total, .. } | Event::End { total } => total,
+        Event::Note(note) => return error_line(note),
+        Event::Read { total, .. } | Event::ReadEnd { total } => total,
     };
+    // Shown only on a terminal, so redirected stderr never collects counter lines.
     if total <= SHOW_ABOVE_FILES || !std::io::stderr().is_terminal() {
         return;
     }
     // A failed write to stderr only loses the counter.
     let _ = match event {
-        Event::Done { done, total } => write!(std::io::stderr(), "\rsf: reading logs {done}/{total}"),
+        Event::Read { done, total } => write!(std::io::stderr(), "\rsf: reading logs {done}/{total}"),
         // Clears the counter's line, so what follows starts on a clean one.
-        Event::End { .. } => write!(std::io::stderr(), "\r\x1b[K"),
+        _ => write!(std::io::stderr(), "\r\x1b[K"),
     };
 }
