@@ -400,7 +400,7 @@ fn breaches(src: &Path) -> Vec<String> {
             problems.push(format!("{shown}: report must return values, not call std::process::exit"));
         }
         if area(&file.module) == "report" && prints(&file.text) {
-            problems.push(format!("{shown}: report must return values, not print (hand notes to report::notes)"));
+            problems.push(format!("{shown}: report must return values, not print (hand notes to report::observer)"));
         }
     }
 
