@@ -120,11 +120,16 @@ extern "C" fn unlock_fork_mutex() {
     unsafe { libc::pthread_mutex_unlock(FORK_MUTEX.0.get()) };
 }
 
-/// Registers `FORK_MUTEX`'s fork handlers: a fork waits for a lookup in progress.
-pub fn guard_forks() {
+/// Registers `FORK_MUTEX`'s fork handlers when the library is loaded: from then on a fork
+/// waits for a lookup in progress, whichever door looks up.
+extern "C" fn guard_forks() {
     // SAFETY: registering plain extern "C" fns; pthread_atfork copies the pointers.
     unsafe { libc::pthread_atfork(Some(lock_fork_mutex), Some(unlock_fork_mutex), Some(unlock_fork_mutex)) };
 }
+
+#[used]
+#[link_section = ".init_array"]
+static GUARD_FORKS_AT_LOAD: extern "C" fn() = guard_forks;
 
 /// Whether `address` lies in this library (a lookup that found the hook itself).
 fn is_ours(address: *mut c_void) -> bool {

@@ -3,7 +3,7 @@
 
 use std::ffi::CStr;
 
-use crate::doors::real_symbol::{self, RealSymbols};
+use crate::doors::real_symbol::RealSymbols;
 
 const fn symbol(name: &'static str) -> &'static CStr {
     match CStr::from_bytes_with_nul(name.as_bytes()) {
@@ -40,13 +40,10 @@ entry_points! {
 
 pub static NCCL: RealSymbols<{ NAMES.len() }> = RealSymbols::new(NAMES);
 
-/// Runs when the library is loaded: guards forks, then resolves NCCL if it is already
-/// there (the program links it), so that no hook ever looks anything up.
+/// Runs when the library is loaded: resolves NCCL if it is already there (the program
+/// links it), so that no hook ever looks anything up.
 extern "C" fn resolve_at_load() {
-    let _ = std::panic::catch_unwind(|| {
-        real_symbol::guard_forks();
-        NCCL.resolve_all(EntryPoint::ncclGetVersion as usize);
-    });
+    let _ = std::panic::catch_unwind(|| NCCL.resolve_all(EntryPoint::ncclGetVersion as usize));
 }
 
 #[used]
