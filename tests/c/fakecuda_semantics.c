@@ -5,7 +5,7 @@
  *   fakecuda_semantics CASE
  *
  * CASE: fifo, runtime_end, wait_event, sync_blocks, launch_queue, injection, clock,
- * nccl_async. Prints what it measured and exits 0 when every check held, 1 with
+ * nccl_async, cupti. Prints what it measured and exits 0 when every check held, 1 with
  * "FAIL: ..." lines otherwise. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -280,6 +280,171 @@ static int case_nccl_async(void) {
     return 0;
 }
 
+/* ---- fakecupti on the fake runtime -------------------------------------------------------- */
+
+/* CUpti_CallbackData's fields this test reads (cupti_callbacks.h). */
+struct cb_data {
+    uint32_t site;
+    const char *function;
+    const void *params;
+    void *result;
+    const char *symbol;
+    void *context;
+    uint32_t context_uid;
+    uint64_t *correlation_data;
+    uint32_t correlation;
+};
+
+enum { SEEN_MAX = 256 };
+static struct seen_call {
+    uint32_t domain, cbid, site, correlation;
+    char symbol[64];
+    int data_kept; /* EXIT found what ENTER wrote in correlationData */
+} seen[SEEN_MAX];
+static _Atomic int nseen;
+
+static void on_callback(void *userdata, uint32_t domain, uint32_t cbid, const void *cbdata) {
+    (void)userdata;
+    const struct cb_data *d = cbdata;
+    int i = atomic_fetch_add(&nseen, 1);
+    if (i >= SEEN_MAX) return;
+    seen[i] = (struct seen_call){domain, cbid, d->site, d->correlation, "", 0};
+    if (d->symbol) snprintf(seen[i].symbol, sizeof seen[i].symbol, "%s", d->symbol);
+    if (d->correlation_data && d->site == 0) *d->correlation_data = 0xfeed0000u + d->correlation;
+    if (d->correlation_data && d->site == 1) seen[i].data_kept = *d->correlation_data == 0xfeed0000u + d->correlation;
+}
+
+/* Records handed back by fakecupti, copied out: kind, and the fields of each kind. */
+struct record {
+    uint32_t kind, type_or_copy, stream, correlation;
+    uint64_t start, end, bytes;
+    char name[64];
+};
+static struct record records[SEEN_MAX];
+static int nrecords;
+
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *size = 1 << 20;
+    *buffer = aligned_alloc(8, *size);
+    *max_records = 0;
+}
+
+static int (*next_record)(uint8_t *, size_t, void **);
+
+static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)ctx, (void)stream, (void)size;
+    void *at = NULL;
+    while (next_record(buffer, valid, &at) == 0 && nrecords < SEEN_MAX) {
+        const uint8_t *r = at;
+        struct record *out = &records[nrecords++];
+        memset(out, 0, sizeof *out);
+        memcpy(&out->kind, r, 4);
+        if (out->kind == 10) { /* CONCURRENT_KERNEL */
+            const char *name;
+            memcpy(&out->start, r + 16, 8), memcpy(&out->end, r + 24, 8), memcpy(&out->stream, r + 48, 4);
+            memcpy(&out->correlation, r + 92, 4), memcpy(&name, r + 104, sizeof name);
+            snprintf(out->name, sizeof out->name, "%s", name ? name : "");
+        } else if (out->kind == 38) { /* SYNCHRONIZATION */
+            memcpy(&out->type_or_copy, r + 4, 4), memcpy(&out->start, r + 8, 8), memcpy(&out->end, r + 16, 8);
+            memcpy(&out->correlation, r + 24, 4), memcpy(&out->stream, r + 32, 4);
+        } else if (out->kind == 1) { /* MEMCPY */
+            out->type_or_copy = r[4];
+            memcpy(&out->bytes, r + 8, 8), memcpy(&out->start, r + 16, 8), memcpy(&out->end, r + 24, 8);
+            memcpy(&out->correlation, r + 44, 4);
+        }
+    }
+    free(buffer);
+}
+
+static int count_records(uint32_t kind) {
+    int n = 0;
+    for (int i = 0; i < nrecords; i++) n += records[i].kind == kind;
+    return n;
+}
+
+static int case_cupti(void) {
+    /* libcupti.so.13 beside the runtime, as a CUPTI client finds it. */
+    Dl_info info;
+    CHECK(dladdr((void *)cudaGetDeviceCount, &info) && info.dli_fname, "dladdr");
+    char path[4096];
+    snprintf(path, sizeof path, "%s", info.dli_fname);
+    char *slash = strrchr(path, '/');
+    snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libcupti.so.13");
+    void *lib = dlopen(path, RTLD_NOW);
+    CHECK(lib != NULL, "dlopen %s: %s", path, dlerror());
+    if (!lib) return 0;
+    int (*subscribe)(void **, void *, void *) = dlsym(lib, "cuptiSubscribe");
+    int (*enable_callback)(uint32_t, void *, uint32_t, uint32_t) = dlsym(lib, "cuptiEnableCallback");
+    int (*register_callbacks)(void *, void *) = dlsym(lib, "cuptiActivityRegisterCallbacks");
+    int (*activity_enable)(uint32_t) = dlsym(lib, "cuptiActivityEnable");
+    int (*flush)(uint32_t) = dlsym(lib, "cuptiActivityFlushAll");
+    int (*timestamp)(uint64_t *) = dlsym(lib, "cuptiGetTimestamp");
+    next_record = dlsym(lib, "cuptiActivityGetNextRecord");
+    void *sub = NULL;
+    CHECK(subscribe(&sub, (void *)on_callback, NULL) == 0, "subscribe");
+    CHECK(enable_callback(1, sub, 2, 211) == 0, "enable cudaLaunchKernel");
+    CHECK(enable_callback(1, sub, 2, 131) == 0, "enable cudaStreamSynchronize");
+    CHECK(register_callbacks((void *)buffer_requested, (void *)buffer_completed) == 0, "register");
+    CHECK(activity_enable(10) == 0 && activity_enable(38) == 0 && activity_enable(1) == 0, "activity");
+
+    uint64_t cupti_now = 0;
+    timestamp(&cupti_now);
+    int64_t apart = (int64_t)(cupti_now - fakecuda_device_clock_ns());
+    CHECK(apart > -1000000000 && apart < 1000000000, "cuptiGetTimestamp is %lld ns off the device clock",
+          (long long)apart);
+
+    cudaStream_t s;
+    cudaEvent_t e;
+    cudaStreamCreate(&s);
+    cudaEventCreate(&e); /* its callback is not enabled */
+    uint32_t k = fakecuda_launch_kernel(s, "k_cupti", 100000000);
+    CHECK(k != 0, "launch");
+    flush(0);
+    CHECK(count_records(10) == 0, "a kernel record before the kernel completed");
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
+    int src = 7, dst = 0;
+    cudaMemcpy(&dst, &src, sizeof src, cudaMemcpyDeviceToHost);
+    flush(0);
+
+    CHECK(count_records(10) == 1, "%d kernel records after the kernel completed", count_records(10));
+    for (int i = 0; i < nrecords; i++) {
+        struct record *r = &records[i];
+        if (r->kind == 10) {
+            CHECK(r->correlation == k && strcmp(r->name, "k_cupti") == 0 && r->stream == fakecuda_stream_id(s),
+                  "kernel record corr %u (launch %u) name %s stream %u", r->correlation, k, r->name, r->stream);
+            CHECK(r->end - r->start >= 95000000, "kernel ran %llu ns", (unsigned long long)(r->end - r->start));
+            CHECK(r->start >= cupti_now, "the kernel record is not on the device clock");
+        }
+        if (r->kind == 38)
+            CHECK(r->type_or_copy == 3 && r->stream == fakecuda_stream_id(s) && r->end - r->start >= 50000000,
+                  "sync record type %u stream %u lasted %llu ns", r->type_or_copy, r->stream,
+                  (unsigned long long)(r->end - r->start));
+        if (r->kind == 1) CHECK(r->type_or_copy == 2 && r->bytes == sizeof src, "memcpy record");
+    }
+    CHECK(count_records(38) == 1, "%d synchronization records", count_records(38));
+    CHECK(count_records(1) == 1, "%d memcpy records", count_records(1));
+
+    int launch_enter = 0, launch_exit = 0, sync_enter = 0, sync_exit = 0, other = 0;
+    for (int i = 0; i < nseen && i < SEEN_MAX; i++) {
+        struct seen_call *c = &seen[i];
+        if (c->domain == 2 && c->cbid == 211) {
+            CHECK(c->correlation == k && strcmp(c->symbol, "k_cupti") == 0, "launch callback corr %u symbol %s",
+                  c->correlation, c->symbol);
+            if (c->site == 1) CHECK(c->data_kept, "correlationData not kept from ENTER to EXIT");
+            c->site == 0 ? launch_enter++ : launch_exit++;
+        } else if (c->domain == 2 && c->cbid == 131) {
+            c->site == 0 ? sync_enter++ : sync_exit++;
+        } else {
+            other++;
+        }
+    }
+    CHECK(launch_enter == 1 && launch_exit == 1 && sync_enter == 1 && sync_exit == 1,
+          "launch %d/%d sync %d/%d callbacks", launch_enter, launch_exit, sync_enter, sync_exit);
+    CHECK(other == 0, "%d callbacks that were not enabled", other);
+    printf("cupti: %d records, %d callbacks\n", nrecords, (int)nseen);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s CASE\n", argv[0]);
@@ -297,6 +462,7 @@ int main(int argc, char **argv) {
         {"injection", case_injection},
         {"clock", case_clock},
         {"nccl_async", case_nccl_async},
+        {"cupti", case_cupti},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (strcmp(argv[1], cases[i].name) != 0) continue;
