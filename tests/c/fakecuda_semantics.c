@@ -70,20 +70,36 @@ static void wait_flag_body(void *arg) {
     while (!atomic_load(flag)) sleep_ms(1);
 }
 
+static void host_fn(void *arg) { log_body(arg); }
+
 static int case_fifo(void) {
     cudaStream_t s;
+    cudaEvent_t before, after;
     CHECK(cudaStreamCreate(&s) == cudaSuccess, "create");
+    cudaEventCreate(&before), cudaEventCreate(&after);
     _Atomic int log[4] = {0}, n = 0;
     uint64_t b_at = 0;
-    struct tagged b = {2, log, &n, &b_at}, c = {3, log, &n, NULL};
+    struct tagged b = {2, log, &n, &b_at}, c = {3, log, &n, NULL}, d = {4, log, &n, NULL};
+    int src = 5, dst = 0, seen_by_c = -1;
     uint64_t t0 = mono_ns();
+    cudaEventRecord(before, s);
     CHECK(fakecuda_launch_kernel(s, "kernel_a", 100000000) != 0, "launch a");
+    cudaEventRecord(after, s);
     CHECK(fakecuda_launch_work(s, "work_b", log_body, &b) != 0, "launch b");
+    CHECK(cudaMemcpyAsync(&dst, &src, sizeof src, cudaMemcpyHostToDevice, s) == cudaSuccess, "copy");
+    CHECK(cudaMemcpyAsync(&seen_by_c, &dst, sizeof dst, cudaMemcpyDeviceToDevice, s) == cudaSuccess, "copy 2");
     CHECK(fakecuda_launch_work(s, "work_c", log_body, &c) != 0, "launch c");
+    CHECK(cudaLaunchHostFunc(s, host_fn, &d) == cudaSuccess, "host fn");
     double launch_ms = ms_since(t0);
-    CHECK(launch_ms < 50, "three launches took %.1f ms", launch_ms);
+    CHECK(launch_ms < 50, "the launches took %.1f ms", launch_ms);
+    CHECK(dst == 0, "an async copy ran before the kernel ahead of it");
     CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
-    CHECK(n == 2 && log[0] == 2 && log[1] == 3, "order %d %d (n=%d)", log[0], log[1], (int)n);
+    CHECK(n == 3 && log[0] == 2 && log[1] == 3 && log[2] == 4, "order %d %d %d (n=%d)", log[0], log[1], log[2],
+          (int)n);
+    CHECK(dst == 5 && seen_by_c == 5, "the copies, in order: %d %d", dst, seen_by_c);
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, before, after) == cudaSuccess && ms >= 95, "kernel_a took %.1f ms by its events",
+          ms);
     double b_ms = (double)(b_at - t0) / 1e6;
     CHECK(b_ms >= 95, "work_b ran %.1f ms after the launch, before kernel_a's 100 ms ended", b_ms);
     printf("fifo: launches %.2f ms, work_b at %.1f ms\n", launch_ms, b_ms);
