@@ -5,7 +5,7 @@
  *   fakecuda_semantics CASE
  *
  * CASE: fifo, fork, runtime_end, wait_event, sync_blocks, launch_queue, injection, clock,
- * nccl_async, nccl_group_async, nccl_profiler (with NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: the
+ * nccl_async, nccl_group_async, nccl_two_streams, nccl_profiler (with NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: the
  * program is its own profiler plugin), cupti. Prints what it measured and exits 0 when every check held, 1 with
  * "FAIL: ..." lines otherwise. */
 #define _GNU_SOURCE
@@ -270,6 +270,7 @@ int ncclSend(const void *send, size_t count, int dtype, int peer, ncclComm_t com
 int ncclRecv(void *recv, size_t count, int dtype, int peer, ncclComm_t comm, cudaStream_t s);
 int ncclGroupStart(void);
 int ncclGroupEnd(void);
+int ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 
 enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0, COUNT = 1024, LATE_MS = 200 };
 
@@ -365,6 +366,39 @@ static int case_nccl_group_async(void) {
     run_ranks(group_rank, r);
     printf("nccl_group_async: group %.3f / %.3f ms, sync %.1f / %.1f ms\n", r[0].call_ms, r[1].call_ms, r[0].sync_ms,
            r[1].sync_ms);
+    return 0;
+}
+
+/* One thread drives both ranks of an ncclCommInitAll clique in one group, each on its own
+ * stream: one kernel on the first op's stream, the other stream joined to it both ways. */
+static int case_nccl_two_streams(void) {
+    ncclComm_t comms[2];
+    CHECK(ncclCommInitAll(comms, 2, NULL) == 0, "init all");
+    cudaStream_t s[2];
+    float *send[2], *recv[2];
+    for (int r = 0; r < 2; r++) {
+        cudaStreamCreateWithFlags(&s[r], 1);
+        send[r] = malloc(COUNT * sizeof(float)), recv[r] = malloc(COUNT * sizeof(float));
+        for (int i = 0; i < COUNT; i++) send[r][i] = (float)(i + 1000 * (r + 1)), recv[r][i] = -1;
+    }
+    fakecuda_launch_kernel(s[0], "ahead_on_stream_0", LATE_MS * 1000000ull);
+    uint64_t t0 = mono_ns();
+    ncclGroupStart();
+    for (int r = 0; r < 2; r++) ncclAllReduce(send[r], recv[r], COUNT, NCCL_FLOAT32, NCCL_SUM, comms[r], s[r]);
+    int rc = ncclGroupEnd();
+    double call_ms = ms_since(t0);
+    CHECK(rc == 0 && call_ms < LATE_MS / 4, "group end: %d after %.1f ms", rc, call_ms);
+    t0 = mono_ns();
+    cudaStreamSynchronize(s[1]);
+    double sync_ms = ms_since(t0);
+    CHECK(sync_ms >= LATE_MS * 0.75, "stream 1 was not joined to stream 0's kernel: synchronized in %.1f ms", sync_ms);
+    for (int r = 0; r < 2; r++) {
+        int right = 1;
+        for (int i = 0; i < COUNT; i++) right &= recv[r][i] == (float)(2 * i + 3000);
+        CHECK(right, "rank %d's result after synchronizing stream 1", r);
+    }
+    for (int r = 0; r < 2; r++) ncclCommDestroy(comms[r]), free(send[r]), free(recv[r]);
+    printf("nccl_two_streams: group end %.3f ms, stream 1 sync %.1f ms\n", call_ms, sync_ms);
     return 0;
 }
 
@@ -646,6 +680,7 @@ int main(int argc, char **argv) {
         {"clock", case_clock},
         {"nccl_async", case_nccl_async},
         {"nccl_group_async", case_nccl_group_async},
+        {"nccl_two_streams", case_nccl_two_streams},
         {"nccl_profiler", case_nccl_profiler},
         {"cupti", case_cupti},
     };
