@@ -454,6 +454,55 @@ mod tests {
         assert_eq!(rank_in_name(Path::new("job/pid-77.sflog")), None);
     }
 
+    /// Rank 0 of job `job`, started at wall-clock `started_wall_ns`, in `root/<job>/`.
+    fn log_of(root: &Path, job: &str, started_wall_ns: u64) -> PathBuf {
+        use crate::core::log::identity::Identity;
+        use crate::core::log::writer::{HeaderInfo, LogWriter};
+        use crate::core::record::clock::{Calibration, ClockSource};
+        let identity = Identity { global_rank: 0, world_size: 2, local_rank: 0, job_id: job.into(), source: "env" };
+        let calibration = Calibration::new(ClockSource::Monotonic, 1, 1, started_wall_ns, 1e9);
+        let info = HeaderInfo {
+            identity: &identity,
+            pid: 1,
+            host: "h",
+            calibration: &calibration,
+            slot_count: 16,
+            ring_capacity: 64,
+        };
+        std::fs::create_dir_all(root.join(job)).unwrap();
+        let path = root.join(job).join("rank-00000.sflog");
+        LogWriter::create(&path, &info).unwrap();
+        path
+    }
+
+    #[test]
+    fn latest_reads_the_job_that_started_last_with_the_unreadable_logs_beside_it() {
+        let root = std::env::temp_dir().join(format!("sf-discover-jobs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // Job ids in the opposite order of their starts: the order is the starts'.
+        let newer = log_of(&root, "a", 2_000_000_000_000_000_000);
+        let older = log_of(&root, "b", 1_000_000_000_000_000_000);
+        let (torn_newer, torn_older) =
+            (root.join("a").join("rank-00001.sflog"), root.join("b").join("rank-00001.sflog"));
+        std::fs::write(&torn_newer, b"").unwrap();
+        std::fs::write(&torn_older, b"").unwrap();
+        let only = job_logs(&Dirs::one(&root), "slow").unwrap_err();
+        assert!(only.contains("belong to 2 jobs, newest first: a (1 logs"), "{only}");
+        assert!(only.contains("add --latest to read the newest (a)"), "{only}");
+        let latest = Dirs(vec![root.clone()], Pick::Latest);
+        let read: Vec<PathBuf> = job_logs(&latest, "slow").unwrap().into_iter().map(|f| f.path).collect();
+        assert_eq!(read, [newer.clone(), torn_newer]);
+        let listed = jobs_found(&Dirs::one(&root)).unwrap().expect("two jobs");
+        let ids: Vec<&str> = listed.jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(listed.jobs[1].logs.iter().map(|f| f.path.clone()).collect::<Vec<_>>(), [older]);
+        let unreadable: Vec<PathBuf> = listed.unreadable.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+        assert!(jobs_found(&latest).unwrap().is_none(), "--latest reads one job");
+        assert!(jobs_found(&Dirs::one(root.join("a"))).unwrap().is_none(), "a job directory is one job");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn job_logs_searches_below_and_says_what_to_pass_instead() {
         let root = std::env::temp_dir().join(format!("sf-discover-{}", std::process::id()));
