@@ -340,7 +340,10 @@ fn one_job(mut found: Vec<Candidate>, searched: bool, dirs: &Dirs, command: &str
     if searched && jobs.len() > 1 {
         let listed: Vec<String> = jobs
             .iter()
-            .map(|(job, logs)| format!("{job} ({} logs, e.g. in {})", logs.len(), dir_of(logs[0]).display()))
+            .map(|(job, logs)| {
+                let plural = if logs.len() == 1 { "" } else { "s" };
+                format!("{job} ({} log{plural}, e.g. in {})", logs.len(), dir_of(logs[0]).display())
+            })
             .collect();
         let (newest, logs) = &jobs[0];
         if dirs.1 == Pick::Only {
@@ -487,7 +490,7 @@ mod tests {
         std::fs::write(&torn_newer, b"").unwrap();
         std::fs::write(&torn_older, b"").unwrap();
         let only = job_logs(&Dirs::one(&root), "slow").unwrap_err();
-        assert!(only.contains("belong to 2 jobs, newest first: a (1 logs"), "{only}");
+        assert!(only.contains("belong to 2 jobs, newest first: a (1 log, e.g. in"), "{only}");
         assert!(only.contains("add --latest to read the newest (a)"), "{only}");
         let latest = Dirs(vec![root.clone()], Pick::Latest);
         let read: Vec<PathBuf> = job_logs(&latest, "slow").unwrap().into_iter().map(|f| f.path).collect();
