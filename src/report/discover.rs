@@ -1,5 +1,6 @@
 //! Which files a job directory holds for `sf` to read.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -58,14 +59,30 @@ pub fn attempts_in(dir: &Path) -> Vec<Attempt> {
 /// (`DEST/<date>/<host>/<job id>/`).
 const MAX_DEPTH: usize = 4;
 
-/// The directories given to a command, as one value so a report can name them all.
+/// The directories given to a command, as one value so a report can name them all, and
+/// which job to read when searching them finds the logs of several.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Dirs(pub Vec<PathBuf>);
+pub struct Dirs(pub Vec<PathBuf>, pub Pick);
+
+/// Which job a command reads when searching its directories finds the logs of several.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pick {
+    /// None: the command names the jobs and asks for one (`sf ls` lists them).
+    #[default]
+    Only,
+    /// The newest, the job that started last (`--latest`).
+    Latest,
+}
 
 impl Dirs {
+    /// Directories of one job, or searched for one.
+    pub fn new(dirs: Vec<PathBuf>) -> Dirs {
+        Dirs(dirs, Pick::Only)
+    }
+
     /// One directory.
     pub fn one(dir: impl Into<PathBuf>) -> Dirs {
-        Dirs(vec![dir.into()])
+        Dirs::new(vec![dir.into()])
     }
 
     /// The directories as the reports' `dir` field names them: space-separated.
@@ -87,9 +104,24 @@ pub struct LogFile {
 /// directory searched for job directories up to `MAX_DEPTH` levels down (a snapshot
 /// `DEST/` with one subdirectory per node, a log root). The logs found are grouped by the
 /// job id their headers name; logs of more than one job found by searching are an error
-/// that lists the jobs. A rank found twice (two snapshots of a node) is read from the
-/// copy taken last. Missing ranks and the hosts are notes (`report::observer`), once per run.
+/// that lists the jobs, unless `dirs` picks the newest (`--latest`). A rank found twice
+/// (two snapshots of a node) is read from the copy taken last. Missing ranks, the hosts
+/// and the job picked are notes (`report::observer`), once per run.
 pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
+    let (found, searched) = find(dirs, command)?;
+    let chosen = one_job(found, searched, dirs, command)?;
+    // Gathered from several places, the notes say what the gathering missed. One job
+    // directory is one node's view: said too, but for the commands whose own report names
+    // the missing ranks (ls, hang) or that read one node by design (snapshot).
+    if searched || !matches!(command, "ls" | "hang" | "snapshot") {
+        super::observer::say_once(&chosen.notes);
+    }
+    Ok(chosen.files)
+}
+
+/// The logs in the directories `dirs`, or found below them, and whether any directory was
+/// searched (or several given): then the logs may be of several jobs.
+fn find(dirs: &Dirs, command: &str) -> Result<(Vec<Candidate>, bool), String> {
     let mut found = Vec::new();
     let mut searched = dirs.0.len() > 1;
     for dir in &dirs.0 {
@@ -119,14 +151,41 @@ pub fn job_logs(dirs: &Dirs, command: &str) -> Result<Vec<LogFile>, String> {
             return Err(no_logs_in(dir));
         }
     }
-    let chosen = one_job(found, searched, command)?;
-    // Gathered from several places, the notes say what the gathering missed. One job
-    // directory is one node's view: said too, but for the commands whose own report names
-    // the missing ranks (ls, hang) or that read one node by design (snapshot).
-    if searched || !matches!(command, "ls" | "hang" | "snapshot") {
-        super::observer::say_once(&chosen.notes);
+    Ok((found, searched))
+}
+
+/// One job whose logs were found, for `sf ls`'s list of jobs.
+#[derive(Debug)]
+pub struct FoundJob {
+    pub job_id: String,
+    pub logs: Vec<LogFile>,
+}
+
+/// The jobs found by `sf ls`, newest first, and the logs whose header names no job (it
+/// cannot be read).
+#[derive(Debug)]
+pub struct FoundJobs {
+    pub jobs: Vec<FoundJob>,
+    pub unreadable: Vec<LogFile>,
+}
+
+/// The jobs whose logs are in or below `dirs`, newest first (as `--latest` picks), when
+/// searching them found more than one and `dirs` picks none: `sf ls` lists them instead of
+/// one job's ranks. `None` for the logs of one job, or with `--latest`.
+pub fn jobs_found(dirs: &Dirs) -> Result<Option<FoundJobs>, String> {
+    if dirs.1 == Pick::Latest {
+        return Ok(None);
     }
-    Ok(chosen.files)
+    let (found, searched) = find(dirs, "ls")?;
+    let jobs = by_job(&found);
+    if !searched || jobs.len() < 2 {
+        return Ok(None);
+    }
+    let files = |logs: &[&Candidate]| logs.iter().map(|c| c.file.clone()).collect();
+    Ok(Some(FoundJobs {
+        jobs: jobs.iter().map(|(job_id, logs)| FoundJob { job_id: job_id.to_string(), logs: files(logs) }).collect(),
+        unreadable: files(&found.iter().filter(|c| c.who.is_none()).collect::<Vec<_>>()),
+    }))
 }
 
 /// Every log in or below `dirs`, of any job (earlier attempts left out), sorted: what a
@@ -174,6 +233,8 @@ struct Who {
     host: String,
     /// The wall-clock moment the copy shows: taken, else its last heartbeat.
     as_of_wall_ns: u64,
+    /// When the rank's library started (0: no calibration).
+    started_wall_ns: u64,
 }
 
 /// When `path` is a snapshot's copy, the moment it was taken (its directory's manifest).
@@ -203,6 +264,7 @@ fn add_job_dir(dir: &Path, logs: Vec<PathBuf>, found: &mut Vec<Candidate>) -> Re
                 world_size: h.world_size,
                 host: h.host.clone(),
                 as_of_wall_ns: taken.as_ref().map_or_else(|| log.live().heartbeat_wall_ns, |t| t.wall_ns),
+                started_wall_ns: h.base_wall_ns,
             }
         });
         found.push(Candidate { file: LogFile { path, taken }, who });
@@ -245,33 +307,76 @@ struct Chosen {
     notes: Vec<String>,
 }
 
-/// The logs of one job, and what to tell the operator about them.
-fn one_job(found: Vec<Candidate>, searched: bool, command: &str) -> Result<Chosen, String> {
+/// The logs `found` grouped by the job their headers name, the newest job first: the one
+/// whose first rank started last (ties by job id). A log whose header cannot be read is in
+/// no group.
+fn by_job(found: &[Candidate]) -> Vec<(&str, Vec<&Candidate>)> {
     let mut jobs: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
-    for c in &found {
+    for c in found {
         if let Some(who) = &c.who {
             jobs.entry(who.job_id.as_str()).or_default().push(c);
         }
     }
+    let mut jobs: Vec<(&str, Vec<&Candidate>)> = jobs.into_iter().collect();
+    // Stable: equal starts keep the job ids' order.
+    jobs.sort_by_key(|(_, logs)| Reverse(started_wall_ns(logs)));
+    jobs
+}
+
+/// When a job started: its first rank's start (0 when no log has a calibration).
+fn started_wall_ns(logs: &[&Candidate]) -> u64 {
+    logs.iter().filter_map(|c| c.who.as_ref()).map(|w| w.started_wall_ns).filter(|&ns| ns != 0).min().unwrap_or(0)
+}
+
+/// The directory of a log, as the messages name it.
+fn dir_of(c: &Candidate) -> PathBuf {
+    c.file.path.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The logs of one job, and what to tell the operator about them.
+fn one_job(mut found: Vec<Candidate>, searched: bool, dirs: &Dirs, command: &str) -> Result<Chosen, String> {
+    let mut notes = Vec::new();
+    let jobs = by_job(&found);
     if searched && jobs.len() > 1 {
         let listed: Vec<String> = jobs
             .iter()
             .map(|(job, logs)| {
-                let dir = logs[0].file.path.parent().map(|p| p.display().to_string()).unwrap_or_default();
-                format!("{job} ({} logs, e.g. in {dir})", logs.len())
+                let plural = if logs.len() == 1 { "" } else { "s" };
+                format!("{job} ({} log{plural}, e.g. in {})", logs.len(), dir_of(logs[0]).display())
             })
             .collect();
-        let example = match command {
-            "snapshot" => "sf snapshot <log root>/<job id> --to DEST".to_string(),
-            _ => format!("sf {command} DEST/*/<job id>"),
+        let (newest, logs) = &jobs[0];
+        if dirs.1 == Pick::Only {
+            let example = match command {
+                "snapshot" => "sf snapshot <log root>/<job id> --to DEST".to_string(),
+                _ => format!("sf {command} DEST/*/<job id>"),
+            };
+            return Err(format!(
+                "the logs found belong to {} jobs, newest first: {}; add --latest to read the newest \
+                 ({newest}), or pass one job's directories, e.g. {example} (sf ls {} lists the jobs)",
+                jobs.len(),
+                listed.join(", "),
+                dirs.display()
+            ));
+        }
+        let started = match started_wall_ns(logs) {
+            0 => String::new(),
+            ns => format!(", started {}", crate::report::wall::rfc3339_ms(ns)),
         };
-        return Err(format!(
-            "the logs found belong to {} jobs: {}; pass one job's directories, e.g. {example}",
+        notes.push(format!(
+            "reading job {newest}, the newest of {} jobs found{started}; the others: {}",
             jobs.len(),
-            listed.join(", ")
+            listed[1..].join(", ")
         ));
+        // The newest job's logs, and the unreadable ones in its directories: the command
+        // says what is wrong with them.
+        let newest = newest.to_string();
+        let its_dirs: BTreeSet<PathBuf> = logs.iter().map(|c| dir_of(c)).collect();
+        found.retain(|c| match &c.who {
+            Some(who) => who.job_id == newest,
+            None => its_dirs.contains(&dir_of(c)),
+        });
     }
-    let mut notes = Vec::new();
     // The newest copy of each rank: two snapshots of one node may both be given.
     let mut best: BTreeMap<(String, i32), usize> = BTreeMap::new();
     let mut dropped = vec![false; found.len()];
@@ -350,6 +455,55 @@ mod tests {
         assert_eq!(rank_in_name(Path::new("job/rank-00003.sflog")), Some(3));
         assert_eq!(rank_in_name(Path::new("job/rank-00012.p77.sflog")), Some(12));
         assert_eq!(rank_in_name(Path::new("job/pid-77.sflog")), None);
+    }
+
+    /// Rank 0 of job `job`, started at wall-clock `started_wall_ns`, in `root/<job>/`.
+    fn log_of(root: &Path, job: &str, started_wall_ns: u64) -> PathBuf {
+        use crate::core::log::identity::Identity;
+        use crate::core::log::writer::{HeaderInfo, LogWriter};
+        use crate::core::record::clock::{Calibration, ClockSource};
+        let identity = Identity { global_rank: 0, world_size: 2, local_rank: 0, job_id: job.into(), source: "env" };
+        let calibration = Calibration::new(ClockSource::Monotonic, 1, 1, started_wall_ns, 1e9);
+        let info = HeaderInfo {
+            identity: &identity,
+            pid: 1,
+            host: "h",
+            calibration: &calibration,
+            slot_count: 16,
+            ring_capacity: 64,
+        };
+        std::fs::create_dir_all(root.join(job)).unwrap();
+        let path = root.join(job).join("rank-00000.sflog");
+        LogWriter::create(&path, &info).unwrap();
+        path
+    }
+
+    #[test]
+    fn latest_reads_the_job_that_started_last_with_the_unreadable_logs_beside_it() {
+        let root = std::env::temp_dir().join(format!("sf-discover-jobs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // Job ids in the opposite order of their starts: the order is the starts'.
+        let newer = log_of(&root, "a", 2_000_000_000_000_000_000);
+        let older = log_of(&root, "b", 1_000_000_000_000_000_000);
+        let (torn_newer, torn_older) =
+            (root.join("a").join("rank-00001.sflog"), root.join("b").join("rank-00001.sflog"));
+        std::fs::write(&torn_newer, b"").unwrap();
+        std::fs::write(&torn_older, b"").unwrap();
+        let only = job_logs(&Dirs::one(&root), "slow").unwrap_err();
+        assert!(only.contains("belong to 2 jobs, newest first: a (1 log, e.g. in"), "{only}");
+        assert!(only.contains("add --latest to read the newest (a)"), "{only}");
+        let latest = Dirs(vec![root.clone()], Pick::Latest);
+        let read: Vec<PathBuf> = job_logs(&latest, "slow").unwrap().into_iter().map(|f| f.path).collect();
+        assert_eq!(read, [newer.clone(), torn_newer]);
+        let listed = jobs_found(&Dirs::one(&root)).unwrap().expect("two jobs");
+        let ids: Vec<&str> = listed.jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(listed.jobs[1].logs.iter().map(|f| f.path.clone()).collect::<Vec<_>>(), [older]);
+        let unreadable: Vec<PathBuf> = listed.unreadable.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+        assert!(jobs_found(&latest).unwrap().is_none(), "--latest reads one job");
+        assert!(jobs_found(&Dirs::one(root.join("a"))).unwrap().is_none(), "a job directory is one job");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -458,7 +458,7 @@ fn job_metrics(
     };
     let cadence = cadence.of(calls_mark(&inputs), &inputs);
     let diagnosis = hang::diagnose_paced(&inputs, &settings, cadence);
-    let report = hang_report(&Dirs(Vec::new()), monotonic_ns(), diagnosis, extras, Vec::new());
+    let report = hang_report(&Dirs::new(Vec::new()), monotonic_ns(), diagnosis, extras, Vec::new());
     let job_labels = [("job_id", job.to_string())];
     m.family(HANG_HUNG).push(&job_labels, f64::from(u8::from(report.hung)));
     m.family(HANG_THRESHOLD).push(&job_labels, report.threshold.threshold_s);

@@ -308,7 +308,7 @@ mod tests {
         assert_eq!(log.header.history_slot_count, 0);
         let history = History::of(&log, u64::MAX);
         assert_eq!(history.calls.len(), 10, "each call once");
-        let ls = super::super::ls::build(&crate::report::discover::Dirs(vec![path.clone()])).unwrap();
+        let ls = super::super::ls::build(&crate::report::discover::Dirs::new(vec![path.clone()])).unwrap();
         assert_eq!((ls.ranks[0].held, ls.ranks[0].missing, ls.ranks[0].lost_to_wrap), (10, 0, 0));
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }

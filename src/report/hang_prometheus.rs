@@ -160,7 +160,7 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
     };
     let (inputs, extras): (Vec<RankInput>, Vec<Extra>) = ranks.into_values().unzip();
     let diagnosis = hang::diagnose(&inputs, &settings);
-    let mut report = report(&Dirs(vec![format!("{url} job {job}").into()]), NOW_NS, diagnosis, extras, Vec::new());
+    let mut report = report(&Dirs::new(vec![format!("{url} job {job}").into()]), NOW_NS, diagnosis, extras, Vec::new());
     report.source = "prometheus";
     // The exporters' threshold, unless the --min-stuck-s floor is above it.
     if !threshold.is_empty() && threshold_s >= options.min_stuck_s {

@@ -8,8 +8,7 @@ use crate::analysis::comms::grow::{self, Aliases};
 use crate::analysis::comms::nccl_version::nccl_version_string;
 use crate::analysis::hang::{Mismatch, Said, Say, Tally};
 use crate::analysis::log::clocks::{host_clocks, HostClock, RankClock};
-use crate::analysis::log::heartbeat::heartbeat_age_ns;
-use crate::analysis::log::liveness::{classify, Liveness};
+use crate::analysis::log::liveness::Liveness;
 use crate::core::log::format::Region;
 use crate::core::log::reader::{LiveState, RankLog, ReadError, ScanStats};
 use crate::core::log::records::{hex_u64, CommCreated, NcclCall, RecordBody};
@@ -308,8 +307,7 @@ impl CallWindow {
 fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) -> RankRow {
     let (log, live) = (&o.log, &o.live);
     let h = &log.header;
-    let at = moment::judge(h, taken, reader_host);
-    let age_ns = heartbeat_age_ns(at.same_clock, live.heartbeat_mono_ns, live.heartbeat_wall_ns, at.clock);
+    let (liveness, age_ns) = moment::liveness(h, live, taken, reader_host);
     let stats = if h.history_slot_count > 0 { ScanStats::of_both(events, o.history.clone()) } else { events };
     RankRow {
         file: log.path().display().to_string(),
@@ -319,7 +317,7 @@ fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) 
         host: h.host.clone(),
         pid: h.pid,
         job_id: h.job_id.clone(),
-        liveness: classify(live.writer_state, age_ns.unwrap_or(u64::MAX), at.process),
+        liveness,
         heartbeat_age_s: age_ns.map(|ns| ns as f64 / 1e9),
         committed: live.committed + live.history_committed,
         held: stats.valid,

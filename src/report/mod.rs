@@ -16,6 +16,7 @@ mod hang_history;
 pub mod hang_profiler;
 mod hang_prometheus;
 pub mod inferred;
+pub mod jobs;
 pub mod kernels;
 pub mod ls;
 pub mod metric_families;

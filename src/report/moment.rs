@@ -10,9 +10,10 @@
 
 use std::path::Path;
 
-use crate::analysis::log::heartbeat::{same_host, ReaderClock};
+use crate::analysis::log::heartbeat::{heartbeat_age_ns, same_host, ReaderClock};
+use crate::analysis::log::liveness::{classify, Liveness};
 use crate::core::log::process_stamp::{ProcessCheck, ProcessStamp};
-use crate::core::log::reader::LogHeader;
+use crate::core::log::reader::{LiveState, LogHeader};
 use crate::core::record::clock::{monotonic_ns, wall_ns};
 use serde::{Deserialize, Serialize};
 
@@ -111,6 +112,14 @@ pub fn judge(h: &LogHeader, taken: Option<&Taken>, reader_host: &str) -> Judged 
             }
         }
     }
+}
+
+/// A log's liveness and heartbeat age (`None`: the writer never beat), judged at the
+/// moment `judge` picks.
+pub fn liveness(h: &LogHeader, live: &LiveState, taken: Option<&Taken>, reader_host: &str) -> (Liveness, Option<u64>) {
+    let at = judge(h, taken, reader_host);
+    let age_ns = heartbeat_age_ns(at.same_clock, live.heartbeat_mono_ns, live.heartbeat_wall_ns, at.clock);
+    (classify(live.writer_state, age_ns.unwrap_or(u64::MAX), at.process), age_ns)
 }
 
 /// This host's boot id as a manifest records it.

@@ -305,7 +305,7 @@ mod tests {
         let logs = root.join("logs");
         std::fs::create_dir_all(&logs).unwrap();
         std::fs::write(root.join("afile"), b"").unwrap();
-        let dirs = Dirs(vec![logs.clone()]);
+        let dirs = Dirs::new(vec![logs.clone()]);
         let message = |to: &Path| match check_dest(&dirs, to) {
             Err(Failure::Message(m)) => m,
             _ => String::new(),

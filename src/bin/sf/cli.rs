@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 
-pub use stagefrontier::report::discover::Dirs;
+pub use stagefrontier::report::discover::{Dirs, Pick};
 pub use stagefrontier::report::frontier::{FrontierOptions, FrontierSource};
 pub use stagefrontier::report::hang::HangOptions;
 
@@ -118,25 +118,27 @@ where
 {
     let cli = Cli::try_parse_from(args)?;
     Ok(match cli.command {
-        Sub::Ls(a) => Command::Ls { path: Dirs(a.path), format: a.output.format() },
+        Sub::Ls(a) => Command::Ls { path: a.pick.dirs(a.path), format: a.output.format() },
         Sub::Dump(a) => Command::Dump { options: a.options(), format: a.output.format(), file: a.file },
         Sub::Frontier(a) => Command::Frontier { format: a.output.format(), options: a.options() },
         Sub::Hang(a) => Command::Hang {
             options: a.options(),
             format: a.output.format(),
             prometheus: a.prometheus.zip(a.job),
-            dir: Dirs(a.dir),
+            dir: a.pick.dirs(a.dir),
         },
-        Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
-        Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
-        Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: Dirs(a.dir) },
-        Sub::Steps(a) => Command::Steps { format: a.format(), dir: Dirs(a.dir) },
-        Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: Dirs(a.dir), to: a.to },
+        Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.pick.dirs(a.dir) },
+        Sub::Kernels(a) => {
+            Command::Kernels { options: a.options(), format: a.output.format(), dir: a.pick.dirs(a.dir) }
+        }
+        Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.pick.dirs(a.dir) },
+        Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.pick.dirs(a.dir) },
+        Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: a.pick.dirs(a.dir), to: a.to },
         Sub::Exporter(a) => Command::Exporter { options: a.options() },
         Sub::Run(a) => Command::Run { options: a.options() },
         Sub::Trace(a) => Command::Trace {
             options: stagefrontier::report::trace::TraceOptions {
-                dirs: Dirs(a.dirs),
+                dirs: a.pick.dirs(a.dirs),
                 output: a.output,
                 steps: a.steps,
                 ranks: a.ranks.map(|list| list.0),
@@ -195,6 +197,13 @@ are ignored. The logs directly in DIR are the latest attempt of the job; earlier
 the library kept (SF_KEEP_ATTEMPTS) are in DIR/attempt-N/, listed at the end (`attempts` in
 --json): pass DIR/attempt-N to read one.
 
+DIR may also be a log root, /dev/shm/stagefrontier-<uid>/, or sf snapshot's DEST: searched
+for job directories. When it holds several jobs, sf ls lists the jobs instead, newest (the
+one started last) first: JOB, RANKS (found/world), STATE (its logs by liveness), STARTED,
+LAST_BEAT and the DIR to pass for that job (--json: `jobs`, each with job_id, dir, ranks,
+world_size, logs, hosts, live, ended, dead, stalled, disabled, started, last_beat).
+--latest reads the newest instead, here and in every command that reads one job.
+
 LIVENESS: live (heartbeat under 1 s old), exited (ended through exit(), fully flushed),
 dead (heartbeat stale, process gone), stalled (heartbeat stale, process still there:
 stopped or wedged), disabled (recording stopped after an internal error). A log from
@@ -217,7 +226,9 @@ const LS_EXAMPLES: &str = "\
 Examples:
   sf ls /dev/shm/stagefrontier-$(id -u)/default
   sf ls /dev/shm/stagefrontier-$(id -u)/12345/rank-00000.sflog
-  sf ls JOBDIR --json | jq '.missing_ranks'";
+  sf ls JOBDIR --json | jq '.missing_ranks'
+  sf ls /dev/shm/stagefrontier-$(id -u)                 the jobs in the log root, newest first
+  sf ls /dev/shm/stagefrontier-$(id -u) --latest        the newest job's ranks";
 
 const FRONTIER_LONG_ABOUT: &str = concat!(
     "\
@@ -281,7 +292,8 @@ const FRONTIER_EXAMPLES: &str = "\
 Examples:
   sf frontier --csv stages.csv
   sf frontier --csv stages.csv --stages data,fwd,bwd,optim --window 100
-  sf frontier --csv stages.csv --sync-wait data --json | jq '.windows[] | {top2, leader_ranks, labels}'";
+  sf frontier --csv stages.csv --sync-wait data --json | jq '.windows[] | {top2, leader_ranks, labels}'
+  sf frontier /dev/shm/stagefrontier-$(id -u) --latest  the newest job in the log root";
 
 const HANG_LONG_ABOUT: &str =concat!(
     "\
@@ -372,7 +384,8 @@ Examples:
   sf hang JOBDIR --json | jq '.communicators[] | select(.stuck_seq != null) | .missing_ranks'
   sf hang JOBDIR --factor 3 --min-stuck-s 1           more patience on a job with uneven steps
   sf hang DEST                                        sf snapshot's copies of every node, judged when taken
-  sf hang --prometheus http://127.0.0.1:9090 --job 12345   from every node's sf exporter metrics";
+  sf hang --prometheus http://127.0.0.1:9090 --job 12345   from every node's sf exporter metrics
+  sf hang /dev/shm/stagefrontier-$(id -u) --latest      the newest job in the log root";
 
 #[derive(Parser)]
 #[command(
@@ -448,7 +461,8 @@ Examples:
   sf snapshot /dev/shm/stagefrontier-$(id -u)/$SLURM_JOB_ID --to /shared/sf/$SLURM_JOB_ID
   srun --overlap --ntasks-per-node=1 sf snapshot /dev/shm/stagefrontier-$(id -u)/$SLURM_JOB_ID --to /shared/sf/$SLURM_JOB_ID
   pdsh -w node[0-15] 'sf snapshot /dev/shm/stagefrontier-$(id -u)/JOB --to /shared/sf/JOB'
-  sf hang /shared/sf/JOB                             one verdict over every node's copies";
+  sf hang /shared/sf/JOB                             one verdict over every node's copies
+  sf snapshot /dev/shm/stagefrontier-$(id -u) --latest --to /shared/sf/last   the newest job on this node";
 
 #[derive(Args)]
 struct SnapshotArgs {
@@ -459,15 +473,19 @@ struct SnapshotArgs {
     #[arg(long, value_name = "DEST")]
     to: PathBuf,
     #[command(flatten)]
+    pick: PickArgs,
+    #[command(flatten)]
     output: OutputArgs,
 }
 
 #[derive(Args)]
 struct LsArgs {
-    /// Job directories (one per node), directories holding them (sf snapshot's DEST), or
-    /// one log file
+    /// Job directories (one per node), directories holding them (sf snapshot's DEST, a log
+    /// root: several jobs are listed), or one log file
     #[arg(value_name = "DIR", required = true)]
     path: Vec<PathBuf>,
+    #[command(flatten)]
+    pick: PickArgs,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -482,7 +500,7 @@ struct FrontierArgs {
     dir: Vec<PathBuf>,
     /// CSV with the header step,rank,stage,seconds: one row per step, rank and stage
     /// (optional wait_seconds, caused_seconds: the logs' wait attribution, as sf steps writes)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "latest")]
     csv: Option<PathBuf>,
     /// Stage order, comma-separated (default: order of first appearance); rows naming
     /// another stage are an error
@@ -504,6 +522,8 @@ struct FrontierArgs {
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
     accumulation: Option<u32>,
     #[command(flatten)]
+    pick: PickArgs,
+    #[command(flatten)]
     output: OutputArgs,
 }
 
@@ -513,7 +533,7 @@ impl FrontierArgs {
         // clap guarantees exactly one of the two.
         let source = match self.csv {
             Some(csv) => FrontierSource::Csv(csv),
-            None => FrontierSource::Logs(Dirs(self.dir)),
+            None => FrontierSource::Logs(self.pick.dirs(self.dir)),
         };
         FrontierOptions {
             source,
@@ -534,7 +554,7 @@ struct HangArgs {
     dir: Vec<PathBuf>,
     /// Build the report from the metrics every node's sf exporter gave this Prometheus
     /// server (http://HOST:PORT) instead of from logs; needs --job
-    #[arg(long, value_name = "URL", requires = "job")]
+    #[arg(long, value_name = "URL", requires = "job", conflicts_with = "latest")]
     prometheus: Option<String>,
     /// The job id (the metrics' job_id label) for --prometheus
     #[arg(long, value_name = "ID", requires = "prometheus")]
@@ -548,6 +568,8 @@ struct HangArgs {
     /// Seconds after which a wait is stuck while the logs hold too few steps to time one
     #[arg(long, value_name = "S", default_value = "30", value_parser = non_negative)]
     fallback_stuck_s: f64,
+    #[command(flatten)]
+    pick: PickArgs,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -563,6 +585,21 @@ pub(crate) fn non_negative(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("wants a number >= 0, not '{text}'")),
+    }
+}
+
+/// `--latest`, for the commands that read one job.
+#[derive(Args)]
+pub(crate) struct PickArgs {
+    /// When DIR holds the logs of several jobs (a log root, sf snapshot's DEST), read the
+    /// newest, the one started last, instead of stopping with their list (sf ls DIR lists them)
+    #[arg(long)]
+    latest: bool,
+}
+
+impl PickArgs {
+    pub(crate) fn dirs(&self, dirs: Vec<PathBuf>) -> Dirs {
+        Dirs(dirs, if self.latest { Pick::Latest } else { Pick::Only })
     }
 }
 
@@ -653,6 +690,31 @@ mod tests {
             assert_eq!(parse(&["sf", "hang", "job", bad]), Err(ErrorKind::ValueValidation), "{bad}");
         }
         assert_eq!(parse(&["sf", "hang", "--help"]), Err(ErrorKind::DisplayHelp));
+    }
+
+    #[test]
+    fn latest_picks_the_newest_job_where_a_command_reads_one() {
+        let latest = |dir: &str| Dirs(vec![dir.into()], Pick::Latest);
+        assert_eq!(
+            parse(&["sf", "ls", "root", "--latest"]),
+            Ok(Command::Ls { path: latest("root"), format: Format::Human })
+        );
+        match parse(&["sf", "frontier", "root", "--latest"]) {
+            Ok(Command::Frontier { options, .. }) => assert_eq!(options.source, FrontierSource::Logs(latest("root"))),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["sf", "steps", "root", "--latest", "--csv"]) {
+            Ok(Command::Steps { dir, .. }) => assert_eq!(dir, latest("root")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse(&["sf", "frontier", "--csv", "s.csv", "--latest"]), Err(ErrorKind::ArgumentConflict));
+        assert_eq!(
+            parse(&["sf", "hang", "--prometheus", "http://p:9090", "--job", "1", "--latest"]),
+            Err(ErrorKind::ArgumentConflict)
+        );
+        // Reading one log, or watching every job, picks none.
+        assert_eq!(parse(&["sf", "dump", "r.sflog", "--latest"]), Err(ErrorKind::UnknownArgument));
+        assert_eq!(parse(&["sf", "exporter", "root", "--latest"]), Err(ErrorKind::UnknownArgument));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use cli::{Command, Format};
 use output::terminal::{error_line, note_line};
 use stagefrontier::report::ls::FileError;
-use stagefrontier::report::{dump, frontier, hang, kernels, ls, net, slow, snapshot, steps, wall, Failure};
+use stagefrontier::report::{dump, frontier, hang, jobs, kernels, ls, net, slow, snapshot, steps, wall, Failure};
 
 fn main() -> ExitCode {
     // The report layer's progress and notes (missing ranks, hosts), on stderr.
@@ -63,6 +63,11 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
     let stdout = BufWriter::new(io::stdout().lock());
     match command {
         Command::Ls { path, format } => {
+            // A log root holding several jobs: the jobs, for the operator to pick one.
+            if let Some(report) = jobs::build(&path)? {
+                output::jobs::write(format, stdout, &report)?;
+                return Ok(status(None, &report.errors));
+            }
             let report = ls::build(&path)?;
             output::new(format, stdout).ls(&report)?;
             Ok(status(report.mismatched().then_some(exit::MISMATCH), &report.errors))

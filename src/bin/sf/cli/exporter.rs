@@ -57,7 +57,7 @@ impl ExporterArgs {
     pub fn options(self) -> stagefrontier::report::exporter::ExporterOptions {
         let default_listen = std::net::SocketAddr::from(([127, 0, 0, 1], 9464));
         stagefrontier::report::exporter::ExporterOptions {
-            dirs: Dirs(self.dir),
+            dirs: Dirs::new(self.dir),
             listen: self.listen.or((self.textfile.is_none() && !self.once).then_some(default_listen)),
             textfile: self.textfile,
             once: self.once,

@@ -81,6 +81,24 @@ fn every_example_in_help_parses() {
 }
 
 #[test]
+fn every_command_taking_latest_shows_it_in_an_example() {
+    let root = Cli::command();
+    let mut taking = Vec::new();
+    for sub in root.get_subcommands().filter(|sub| sub.get_arguments().any(|a| a.get_id() == "latest")) {
+        taking.push(sub.get_name());
+        let help = [sub.get_after_help(), sub.get_long_about()].into_iter().flatten().map(|h| h.to_string());
+        let examples = example_lines(&help.collect::<Vec<_>>().join("\n"));
+        assert!(
+            examples.iter().any(|words| words.iter().any(|w| w == "--latest")),
+            "sf {} --help has no example of --latest",
+            sub.get_name()
+        );
+    }
+    let one_job = ["ls", "frontier", "hang", "slow", "kernels", "net", "steps", "snapshot", "trace"];
+    assert_eq!(taking, one_job, "the commands that read one job take --latest");
+}
+
+#[test]
 fn example_lines_cut_pipes_and_comments() {
     let help =
         "  sf ls JOBDIR --json | jq '.x'\n  $ sf hang /s-$(id -u)/j\n  sf net J; echo $?      3 stuck\n  sf a 'b c'  comment";

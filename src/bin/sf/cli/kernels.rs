@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::GroupBy;
-use super::OutputArgs;
+use super::{OutputArgs, PickArgs};
 use stagefrontier::report::kernels::KernelsOptions;
 
 pub const LONG_ABOUT: &str = "\
@@ -46,7 +46,8 @@ Examples:
   sf kernels JOBDIR; echo $?                         4 when a rank's kernel stands out
   sf kernels JOBDIR --group-by local-rank --iqr-k 3  pipeline stages by GPU position, a wider fence
   sf kernels JOBDIR --json | jq '.anomalies[] | {rank, kernel, past_fence_ns}'
-  sf kernels JOBDIR --json --matrix | jq '.comparisons[0].w1_ns'   the distances themselves";
+  sf kernels JOBDIR --json --matrix | jq '.comparisons[0].w1_ns'   the distances themselves
+  sf kernels /dev/shm/stagefrontier-$(id -u) --latest   the newest job in the log root";
 
 #[derive(Args)]
 pub struct KernelsArgs {
@@ -64,6 +65,8 @@ pub struct KernelsArgs {
     /// With --json: add each comparison's pairwise W1 matrix (ns), rows and columns in its ranks' order
     #[arg(long)]
     pub matrix: bool,
+    #[command(flatten)]
+    pub pick: PickArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }

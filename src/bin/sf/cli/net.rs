@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::OutputArgs;
+use super::{OutputArgs, PickArgs};
 
 pub const LONG_ABOUT: &str = concat!(
     "\
@@ -56,7 +56,8 @@ Example: rank 1 stops completing its work requests (a broken link), timeout 200 
 Examples:
   sf net JOBDIR; echo $?                               3 stuck, 4 degraded, 0 healthy
   sf net JOBDIR --series                               each QP's samples over the run
-  sf net JOBDIR --json | jq '.summary.stuck_qps'";
+  sf net JOBDIR --json | jq '.summary.stuck_qps'
+  sf net /dev/shm/stagefrontier-$(id -u) --latest       the newest job in the log root";
 
 #[derive(Args)]
 pub struct NetArgs {
@@ -67,6 +68,8 @@ pub struct NetArgs {
     /// Also print each QP's samples (one row per SF_NET_SAMPLE_MS); --json always has them
     #[arg(long)]
     pub series: bool,
+    #[command(flatten)]
+    pub pick: PickArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }

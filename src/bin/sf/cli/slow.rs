@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{non_negative, GroupBy, OutputArgs, SlowOptions};
+use super::{non_negative, GroupBy, OutputArgs, PickArgs, SlowOptions};
 
 pub const LONG_ABOUT: &str = concat!(
     "\
@@ -84,7 +84,8 @@ Examples:
   sf slow JOBDIR; echo $?                               4 when something is slow, 0 when not
   sf slow JOBDIR --json | jq '.slow_ranks[] | select(.culprit or .detectors >= 2) | {rank, stage}'
   sf slow JOBDIR --group-by local-rank                  compare each GPU index across nodes
-  sf slow JOBDIR --alpha 0.1 --beta 0.3                 VenusTrace thresholds";
+  sf slow JOBDIR --alpha 0.1 --beta 0.3                 VenusTrace thresholds
+  sf slow /dev/shm/stagefrontier-$(id -u) --latest      the newest job in the log root";
 
 #[derive(Args)]
 pub struct SlowArgs {
@@ -129,6 +130,8 @@ pub struct SlowArgs {
     /// Expected time: fewest slow steps that make a (stage, rank) a finding
     #[arg(long, value_name = "N", default_value = "2")]
     min_slow_steps: usize,
+    #[command(flatten)]
+    pub pick: PickArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }

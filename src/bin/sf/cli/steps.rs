@@ -38,6 +38,7 @@ Examples:
   sf steps JOBDIR --csv > steps.csv
   sf steps JOBDIR --csv | sf frontier --csv /dev/stdin
   sf steps JOBDIR --json | jq '.ranks[] | {rank, steps: (.steps | length)}'
+  sf steps /dev/shm/stagefrontier-$(id -u) --latest --csv > steps.csv   the newest job in the log root
   python -c 'import pandas as pd; print(pd.read_csv(\"steps.csv\").pivot_table(index=\"rank\", columns=\"stage\", values=\"seconds\"))'";
 
 /// How `sf steps` writes the vectors.
@@ -60,6 +61,8 @@ pub struct StepsArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pub pick: super::PickArgs,
 }
 
 impl StepsArgs {

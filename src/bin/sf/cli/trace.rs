@@ -35,7 +35,8 @@ pub const EXAMPLES: &str = "\
 Examples:
   sf trace JOBDIR -o job.json                     then open job.json in ui.perfetto.dev
   sf trace JOBDIR -o slow.json --steps 200-220 --ranks 0-7,12
-  sf trace /snap/node0/JOB /snap/node1/JOB -o both.json   logs of several hosts";
+  sf trace /snap/node0/JOB /snap/node1/JOB -o both.json   logs of several hosts
+  sf trace /dev/shm/stagefrontier-$(id -u) --latest -o job.json   the newest job in the log root";
 
 #[derive(Args)]
 pub struct TraceArgs {
@@ -51,6 +52,8 @@ pub struct TraceArgs {
     /// Keep these ranks, e.g. 0-7,12
     #[arg(long, value_name = "LIST", value_parser = rank_list)]
     pub ranks: Option<RankList>,
+    #[command(flatten)]
+    pub pick: super::PickArgs,
     #[command(flatten)]
     pub output_format: super::OutputArgs,
 }

@@ -21,6 +21,7 @@ mod human_records;
 mod json;
 pub mod openmetrics;
 pub use error::error as json_error;
+pub mod jobs;
 pub mod kernels;
 pub mod net;
 pub mod slow;
