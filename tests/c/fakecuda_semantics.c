@@ -4,8 +4,9 @@
  *
  *   fakecuda_semantics CASE
  *
- * CASE: fifo, runtime_end, wait_event, sync_blocks, launch_queue, injection, clock,
- * nccl_async, cupti. Prints what it measured and exits 0 when every check held, 1 with
+ * CASE: fifo, fork, runtime_end, wait_event, sync_blocks, launch_queue, injection, clock,
+ * nccl_async, nccl_group_async, nccl_two_streams, nccl_profiler (with NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: the
+ * program is its own profiler plugin), cupti. Prints what it measured and exits 0 when every check held, 1 with
  * "FAIL: ..." lines otherwise. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,23 +70,59 @@ static void wait_flag_body(void *arg) {
     while (!atomic_load(flag)) sleep_ms(1);
 }
 
+static void host_fn(void *arg) { log_body(arg); }
+
 static int case_fifo(void) {
     cudaStream_t s;
+    cudaEvent_t before, after;
     CHECK(cudaStreamCreate(&s) == cudaSuccess, "create");
+    cudaEventCreate(&before), cudaEventCreate(&after);
     _Atomic int log[4] = {0}, n = 0;
     uint64_t b_at = 0;
-    struct tagged b = {2, log, &n, &b_at}, c = {3, log, &n, NULL};
+    struct tagged b = {2, log, &n, &b_at}, c = {3, log, &n, NULL}, d = {4, log, &n, NULL};
+    int src = 5, dst = 0, seen_by_c = -1;
     uint64_t t0 = mono_ns();
-    CHECK(fakecuda_launch_kernel(s, "kernel_a", 50000000) != 0, "launch a");
+    cudaEventRecord(before, s);
+    CHECK(fakecuda_launch_kernel(s, "kernel_a", 100000000) != 0, "launch a");
+    cudaEventRecord(after, s);
     CHECK(fakecuda_launch_work(s, "work_b", log_body, &b) != 0, "launch b");
+    CHECK(cudaMemcpyAsync(&dst, &src, sizeof src, cudaMemcpyHostToDevice, s) == cudaSuccess, "copy");
+    CHECK(cudaMemcpyAsync(&seen_by_c, &dst, sizeof dst, cudaMemcpyDeviceToDevice, s) == cudaSuccess, "copy 2");
     CHECK(fakecuda_launch_work(s, "work_c", log_body, &c) != 0, "launch c");
+    CHECK(cudaLaunchHostFunc(s, host_fn, &d) == cudaSuccess, "host fn");
     double launch_ms = ms_since(t0);
-    CHECK(launch_ms < 20, "three launches took %.1f ms", launch_ms);
+    CHECK(launch_ms < 50, "the launches took %.1f ms", launch_ms);
+    CHECK(dst == 0, "an async copy ran before the kernel ahead of it");
     CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
-    CHECK(n == 2 && log[0] == 2 && log[1] == 3, "order %d %d (n=%d)", log[0], log[1], (int)n);
+    CHECK(n == 3 && log[0] == 2 && log[1] == 3 && log[2] == 4, "order %d %d %d (n=%d)", log[0], log[1], log[2],
+          (int)n);
+    CHECK(dst == 5 && seen_by_c == 5, "the copies, in order: %d %d", dst, seen_by_c);
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, before, after) == cudaSuccess && ms >= 95, "kernel_a took %.1f ms by its events",
+          ms);
     double b_ms = (double)(b_at - t0) / 1e6;
-    CHECK(b_ms >= 45, "work_b ran %.1f ms after the launch, before kernel_a's 50 ms ended", b_ms);
+    CHECK(b_ms >= 95, "work_b ran %.1f ms after the launch, before kernel_a's 100 ms ended", b_ms);
     printf("fifo: launches %.2f ms, work_b at %.1f ms\n", launch_ms, b_ms);
+    return 0;
+}
+
+/* A launcher that used the runtime may fork its ranks: the child's streams start empty. */
+static int case_fork(void) {
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    fakecuda_launch_kernel(s, "parent_long", 1000000000);
+    pid_t child = fork();
+    if (child == 0) {
+        uint64_t t0 = mono_ns();
+        fakecuda_launch_kernel(s, "child_short", 1000000);
+        cudaStreamSynchronize(s);
+        _exit(ms_since(t0) < 500 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child waited for its parent's kernel (status %d)",
+          status);
+    CHECK(cudaStreamQuery(s) == cudaErrorNotReady, "the parent's kernel is still running");
     return 0;
 }
 
@@ -126,7 +164,8 @@ static int case_wait_event(void) {
     CHECK(cudaStreamWaitEvent(b, e, 0) == cudaSuccess, "wait");
     fakecuda_launch_work(b, "after_a", log_body, &t);
     double host_ms = ms_since(t0);
-    CHECK(host_ms < 5, "cudaStreamWaitEvent + launch held the host %.2f ms", host_ms);
+    /* Had the host waited for the event it would never have got here (it sets the flag). */
+    CHECK(host_ms < 20, "cudaStreamWaitEvent + launch held the host %.2f ms", host_ms);
     sleep_ms(100);
     CHECK(n == 0, "stream b ran before stream a reached the event");
     uint64_t released = mono_ns();
@@ -227,6 +266,11 @@ int ncclGetUniqueId(ncclUniqueId *id);
 int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, ncclComm_t comm, cudaStream_t s);
 int ncclCommDestroy(ncclComm_t comm);
+int ncclSend(const void *send, size_t count, int dtype, int peer, ncclComm_t comm, cudaStream_t s);
+int ncclRecv(void *recv, size_t count, int dtype, int peer, ncclComm_t comm, cudaStream_t s);
+int ncclGroupStart(void);
+int ncclGroupEnd(void);
+int ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 
 enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0, COUNT = 1024, LATE_MS = 200 };
 
@@ -235,6 +279,7 @@ struct rank_args {
     ncclUniqueId id;
     double call_ms, sync_ms;
     int ok;
+    pthread_t thread;
 };
 
 static void *nccl_rank(void *arg) {
@@ -262,21 +307,192 @@ static void *nccl_rank(void *arg) {
     return NULL;
 }
 
+static int run_ranks(void *(*body)(void *), struct rank_args r[2]);
+
 static int case_nccl_async(void) {
-    struct rank_args r[2] = {{.rank = 0}, {.rank = 1}};
-    CHECK(ncclGetUniqueId(&r[0].id) == 0, "unique id");
-    r[1].id = r[0].id;
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, nccl_rank, &r[i]);
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    for (int i = 0; i < 2; i++) {
-        CHECK(r[i].ok, "rank %d: allreduce failed or wrong", i);
-        CHECK(r[i].call_ms < 1.0, "rank %d: ncclAllReduce held the host %.3f ms", i, r[i].call_ms);
-    }
-    CHECK(r[0].sync_ms >= LATE_MS * 0.75, "rank 0's stream synchronize waited only %.1f ms for its late peer",
-          r[0].sync_ms);
+    struct rank_args r[2] = {0};
+    run_ranks(nccl_rank, r);
     printf("nccl_async: call %.3f / %.3f ms, sync %.1f / %.1f ms\n", r[0].call_ms, r[1].call_ms, r[0].sync_ms,
            r[1].sync_ms);
+    return 0;
+}
+
+/* A send and a receive between the two ranks in one group: one kernel, enqueued. */
+static void *group_rank(void *arg) {
+    struct rank_args *r = arg;
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 2, r->id, r->rank) != 0) return NULL;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, 1);
+    int *send = malloc(COUNT * sizeof(int)), *recv = malloc(COUNT * sizeof(int));
+    for (int i = 0; i < COUNT; i++) send[i] = i + 100000 * r->rank, recv[i] = -1;
+    if (r->rank == 1) sleep_ms(LATE_MS);
+    uint64_t t0 = mono_ns();
+    ncclGroupStart();
+    int rc = ncclSend(send, COUNT, 2 /* int32 */, 1 - r->rank, comm, s);
+    rc |= ncclRecv(recv, COUNT, 2, 1 - r->rank, comm, s);
+    rc |= ncclGroupEnd();
+    r->call_ms = ms_since(t0);
+    t0 = mono_ns();
+    cudaStreamSynchronize(s);
+    r->sync_ms = ms_since(t0);
+    int right = 1;
+    for (int i = 0; i < COUNT; i++) right &= recv[i] == i + 100000 * (1 - r->rank);
+    r->ok = rc == 0 && right;
+    ncclCommDestroy(comm);
+    free(send);
+    free(recv);
+    return NULL;
+}
+
+static int run_ranks(void *(*body)(void *), struct rank_args r[2]) {
+    r[0].rank = 0, r[1].rank = 1;
+    CHECK(ncclGetUniqueId(&r[0].id) == 0, "unique id");
+    r[1].id = r[0].id;
+    for (int i = 0; i < 2; i++) pthread_create(&r[i].thread, NULL, body, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(r[i].thread, NULL);
+    for (int i = 0; i < 2; i++) CHECK(r[i].ok, "rank %d: the exchange failed or was wrong", i);
+    /* Rank 0's peer comes LATE_MS later: its call must not wait for it. (Rank 1's peer is
+     * there; its bound only says it did not block either.) */
+    CHECK(r[0].call_ms < 1.0, "rank 0: the NCCL call held the host %.3f ms", r[0].call_ms);
+    CHECK(r[1].call_ms < LATE_MS / 4, "rank 1: the NCCL call held the host %.3f ms", r[1].call_ms);
+    CHECK(r[0].sync_ms >= LATE_MS * 0.75, "rank 0's stream synchronize waited only %.1f ms for its late peer",
+          r[0].sync_ms);
+    return 0;
+}
+
+static int case_nccl_group_async(void) {
+    struct rank_args r[2] = {0};
+    run_ranks(group_rank, r);
+    printf("nccl_group_async: group %.3f / %.3f ms, sync %.1f / %.1f ms\n", r[0].call_ms, r[1].call_ms, r[0].sync_ms,
+           r[1].sync_ms);
+    return 0;
+}
+
+/* One thread drives both ranks of an ncclCommInitAll clique in one group, each on its own
+ * stream: one kernel on the first op's stream, the other stream joined to it both ways. */
+static int case_nccl_two_streams(void) {
+    ncclComm_t comms[2];
+    CHECK(ncclCommInitAll(comms, 2, NULL) == 0, "init all");
+    cudaStream_t s[2];
+    float *send[2], *recv[2];
+    for (int r = 0; r < 2; r++) {
+        cudaStreamCreateWithFlags(&s[r], 1);
+        send[r] = malloc(COUNT * sizeof(float)), recv[r] = malloc(COUNT * sizeof(float));
+        for (int i = 0; i < COUNT; i++) send[r][i] = (float)(i + 1000 * (r + 1)), recv[r][i] = -1;
+    }
+    fakecuda_launch_kernel(s[0], "ahead_on_stream_0", LATE_MS * 1000000ull);
+    uint64_t t0 = mono_ns();
+    ncclGroupStart();
+    for (int r = 0; r < 2; r++) ncclAllReduce(send[r], recv[r], COUNT, NCCL_FLOAT32, NCCL_SUM, comms[r], s[r]);
+    int rc = ncclGroupEnd();
+    double call_ms = ms_since(t0);
+    CHECK(rc == 0 && call_ms < LATE_MS / 4, "group end: %d after %.1f ms", rc, call_ms);
+    t0 = mono_ns();
+    cudaStreamSynchronize(s[1]);
+    double sync_ms = ms_since(t0);
+    CHECK(sync_ms >= LATE_MS * 0.75, "stream 1 was not joined to stream 0's kernel: synchronized in %.1f ms", sync_ms);
+    for (int r = 0; r < 2; r++) {
+        int right = 1;
+        for (int i = 0; i < COUNT; i++) right &= recv[r][i] == (float)(2 * i + 3000);
+        CHECK(right, "rank %d's result after synchronizing stream 1", r);
+    }
+    for (int r = 0; r < 2; r++) ncclCommDestroy(comms[r]), free(send[r]), free(recv[r]);
+    printf("nccl_two_streams: group end %.3f ms, stream 1 sync %.1f ms\n", call_ms, sync_ms);
+    return 0;
+}
+
+/* ---- the profiler plugin fakenccl drives (NCCL_PROFILER_PLUGIN=STATIC_PLUGIN, v5) ------------ */
+
+enum { P_COLL = 1 << 1, P_PROXY_OP = 1 << 3, P_KERNEL_CH = 1 << 6, KERNEL_CH_STOP = 22, EVENTS = 256 };
+struct prof_event {
+    uint64_t type;
+    int rank;
+    pthread_t started_on;
+    uint64_t p_start, p_stop; /* KernelCh: device timer at start and at KernelChStop */
+    int stopped;
+};
+static struct prof_event events[EVENTS];
+static _Atomic int nevents;
+
+static int prof_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
+                     void *log) {
+    (void)id, (void)name, (void)nnodes, (void)nranks, (void)rank, (void)log;
+    *ctx = events;
+    *mask = P_COLL | P_PROXY_OP | P_KERNEL_CH;
+    return 0;
+}
+
+/* ncclProfilerEventDescr_v5_t's head (type u64, parent, rank) and kernelCh (channelId, pTimer). */
+static int prof_start(void *ctx, void **handle, void *descr) {
+    (void)ctx;
+    const uint8_t *d = descr;
+    int i = atomic_fetch_add(&nevents, 1);
+    if (i >= EVENTS) {
+        *handle = NULL;
+        return 0;
+    }
+    struct prof_event *e = &events[i];
+    memcpy(&e->type, d, 8);
+    memcpy(&e->rank, d + 16, 4);
+    e->started_on = pthread_self();
+    if (e->type == P_KERNEL_CH) memcpy(&e->p_start, d + 32, 8);
+    *handle = e;
+    return 0;
+}
+
+static int prof_stop(void *handle) {
+    if (handle) ((struct prof_event *)handle)->stopped = 1;
+    return 0;
+}
+
+static int prof_record(void *handle, int state, void *args) {
+    struct prof_event *e = handle;
+    if (e && e->type == P_KERNEL_CH && state == KERNEL_CH_STOP && args) memcpy(&e->p_stop, args, 8);
+    return 0;
+}
+
+static int prof_finalize(void *ctx) {
+    (void)ctx;
+    return 0;
+}
+
+__attribute__((visibility("default"))) const struct {
+    const char *name;
+    void *init, *start, *stop, *record, *finalize;
+} ncclProfiler_v5 = {"fakecuda_semantics", (void *)prof_init, (void *)prof_start, (void *)prof_stop,
+                     (void *)prof_record, (void *)prof_finalize};
+
+/* Run with NCCL_PROFILER_PLUGIN=STATIC_PLUGIN FAKENCCL_PROFILER_VERSION=5: KernelCh events
+ * come from where the kernel runs (not the thread that called NCCL), on the device clock,
+ * and the early rank's channels span its wait for the late peer. */
+static int case_nccl_profiler(void) {
+    struct rank_args r[2] = {0};
+    uint64_t device_before = fakecuda_device_clock_ns();
+    run_ranks(nccl_rank, r);
+    int kernel_ch = 0, proxy = 0, coll = 0;
+    for (int i = 0; i < nevents && i < EVENTS; i++) {
+        struct prof_event *e = &events[i];
+        int caller = pthread_equal(e->started_on, r[e->rank & 1].thread);
+        if (e->type == P_COLL) {
+            coll++;
+            CHECK(caller, "a Coll event not started by the thread that called NCCL");
+        }
+        if (e->type == P_PROXY_OP) proxy++;
+        if (e->type != P_KERNEL_CH) continue;
+        kernel_ch++;
+        CHECK(!caller, "rank %d: a KernelCh event started on the thread that called NCCL", e->rank);
+        CHECK(e->stopped && e->p_stop >= e->p_start && e->p_start >= device_before,
+              "rank %d: KernelCh %llu..%llu not on the device clock (from %llu)", e->rank,
+              (unsigned long long)e->p_start, (unsigned long long)e->p_stop, (unsigned long long)device_before);
+        if (e->rank == 0)
+            CHECK(e->p_stop - e->p_start >= LATE_MS * 750000ull, "rank 0's channel ran %.1f ms, not its wait",
+                  (double)(e->p_stop - e->p_start) / 1e6);
+    }
+    CHECK(coll == 2, "%d Coll events", coll);
+    CHECK(kernel_ch == 8, "%d KernelCh events (2 ranks x 2 channels x send and receive peers)", kernel_ch);
+    CHECK(proxy > 0, "no ProxyOp event");
+    printf("nccl_profiler: %d Coll, %d KernelCh, %d ProxyOp events\n", coll, kernel_ch, proxy);
     return 0;
 }
 
@@ -455,6 +671,7 @@ int main(int argc, char **argv) {
         int (*run)(void);
     } cases[] = {
         {"fifo", case_fifo},
+        {"fork", case_fork},
         {"runtime_end", case_runtime_end},
         {"wait_event", case_wait_event},
         {"sync_blocks", case_sync_blocks},
@@ -462,6 +679,9 @@ int main(int argc, char **argv) {
         {"injection", case_injection},
         {"clock", case_clock},
         {"nccl_async", case_nccl_async},
+        {"nccl_group_async", case_nccl_group_async},
+        {"nccl_two_streams", case_nccl_two_streams},
+        {"nccl_profiler", case_nccl_profiler},
         {"cupti", case_cupti},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
