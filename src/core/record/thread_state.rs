@@ -23,6 +23,9 @@ struct ThreadState {
     group_depth: Cell<u16>,
     tid: Cell<u32>,
     nccl_call: Cell<NcclLink>,
+    /// CUDA API calls the CUDA door traces that the thread is inside: only the outermost
+    /// counts (a runtime call may reach a traced driver call).
+    cuda_depth: Cell<u8>,
 }
 
 thread_local! {
@@ -32,6 +35,7 @@ thread_local! {
             group_depth: Cell::new(0),
             tid: Cell::new(0),
             nccl_call: Cell::new(NcclLink::NONE),
+            cuda_depth: Cell::new(0),
         }
     };
 }
@@ -103,12 +107,39 @@ impl Drop for ReentrancyGuard {
     }
 }
 
-/// The NCCL call the calling thread is inside (`NcclLink::NONE` when none) and its id: what
-/// the CUDA door's launch and synchronization callbacks tag their events with. One
-/// thread-local access; works inside a hook (the launch comes from inside NCCL's call).
-#[inline]
-pub fn nccl_call_and_tid() -> (NcclLink, u32) {
+/// The NCCL call the calling thread is inside (`NcclLink::NONE` when none) and its id.
+#[cfg(test)]
+fn nccl_call_and_tid() -> (NcclLink, u32) {
     STATE.try_with(|s| (s.nccl_call.get(), cached_tid(s))).unwrap_or((NcclLink::NONE, 0))
+}
+
+/// The CUDA door's callback at the ENTER of a traced CUDA API call: the NCCL call the
+/// thread is inside (`NcclLink::NONE` when none) and the thread's id, or `None` for a call
+/// nested in another traced one. One thread-local access; works inside a hook (NCCL's
+/// launches come from inside the hooked call).
+#[inline]
+pub fn cuda_api_enter() -> Option<(NcclLink, u32)> {
+    STATE
+        .try_with(|s| {
+            let depth = s.cuda_depth.get();
+            s.cuda_depth.set(depth.saturating_add(1));
+            (depth == 0).then(|| (s.nccl_call.get(), cached_tid(s)))
+        })
+        .ok()
+        .flatten()
+}
+
+/// At the EXIT of a traced CUDA API call: the thread's id when it was the outermost one.
+#[inline]
+pub fn cuda_api_exit() -> Option<u32> {
+    STATE
+        .try_with(|s| {
+            let depth = s.cuda_depth.get().saturating_sub(1);
+            s.cuda_depth.set(depth);
+            (depth == 0).then(|| cached_tid(s))
+        })
+        .ok()
+        .flatten()
 }
 
 /// Follows `ncclGroupStart` (+1) and `ncclGroupEnd` (-1) calls that succeeded.
@@ -163,6 +194,17 @@ mod tests {
         drop(group_end);
         assert_eq!(nccl_call_and_tid().0, NcclLink::NONE, "gone once the group ended");
         assert_ne!(nccl_call_and_tid().1, 0);
+    }
+
+    #[test]
+    fn only_the_outermost_cuda_call_is_traced() {
+        let (_, tid) = cuda_api_enter().expect("outermost");
+        assert!(cuda_api_enter().is_none(), "a driver call inside the runtime's");
+        assert_eq!(cuda_api_exit(), None);
+        assert_eq!(cuda_api_exit(), Some(tid));
+        assert_eq!(cuda_api_exit(), Some(tid), "an EXIT without its ENTER never underflows");
+        assert!(cuda_api_enter().is_some());
+        cuda_api_exit();
     }
 
     #[test]
