@@ -27,7 +27,8 @@ fn job() -> &'static Path {
         let include = format!("-I{}", source.parent().expect("tests/c").display());
         let (cuda_dir, cuda_rpath) = (format!("-L{}", runtime.display()), format!("-Wl,-rpath,{}", runtime.display()));
         let (nccl_dir, nccl_rpath) = (format!("-L{}", nccl.display()), format!("-Wl,-rpath,{}", nccl.display()));
-        let args = ["-Wextra", &include, &cuda_dir, "-l:libcudart.so.13", &cuda_rpath, &nccl_dir, "-lnccl", &nccl_rpath];
+        let args =
+            ["-Wextra", &include, &cuda_dir, "-l:libcudart.so.13", &cuda_rpath, &nccl_dir, "-lnccl", &nccl_rpath];
         compile_c(&source, &exe, &args);
         exe
     })
@@ -62,8 +63,7 @@ fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
 fn an_async_allreduce_leaves_its_kernel_linked_to_its_call_and_the_host_syncs() {
     let ranks = run("late");
     for (rank, records) in ranks.iter().enumerate() {
-        let calls: Vec<&Value> =
-            of_kind(records, "nccl_call").into_iter().filter(|c| c["op"] == "allreduce").collect();
+        let calls: Vec<&Value> = of_kind(records, "nccl_call").into_iter().filter(|c| c["op"] == "allreduce").collect();
         assert_eq!(calls.len(), 2, "rank {rank}");
         // The second allreduce, the one rank 1 enqueued late.
         let call = calls[1];
