@@ -87,7 +87,7 @@ fn an_async_allreduce_leaves_its_kernel_linked_to_its_call_and_the_host_syncs() 
         let syncs = of_kind(records, "host_sync");
         let kinds: Vec<&str> = syncs.iter().map(|s| s["sync"].as_str().unwrap()).collect();
         assert!(kinds.contains(&"stream") && kinds.contains(&"copy"), "rank {rank}: {kinds:?}");
-        let stream_sync = syncs.iter().filter(|s| s["sync"] == "stream").last().unwrap();
+        let stream_sync = syncs.iter().rfind(|s| s["sync"] == "stream").unwrap();
         assert_ne!(stream_sync["tid"], 0, "rank {rank}: the synchronizing thread is known");
         if rank == 0 {
             let waited = stream_sync["t_exit_ns"].as_u64().unwrap() - stream_sync["t_enter_ns"].as_u64().unwrap();
