@@ -69,7 +69,10 @@ struct Said {
 #[derive(Default)]
 pub struct DeviceTracker {
     pending: HashMap<u32, Pending>,
-    early: VecDeque<Activity>,
+    /// Completions whose launch was not seen yet, by correlation id, and their arrival
+    /// order for eviction (kernels of untraced launches, graph launches, land here too).
+    early: HashMap<u32, Activity>,
+    early_order: VecDeque<u32>,
     open_syncs: Vec<OpenSync>,
     /// (correlation, tid) of recent synchronization calls, for the activity records.
     sync_threads: VecDeque<(u32, u32)>,
@@ -105,8 +108,7 @@ impl DeviceTracker {
             name_len: launch.name_len,
             name_cut: launch.name_cut,
         };
-        if let Some(at) = self.early.iter().position(|a| a.correlation == launch.correlation) {
-            let completion = self.early.remove(at).expect("found just now");
+        if let Some(completion) = self.early.remove(&launch.correlation) {
             return self.completed_launch(&pending, &completion);
         }
         if self.pending.len() < MAX_PENDING {
@@ -149,10 +151,12 @@ impl DeviceTracker {
                 match self.pending.remove(&activity.correlation) {
                     Some(pending) => self.completed_launch(&pending, activity),
                     None => {
-                        if self.early.len() == MAX_EARLY {
-                            self.early.pop_front();
+                        if self.early_order.len() == MAX_EARLY {
+                            let oldest = self.early_order.pop_front().expect("full");
+                            self.early.remove(&oldest);
                         }
-                        self.early.push_back(*activity);
+                        self.early.insert(activity.correlation, *activity);
+                        self.early_order.push_back(activity.correlation);
                     }
                 }
             }
