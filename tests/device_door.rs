@@ -115,3 +115,19 @@ fn a_kernel_that_never_completes_is_the_oldest_unfinished_work() {
         assert_eq!(name["name"], "sim_bwd_stuck", "rank {rank}");
     }
 }
+
+#[test]
+fn a_group_kernel_is_linked_to_the_groups_last_call() {
+    for (rank, records) in run("group").iter().enumerate() {
+        let calls = of_kind(records, "nccl_call");
+        let recv = calls.iter().find(|c| c["op"] == "recv").unwrap_or_else(|| panic!("rank {rank}: no recv"));
+        let colls = of_kind(records, "device_coll");
+        let ops: Vec<&str> = colls.iter().map(|c| c["op"].as_str().unwrap()).collect();
+        assert_eq!(ops, ["allreduce", "allreduce", "recv"], "rank {rank}: one kernel for the group");
+        let group = colls[2];
+        assert_eq!((&group["comm_id"], &group["seq"]), (&recv["comm_id"], &recv["comm_seq"]), "rank {rank}");
+        let end = calls.iter().find(|c| c["op"] == "group_end").unwrap_or_else(|| panic!("rank {rank}: no group end"));
+        let launched = group["t_launch_ns"].as_u64().unwrap();
+        assert!(launched >= end["t_enter_ns"].as_u64().unwrap(), "launched by the group's end, not by the recv");
+    }
+}

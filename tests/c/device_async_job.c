@@ -9,7 +9,9 @@
  *             (sim_fwd_0), then a second allreduce; rank 1 enqueues it LATE_MS after rank 0, so
  *             rank 0's NCCL kernel spins that long on the device.
  * MODE stuck: as late, then each rank launches sim_bwd_stuck, which never completes, on a
- *             second stream and ends HOLD_MS later without waiting for it. */
+ *             second stream and ends HOLD_MS later without waiting for it.
+ * MODE group: as late, then a send to and a receive from the peer in one ncclGroupStart/End
+ *             group, one kernel launched by the group's end. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <string.h>
@@ -22,6 +24,10 @@ extern ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId 
 extern ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, ncclComm_t comm,
                                   cudaStream_t stream);
 extern ncclResult_t ncclCommDestroy(ncclComm_t comm);
+extern ncclResult_t ncclSend(const void *send, size_t count, int dtype, int peer, ncclComm_t comm, cudaStream_t stream);
+extern ncclResult_t ncclRecv(void *recv, size_t count, int dtype, int peer, ncclComm_t comm, cudaStream_t stream);
+extern ncclResult_t ncclGroupStart(void);
+extern ncclResult_t ncclGroupEnd(void);
 
 enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0, COUNT = 1024, LATE_MS = 300, HOLD_MS = 1500 };
 
@@ -51,6 +57,13 @@ static int run_rank(const char *mode, ncclUniqueId id, int rank) {
         fprintf(stderr, "rank %d: allreduce gave %f, not 1\n", rank, first);
         return 1;
     }
+    if (strcmp(mode, "group") == 0) {
+        CHECK(ncclGroupStart());
+        CHECK(ncclSend(send, COUNT, NCCL_FLOAT32, 1 - rank, comm, stream));
+        CHECK(ncclRecv(recv, COUNT, NCCL_FLOAT32, 1 - rank, comm, stream));
+        CHECK(ncclGroupEnd());
+        CHECK(cudaStreamSynchronize(stream));
+    }
     CHECK(ncclCommDestroy(comm));
     if (strcmp(mode, "stuck") == 0) {
         cudaStream_t other;
@@ -72,7 +85,7 @@ int main(int argc, char **argv) {
         return job_launch(argv, 2, args, 2);
     }
     if (argc != 4) {
-        fprintf(stderr, "usage: device_async_job late|stuck\n");
+        fprintf(stderr, "usage: device_async_job late|stuck|group\n");
         return 2;
     }
     ncclUniqueId id;
