@@ -73,6 +73,10 @@ pub struct DeviceTracker {
     /// order for eviction (kernels of untraced launches, graph launches, land here too).
     early: HashMap<u32, Activity>,
     early_order: VecDeque<u32>,
+    /// Unfinished launches per known stream handle, in launch order: a stream runs its work
+    /// in order, so a completion retires every launch before it on its stream, even one
+    /// whose own completion record CUPTI dropped (it would otherwise stay "unfinished").
+    streams: HashMap<u64, VecDeque<u32>>,
     open_syncs: Vec<OpenSync>,
     /// (correlation, tid) of recent synchronization calls, for the activity records.
     sync_threads: VecDeque<(u32, u32)>,
@@ -113,6 +117,9 @@ impl DeviceTracker {
         }
         if self.pending.len() < MAX_PENDING {
             self.pending.insert(launch.correlation, pending);
+            if launch.stream_handle != 0 {
+                self.streams.entry(launch.stream_handle).or_default().push_back(launch.correlation);
+            }
         } else {
             self.untracked += 1;
         }
@@ -149,7 +156,10 @@ impl DeviceTracker {
             ActivityKind::Kernel => {
                 self.completed += 1;
                 match self.pending.remove(&activity.correlation) {
-                    Some(pending) => self.completed_launch(&pending, activity),
+                    Some(pending) => {
+                        self.retire_before(pending.stream_handle, activity.correlation);
+                        self.completed_launch(&pending, activity)
+                    }
                     None => {
                         if self.early_order.len() == MAX_EARLY {
                             let oldest = self.early_order.pop_front().expect("full");
@@ -178,6 +188,20 @@ impl DeviceTracker {
                 }));
             }
             ActivityKind::Memcpy { .. } | ActivityKind::Runtime { .. } => {}
+        }
+    }
+
+    /// Drops the launches queued on `handle` before `correlation` (which just completed).
+    fn retire_before(&mut self, handle: u64, correlation: u32) {
+        let Some(queue) = self.streams.get_mut(&handle) else { return };
+        while let Some(front) = queue.pop_front() {
+            if front == correlation {
+                break;
+            }
+            self.pending.remove(&front);
+        }
+        if queue.is_empty() {
+            self.streams.remove(&handle);
         }
     }
 
