@@ -6,7 +6,10 @@
 //!
 //! ```text
 //! UNINIT ──first call──► INITIALIZING ──► ACTIVE ──exit──► (flushed, still ACTIVE)
-//!                                     └─► INERT    (no rank identity, SF_DISABLE, no log)
+//!              ▲                      ├─► INERT    (SF_DISABLE, no log)
+//!              │                      └─► PENDING  (no rank yet: no launcher variable, or
+//!              │                                    its rank's log held by a live process)
+//!              └── a declared rank (`init_process_group`, `ncclCommInitRank`) ◄──┘
 //! any ──fork child / internal error──► DISABLED
 //! ```
 
@@ -30,6 +33,9 @@ const INITIALIZING: u8 = 1;
 const ACTIVE: u8 = 2;
 const INERT: u8 = 3;
 const DISABLED: u8 = 4;
+/// No rank known yet: nothing is written and hooks queue what they see
+/// (`comms::early`, bounded) until the job declares its rank (`runtime::declared`).
+const PENDING: u8 = 5;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
@@ -173,7 +179,23 @@ pub fn publish(rt: Runtime, before: impl FnOnce(&'static Runtime)) -> &'static R
     rt
 }
 
-/// Nothing to record in this process (no rank identity, SF_DISABLE, no log).
+/// A declared rank restarts a start that found none (PENDING to INITIALIZING), or makes
+/// the first start; `false` when the runtime is already past that.
+pub fn claim_declared_start() -> bool {
+    claim_start() || STATE.compare_exchange(PENDING, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+}
+
+/// No rank yet: waits for the job to declare one.
+pub fn settle_pending() {
+    STATE.store(PENDING, Ordering::Release);
+}
+
+/// Whether the runtime waits for a declared rank.
+pub fn is_pending() -> bool {
+    STATE.load(Ordering::Acquire) == PENDING
+}
+
+/// Nothing to record in this process (SF_DISABLE, no log).
 pub fn settle_inert() {
     STATE.store(INERT, Ordering::Release);
 }
@@ -196,10 +218,10 @@ pub fn owner() -> Option<&'static Runtime> {
     None
 }
 
-/// Whether another thread is starting the runtime: a hook queues what it sees
-/// (`comms::early`).
+/// Whether another thread is starting the runtime, or it waits for a declared rank: a
+/// hook queues what it sees (`comms::early`; the queue stays open while PENDING).
 pub fn is_starting() -> bool {
-    STATE.load(Ordering::Acquire) == INITIALIZING
+    matches!(STATE.load(Ordering::Acquire), INITIALIZING | PENDING)
 }
 
 /// The runtime, for a hook the start-up queue no longer takes: the starting thread closed

@@ -5,6 +5,7 @@
 
 pub mod collector;
 pub mod config;
+pub mod declared;
 pub mod identity;
 pub mod opened_through;
 pub mod place;

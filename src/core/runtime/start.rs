@@ -24,6 +24,7 @@ use crate::core::record::once::LeakedOnce;
 use crate::core::record::ring::Ring;
 use crate::core::runtime::collector::{self, Collector};
 use crate::core::runtime::config::{ClockChoice, Config};
+use crate::core::runtime::declared::{self, Declaration};
 use crate::core::runtime::identity;
 use crate::core::runtime::opened_through::{doors_open, our_library_path};
 use crate::core::runtime::place;
@@ -41,13 +42,94 @@ fn start() -> Option<&'static Runtime> {
     if !runtime::claim_start() {
         return None;
     }
-    let built = std::panic::catch_unwind(build);
+    start_claimed()
+}
+
+/// The job declared its rank (`init_process_group` through the Python door, or its first
+/// NCCL communicator): a runtime waiting for one starts now, on this thread (a slow call
+/// already: file creation is nothing next to a rendezvous). A runtime already recording
+/// under another rank keeps its log's name and says so once.
+pub fn declare(declaration: Declaration) {
+    if !declared::declare(declaration) {
+        return;
+    }
+    if runtime::claim_declared_start() {
+        start_claimed();
+        return;
+    }
+    // Starting on another thread: that start reads the declaration, or finds it after
+    // settling PENDING and starts again (`start_claimed`).
+    let (Some(rt), Some(config)) = (runtime::active(), config()) else { return };
+    let declared = declared::current().unwrap_or(declaration);
+    let env = |name: &str| std::env::var(name).ok();
+    let wanted = identity::detect(env, config.job_id.as_deref(), config.force, Some(declared));
+    if wanted.is_some_and(|id| (id.global_rank, id.world_size) != (rt.identity.global_rank, rt.identity.world_size)) {
+        say(&format!(
+            "{} declared rank {} of {} but this process already records as rank {} of {} (from {}); its log keeps that name",
+            declared.by.source(),
+            declared.rank,
+            declared.world_size,
+            rt.identity.global_rank,
+            rt.identity.world_size,
+            rt.identity.source
+        ));
+    }
+}
+
+/// What a start made of the process.
+enum Built {
+    Runtime(Runtime, Collector),
+    /// Not recording, for good.
+    Inert,
+    /// No rank yet, or its log is another live process's: wait for a declaration. Holds
+    /// the declaration this start used, and the line to say if none better ever comes.
+    Pending(Option<Declaration>, Option<String>),
+}
+
+/// The start, once this thread holds INITIALIZING.
+fn start_claimed() -> Option<&'static Runtime> {
+    loop {
+        let built = std::panic::catch_unwind(build);
+        if let Ok(Built::Pending(used, note)) = built {
+            if let Some(note) = note {
+                let _ = PENDING_NOTE.set(note);
+            }
+            // Said at exit if no declaration ever gave this process a log of its own.
+            static REGISTERED: std::sync::Once = std::sync::Once::new();
+            REGISTERED.call_once(|| {
+                // SAFETY: registering a plain extern "C" fn with no arguments.
+                unsafe { libc::atexit(say_pending_note_at_exit) };
+            });
+            runtime::settle_pending();
+            // A declaration made while this start ran found INITIALIZING and left it here.
+            if declared::current() != used && runtime::claim_declared_start() {
+                continue;
+            }
+            return None;
+        }
+        return finish_start(built);
+    }
+}
+
+/// Why a process that waited for a rank never recorded (a log of its rank held by a live
+/// process), said at exit.
+static PENDING_NOTE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+extern "C" fn say_pending_note_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let (true, Some(note)) = (runtime::is_pending(), PENDING_NOTE.get()) {
+            say(&format!("{note}; not recording, the job continues unaffected"));
+        }
+    });
+}
+
+fn finish_start(built: std::thread::Result<Built>) -> Option<&'static Runtime> {
     // What racing hooks queued meanwhile enters the runtime before any hook can see it.
     let replayed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match built {
-        Ok(Some((rt, collector))) => {
+        Ok(Built::Runtime(rt, collector)) => {
             Some(Some((runtime::publish(rt, |rt| early::close(|entry| tracer::replay(rt, entry))), collector)))
         }
-        Ok(None) => {
+        Ok(_) => {
             early::close(drop);
             Some(None)
         }
@@ -88,14 +170,18 @@ fn start() -> Option<&'static Runtime> {
     }
 }
 
-fn build() -> Option<(Runtime, Collector)> {
+fn build() -> Built {
     let (config, warnings) = Config::from_env();
     if config.disabled {
-        return None;
+        return Built::Inert;
     }
     // Only processes that record speak: a launcher inheriting the same bad setting as its
     // ranks must not add its own copy of the line.
-    let identity = identity::detect(|name| std::env::var(name).ok(), config.job_id.as_deref(), config.force)?;
+    let declared = declared::current();
+    let env = |name: &str| std::env::var(name).ok();
+    let Some(identity) = identity::detect(env, config.job_id.as_deref(), config.force, declared) else {
+        return Built::Pending(declared, None);
+    };
     let (injector, notes) = Injector::from_setting(config.inject.as_deref(), identity.global_rank);
     for warning in warnings.iter().chain(&notes) {
         say(warning);
@@ -123,9 +209,14 @@ fn build() -> Option<(Runtime, Collector)> {
     };
     let placed = match place::create(&request) {
         Ok(placed) => placed,
-        Err(message) => {
-            say(&format!("{message}; not recording, the job continues unaffected"));
-            return None;
+        // A launcher's rank another live process writes (every child of mp.spawn inherits
+        // one RANK): the job may yet declare this process's own.
+        Err(refused) if refused.held_by_live && declared.is_none() => {
+            return Built::Pending(declared, Some(refused.message));
+        }
+        Err(refused) => {
+            say(&format!("{}; not recording, the job continues unaffected", refused.message));
+            return Built::Inert;
         }
     };
     for note in &placed.notes {
@@ -157,7 +248,7 @@ fn build() -> Option<(Runtime, Collector)> {
         collector_thread: AtomicPtr::new(std::ptr::null_mut()),
         map,
     };
-    Some((runtime, Collector::new(writer, config)))
+    Built::Runtime(runtime, Collector::new(writer, config))
 }
 
 /// Local rank 0 speaks for its node (a process with no local rank, for itself).
