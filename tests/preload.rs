@@ -441,3 +441,46 @@ fn the_first_calls_of_32_threads_are_recorded_or_counted_and_their_communicators
     }
     assert_eq!(ids_per_rank[0], ids_per_rank[1], "both ranks name their 32 communicators alike");
 }
+
+/// A process no launcher variable names (a custom launcher, mp.spawn with NCCL): its first
+/// communicator's rank and size name its log, and the calls its other threads made while
+/// the first one declared the rank are all there. Before, such a process recorded nothing.
+#[test]
+fn the_first_communicator_names_the_log_of_a_process_with_no_launcher_rank() {
+    const THREADS: u64 = 4;
+    const ALLREDUCES: u64 = 20;
+    let exe = compile_against_fakenccl("first_calls.c", "sf-first-calls");
+    let root = log_root("declared-by-nccl");
+    let seed = format!("{}7", std::process::id());
+    let ranks: Vec<Killed> = (0..2)
+        .map(|rank: u32| {
+            let mut cmd = preloaded(&exe, &root, "job");
+            cmd.args([&rank.to_string(), "2", &seed, &THREADS.to_string(), &ALLREDUCES.to_string()]);
+            Killed(cmd.spawn().expect("spawn first_calls"))
+        })
+        .collect();
+    for mut rank in ranks {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = rank.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "first_calls still running after 120 s");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{status}");
+    }
+    let logs = rank_logs(&root, "job");
+    let names: Vec<_> = logs.iter().map(|l| l.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["rank-00000.sflog", "rank-00001.sflog"]);
+    for (rank, path) in logs.iter().enumerate() {
+        let log = RankLog::open(path).unwrap();
+        assert_eq!((log.header.global_rank, log.header.world_size), (rank as i32, 2));
+        assert_eq!(log.header.identity_source, "nccl");
+        let calls = nccl_calls(&bodies(path));
+        let dropped = log.live().dropped_events;
+        assert_eq!(calls.len() as u64 + dropped, THREADS * (ALLREDUCES + 2), "every call recorded or counted");
+        assert_eq!(dropped, 0);
+        assert_eq!(comms_created(&bodies(path)).len(), THREADS as usize);
+    }
+}
