@@ -8,11 +8,12 @@ use crate::analysis::comms::grow::{self, Aliases};
 use crate::analysis::comms::nccl_version::nccl_version_string;
 use crate::analysis::hang::{Mismatch, Said, Say, Tally};
 use crate::analysis::log::clocks::{host_clocks, HostClock, RankClock};
+use crate::analysis::log::ends::{first_end, FirstEnd, RankEnd};
 use crate::analysis::log::heartbeat::heartbeat_age_ns;
 use crate::analysis::log::liveness::{classify, Liveness};
 use crate::core::log::format::Region;
 use crate::core::log::reader::{LiveState, RankLog, ReadError, ScanStats};
-use crate::core::log::records::{hex_u64, CommCreated, NcclCall, RecordBody};
+use crate::core::log::records::{hex_u64, CommCreated, NcclCall, ProcessEnd, RecordBody};
 use crate::core::record::doors::{no_markers_note, Doors};
 use serde::Serialize;
 
@@ -46,6 +47,9 @@ pub struct LsReport {
     pub records_read_per_log: u64,
     /// The budget that would read every record the logs hold, when some went unread.
     pub budget_for_all: Option<u64>,
+    /// Every rank is gone and the job ended badly: the rank that went first
+    /// (`analysis::log::ends`).
+    pub first_end: Option<FirstEnd>,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -102,6 +106,10 @@ pub struct RankRow {
     /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): liveness and the
     /// heartbeat age are judged at that moment. `None` for a log read where it is written.
     pub snapshot_wall: Option<String>,
+    /// How the process ended, if it recorded its end.
+    pub end: Option<ProcessEnd>,
+    #[serde(skip)]
+    last_heard_wall_ns: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -213,6 +221,12 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let clocks = host_clocks(&clocks);
     let most_held = ranks.iter().map(|r| r.held + r.not_read).max().unwrap_or(0);
     let budget_for_all = ranks.iter().any(|r| r.not_read > 0).then(|| most_held.saturating_mul(ranks.len() as u64));
+    let ends: Vec<RankEnd> = ranks
+        .iter()
+        .filter(|r| r.rank >= 0)
+        .map(|r| RankEnd::of(r.rank, r.liveness, r.end, r.last_heard_wall_ns, 0))
+        .collect();
+    let first_end = first_end(&ends);
     Ok(LsReport {
         dir: paths.display(),
         ranks,
@@ -223,6 +237,7 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         clocks,
         records_read_per_log,
         budget_for_all,
+        first_end,
         summary,
     })
 }
@@ -337,6 +352,8 @@ fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) 
         heartbeat_wall: (live.heartbeat_wall_ns != 0).then(|| rfc3339_ms(live.heartbeat_wall_ns)),
         doors: live.doors.clone(),
         snapshot_wall: taken.map(|t| rfc3339_ms(t.wall_ns)),
+        end: live.end,
+        last_heard_wall_ns: live.heartbeat_wall_ns.max(h.base_wall_ns),
     }
 }
 

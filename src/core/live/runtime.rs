@@ -147,6 +147,14 @@ pub fn active() -> Option<&'static Runtime> {
     None
 }
 
+/// The runtime if it was published, without ever starting it: for a signal handler or an
+/// exit path (one atomic load).
+pub fn published() -> Option<&'static Runtime> {
+    let rt = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: RUNTIME only ever holds a leaked Box that is never freed.
+    (!rt.is_null()).then(|| unsafe { &*rt })
+}
+
 /// Lets `active` start the runtime; called once, at load, by `runtime::start`.
 pub fn register_starter(starter: Starter) {
     STARTER.store(starter as usize, Ordering::Release);

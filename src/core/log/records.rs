@@ -11,6 +11,7 @@ use crate::core::log::nccl_op::{dtype_size, NcclOp};
 use crate::core::record::clock::Calibration;
 
 pub use super::records_cupti::{CuptiState, CuptiStatus};
+pub use super::records_end::{EndHow, ProcessEnd};
 use super::records_kernels as kernels;
 pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
 use super::records_net as net;
@@ -59,9 +60,11 @@ pub mod kind {
     pub const PORT_COUNTERS: u16 = 21;
     /// A device context the verbs door (SF_VERBS=1) adopted, refused or saw closed.
     pub const VERBS_DEVICE: u16 = 22;
+    /// How the process ended (records_end.rs).
+    pub const PROCESS_END: u16 = 26;
 
     /// Each kind's name: the `kind` of its JSON form, and what `sf dump --kind` takes.
-    pub const NAMES: [(u16, &str); 22] = [
+    pub const NAMES: [(u16, &str); 23] = [
         (NCCL_CALL, "nccl_call"),
         (COMM_CREATED, "comm_created"),
         (DROPS, "drops"),
@@ -84,6 +87,7 @@ pub mod kind {
         (PORT_COUNTER_NAME, "port_counter_name"),
         (PORT_COUNTERS, "port_counters"),
         (VERBS_DEVICE, "verbs_device"),
+        (PROCESS_END, "process_end"),
     ];
 
     /// The code of a kind's name.
@@ -333,6 +337,7 @@ pub enum RecordBody {
     PortCounterName(PortCounterName),
     PortCounters(PortCounters),
     VerbsDevice(VerbsDevice),
+    ProcessEnd(ProcessEnd),
 }
 
 impl RecordBody {
@@ -360,6 +365,7 @@ impl RecordBody {
             RecordBody::PortCounterName(_) => kind::PORT_COUNTER_NAME,
             RecordBody::PortCounters(_) => kind::PORT_COUNTERS,
             RecordBody::VerbsDevice(_) => kind::VERBS_DEVICE,
+            RecordBody::ProcessEnd(_) => kind::PROCESS_END,
         }
     }
 
@@ -383,6 +389,7 @@ impl RecordBody {
             RecordBody::PortCounterName(n) => Some(n.t_ns),
             RecordBody::PortCounters(p) => Some(p.t_ns),
             RecordBody::VerbsDevice(d) => Some(d.t_ns),
+            RecordBody::ProcessEnd(e) => Some(e.t_ns),
             RecordBody::SideValue(_)
             | RecordBody::KernelName(_)
             | RecordBody::KernelCluster(_)
@@ -425,6 +432,8 @@ impl RecordBody {
             RecordBody::QpWindow(_) | RecordBody::QpStuck(_) | RecordBody::QpDegraded(_) => {}
             // Made by the collector (sysfs sampler, verbs door notes), already in nanoseconds.
             RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {}
+            // Copied by the collector from the header, already in nanoseconds.
+            RecordBody::ProcessEnd(_) => {}
         }
         self
     }
@@ -506,6 +515,7 @@ impl RecordBody {
             RecordBody::PortCounterName(n) => ports::encode_port_counter_name(n, &mut w),
             RecordBody::PortCounters(p) => ports::encode_port_counters(p, &mut w),
             RecordBody::VerbsDevice(d) => ports::encode_verbs_device(d, &mut w),
+            RecordBody::ProcessEnd(e) => super::records_end::encode(e, &mut w),
         }
         w.at
     }
@@ -618,6 +628,7 @@ impl RecordBody {
             kind::PORT_COUNTER_NAME => RecordBody::PortCounterName(ports::decode_port_counter_name(&mut r)?),
             kind::PORT_COUNTERS => RecordBody::PortCounters(ports::decode_port_counters(&mut r)?),
             kind::VERBS_DEVICE => RecordBody::VerbsDevice(ports::decode_verbs_device(&mut r)?),
+            kind::PROCESS_END => RecordBody::ProcessEnd(super::records_end::decode(&mut r)?),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)

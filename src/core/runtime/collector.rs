@@ -19,6 +19,7 @@ use crate::core::net::qp_monitor::{QpMonitor, QpSettings};
 use crate::core::record::clock::{monotonic_ns, now_ticks, wall_ns};
 use crate::core::record::notice::say;
 use crate::core::runtime::config::{Config, TestFault};
+use crate::core::runtime::process_end;
 use crate::core::steps::step_assembly::StepAssembly;
 
 pub struct Collector {
@@ -173,6 +174,9 @@ impl Collector {
         self.round(rt);
         self.kernels.finish(&mut self.writer);
         self.qps.sample(rt, &self.qp_settings(), &mut self.writer);
+        if let Some(end) = process_end::stored(rt) {
+            self.writer.append(&RecordBody::ProcessEnd(end));
+        }
         self.writer.set(live::WRITER_STATE, state);
     }
 }

@@ -9,5 +9,6 @@ pub mod declared;
 pub mod identity;
 pub mod opened_through;
 pub mod place;
+pub mod process_end;
 pub mod retention;
 pub mod start;

@@ -3,6 +3,7 @@
 //! `Runtime` and starts the collector thread; at exit it asks the collector for its last
 //! round, within a bound. The top of core: it drives every family, none imports it.
 
+use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use crate::core::log::comm_table::CommTable;
 use crate::core::log::format::live;
 use crate::core::log::host;
 use crate::core::log::identity::Identity;
+use crate::core::log::records::EndHow;
 use crate::core::log::sigbus_guard;
 use crate::core::log::stage_names::StageNames;
 use crate::core::log::writer::HeaderInfo;
@@ -28,6 +30,7 @@ use crate::core::runtime::declared::{self, Declaration};
 use crate::core::runtime::identity;
 use crate::core::runtime::opened_through::{doors_open, our_library_path};
 use crate::core::runtime::place;
+use crate::core::runtime::process_end;
 
 static CONFIG: LeakedOnce<Config> = LeakedOnce::new();
 
@@ -147,8 +150,10 @@ fn finish_start(built: std::thread::Result<Built>) -> Option<&'static Runtime> {
                     // Registered now, not at load: exit handlers run in reverse order, so
                     // this one runs before those of CUDA and NCCL, registered earlier, and
                     // the last CUPTI flush happens while the driver is still there.
-                    // SAFETY: registering a plain extern "C" fn with no arguments.
-                    unsafe { libc::atexit(flush_at_exit) };
+                    // `on_exit` (glibc), not `atexit`: it is given the exit status.
+                    // SAFETY: registering an extern "C" fn of the signature on_exit calls.
+                    unsafe { on_exit(flush_at_exit, std::ptr::null_mut()) };
+                    process_end::install_signal_handlers();
                 }
                 Err(e) => {
                     rt.exit.done.store(true, Ordering::Release);
@@ -256,11 +261,18 @@ fn speaks_for_node(identity: &Identity) -> bool {
     identity.local_rank == 0 || (identity.local_rank < 0 && identity.global_rank <= 0)
 }
 
-/// At exit: asks the collector for its last round and waits for it, within `exit_wait`.
-extern "C" fn flush_at_exit() {
+extern "C" {
+    /// glibc's `atexit` whose handler is given the exit status.
+    fn on_exit(function: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+}
+
+/// At exit: stores the exit status, asks the collector for its last round and waits for
+/// it, within `exit_wait`.
+extern "C" fn flush_at_exit(status: c_int, _arg: *mut c_void) {
     if !runtime::is_active() {
         return;
     }
+    process_end::record(EndHow::Exit, status);
     let _ = std::panic::catch_unwind(|| {
         let Some(rt) = runtime::active().filter(|rt| rt.in_owner_process()) else { return };
         let Some(config) = config() else { return };
