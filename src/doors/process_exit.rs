@@ -5,6 +5,9 @@
 //! never run again); if it was not found, the process ends with the `exit_group` system
 //! call, which is what the real one does.
 
+// The exported names are libc's.
+#![allow(non_snake_case)]
+
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -46,7 +49,7 @@ fn end(status: c_int) -> ! {
 extern "C" fn resolve() {
     // SAFETY: dlsym with a NUL-terminated name, at load, before any thread of ours runs.
     let real: *mut c_void = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_exit".as_ptr()) };
-    if !real.is_null() && real as usize != _exit as *const () as usize {
+    if !real.is_null() && !std::ptr::eq(real, _exit as *const c_void) {
         REAL_EXIT.store(real as usize, Ordering::Release);
     }
 }

@@ -429,6 +429,8 @@ mod tests {
             heartbeat_wall: None,
             doors: None,
             snapshot_wall: None,
+            end: None,
+            last_heard_wall_ns: 0,
         }
     }
 

@@ -146,7 +146,7 @@ mod tests {
             rank(0, term(T0 + 3 * MS), T0 - 10 * MS),
             rank(1, term(T0 + 120 * MS), T0 - 5 * MS),
             rank(2, end(EndHow::Exit, 1, T0), T0 - 120 * MS),
-            rank(3, term(T0 + 2 * MS), T0 - 1 * MS),
+            rank(3, term(T0 + 2 * MS), T0 - MS),
         ];
         let first = first_end(&ranks).unwrap();
         assert_eq!((first.rank, first.verb, first.cause.as_str()), (2, "exited", "status 1"));

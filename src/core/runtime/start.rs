@@ -81,7 +81,8 @@ pub fn declare(declaration: Declaration) {
 
 /// What a start made of the process.
 enum Built {
-    Runtime(Runtime, Collector),
+    /// Boxed: the runtime is large, the other outcomes small.
+    Runtime(Box<(Runtime, Collector)>),
     /// Not recording, for good.
     Inert,
     /// No rank yet, or its log is another live process's: wait for a declaration. Holds
@@ -129,7 +130,8 @@ extern "C" fn say_pending_note_at_exit() {
 fn finish_start(built: std::thread::Result<Built>) -> Option<&'static Runtime> {
     // What racing hooks queued meanwhile enters the runtime before any hook can see it.
     let replayed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match built {
-        Ok(Built::Runtime(rt, collector)) => {
+        Ok(Built::Runtime(built)) => {
+            let (rt, collector) = *built;
             Some(Some((runtime::publish(rt, |rt| early::close(|entry| tracer::replay(rt, entry))), collector)))
         }
         Ok(_) => {
@@ -253,7 +255,7 @@ fn build() -> Built {
         collector_thread: AtomicPtr::new(std::ptr::null_mut()),
         map,
     };
-    Built::Runtime(runtime, Collector::new(writer, config))
+    Built::Runtime(Box::new((runtime, Collector::new(writer, config))))
 }
 
 /// Local rank 0 speaks for its node (a process with no local rank, for itself).

@@ -340,6 +340,7 @@ mod tests {
             clocks: Vec::new(),
             records_read_per_log: 65_536,
             budget_for_all: None,
+            first_end: None,
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],
