@@ -7,8 +7,8 @@
 //! ended with a nonzero status, by a signal, or with no end at all). Ranks ended by a
 //! teardown signal (SIGTERM, SIGINT, SIGHUP) are the launcher's victims, not candidates;
 //! of the others, the one that ended earliest went first. A rank with no end counts from
-//! its last heartbeat; it goes first only if nothing that ended on its own ended before
-//! that heartbeat. When every rank was torn down by a signal, nobody went first (the job
+//! its last heartbeat; it goes first only if every other rank recorded its end, after
+//! that heartbeat (two ranks with no end cannot be ordered: nothing is said). When every rank was torn down by a signal, nobody went first (the job
 //! was stopped from outside) and nothing is said.
 
 use serde::Serialize;
@@ -87,6 +87,11 @@ pub fn first_end(ranks: &[RankEnd]) -> Option<FirstEnd> {
         .filter(|r| !r.end.is_some_and(|e| e.is_teardown()))
         .min_by_key(|r| (when(r), r.end.is_none(), r.rank))?;
     let rest: Vec<&RankEnd> = ranks.iter().filter(|r| r.rank != first.rank).collect();
+    // A rank with no end died at or after its last heartbeat: first only if every other
+    // rank recorded an end after that (two silent deaths cannot be ordered).
+    if first.end.is_none() && rest.iter().any(|r| r.end.is_none()) {
+        return None;
+    }
     let at = when(first);
     // Something that went first must not end after a rank it supposedly took down.
     if rest.iter().any(|r| r.end.is_some_and(|e| e.wall_ns < at)) {
@@ -163,6 +168,9 @@ mod tests {
         assert_eq!((first.rank, first.verb, first.at_or_after, first.at_wall_ns), (1, "died", true, T0 - 30 * MS));
         assert!(first.cause.starts_with("no end record"));
         assert!(first.teardown);
+        // Two silent deaths (or logs of a library that recorded no end): no order to tell.
+        let silent = [rank(0, None, T0), rank(1, None, T0 - 30 * MS), rank(2, term(T0 + 41 * MS), T0)];
+        assert_eq!(first_end(&silent), None);
     }
 
     #[test]
