@@ -146,18 +146,26 @@ fn a_forked_child_writes_nothing_into_its_parents_log() {
     }
 }
 
+/// No launcher variable: sf-hookbench's 1-rank communicator declares rank 0 of 1, which
+/// names its log (before, it recorded nothing); with SF_FORCE=1 the process records from
+/// its first call, as `pid-N`, and the communicator's later word changes nothing.
 #[test]
-fn without_rank_identity_the_library_stays_inert_unless_forced() {
+fn without_a_launcher_rank_the_communicator_names_the_log_or_sf_force_records_it_as_pid() {
     let root = log_root("inert");
     run_ok(preloaded(&hookbench(), &root, "job").args(["--calls", "1000"]));
-    assert!(rank_logs(&root, "job").is_empty(), "a process with no rank wrote a log");
+    let logs = rank_logs(&root, "job");
+    let names: Vec<_> = logs.iter().map(|l| l.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["rank-00000.sflog"]);
+    assert_eq!(RankLog::open(&logs[0]).unwrap().header.identity_source, "nccl");
 
-    run_ok(preloaded(&hookbench(), &root, "job").args(["--calls", "1000"]).env("SF_FORCE", "1"));
+    let root = log_root("forced");
+    let out = run_ok(preloaded(&hookbench(), &root, "job").args(["--calls", "1000"]).env("SF_FORCE", "1"));
     let logs = rank_logs(&root, "job");
     assert_eq!(logs.len(), 1);
     let name = logs[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("pid-"), "{name}");
     assert!(bodies(&logs[0]).iter().any(|b| matches!(b, RecordBody::NcclCall(c) if c.op == NcclOp::AllReduce)));
+    assert!(String::from_utf8_lossy(&out.stderr).is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -449,7 +457,7 @@ fn the_first_calls_of_32_threads_are_recorded_or_counted_and_their_communicators
 fn the_first_communicator_names_the_log_of_a_process_with_no_launcher_rank() {
     const THREADS: u64 = 4;
     const ALLREDUCES: u64 = 20;
-    let exe = compile_against_fakenccl("first_calls.c", "sf-first-calls");
+    let exe = compile_against_fakenccl("first_calls.c", "sf-first-calls-undeclared");
     let root = log_root("declared-by-nccl");
     let seed = format!("{}7", std::process::id());
     let ranks: Vec<Killed> = (0..2)

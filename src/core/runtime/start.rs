@@ -51,7 +51,8 @@ fn start() -> Option<&'static Runtime> {
 /// The job declared its rank (`init_process_group` through the Python door, or its first
 /// NCCL communicator): a runtime waiting for one starts now, on this thread (a slow call
 /// already: file creation is nothing next to a rendezvous). A runtime already recording
-/// under another rank keeps its log's name and says so once.
+/// under a launcher's rank that the declaration contradicts keeps its log's name and says
+/// so (renaming a live log is not done yet).
 pub fn declare(declaration: Declaration) {
     if !declared::declare(declaration) {
         return;
@@ -66,7 +67,9 @@ pub fn declare(declaration: Declaration) {
     let declared = declared::current().unwrap_or(declaration);
     let env = |name: &str| std::env::var(name).ok();
     let wanted = identity::detect(env, config.job_id.as_deref(), config.force, Some(declared));
-    if wanted.is_some_and(|id| (id.global_rank, id.world_size) != (rt.identity.global_rank, rt.identity.world_size)) {
+    // A forced process is `pid-N` by design, whatever it learns later.
+    let differs = |id: Identity| (id.global_rank, id.world_size) != (rt.identity.global_rank, rt.identity.world_size);
+    if rt.identity.source != "forced" && wanted.is_some_and(differs) {
         say(&format!(
             "{} declared rank {} of {} but this process already records as rank {} of {} (from {}); its log keeps that name",
             declared.by.source(),
