@@ -254,3 +254,32 @@ fn sf_run_says_when_no_rank_log_was_written_and_why() {
     assert!(stderr.contains("sf run: no rank log was written"), "{stderr}");
     assert!(stderr.contains("no process declared a rank"), "{stderr}");
 }
+
+/// `os._exit(1)` on one rank of an mp.spawn job: spawn terminates the others (SIGTERM)
+/// at once. Each rank's own end record orders what heartbeats (50 ms apart) cannot:
+/// `sf ls` and `sf hang` name rank 1 as the first to go, the rest a teardown.
+#[test]
+fn os_exit_1_on_one_rank_is_named_the_first_to_go() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-exit");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "exit", "--"]);
+    cmd.arg(&python).arg(repo("tests/torch/spawn_job.py"));
+    cmd.args(["--ranks", "3", "--steps", "30", "--exit-rank", "1", "--exit-step", "10"]);
+    let out = cmd.args(["--port", &free_port().to_string()]).output().unwrap();
+    assert!(!out.status.success(), "spawn raises when a rank fails");
+    assert_eq!(rank_logs(&root, "exit").len(), 3);
+    let ls = Command::new(env!("CARGO_BIN_EXE_sf")).arg("ls").arg(root.join("exit")).arg("--json").output().unwrap();
+    let ls: Value = serde_json::from_slice(&ls.stdout).unwrap();
+    let first = &ls["first_end"];
+    assert_eq!(
+        (first["rank"].as_i64(), first["verb"].as_str(), first["cause"].as_str()),
+        (Some(1), Some("exited"), Some("status 1")),
+        "{first}"
+    );
+    assert_eq!(first["rest"], serde_json::json!([0, 2]));
+    assert_eq!(first["teardown_signal"], "SIGTERM", "{first}");
+    let hang = Command::new(env!("CARGO_BIN_EXE_sf")).arg("hang").arg(root.join("exit")).output().unwrap();
+    let text = String::from_utf8_lossy(&hang.stdout);
+    assert!(text.contains("rank 1 exited first (status 1)"), "{text}");
+}

@@ -3,6 +3,10 @@ the rank passed to init_process_group(rank=r, world_size=n), no RANK from a laun
 gloo on CPU, a DataLoader, no stagefrontier code.
 
     python tests/torch/spawn_job.py --ranks 3 --steps 8 --port 29512
+    python tests/torch/spawn_job.py --ranks 3 --steps 30 --exit-rank 1 --exit-step 10
+
+With --exit-rank, that rank calls os._exit(1) at the start of step --exit-step; spawn then
+terminates the others (SIGTERM) and raises.
 """
 
 import argparse
@@ -25,7 +29,9 @@ def train(rank, world_size, args):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(8 * args.steps, 16)
     data = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=8)
-    for inputs, targets in data:
+    for step, (inputs, targets) in enumerate(data):
+        if rank == args.exit_rank and step == args.exit_step:
+            os._exit(1)
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
@@ -42,5 +48,7 @@ if __name__ == "__main__":
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--port", type=int, default=29512)
+    parser.add_argument("--exit-rank", type=int, default=-1, help="this rank calls os._exit(1) at --exit-step")
+    parser.add_argument("--exit-step", type=int, default=-1)
     args = parser.parse_args()
     mp.spawn(train, args=(args.ranks, args), nprocs=args.ranks, join=True)
