@@ -492,3 +492,53 @@ fn the_first_communicator_names_the_log_of_a_process_with_no_launcher_rank() {
         assert_eq!(comms_created(&bodies(path)).len(), THREADS as usize);
     }
 }
+
+/// Two processes that inherit one stray `RANK=0` and start recording before the job says
+/// who they are (a CUDA or NCCL call before init_process_group): the first holds
+/// rank-00000.sflog, the second waits. When the first declares rank 1, its live log is
+/// relabelled (header, then name) with what it recorded before; the second then declares
+/// rank 0 and gets its own log. Before, the second recorded nothing ("being written by live
+/// process N") and the first's log kept rank 0.
+#[test]
+fn a_live_log_named_by_a_stray_rank_takes_the_rank_the_job_declares() {
+    use std::io::{BufRead, BufReader, Write};
+    let exe = std::env::temp_dir().join(format!("sf-declare-rank-{}", std::process::id()));
+    compile_c(&c_source("declare_rank.c"), &exe, &["-ldl"]);
+    let root = log_root("stray-rank");
+    let start = |declares: &str| {
+        let mut cmd = preloaded(&exe, &root, "job");
+        cmd.args([declares, "2"]).env("RANK", "0").env("WORLD_SIZE", "2");
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = Killed(cmd.spawn().expect("spawn declare_rank"));
+        let mut out = BufReader::new(child.0.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "started");
+        (child, out)
+    };
+    let declare = |child: &mut Killed, out: &mut BufReader<std::process::ChildStdout>| {
+        child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "declared");
+        assert!(child.0.wait().unwrap().success());
+    };
+    let (mut first, mut first_out) = start("1");
+    let (mut second, mut second_out) = start("0");
+    declare(&mut first, &mut first_out);
+    declare(&mut second, &mut second_out);
+
+    let logs = rank_logs(&root, "job");
+    let names: Vec<_> = logs.iter().map(|l| l.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["rank-00000.sflog", "rank-00001.sflog"]);
+    let steps = |log: &std::path::Path| {
+        bodies(log).iter().filter(|b| matches!(b, RecordBody::StepVector(v) if v.part == 0)).count()
+    };
+    for (rank, log) in logs.iter().enumerate() {
+        let header = RankLog::open(log).unwrap().header;
+        assert_eq!((header.global_rank, header.world_size), (rank as i32, 2));
+        assert_eq!(header.identity_source, "process_group");
+    }
+    assert_eq!(steps(&logs[1]), 2, "the relabelled log kept step 0, recorded under rank 0");
+    assert_eq!(steps(&logs[0]), 1, "the waiting process records from its declaration on");
+}

@@ -53,7 +53,11 @@ pub struct Runtime {
     pub comms: CommTable,
     pub stage_names: StageNames,
     pub calibration: Calibration,
+    /// Who the process was when its log was created; `global_rank()` and `world_size()`
+    /// follow a later relabelling (`runtime::start::declare`).
     pub identity: Identity,
+    /// (global rank, world size) now, packed by `pack_shape`.
+    pub shape: AtomicU64,
     /// SF_NET_RAW, copied from the config for the profiler door's hot path: every work
     /// request is also recorded.
     pub net_raw: bool,
@@ -87,7 +91,20 @@ pub fn exit_wait(heartbeat_ms: u64) -> Duration {
     Duration::from_millis((2 * heartbeat_ms).min(1000))
 }
 
+/// A (global rank, world size) pair in one word.
+pub fn pack_shape(global_rank: i32, world_size: i32) -> u64 {
+    (global_rank as u32 as u64) | (world_size as u32 as u64) << 32
+}
+
 impl Runtime {
+    pub fn global_rank(&self) -> i32 {
+        self.shape.load(Ordering::Relaxed) as u32 as i32
+    }
+
+    pub fn world_size(&self) -> i32 {
+        (self.shape.load(Ordering::Relaxed) >> 32) as u32 as i32
+    }
+
     pub fn set_nccl_version(&self, version: i32) {
         if version > 0 {
             self.nccl_version.store(version as u64, Ordering::Relaxed);

@@ -161,7 +161,7 @@ impl Collector {
             }));
             say(&format!(
                 "rank {}: {} #{comm_seq} on communicator {comm_id:#018x} has been in flight for {:.1} s (threshold {:.1} s); hang evidence is in the rank's log",
-                rt.identity.global_rank,
+                rt.global_rank(),
                 op.name(),
                 (now_ns - since_ns) as f64 / 1e9,
                 threshold_ns as f64 / 1e9

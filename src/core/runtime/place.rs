@@ -329,6 +329,34 @@ fn create_in_job(req: &Request, job: &PrivateDir, records: u32) -> Result<Placed
     Err(format!("cannot create {}: it keeps reappearing", job.path().join(&name).display()).into())
 }
 
+/// Renames this process's live log `from` to `to` in the job directory `dir` (the job
+/// declared another rank than its launcher's variables gave): an earlier attempt's log at
+/// `to` goes to `attempt-N/` first; a log another live process writes there, or anything
+/// not a log of ours, stays, and the log keeps its name.
+pub fn rename_live_log(dir: &Path, from: &str, to: &str, config: &Config, host: &str) -> Result<(), String> {
+    let mode = config.log_mode.dir_mode();
+    let job = PrivateDir::open_root(dir, mode).map_err(|e| e.message().to_string())?;
+    for _attempt in 0..3 {
+        match job.entry(to) {
+            Entry::Missing => {}
+            Entry::OurFile(file) => match probe(&file) {
+                Some(old) if old.is_live_elsewhere(host) => {
+                    return Err(format!("{} is being written by live process {}", dir.join(to).display(), old.pid))
+                }
+                Some(_) => archive(&job, to, to, config.keep_attempts, mode)?,
+                None => return Err(format!("{} is not a stagefrontier log", dir.join(to).display())),
+            },
+            Entry::Foreign(what) => return Err(format!("{} is {what}", dir.join(to).display())),
+        }
+        match job.move_to(from, &job, to) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) => return Err(format!("cannot rename {} to {to}: {e}", dir.join(from).display())),
+        }
+    }
+    Err(format!("cannot rename {}: {to} keeps reappearing", dir.join(from).display()))
+}
+
 /// The name used instead of one taken by something that is not our log (never renamed,
 /// reused or removed: it may be another user's trap, or another tool's file).
 fn step_around(job: &PrivateDir, name: &str, pid: u32, what: &str, notes: &mut Vec<String>) -> String {

@@ -19,7 +19,7 @@ use crate::core::log::identity::Identity;
 use crate::core::log::records::EndHow;
 use crate::core::log::sigbus_guard;
 use crate::core::log::stage_names::StageNames;
-use crate::core::log::writer::HeaderInfo;
+use crate::core::log::writer::{self, HeaderInfo};
 use crate::core::record::clock;
 use crate::core::record::notice::say;
 use crate::core::record::once::LeakedOnce;
@@ -64,23 +64,53 @@ pub fn declare(declaration: Declaration) {
     // Starting on another thread: that start reads the declaration, or finds it after
     // settling PENDING and starts again (`start_claimed`).
     let (Some(rt), Some(config)) = (runtime::active(), config()) else { return };
+    // A forked child never gets here (DISABLED); a forced process is `pid-N` by design.
+    if rt.identity.source == "forced" || !rt.in_owner_process() {
+        return;
+    }
     let declared = declared::current().unwrap_or(declaration);
     let env = |name: &str| std::env::var(name).ok();
-    let wanted = identity::detect(env, config.job_id.as_deref(), config.force, Some(declared));
-    // A forced process is `pid-N` by design, whatever it learns later.
-    let differs = |id: Identity| (id.global_rank, id.world_size) != (rt.identity.global_rank, rt.identity.world_size);
-    if rt.identity.source != "forced" && wanted.is_some_and(differs) {
-        say(&format!(
-            "{} declared rank {} of {} but this process already records as rank {} of {} (from {}); its log keeps that name",
-            declared.by.source(),
-            declared.rank,
-            declared.world_size,
-            rt.identity.global_rank,
-            rt.identity.world_size,
-            rt.identity.source
-        ));
+    let Some(wanted) = identity::detect(env, config.job_id.as_deref(), config.force, Some(declared)) else { return };
+    if (wanted.global_rank, wanted.world_size) == (rt.global_rank(), rt.world_size()) {
+        return;
+    }
+    relabel(rt, config, &wanted);
+}
+
+/// Gives the live log the rank the job declared: the header's rank fields first (so a
+/// reader that finds the file under either name reads the declared rank), then the name,
+/// `rank-<declared>.sflog`, by an atomic rename that never replaces another file. What was
+/// recorded stays where it is: one file, one mapping, renamed. If another live process
+/// writes that name, nothing changes and one line says why.
+fn relabel(rt: &Runtime, config: &Config, wanted: &Identity) {
+    let Some((dir, name)) = LOG_AT.get() else { return };
+    let mut name = name.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let to = wanted.file_name(rt.pid);
+    let before = (rt.global_rank(), rt.world_size());
+    writer::relabel(rt.map, wanted);
+    rt.shape.store(runtime::pack_shape(wanted.global_rank, wanted.world_size), Ordering::Relaxed);
+    match place::rename_live_log(dir, &name, &to, config, &rt.host) {
+        Ok(()) => *name = to,
+        Err(why) => {
+            // The old identity back: the log keeps the name its header matches.
+            let old = Identity { global_rank: before.0, world_size: before.1, ..rt.identity.clone() };
+            writer::relabel(rt.map, &old);
+            rt.shape.store(runtime::pack_shape(before.0, before.1), Ordering::Relaxed);
+            say(&format!(
+                "{} declared rank {} of {}, but this process's log stays {} (rank {} from {}): {why}",
+                wanted.source,
+                wanted.global_rank,
+                wanted.world_size,
+                dir.join(&*name).display(),
+                before.0,
+                rt.identity.source
+            ));
+        }
     }
 }
+
+/// Where the log is: its job directory and its file name now (`relabel` renames it).
+static LOG_AT: std::sync::OnceLock<(PathBuf, std::sync::Mutex<String>)> = std::sync::OnceLock::new();
 
 /// What a start made of the process.
 enum Built {
@@ -217,7 +247,17 @@ fn build() -> Built {
         speaks_for_node: speaks_for_node(&identity),
         runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
     };
-    let placed = match place::create(&request) {
+    let mut created = place::create(&request);
+    // The job declared this rank and a live process still writes its log: one whose
+    // launcher variables gave it the same rank (every child of mp.spawn inherits one RANK)
+    // renames its log as soon as its own declaration comes, about now. A bounded wait, on
+    // the declaring thread (inside init_process_group or a communicator's creation).
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while declared.is_some() && matches!(&created, Err(r) if r.held_by_live) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        created = place::create(&request);
+    }
+    let placed = match created {
         Ok(placed) => placed,
         // A launcher's rank another live process writes (every child of mp.spawn inherits
         // one RANK): the job may yet declare this process's own.
@@ -242,8 +282,11 @@ fn build() -> Built {
     let net_raw = config.net_raw;
     // Set once: only the call that claimed the start gets here.
     let config = CONFIG.get_or_init(|| config);
+    let file_name = placed.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let _ = LOG_AT.set((placed.dir.clone(), std::sync::Mutex::new(file_name)));
     let runtime = Runtime {
         ring,
+        shape: AtomicU64::new(runtime::pack_shape(identity.global_rank, identity.world_size)),
         comms: CommTable::in_map(map),
         stage_names: StageNames::in_map(map),
         calibration,
