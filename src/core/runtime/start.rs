@@ -5,7 +5,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::core::comms::early;
@@ -109,6 +109,28 @@ fn relabel(rt: &Runtime, config: &Config, wanted: &Identity) {
     }
 }
 
+/// What waits for the runtime of a process that had no rank yet when it was called (the
+/// CUDA door: the driver loads it in `cuInit`, often before `init_process_group`); 0 or a
+/// `fn()`, run once, right after a start publishes the runtime.
+static ON_LATE_START: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `then` once the runtime starts (now, if the start already happened meanwhile).
+pub fn when_started(then: fn()) {
+    ON_LATE_START.store(then as usize, Ordering::Release);
+    if runtime::is_active() {
+        run_late_start();
+    }
+}
+
+fn run_late_start() {
+    let then = ON_LATE_START.swap(0, Ordering::AcqRel);
+    if then != 0 {
+        // SAFETY: only `when_started` stores here, a `fn()`.
+        let then = unsafe { std::mem::transmute::<usize, fn()>(then) };
+        let _ = std::panic::catch_unwind(then);
+    }
+}
+
 /// Where the log is: its job directory and its file name now (`relabel` renames it).
 static LOG_AT: std::sync::OnceLock<(PathBuf, std::sync::Mutex<String>)> = std::sync::OnceLock::new();
 
@@ -196,6 +218,7 @@ fn finish_start(built: std::thread::Result<Built>) -> Option<&'static Runtime> {
                     return None;
                 }
             }
+            run_late_start();
             Some(rt)
         }
         Ok(Some(None)) => {
