@@ -34,6 +34,10 @@ void sf_stage_end(const char *name);
 void sf_value(const char *name, double value);
 /* 1 when this process records, else 0. */
 int sf_recording(void);
+/* The job's own rank and world size (torch.distributed.init_process_group's): beats the
+ * launcher's variables (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID); a process
+ * with none starts recording now, under rank-NNNNN.sflog. Returns sf_recording(). */
+int sf_declare_rank(int rank, int world_size);
 /* 1 once NVTX ranges (NVTX_INJECTION64_PATH) have opened a step in this process, else 0. */
 int sf_nvtx_steps(void);
 

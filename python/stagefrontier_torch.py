@@ -6,12 +6,20 @@
     # or, in the program, before or after `import torch`:
     import stagefrontier_torch; stagefrontier_torch.activate()
 
-It does nothing until the program imports torch, and nothing at all in a process without
-a rank identity (RANK and WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID and SLURM_NTASKS),
-with SF_DISABLE=1, when libstagefrontier.so is not loaded, or once the program emits its
-own markers through stagefrontier.step()/stage() or NVTX ranges name its steps (under
-NVTX_INJECTION64_PATH, from the first "step" range on). Otherwise it records, with the library's
-ordered-stage contract and default names:
+It does nothing until the program imports torch, nothing at all with SF_DISABLE=1 or when
+libstagefrontier.so is not loaded, and records no stage while the library does not record
+(a process with no rank yet) or once the program emits its own markers through
+stagefrontier.step()/stage() or NVTX ranges name its steps (under NVTX_INJECTION64_PATH,
+from the first "step" range on).
+
+The rank: once torch.distributed.init_process_group returns, the door tells the library
+the rank and world size of the default group (sf_declare_rank). That is how a job started
+by torch.multiprocessing.spawn, with no RANK in its environment, gets its logs, and why a
+RANK inherited from a parent that the job contradicts loses (the library's order is in
+src/core/runtime/identity.rs). The door itself never starts the library before that: a
+process that never declares a rank (mp.spawn's parent) records nothing.
+
+Otherwise it records, with the library's ordered-stage contract and default names:
 
   data.next_wait           around each DataLoader iterator's __next__ (before the step
                            body opens: the library charges it to the step that uses it)
@@ -32,11 +40,14 @@ module is the outermost one called in training mode; it then hooks that one modu
 removes the global hook. Per step it runs four Python wrappers and about ten ctypes calls.
 """
 
+import ctypes
+import functools
 import importlib
 import importlib.abc
 import importlib.util
 import os
 import sys
+import time
 
 import stagefrontier as _sf
 
@@ -46,28 +57,16 @@ BACKWARD = b"model.backward_cpu_wall"
 OPTIMIZER = b"optim.step_cpu_wall"
 
 
-def has_rank_identity(env=None):
-    """The library's rule (core/runtime/identity.rs): a launcher's rank and world size."""
-    env = os.environ if env is None else env
-    if env.get("SF_FORCE") == "1":
-        return True
-    for rank, size in (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-                       ("SLURM_PROCID", "SLURM_NTASKS")):
-        try:
-            if 0 <= int(env[rank]) < int(env[size]):
-                return True
-        except (KeyError, ValueError):
-            continue
-    return False
-
-
 _door = None
+
+# How often a door whose library does not record yet asks again (seconds).
+_RECHECK_S = 1.0
 
 
 def activate():
     """Arms the door: now if torch is imported, else when it is. Returns whether it may
-    record (a rank identity, and SF_DISABLE unset)."""
-    if not has_rank_identity() or os.environ.get("SF_DISABLE") == "1":
+    record (SF_DISABLE unset)."""
+    if os.environ.get("SF_DISABLE") == "1":
         return False
     if "torch" in sys.modules:
         _install(sys.modules["torch"])
@@ -126,7 +125,11 @@ class _Door:
     def __init__(self, torch, lib):
         self.torch = torch
         self.lib = lib
-        self.enabled = bool(lib.sf_recording())
+        # False once forked or once NVTX marks the steps; `recording` is the library's
+        # answer, asked lazily (asking starts the library) and again at most once a second.
+        self.enabled = True
+        self.recording = False
+        self.asked_at = None
         # None with a library older than sf_nvtx_steps.
         self.nvtx_steps = getattr(lib, "sf_nvtx_steps", None)
         self.step_open = False
@@ -139,6 +142,10 @@ class _Door:
         self.depth = 0
         self.candidate = None
         self.model = None
+        try:
+            self._hook_process_group()
+        except Exception as error:  # the steps are still worth recording
+            sys.stderr.write("stagefrontier: init_process_group is not watched: %s\n" % (error,))
         try:
             self._hook_data_loader()
             self._hook_backward()
@@ -158,8 +165,18 @@ class _Door:
         # A DataLoader worker: the library does not record there, and neither do we.
         self.enabled = False
 
+    def is_recording(self):
+        if not self.recording:
+            now = time.monotonic()
+            if self.asked_at is None or now - self.asked_at >= _RECHECK_S:
+                self.asked_at = now
+                self.recording = bool(self.lib.sf_recording())
+        return self.recording
+
     def active(self):
-        if self.enabled and self.nvtx_steps is not None and self.nvtx_steps():
+        if not self.enabled or not self.is_recording():
+            return False
+        if self.nvtx_steps is not None and self.nvtx_steps():
             # The program's NVTX ranges mark its steps (NVTX_INJECTION64_PATH): they are
             # its own markers, and two sources of step boundaries would cut every step
             # in two. The door stands down for good.
@@ -210,6 +227,35 @@ class _Door:
             self.open(FORWARD)
 
     # The doors into torch.
+    def _hook_process_group(self):
+        """After init_process_group returns, the default group's rank and world size are
+        the job's own word on who this process is."""
+        distributed = self.torch.distributed
+        if not distributed.is_available():
+            return
+        declare = getattr(self.lib, "sf_declare_rank", None)
+        if declare is None:  # a library older than this module
+            return
+        declare.argtypes = [ctypes.c_int, ctypes.c_int]
+        declare.restype = ctypes.c_int
+        c10d = importlib.import_module("torch.distributed.distributed_c10d")
+        real = c10d.init_process_group
+        door = self
+
+        @functools.wraps(real)
+        def init_process_group(*args, **kwargs):
+            result = real(*args, **kwargs)
+            try:
+                rank, world_size = distributed.get_rank(), distributed.get_world_size()
+                door.recording = bool(declare(rank, world_size))
+            except Exception:  # never the program's problem
+                pass
+            return result
+
+        c10d.init_process_group = init_process_group
+        if getattr(distributed, "init_process_group", None) is real:
+            distributed.init_process_group = init_process_group
+
     def _hook_data_loader(self):
         iterator = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
         real_next = iterator.__next__

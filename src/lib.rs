@@ -40,9 +40,11 @@ pub use doors::net::verbs::dlvsym;
 /// and the verbs it counts for programs linked against libibverbs (forwarders when off).
 #[cfg(target_arch = "x86_64")]
 pub use doors::net::verbs::{ibv_close_device, ibv_create_qp, ibv_open_device};
+/// `_exit` and `_Exit`, whose status the preload door records (`process_end`),
+pub use doors::process_exit::{_Exit, _exit};
 /// the C API of c_headers/stagefrontier.h,
 pub use doors::steps::markers::{
-    sf_nvtx_steps, sf_recording, sf_stage_begin, sf_stage_end, sf_step_begin, sf_step_end, sf_value,
+    sf_declare_rank, sf_nvtx_steps, sf_recording, sf_stage_begin, sf_stage_end, sf_step_begin, sf_step_end, sf_value,
 };
 /// NVTX's injection entry point (NVTX_INJECTION64_PATH),
 pub use doors::steps::nvtx::InitializeInjectionNvtx2;

@@ -239,7 +239,8 @@ fn ls_json_has_the_contract_fields() {
             "mismatches",
             "clocks",
             "records_read_per_log",
-            "budget_for_all"
+            "budget_for_all",
+            "first_end"
         ])
     );
     assert_eq!(report["mismatches"], serde_json::json!([]));
@@ -247,6 +248,7 @@ fn ls_json_has_the_contract_fields() {
     assert_eq!(report["missing_ranks"], serde_json::json!([3]));
     assert_eq!(report["errors"], serde_json::json!([]));
     assert_eq!(report["attempts"], serde_json::json!([]), "no earlier attempt kept");
+    assert_eq!(report["first_end"], Value::Null, "a rank still lives");
     let ranks = report["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 3);
     let contract = expect(&[
@@ -276,6 +278,7 @@ fn ls_json_has_the_contract_fields() {
         "doors",
         "snapshot_wall",
         "evidence",
+        "end",
     ]);
     for rank in ranks {
         assert_eq!(keys(rank), contract);

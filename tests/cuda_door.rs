@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use common::*;
+use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::{CuptiState, CuptiStatus, RecordBody};
 
 const NCCL_KERNEL: &str = "ncclDevKernel_AllReduce_Sum_f32_RING_LL";
@@ -266,4 +267,25 @@ fn the_cupti_the_process_runs_is_used_even_with_another_on_the_search_path() {
     let statuses = statuses(&rank_bodies(&root, "job"));
     assert_eq!(statuses[0].state, CuptiState::Enabled, "{statuses:?}");
     assert_eq!(statuses.last().unwrap().records, 50, "{statuses:?}");
+}
+
+/// The driver loads the CUDA door before the process knows its rank (an mp.spawn child sets
+/// its device before init_process_group): the door waits, and opens CUPTI once the first
+/// communicator declares the rank, so the kernels after it are recorded. Before, such a
+/// process recorded no GPU activity at all.
+#[test]
+fn a_cuda_door_loaded_before_the_rank_is_known_opens_once_it_is_declared() {
+    let root = log_root("cuda-late-rank");
+    let mut cmd = host_command(&root, "job", &["--kernels", "40", "--nccl", "3"]);
+    cmd.env_remove("RANK").env_remove("WORLD_SIZE").env("LD_PRELOAD", library());
+    let out = run_ok(&mut cmd);
+    let text = stdout(&out);
+    assert!(text.contains("fakecupti loaded, 40 records written"), "{text}");
+    assert_eq!(notices(&out), Vec::<String>::new());
+    let logs = rank_logs(&root, "job");
+    assert_eq!(logs.len(), 1);
+    assert_eq!(RankLog::open(&logs[0]).unwrap().header.identity_source, "nccl");
+    let statuses = statuses(&bodies(&logs[0]));
+    assert_eq!(statuses[0].state, CuptiState::Enabled, "{statuses:?}");
+    assert_eq!(statuses.last().unwrap().records, 40, "{statuses:?}");
 }

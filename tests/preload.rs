@@ -150,18 +150,26 @@ fn a_forked_child_writes_nothing_into_its_parents_log() {
     }
 }
 
+/// No launcher variable: sf-hookbench's 1-rank communicator declares rank 0 of 1, which
+/// names its log (before, it recorded nothing); with SF_FORCE=1 the process records from
+/// its first call, as `pid-N`, and the communicator's later word changes nothing.
 #[test]
-fn without_rank_identity_the_library_stays_inert_unless_forced() {
+fn without_a_launcher_rank_the_communicator_names_the_log_or_sf_force_records_it_as_pid() {
     let root = log_root("inert");
     run_ok(preloaded(&hookbench(), &root, "job").args(["--calls", "1000"]));
-    assert!(rank_logs(&root, "job").is_empty(), "a process with no rank wrote a log");
+    let logs = rank_logs(&root, "job");
+    let names: Vec<_> = logs.iter().map(|l| l.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["rank-00000.sflog"]);
+    assert_eq!(RankLog::open(&logs[0]).unwrap().header.identity_source, "nccl");
 
-    run_ok(preloaded(&hookbench(), &root, "job").args(["--calls", "1000"]).env("SF_FORCE", "1"));
+    let root = log_root("forced");
+    let out = run_ok(preloaded(&hookbench(), &root, "job").args(["--calls", "1000"]).env("SF_FORCE", "1"));
     let logs = rank_logs(&root, "job");
     assert_eq!(logs.len(), 1);
     let name = logs[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("pid-"), "{name}");
     assert!(bodies(&logs[0]).iter().any(|b| matches!(b, RecordBody::NcclCall(c) if c.op == NcclOp::AllReduce)));
+    assert!(String::from_utf8_lossy(&out.stderr).is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -444,4 +452,97 @@ fn the_first_calls_of_32_threads_are_recorded_or_counted_and_their_communicators
         ids_per_rank.push(ids);
     }
     assert_eq!(ids_per_rank[0], ids_per_rank[1], "both ranks name their 32 communicators alike");
+}
+
+/// A process no launcher variable names (a custom launcher, mp.spawn with NCCL): its first
+/// communicator's rank and size name its log, and the calls its other threads made while
+/// the first one declared the rank are all there. Before, such a process recorded nothing.
+#[test]
+fn the_first_communicator_names_the_log_of_a_process_with_no_launcher_rank() {
+    const THREADS: u64 = 4;
+    const ALLREDUCES: u64 = 20;
+    let exe = compile_against_fakenccl("first_calls.c", "sf-first-calls-undeclared");
+    let root = log_root("declared-by-nccl");
+    let seed = format!("{}7", std::process::id());
+    let ranks: Vec<Killed> = (0..2)
+        .map(|rank: u32| {
+            let mut cmd = preloaded(&exe, &root, "job");
+            cmd.args([&rank.to_string(), "2", &seed, &THREADS.to_string(), &ALLREDUCES.to_string()]);
+            Killed(cmd.spawn().expect("spawn first_calls"))
+        })
+        .collect();
+    for mut rank in ranks {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = rank.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "first_calls still running after 120 s");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{status}");
+    }
+    let logs = rank_logs(&root, "job");
+    let names: Vec<_> = logs.iter().map(|l| l.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["rank-00000.sflog", "rank-00001.sflog"]);
+    for (rank, path) in logs.iter().enumerate() {
+        let log = RankLog::open(path).unwrap();
+        assert_eq!((log.header.global_rank, log.header.world_size), (rank as i32, 2));
+        assert_eq!(log.header.identity_source, "nccl");
+        let calls = nccl_calls(&bodies(path));
+        let dropped = log.live().dropped_events;
+        assert_eq!(calls.len() as u64 + dropped, THREADS * (ALLREDUCES + 2), "every call recorded or counted");
+        assert_eq!(dropped, 0);
+        assert_eq!(comms_created(&bodies(path)).len(), THREADS as usize);
+    }
+}
+
+/// Two processes that inherit one stray `RANK=0` and start recording before the job says
+/// who they are (a CUDA or NCCL call before init_process_group): the first holds
+/// rank-00000.sflog, the second waits. When the first declares rank 1, its live log is
+/// relabelled (header, then name) with what it recorded before; the second then declares
+/// rank 0 and gets its own log. Before, the second recorded nothing ("being written by live
+/// process N") and the first's log kept rank 0.
+#[test]
+fn a_live_log_named_by_a_stray_rank_takes_the_rank_the_job_declares() {
+    use std::io::{BufRead, BufReader, Write};
+    let exe = std::env::temp_dir().join(format!("sf-declare-rank-{}", std::process::id()));
+    compile_c(&c_source("declare_rank.c"), &exe, &["-ldl"]);
+    let root = log_root("stray-rank");
+    let start = |declares: &str| {
+        let mut cmd = preloaded(&exe, &root, "job");
+        cmd.args([declares, "2"]).env("RANK", "0").env("WORLD_SIZE", "2");
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = Killed(cmd.spawn().expect("spawn declare_rank"));
+        let mut out = BufReader::new(child.0.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "started");
+        (child, out)
+    };
+    let declare = |child: &mut Killed, out: &mut BufReader<std::process::ChildStdout>| {
+        child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "declared");
+        assert!(child.0.wait().unwrap().success());
+    };
+    let (mut first, mut first_out) = start("1");
+    let (mut second, mut second_out) = start("0");
+    declare(&mut first, &mut first_out);
+    declare(&mut second, &mut second_out);
+
+    let logs = rank_logs(&root, "job");
+    let names: Vec<_> = logs.iter().map(|l| l.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["rank-00000.sflog", "rank-00001.sflog"]);
+    let steps = |log: &std::path::Path| {
+        bodies(log).iter().filter(|b| matches!(b, RecordBody::StepVector(v) if v.part == 0)).count()
+    };
+    for (rank, log) in logs.iter().enumerate() {
+        let header = RankLog::open(log).unwrap().header;
+        assert_eq!((header.global_rank, header.world_size), (rank as i32, 2));
+        assert_eq!(header.identity_source, "process_group");
+    }
+    assert_eq!(steps(&logs[1]), 2, "the relabelled log kept step 0, recorded under rank 0");
+    assert_eq!(steps(&logs[0]), 1, "the waiting process records from its declaration on");
 }

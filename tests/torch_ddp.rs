@@ -197,3 +197,89 @@ fn nvtx_step_ranges_make_the_python_door_stand_down() {
         assert!(steps.iter().all(|s| s == &expected), "{}: {steps:?}", log.display());
     }
 }
+
+/// PyTorch's own DDP tutorial (torch.multiprocessing.spawn, the rank passed to
+/// init_process_group) under `sf run`: no RANK anywhere, or a stray RANK=0 every child
+/// inherits (a test harness's). Each child declares its rank through the Python door once
+/// init_process_group returns; each writes its own log and `sf frontier` answers. Before,
+/// the first case recorded nothing and the second recorded one rank (the others: "being
+/// written by live process N").
+#[test]
+fn mp_spawn_without_rank_or_with_a_stray_rank_writes_one_log_per_rank() {
+    let Some(python) = torch_python() else { return };
+    for (job, stray) in [("spawn", false), ("stray", true)] {
+        let root = log_root(&format!("torch-{job}"));
+        let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+        cmd.env_remove("SF_QUIET");
+        if stray {
+            cmd.env("RANK", "0").env("WORLD_SIZE", "3");
+        }
+        cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", job, "--"]);
+        cmd.arg(&python).arg(repo("tests/torch/spawn_job.py"));
+        cmd.args(["--ranks", "3", "--steps", "8", "--port", &free_port().to_string()]);
+        let out = run_ok(&mut cmd);
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("spawn_job: ok ranks=3 steps=8"), "{stdout}\n{stderr}");
+        assert!(!stderr.contains("being written by live process"), "{stderr}");
+        assert!(!stderr.contains("no rank log"), "{stderr}");
+        let logs = rank_logs(&root, job);
+        let names: Vec<String> = logs.iter().map(|l| l.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["rank-00000.sflog", "rank-00001.sflog", "rank-00002.sflog"], "{job}: {stderr}");
+        for (rank, log) in logs.iter().enumerate() {
+            let header = RankLog::open(log).unwrap().header;
+            assert_eq!((header.global_rank, header.world_size), (rank as i32, 3), "{job}");
+            assert_eq!(header.identity_source, "process_group", "{job}");
+            assert_eq!(step_stages(log).len(), 8, "{job}: {}", log.display());
+        }
+        let frontier = Command::new(env!("CARGO_BIN_EXE_sf")).arg("frontier").arg(root.join(job)).output().unwrap();
+        let text = String::from_utf8_lossy(&frontier.stdout);
+        assert!(frontier.status.code().is_some_and(|c| c == 0 || c == 4), "{job}: {text}");
+        assert!(text.contains("3 ranks"), "{job}: {text}");
+    }
+}
+
+/// The same job with the Python door shut: nothing declares a rank, and `sf run` says so
+/// at the end instead of leaving an empty directory to be found later.
+#[test]
+fn sf_run_says_when_no_rank_log_was_written_and_why() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-none-declared");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--doors", "preload", "--log-dir", root.to_str().unwrap(), "--job-id", "silent", "--"]);
+    cmd.arg(&python).arg(repo("tests/torch/spawn_job.py"));
+    cmd.args(["--ranks", "2", "--steps", "2", "--port", &free_port().to_string()]);
+    let out = run_ok(&mut cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(rank_logs(&root, "silent").is_empty());
+    assert!(stderr.contains("sf run: no rank log was written"), "{stderr}");
+    assert!(stderr.contains("no process declared a rank"), "{stderr}");
+}
+
+/// `os._exit(1)` on one rank of an mp.spawn job: spawn terminates the others (SIGTERM)
+/// at once. Each rank's own end record orders what heartbeats (50 ms apart) cannot:
+/// `sf ls` and `sf hang` name rank 1 as the first to go, the rest a teardown.
+#[test]
+fn os_exit_1_on_one_rank_is_named_the_first_to_go() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-exit");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "exit", "--"]);
+    cmd.arg(&python).arg(repo("tests/torch/spawn_job.py"));
+    cmd.args(["--ranks", "3", "--steps", "30", "--exit-rank", "1", "--exit-step", "10"]);
+    let out = cmd.args(["--port", &free_port().to_string()]).output().unwrap();
+    assert!(!out.status.success(), "spawn raises when a rank fails");
+    assert_eq!(rank_logs(&root, "exit").len(), 3);
+    let ls = Command::new(env!("CARGO_BIN_EXE_sf")).arg("ls").arg(root.join("exit")).arg("--json").output().unwrap();
+    let ls: Value = serde_json::from_slice(&ls.stdout).unwrap();
+    let first = &ls["first_end"];
+    assert_eq!(
+        (first["rank"].as_i64(), first["verb"].as_str(), first["cause"].as_str()),
+        (Some(1), Some("exited"), Some("status 1")),
+        "{first}"
+    );
+    assert_eq!(first["rest"], serde_json::json!([0, 2]));
+    assert_eq!(first["teardown_signal"], "SIGTERM", "{first}");
+    let hang = Command::new(env!("CARGO_BIN_EXE_sf")).arg("hang").arg(root.join("exit")).output().unwrap();
+    let text = String::from_utf8_lossy(&hang.stdout);
+    assert!(text.contains("rank 1 exited first (status 1)"), "{text}");
+}

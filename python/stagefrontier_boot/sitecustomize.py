@@ -2,7 +2,8 @@
 
 `sf run` puts this directory first on PYTHONPATH; Python's `site` module then imports this
 file as `sitecustomize`. It arms stagefrontier_torch (which does nothing until the
-program imports torch, and nothing at all in a process without a rank identity), then
+program imports torch, and records nothing in a process that never gets a rank: the rank
+may come late, from init_process_group, as under torch.multiprocessing.spawn), then
 runs the `sitecustomize` this one shadows, if there is one further along sys.path, as
 auto-instrumentation tools do, so a site's own start-up code keeps running.
 """
@@ -50,7 +51,5 @@ def _chain():
     spec.loader.exec_module(module)
 
 
-if os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("SLURM_PROCID") or \
-        os.environ.get("SF_FORCE") == "1":
-    _arm()
+_arm()
 _chain()

@@ -7,6 +7,7 @@
 pub mod comms;
 pub mod kernels;
 pub mod net;
+pub mod process_exit;
 mod real_symbol;
 pub mod steps;
 mod traced;

@@ -11,12 +11,13 @@
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
+use crate::analysis::log::ends::{first_end, FirstEnd, RankEnd};
 use crate::analysis::log::heartbeat::heartbeat_age_ns;
 use crate::analysis::log::liveness::{classify, Liveness};
 use crate::core::log::host as local_host;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
-use crate::core::log::records::{hex_u64, HangEvidence, Injection};
+use crate::core::log::records::{hex_u64, HangEvidence, Injection, ProcessEnd};
 use crate::core::record::clock::monotonic_ns;
 use serde::{Serialize, Serializer};
 
@@ -67,6 +68,9 @@ pub struct HangReport {
     pub errors: Vec<FileError>,
     /// Every rank is gone and the logs' last word was a hang: who held it up.
     pub post_mortem: Option<PostMortemReport>,
+    /// Every rank is gone and the job ended badly: the rank that went first, from the
+    /// ranks' own end records (`analysis::log::ends`).
+    pub first_end: Option<FirstEnd>,
 }
 
 #[derive(Debug, Serialize)]
@@ -78,6 +82,10 @@ pub struct PostMortemReport {
     pub comm_seq: Option<u64>,
     pub op: Option<NcclOp>,
     pub waiting_ranks: Vec<i32>,
+    /// What named the culprit: `hang` (a wait past the threshold in the last live
+    /// tables) or `first_end` (the rank that ended first while the others still waited in
+    /// a call: a teardown too quick for any wait to pass the threshold).
+    pub named_by: &'static str,
 }
 
 /// A queue pair whose work request never completed, in a collective that cannot.
@@ -225,6 +233,9 @@ pub(crate) struct Extra {
     hang_evidence: Vec<HangEvidence>,
     snapshot_wall: Option<String>,
     profiler: Vec<ProfilerCallReport>,
+    /// How the process ended, and when it was last heard (wall-clock ns).
+    end: Option<ProcessEnd>,
+    last_heard_wall_ns: u64,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -287,6 +298,8 @@ impl Extra {
             hang_evidence: Vec::new(),
             snapshot_wall: None,
             profiler: Vec::new(),
+            end: None,
+            last_heard_wall_ns: 0,
         }
     }
 }
@@ -367,6 +380,8 @@ pub(crate) fn read_live(
         hang_evidence: history.hang_evidence,
         snapshot_wall,
         profiler: hang_profiler::reports(history.profiler, rank_now),
+        end: live.end,
+        last_heard_wall_ns: live.heartbeat_wall_ns.max(h.base_wall_ns),
     };
     (input, extra)
 }
@@ -379,11 +394,24 @@ pub(crate) fn report(
     errors: Vec<FileError>,
 ) -> HangReport {
     let t = &d.threshold;
+    let ends: Vec<RankEnd> = d
+        .ranks
+        .iter()
+        .zip(&extras)
+        .filter(|(v, _)| v.rank >= 0)
+        .map(|(v, e)| RankEnd::of(v.rank, e.liveness, e.end, e.last_heard_wall_ns, 0))
+        .collect();
+    let first_end = first_end(&ends);
+    let ranks: Vec<RankReport> = d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect();
+    let post_mortem = d
+        .post_mortem
+        .map(post_mortem_report)
+        .or_else(|| first_end.as_ref().and_then(|first| torn_down_while_waiting(first, &ranks)));
     HangReport {
         dir: dir.display().to_string(),
         source: "logs",
         now_mono_ns,
-        hung: d.hung,
+        hung: d.hung || post_mortem.is_some(),
         threshold: ThresholdReport {
             threshold_s: seconds(t.threshold_ns),
             source: if t.cadence.is_some() { "cadence" } else { "fallback" },
@@ -399,10 +427,29 @@ pub(crate) fn report(
         },
         quiet_s: d.quiet_ns.map(seconds),
         communicators: d.communicators.into_iter().map(comm_report).collect(),
-        ranks: d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect(),
+        ranks,
         errors,
-        post_mortem: d.post_mortem.map(post_mortem_report),
+        post_mortem,
+        first_end,
     }
+}
+
+/// A job torn down faster than any wait could pass the threshold, while the other ranks
+/// were still inside a call the first one would never join: that is the hang it died in,
+/// and the rank that went first held it up. None when no other rank was inside a call
+/// (a rank died, nothing waited for it).
+fn torn_down_while_waiting(first: &FirstEnd, ranks: &[RankReport]) -> Option<PostMortemReport> {
+    let waiting: Vec<&RankReport> = ranks.iter().filter(|r| r.rank != first.rank && r.in_flight).collect();
+    let at = waiting.first()?;
+    Some(PostMortemReport {
+        gone_ranks: ranks.iter().map(|r| r.rank).collect(),
+        culprit_ranks: vec![first.rank],
+        comm_id: at.comm_id,
+        comm_seq: at.comm_seq,
+        op: at.op,
+        waiting_ranks: waiting.iter().map(|r| r.rank).collect(),
+        named_by: "first_end",
+    })
 }
 
 fn post_mortem_report(p: PostMortem) -> PostMortemReport {
@@ -413,6 +460,7 @@ fn post_mortem_report(p: PostMortem) -> PostMortemReport {
         comm_seq: p.at.and_then(|at| at.comm_seq),
         op: p.at.and_then(|at| at.op),
         waiting_ranks: p.waiting_ranks,
+        named_by: "hang",
     }
 }
 

@@ -8,10 +8,11 @@ use crate::analysis::comms::grow::{self, Aliases};
 use crate::analysis::comms::nccl_version::nccl_version_string;
 use crate::analysis::hang::{Mismatch, Said, Say, Tally};
 use crate::analysis::log::clocks::{host_clocks, HostClock, RankClock};
+use crate::analysis::log::ends::{first_end, FirstEnd, RankEnd};
 use crate::analysis::log::liveness::Liveness;
 use crate::core::log::format::Region;
 use crate::core::log::reader::{LiveState, RankLog, ReadError, ScanStats};
-use crate::core::log::records::{hex_u64, CommCreated, NcclCall, RecordBody};
+use crate::core::log::records::{hex_u64, CommCreated, NcclCall, ProcessEnd, RecordBody};
 use crate::core::record::doors::{no_markers_note, Doors};
 use serde::Serialize;
 
@@ -45,6 +46,9 @@ pub struct LsReport {
     pub records_read_per_log: u64,
     /// The budget that would read every record the logs hold, when some went unread.
     pub budget_for_all: Option<u64>,
+    /// Every rank is gone and the job ended badly: the rank that went first
+    /// (`analysis::log::ends`).
+    pub first_end: Option<FirstEnd>,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -105,6 +109,10 @@ pub struct RankRow {
     /// calls), `device` (NCCL kernels linked to their calls, the device's unfinished work),
     /// `host_sync`, `kernels` (kernel summaries), `profiler`, `steps`, `net`.
     pub evidence: Vec<&'static str>,
+    /// How the process ended, if it recorded its end.
+    pub end: Option<ProcessEnd>,
+    #[serde(skip)]
+    last_heard_wall_ns: u64,
 }
 
 /// Evidence names, in the order `sf ls` lists them.
@@ -242,6 +250,12 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let clocks = host_clocks(&clocks);
     let most_held = ranks.iter().map(|r| r.held + r.not_read).max().unwrap_or(0);
     let budget_for_all = ranks.iter().any(|r| r.not_read > 0).then(|| most_held.saturating_mul(ranks.len() as u64));
+    let ends: Vec<RankEnd> = ranks
+        .iter()
+        .filter(|r| r.rank >= 0)
+        .map(|r| RankEnd::of(r.rank, r.liveness, r.end, r.last_heard_wall_ns, 0))
+        .collect();
+    let first_end = first_end(&ends);
     Ok(LsReport {
         dir: paths.display(),
         ranks,
@@ -252,6 +266,7 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         clocks,
         records_read_per_log,
         budget_for_all,
+        first_end,
         summary,
     })
 }
@@ -376,6 +391,8 @@ fn row(o: &Opened, events: ScanStats, evidence: u8, taken: Option<&Taken>, reade
         doors: live.doors.clone(),
         snapshot_wall: taken.map(|t| rfc3339_ms(t.wall_ns)),
         evidence: evidence_names(evidence | o.evidence),
+        end: live.end,
+        last_heard_wall_ns: live.heartbeat_wall_ns.max(h.base_wall_ns),
     }
 }
 
@@ -472,6 +489,8 @@ mod tests {
             doors: None,
             snapshot_wall: None,
             evidence: Vec::new(),
+            end: None,
+            last_heard_wall_ns: 0,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The log reader's view of a rank: heartbeat cadence and whether the writer still lives.
 
 pub mod clocks;
+pub mod ends;
 pub mod heartbeat;
 pub mod liveness;

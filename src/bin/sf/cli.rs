@@ -346,7 +346,13 @@ STATE of each rank:
   ok        not part of anything stuck
 ROLE says what a rank that stopped was doing when it stopped: a job killed while hung
 still shows who held it up, and once every rank is gone the first line, HUNG
-(post-mortem ...), names the ranks that held the stuck call up. STUCK: how long it has waited in its call (waiting, wedged)
+(post-mortem ...), names the ranks that held the stuck call up. Once every rank is gone
+and the job ended badly, a line says which rank went first, from the ranks' own end
+records (exit status or signal, with the time): `rank 2 exited first (status 1) at ...Z;
+ranks 0-1, 3 ended 0.014 s later (a teardown by SIGTERM)` (`died first` for a signal, or
+for a rank with no end record: SIGKILL, at or after its last heartbeat); when the others
+were still inside a call as it went, it is the post-mortem's culprit even though the
+teardown took milliseconds (`first_end` in --json, `post_mortem.named_by`). STUCK: how long it has waited in its call (waiting, wedged)
 or gone without a call (missing, dead, stalled). STEP and STAGE come from the job's
 step and stage markers, when it records them.
 

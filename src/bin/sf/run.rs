@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use stagefrontier::core::record::notice::echo;
 use stagefrontier::core::regular_file::check_shared_object;
-use stagefrontier::report::run_env::{plan, Places, Plan, RunOptions};
+use stagefrontier::report::run_env::{plan, Door, Places, Plan, RunOptions};
 use stagefrontier::report::wall::rfc3339_ms;
 use stagefrontier::report::Failure;
 
@@ -52,10 +52,14 @@ pub fn run(options: &RunOptions) -> Result<ExitCode, Failure> {
     for (name, value) in &plan.set {
         command.env(name, value);
     }
+    let started = std::time::SystemTime::now();
     let mut job = job_control::spawn(&mut command)
         .map_err(|e| Failure::Message(format!("cannot start {}: {e}", Path::new(&options.command[0]).display())))?;
     let status = job.wait().map_err(|e| Failure::Message(format!("cannot wait for the job: {e}")))?;
 
+    if let Some(why) = no_rank_log(&plan, started) {
+        note_line(&format!("sf run: no rank log was written in {}: {why}", plan.job_dir().display()));
+    }
     if options.report {
         report(&exe, &plan);
     }
@@ -112,6 +116,33 @@ fn find_python_boot(exe: &Path, library: &Path) -> Option<PathBuf> {
         .map(|dir| dir.join("stagefrontier_boot"))
         .find(|boot| boot.join("sitecustomize.py").is_file())
         .and_then(|boot| std::fs::canonicalize(boot).ok())
+}
+
+/// Why the job left no log in its directory, when it left none (an earlier job's under
+/// the same id do not count: a log is created, or moved into place, after `started`). A
+/// process records only once it knows its rank (the order is in `core::runtime::identity`).
+fn no_rank_log(plan: &Plan, started: std::time::SystemTime) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let since = started.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let logs = stagefrontier::report::discover::logs_in(&plan.job_dir()).unwrap_or_default();
+    if logs.iter().any(|log| std::fs::metadata(log).is_ok_and(|m| m.ctime() >= since)) {
+        return None;
+    }
+    let python = if plan.opened.contains(&Door::Python) {
+        "no init_process_group seen by the Python door"
+    } else {
+        "the Python door, which sees init_process_group, was not opened"
+    };
+    let preload = if plan.opened.contains(&Door::Preload) {
+        "no ncclCommInitRank seen"
+    } else {
+        "the preload door, which sees ncclCommInitRank, was not opened"
+    };
+    Some(format!(
+        "no process declared a rank (no RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID in its \
+         environment; {python}; {preload}), or none could create its log (its own stderr says why); SF_FORCE=1 \
+         records every process as pid-N"
+    ))
 }
 
 /// Ends sf run by `signal`, as the job ended, so that the caller's wait status is the

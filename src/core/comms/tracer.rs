@@ -284,7 +284,7 @@ fn comm_slot(rt: &'static Runtime, handle: u64) -> Option<&'static CommSlot> {
         parent_id: 0,
         rank: -1,
         nranks: -1,
-        global_rank: rt.identity.global_rank,
+        global_rank: rt.global_rank(),
         color: -1,
         key: -1,
         origin: CommOrigin::Unknown,
@@ -440,12 +440,12 @@ fn register_created(rt: &'static Runtime, pending: &Derivation, handle: u64, ran
         parent_id: pending.parent_id,
         rank,
         nranks,
-        global_rank: rt.identity.global_rank,
+        global_rank: rt.global_rank(),
         color: pending.color,
         key: pending.key,
         origin: pending.origin,
     };
-    let spans_job = nranks == rt.identity.world_size && pending.origin != CommOrigin::InitAll;
+    let spans_job = nranks == rt.world_size() && pending.origin != CommOrigin::InitAll;
     if spans_job {
         let _ = rt.world_comm.compare_exchange(0, pending.id, Ordering::Relaxed, Ordering::Relaxed);
     }

@@ -6,7 +6,10 @@
 //!
 //! ```text
 //! UNINIT ──first call──► INITIALIZING ──► ACTIVE ──exit──► (flushed, still ACTIVE)
-//!                                     └─► INERT    (no rank identity, SF_DISABLE, no log)
+//!              ▲                      ├─► INERT    (SF_DISABLE, no log)
+//!              │                      └─► PENDING  (no rank yet: no launcher variable, or
+//!              │                                    its rank's log held by a live process)
+//!              └── a declared rank (`init_process_group`, `ncclCommInitRank`) ◄──┘
 //! any ──fork child / internal error──► DISABLED
 //! ```
 
@@ -30,6 +33,9 @@ const INITIALIZING: u8 = 1;
 const ACTIVE: u8 = 2;
 const INERT: u8 = 3;
 const DISABLED: u8 = 4;
+/// No rank known yet: nothing is written and hooks queue what they see
+/// (`comms::early`, bounded) until the job declares its rank (`runtime::declared`).
+const PENDING: u8 = 5;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
@@ -47,7 +53,11 @@ pub struct Runtime {
     pub comms: CommTable,
     pub stage_names: StageNames,
     pub calibration: Calibration,
+    /// Who the process was when its log was created; `global_rank()` and `world_size()`
+    /// follow a later relabelling (`runtime::start::declare`).
     pub identity: Identity,
+    /// (global rank, world size) now, packed by `pack_shape`.
+    pub shape: AtomicU64,
     /// SF_NET_RAW, copied from the config for the profiler door's hot path: every work
     /// request is also recorded.
     pub net_raw: bool,
@@ -81,7 +91,20 @@ pub fn exit_wait(heartbeat_ms: u64) -> Duration {
     Duration::from_millis((2 * heartbeat_ms).min(1000))
 }
 
+/// A (global rank, world size) pair in one word.
+pub fn pack_shape(global_rank: i32, world_size: i32) -> u64 {
+    (global_rank as u32 as u64) | (world_size as u32 as u64) << 32
+}
+
 impl Runtime {
+    pub fn global_rank(&self) -> i32 {
+        self.shape.load(Ordering::Relaxed) as u32 as i32
+    }
+
+    pub fn world_size(&self) -> i32 {
+        (self.shape.load(Ordering::Relaxed) >> 32) as u32 as i32
+    }
+
     pub fn set_nccl_version(&self, version: i32) {
         if version > 0 {
             self.nccl_version.store(version as u64, Ordering::Relaxed);
@@ -141,6 +164,14 @@ pub fn active() -> Option<&'static Runtime> {
     None
 }
 
+/// The runtime if it was published, without ever starting it: for a signal handler or an
+/// exit path (one atomic load).
+pub fn published() -> Option<&'static Runtime> {
+    let rt = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: RUNTIME only ever holds a leaked Box that is never freed.
+    (!rt.is_null()).then(|| unsafe { &*rt })
+}
+
 /// Lets `active` start the runtime; called once, at load, by `runtime::start`.
 pub fn register_starter(starter: Starter) {
     STARTER.store(starter as usize, Ordering::Release);
@@ -173,7 +204,23 @@ pub fn publish(rt: Runtime, before: impl FnOnce(&'static Runtime)) -> &'static R
     rt
 }
 
-/// Nothing to record in this process (no rank identity, SF_DISABLE, no log).
+/// A declared rank restarts a start that found none (PENDING to INITIALIZING), or makes
+/// the first start; `false` when the runtime is already past that.
+pub fn claim_declared_start() -> bool {
+    claim_start() || STATE.compare_exchange(PENDING, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+}
+
+/// No rank yet: waits for the job to declare one.
+pub fn settle_pending() {
+    STATE.store(PENDING, Ordering::Release);
+}
+
+/// Whether the runtime waits for a declared rank.
+pub fn is_pending() -> bool {
+    STATE.load(Ordering::Acquire) == PENDING
+}
+
+/// Nothing to record in this process (SF_DISABLE, no log).
 pub fn settle_inert() {
     STATE.store(INERT, Ordering::Release);
 }
@@ -196,10 +243,10 @@ pub fn owner() -> Option<&'static Runtime> {
     None
 }
 
-/// Whether another thread is starting the runtime: a hook queues what it sees
-/// (`comms::early`).
+/// Whether another thread is starting the runtime, or it waits for a declared rank: a
+/// hook queues what it sees (`comms::early`; the queue stays open while PENDING).
 pub fn is_starting() -> bool {
-    STATE.load(Ordering::Acquire) == INITIALIZING
+    matches!(STATE.load(Ordering::Acquire), INITIALIZING | PENDING)
 }
 
 /// The runtime, for a hook the start-up queue no longer takes: the starting thread closed

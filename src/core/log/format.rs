@@ -174,6 +174,11 @@ pub mod live {
     /// Stage and value markers lost because their name found the stage-name table full
     /// (`stage_names::SLOTS` names): counted here, since nothing else can say so.
     pub const MARKERS_UNNAMED: usize = 616;
+    /// How the process ended (`records_end`): `CLOCK_MONOTONIC` and `CLOCK_REALTIME` ns,
+    /// then `ProcessEnd::how_word`, stored last; 0 while it has not ended.
+    pub const END_MONO_NS: usize = 624;
+    pub const END_WALL_NS: usize = 632;
+    pub const END_HOW: usize = 640;
 }
 
 /// The stage-name table, inside the header page: hooks intern a stage name once, and

@@ -18,6 +18,7 @@ pub mod reader;
 pub mod records;
 pub mod records_cupti;
 pub mod records_device;
+pub mod records_end;
 pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::format::{self, bytes, caps, comm, header, live, Region, WriterState};
 use super::pread;
-use super::records::{hex_u64, RecordBody};
+use super::records::{hex_u64, ProcessEnd, RecordBody};
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::process_stamp::ProcessStamp;
 use crate::core::record::clock::{ticks_to_mono_ns, ClockSource};
@@ -165,6 +165,8 @@ pub struct LiveState {
     pub current_stage: u64,
     /// Doors open and injection variables set; `None` for a log of an older library.
     pub doors: Option<Doors>,
+    /// How the process ended, if it recorded its end (`records_end`).
+    pub end: Option<ProcessEnd>,
 }
 
 /// A communicator's live state from the log's table.
@@ -346,7 +348,7 @@ impl RankLog {
     }
 
     pub fn live(&self) -> LiveState {
-        let mut w = [0u8; live::MARKERS_UNNAMED + 8 - live::COMMITTED];
+        let mut w = [0u8; live::END_HOW + 8 - live::COMMITTED];
         self.read_stable(live::COMMITTED, &mut w);
         let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
@@ -364,6 +366,7 @@ impl RankLog {
             history_committed: field(live::HISTORY_COMMITTED),
             nccl_polls: field(live::NCCL_POLLS),
             markers_unnamed: field(live::MARKERS_UNNAMED),
+            end: ProcessEnd::from_words(field(live::END_MONO_NS), field(live::END_WALL_NS), field(live::END_HOW)),
         }
     }
 

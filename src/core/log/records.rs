@@ -13,6 +13,7 @@ use crate::core::record::clock::Calibration;
 pub use super::records_cupti::{CuptiState, CuptiStatus};
 use super::records_device as device;
 pub use super::records_device::{DeviceColl, DeviceState, HostSync, LinkSource, SyncKind, Unfinished};
+pub use super::records_end::{EndHow, ProcessEnd};
 use super::records_kernels as kernels;
 pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
 use super::records_net as net;
@@ -67,10 +68,11 @@ pub mod kind {
     pub const DEVICE_COLL: u16 = 24;
     /// The collector's view of the device's unfinished work.
     pub const DEVICE_STATE: u16 = 25;
-    // 26 is issue 26's `process_end`.
+    /// How the process ended (records_end.rs).
+    pub const PROCESS_END: u16 = 26;
 
     /// Each kind's name: the `kind` of its JSON form, and what `sf dump --kind` takes.
-    pub const NAMES: [(u16, &str); 25] = [
+    pub const NAMES: [(u16, &str); 26] = [
         (NCCL_CALL, "nccl_call"),
         (COMM_CREATED, "comm_created"),
         (DROPS, "drops"),
@@ -96,6 +98,7 @@ pub mod kind {
         (HOST_SYNC, "host_sync"),
         (DEVICE_COLL, "device_coll"),
         (DEVICE_STATE, "device_state"),
+        (PROCESS_END, "process_end"),
     ];
 
     /// The code of a kind's name.
@@ -348,6 +351,7 @@ pub enum RecordBody {
     HostSync(HostSync),
     DeviceColl(DeviceColl),
     DeviceState(DeviceState),
+    ProcessEnd(ProcessEnd),
 }
 
 impl RecordBody {
@@ -378,6 +382,7 @@ impl RecordBody {
             RecordBody::HostSync(_) => kind::HOST_SYNC,
             RecordBody::DeviceColl(_) => kind::DEVICE_COLL,
             RecordBody::DeviceState(_) => kind::DEVICE_STATE,
+            RecordBody::ProcessEnd(_) => kind::PROCESS_END,
         }
     }
 
@@ -404,6 +409,7 @@ impl RecordBody {
             RecordBody::HostSync(s) => Some(s.t_enter_ns),
             RecordBody::DeviceColl(c) => Some(c.t_start_ns),
             RecordBody::DeviceState(s) => Some(s.t_ns),
+            RecordBody::ProcessEnd(e) => Some(e.t_ns),
             RecordBody::SideValue(_)
             | RecordBody::KernelName(_)
             | RecordBody::KernelCluster(_)
@@ -446,8 +452,12 @@ impl RecordBody {
             RecordBody::QpWindow(_) | RecordBody::QpStuck(_) | RecordBody::QpDegraded(_) => {}
             // Made by the collector (sysfs sampler, verbs door notes), already in nanoseconds.
             RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {}
-            // Made by the collector's device tracker, already in nanoseconds.
-            RecordBody::HostSync(_) | RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => {}
+            // Made by the collector's device tracker, or copied from the header: already in
+            // nanoseconds.
+            RecordBody::HostSync(_)
+            | RecordBody::DeviceColl(_)
+            | RecordBody::DeviceState(_)
+            | RecordBody::ProcessEnd(_) => {}
         }
         self
     }
@@ -532,6 +542,7 @@ impl RecordBody {
             RecordBody::HostSync(s) => device::encode_host_sync(s, &mut w),
             RecordBody::DeviceColl(c) => device::encode_device_coll(c, &mut w),
             RecordBody::DeviceState(s) => device::encode_device_state(s, &mut w),
+            RecordBody::ProcessEnd(e) => super::records_end::encode(e, &mut w),
         }
         w.at
     }
@@ -647,6 +658,7 @@ impl RecordBody {
             kind::HOST_SYNC => RecordBody::HostSync(device::decode_host_sync(&mut r)?),
             kind::DEVICE_COLL => RecordBody::DeviceColl(device::decode_device_coll(&mut r)?),
             kind::DEVICE_STATE => RecordBody::DeviceState(device::decode_device_state(&mut r)?),
+            kind::PROCESS_END => RecordBody::ProcessEnd(super::records_end::decode(&mut r)?),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)

@@ -34,6 +34,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Once, OnceLock};
 
+use crate::core::record::signal_chain;
+
 /// Mappings one process may guard; a process maps one log, the library's unit tests a few
 /// dozen. One past the last is left unguarded.
 const SLOTS: usize = 64;
@@ -102,27 +104,8 @@ pub fn guard(base: *mut u8, len: usize, path: &Path) {
 
 fn install() {
     INSTALL.call_once(|| {
-        // SAFETY: an all-zero sigaction is a valid value for sigaction(2) to overwrite.
-        let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: reads the current action through a valid pointer; changes nothing.
-        if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) } != 0 {
-            return;
-        }
-        let previous = PREVIOUS.get_or_init(|| previous);
-        // SAFETY: as above.
-        let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
-        ours.sa_sigaction = on_sigbus as *const () as usize;
-        // A previous handler would have run with its own mask, stack and flags; ours runs
-        // with the same, so calling it from here changes none of them (a sent SIGBUS
-        // restarts or interrupts system calls as it did). Without one, nothing was
-        // interrupted: system calls restart.
-        ours.sa_mask = previous.sa_mask;
-        let handled = ![libc::SIG_DFL, libc::SIG_IGN].contains(&previous.sa_sigaction);
-        let inherited = libc::SA_NODEFER | libc::SA_RESTART | libc::SA_ONSTACK;
-        ours.sa_flags = libc::SA_SIGINFO
-            | if handled { previous.sa_flags & inherited } else { libc::SA_RESTART | libc::SA_ONSTACK };
-        // SAFETY: installs a handler that only does async-signal-safe work (module doc).
-        unsafe { libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) };
+        // A fault through an ignored SIGBUS still kills: the handler goes in regardless.
+        signal_chain::install(libc::SIGBUS, on_sigbus, &PREVIOUS, false);
     });
 }
 
@@ -145,7 +128,7 @@ extern "C" fn on_sigbus(sig: c_int, info: *mut libc::siginfo_t, context: *mut c_
             return;
         }
     }
-    chain(sig, info, context, is_synchronous_fault(code));
+    signal_chain::chain(PREVIOUS.get(), sig, info, context, is_synchronous_fault(code));
 }
 
 /// Replaces the lost log with anonymous memory; false when that failed (the fault then
@@ -192,50 +175,4 @@ fn absorb(g: &Guarded) -> bool {
             g.state.load(Ordering::Acquire) == REPLACED && g.late_faults.fetch_add(1, Ordering::Relaxed) < LATE_FAULTS
         }
     }
-}
-
-/// What the previous action would have done with this SIGBUS.
-fn chain(sig: c_int, info: *mut libc::siginfo_t, context: *mut c_void, synchronous: bool) {
-    let Some(previous) = PREVIOUS.get() else { return die_by_default(sig, synchronous) };
-    match previous.sa_sigaction {
-        libc::SIG_DFL => die_by_default(sig, synchronous),
-        // The kernel forces a fault through an ignored SIGBUS (it resets the default);
-        // a sent one is dropped.
-        libc::SIG_IGN if synchronous => die_by_default(sig, synchronous),
-        libc::SIG_IGN => {}
-        handler => {
-            if previous.sa_flags & libc::SA_RESETHAND != 0 {
-                set_default(sig);
-            }
-            if previous.sa_flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: the application installed this as an SA_SIGINFO handler; it gets
-                // the arguments the kernel gave us.
-                let handler = unsafe {
-                    std::mem::transmute::<usize, extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)>(handler)
-                };
-                handler(sig, info, context);
-            } else {
-                // SAFETY: the application installed this as a plain handler.
-                let handler = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(handler) };
-                handler(sig);
-            }
-        }
-    }
-}
-
-/// The default action, as if no handler had been installed: a fault re-executes on
-/// return and kills the process; a sent signal is raised again and does on return.
-fn die_by_default(sig: c_int, synchronous: bool) {
-    set_default(sig);
-    if !synchronous {
-        // SAFETY: raise is async-signal-safe; SIGBUS stays blocked until we return.
-        unsafe { libc::raise(sig) };
-    }
-}
-
-fn set_default(sig: c_int) {
-    // SAFETY: an all-zero sigaction with SIG_DFL (0) is the default action.
-    let default: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: sigaction is async-signal-safe; restores the default action.
-    unsafe { libc::sigaction(sig, &default, std::ptr::null_mut()) };
 }

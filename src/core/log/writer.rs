@@ -160,6 +160,26 @@ fn reserve(file: &File, mode: u32, len: usize) -> io::Result<()> {
     }
 }
 
+/// Rewrites the rank fields of a live log's static header, and its checksum: the job
+/// declared another rank than its launcher's variables gave (`runtime::start::declare`).
+/// A reader that reads the header in that moment finds the checksum wrong and skips the
+/// log for that read.
+pub fn relabel(map: &SharedMap, identity: &Identity) {
+    let mut head = [0u8; format::STATIC_CRC_OFFSET + 4];
+    let base = map.ptr(0, head.len());
+    // SAFETY: `base` covers `head.len()` bytes of our own mapping (checked by `ptr`); only
+    // this thread writes the static header after creation.
+    unsafe { std::ptr::copy_nonoverlapping(base, head.as_mut_ptr(), head.len()) };
+    bytes::put_i32(&mut head, header::GLOBAL_RANK, identity.global_rank);
+    bytes::put_i32(&mut head, header::WORLD_SIZE, identity.world_size);
+    bytes::put_i32(&mut head, header::LOCAL_RANK, identity.local_rank);
+    bytes::put_str(&mut head, header::IDENTITY_SOURCE, format::SOURCE_LEN, identity.source);
+    let crc = crc32fast::hash(&head[..format::STATIC_HEADER_LEN]);
+    bytes::put_u32(&mut head, format::STATIC_CRC_OFFSET, crc);
+    // SAFETY: as above.
+    unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), base, head.len()) };
+}
+
 /// Writes the header with plain writes, before anything is mapped.
 fn write_header(file: &File, info: &HeaderInfo) -> io::Result<()> {
     let mut head = [0u8; live::TICKS_PER_SEC + 8];

@@ -174,7 +174,7 @@ impl QpMonitor {
                 }));
                 say(&format!(
                     "rank {}: {} has had a work request in flight for {:.3} s (timeout {:.3} s, {} in flight); qp_stuck evidence is in the rank's log",
-                    rt.identity.global_rank,
+                    rt.global_rank(),
                     describe(key),
                     now_ns.saturating_sub(since_ns) as f64 / 1e9,
                     timeout_ns as f64 / 1e9,
@@ -205,7 +205,7 @@ impl QpMonitor {
                         // degraded, so this line does not.
                         say(&format!(
                             "rank {}: {} is slower than its own start: {:.3} GB/s over its last {} work requests, {:.0}% below its first windows' {:.3} GB/s; qp_degraded evidence is in the rank's log, and sf net DIR says whether it is slower than its peers too (a degraded link)",
-                            rt.identity.global_rank,
+                            rt.global_rank(),
                             describe(key),
                             bps / 1e9,
                             w.n,

@@ -9,4 +9,5 @@ pub mod doors;
 pub mod notice;
 pub mod once;
 pub mod ring;
+pub mod signal_chain;
 pub mod thread_state;

@@ -20,6 +20,7 @@ use crate::core::net::qp_monitor::{QpMonitor, QpSettings};
 use crate::core::record::clock::{monotonic_ns, now_ticks, wall_ns};
 use crate::core::record::notice::say;
 use crate::core::runtime::config::{Config, TestFault};
+use crate::core::runtime::process_end;
 use crate::core::steps::step_assembly::StepAssembly;
 
 pub struct Collector {
@@ -175,7 +176,7 @@ impl Collector {
             }));
             say(&format!(
                 "rank {}: {} #{comm_seq} on communicator {comm_id:#018x} has been in flight for {:.1} s (threshold {:.1} s); hang evidence is in the rank's log",
-                rt.identity.global_rank,
+                rt.global_rank(),
                 op.name(),
                 (now_ns - since_ns) as f64 / 1e9,
                 threshold_ns as f64 / 1e9
@@ -189,6 +190,9 @@ impl Collector {
         self.kernels.finish(&mut self.writer);
         self.write_device(true);
         self.qps.sample(rt, &self.qp_settings(), &mut self.writer);
+        if let Some(end) = process_end::stored(rt) {
+            self.writer.append(&RecordBody::ProcessEnd(end));
+        }
         self.writer.set(live::WRITER_STATE, state);
     }
 }

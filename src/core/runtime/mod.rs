@@ -5,8 +5,10 @@
 
 pub mod collector;
 pub mod config;
+pub mod declared;
 pub mod identity;
 pub mod opened_through;
 pub mod place;
+pub mod process_end;
 pub mod retention;
 pub mod start;

@@ -55,9 +55,23 @@ pub struct Request<'a> {
     pub runtime_dir: Option<PathBuf>,
 }
 
+/// Why a log was not created: one line to say, and whether the reason is only that
+/// another live process writes the log of that name (a rank it may yet give up).
+#[derive(Debug)]
+pub struct Refused {
+    pub message: String,
+    pub held_by_live: bool,
+}
+
+impl From<String> for Refused {
+    fn from(message: String) -> Refused {
+        Refused { message, held_by_live: false }
+    }
+}
+
 /// Creates the rank's log, or says in one line why it cannot (the rank then records
 /// nothing and runs on).
-pub fn create(req: &Request) -> Result<Placed, String> {
+pub fn create(req: &Request) -> Result<Placed, Refused> {
     let mode = req.config.log_mode;
     let mut roots = vec![req.config.log_root.clone()];
     if !req.config.log_root_chosen {
@@ -71,7 +85,9 @@ pub fn create(req: &Request) -> Result<Placed, String> {
         let (job, root) = match opened {
             Ok(both) => both,
             Err(DirError::Refused(why)) => {
-                return Err(format!("{why}; refusing to write logs there (set SF_LOG_DIR to a directory of yours)"))
+                return Err(
+                    format!("{why}; refusing to write logs there (set SF_LOG_DIR to a directory of yours)").into()
+                )
             }
             Err(DirError::Unavailable(why)) => {
                 passed_over.push(why);
@@ -121,7 +137,8 @@ pub fn create(req: &Request) -> Result<Placed, String> {
     Err(format!(
         "no place for the logs: {}; set SF_LOG_DIR to a writable filesystem with room, or lower SF_LOG_RECORDS",
         passed_over.join("; ")
-    ))
+    )
+    .into())
 }
 
 /// The line local rank 0 prints when the library chose a smaller log or another place.
@@ -259,7 +276,7 @@ pub fn mib(bytes: u64) -> String {
 
 /// In the job directory: moves an earlier attempt's log aside, steps around anything at
 /// the name that is not a log of ours, and creates the log.
-fn create_in_job(req: &Request, job: &PrivateDir, records: u32) -> Result<Placed, String> {
+fn create_in_job(req: &Request, job: &PrivateDir, records: u32) -> Result<Placed, Refused> {
     let info = HeaderInfo { slot_count: records, ..req.info };
     let file_mode = req.config.log_mode.file_mode();
     remove_stale_staging(job, &req.file_name);
@@ -271,11 +288,14 @@ fn create_in_job(req: &Request, job: &PrivateDir, records: u32) -> Result<Placed
             Entry::Missing => {}
             Entry::OurFile(file) => match probe(&file) {
                 Some(old) if old.is_live_elsewhere(req.info.host) => {
-                    return Err(format!(
-                        "{} is being written by live process {}",
-                        job.path().join(&name).display(),
-                        old.pid
-                    ))
+                    return Err(Refused {
+                        message: format!(
+                            "{} is being written by live process {}",
+                            job.path().join(&name).display(),
+                            old.pid
+                        ),
+                        held_by_live: true,
+                    })
                 }
                 Some(_) => {
                     archive(job, &req.file_name, &name, req.config.keep_attempts, req.config.log_mode.dir_mode())?
@@ -303,10 +323,38 @@ fn create_in_job(req: &Request, job: &PrivateDir, records: u32) -> Result<Placed
                 })
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(creation_error(job, &name, &info, &e)),
+            Err(e) => return Err(creation_error(job, &name, &info, &e).into()),
         }
     }
-    Err(format!("cannot create {}: it keeps reappearing", job.path().join(&name).display()))
+    Err(format!("cannot create {}: it keeps reappearing", job.path().join(&name).display()).into())
+}
+
+/// Renames this process's live log `from` to `to` in the job directory `dir` (the job
+/// declared another rank than its launcher's variables gave): an earlier attempt's log at
+/// `to` goes to `attempt-N/` first; a log another live process writes there, or anything
+/// not a log of ours, stays, and the log keeps its name.
+pub fn rename_live_log(dir: &Path, from: &str, to: &str, config: &Config, host: &str) -> Result<(), String> {
+    let mode = config.log_mode.dir_mode();
+    let job = PrivateDir::open_root(dir, mode).map_err(|e| e.message().to_string())?;
+    for _attempt in 0..3 {
+        match job.entry(to) {
+            Entry::Missing => {}
+            Entry::OurFile(file) => match probe(&file) {
+                Some(old) if old.is_live_elsewhere(host) => {
+                    return Err(format!("{} is being written by live process {}", dir.join(to).display(), old.pid))
+                }
+                Some(_) => archive(&job, to, to, config.keep_attempts, mode)?,
+                None => return Err(format!("{} is not a stagefrontier log", dir.join(to).display())),
+            },
+            Entry::Foreign(what) => return Err(format!("{} is {what}", dir.join(to).display())),
+        }
+        match job.move_to(from, &job, to) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) => return Err(format!("cannot rename {} to {to}: {e}", dir.join(from).display())),
+        }
+    }
+    Err(format!("cannot rename {}: {to} keeps reappearing", dir.join(from).display()))
 }
 
 /// The name used instead of one taken by something that is not our log (never renamed,

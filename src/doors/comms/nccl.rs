@@ -14,6 +14,8 @@ use crate::core::log::records::CommOrigin;
 use crate::core::record::doors;
 use crate::core::record::notice::say;
 use crate::core::record::thread_state::{self, ReentrancyGuard};
+use crate::core::runtime::declared::{Declaration, DeclaredBy};
+use crate::core::runtime::start;
 use crate::doors::comms::nccl_abi::*;
 use crate::doors::comms::nccl_symbols::{EntryPoint, NCCL};
 use crate::doors::real_symbol::loaded_nccl_path;
@@ -371,6 +373,15 @@ fn creating(
     result
 }
 
+/// The first communicator a process creates from a unique id names its rank when nothing
+/// stronger did (`runtime::identity` gives the order); a process waiting for its rank
+/// starts recording here, before the call is forwarded, so the call itself is recorded.
+fn declare_rank(rank: c_int, nranks: c_int) {
+    if let Some(declaration) = Declaration::new(DeclaredBy::Nccl, rank, nranks) {
+        shielded(|| start::declare(declaration));
+    }
+}
+
 /// Reads the communicator handle NCCL stored through `out`.
 fn handle_at(out: *const NcclComm, index: usize) -> u64 {
     // SAFETY: called only after NCCL returned success or in-progress, which means it wrote
@@ -392,6 +403,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
         static SAID: AtomicBool = AtomicBool::new(false);
         return missing("ncclCommInitRank", &SAID);
     };
+    declare_rank(rank, nranks);
     creating(
         NcclOp::CommInitRank,
         || NewComm::FromUniqueId(CommOrigin::InitRank, comm_id.bytes()),
@@ -420,6 +432,7 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
         static SAID: AtomicBool = AtomicBool::new(false);
         return missing("ncclCommInitRankConfig", &SAID);
     };
+    declare_rank(rank, nranks);
     creating(
         NcclOp::CommInitRankConfig,
         || NewComm::FromUniqueId(CommOrigin::InitRankConfig, comm_id.bytes()),
@@ -508,6 +521,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         static SAID: AtomicBool = AtomicBool::new(false);
         return missing("ncclCommInitRankScalable", &SAID);
     };
+    declare_rank(myrank, nranks);
     let ids = || {
         let n = if comm_ids.is_null() { 0 } else { (n_id.max(0) as usize).min(SCALABLE_IDS_HASHED) };
         // SAFETY: NCCL's contract: `comm_ids` holds `n_id` ids, of which we read at most

@@ -44,11 +44,20 @@ pub extern "C" fn InitializeInjection() -> c_int {
     1
 }
 
-/// Opens CUPTI for a recording process: not for one without rank identity (inert), not
-/// under SF_DISABLE or in a forked child (no runtime), not with SF_CUPTI=0.
+/// Opens CUPTI for a recording process: not under SF_DISABLE or in a forked child (no
+/// runtime), not with SF_CUPTI=0. A process with no rank yet (mp.spawn's children set
+/// their device before init_process_group) opens it once the job declares one, on the
+/// declaring thread; one that never does never calls CUPTI.
 fn open() {
     // Starts the runtime if this is the first call; its config exists once it is active.
-    let Some(config) = runtime::active().and_then(|_| start::config()) else { return };
+    let Some(config) = runtime::active().and_then(|_| start::config()) else {
+        if runtime::is_pending() {
+            start::when_started(|| {
+                shielded(open);
+            });
+        }
+        return;
+    };
     if !config.cupti.enabled {
         return;
     }

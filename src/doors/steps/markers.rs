@@ -8,6 +8,8 @@ use std::ffi::{c_char, c_int, CStr};
 
 use crate::core::live::runtime;
 use crate::core::record::doors;
+use crate::core::runtime::declared::{Declaration, DeclaredBy};
+use crate::core::runtime::start;
 use crate::core::steps::{markers, nvtx_ranges};
 use crate::doors::traced::shielded;
 
@@ -66,6 +68,22 @@ pub unsafe extern "C" fn sf_value(name: *const c_char, value: f64) {
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn sf_recording() -> c_int {
     shielded(|| runtime::active().is_some() as c_int).unwrap_or(0)
+}
+
+/// The job's own word on this process's rank: `torch.distributed.init_process_group`'s
+/// rank and world size (the Python door calls this once it returns). Beats the launcher's
+/// variables (`runtime::identity` gives the order); a process waiting for its rank starts
+/// recording now. Returns what `sf_recording` then returns. A rank outside its world is
+/// ignored.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_declare_rank(rank: c_int, world_size: c_int) -> c_int {
+    shielded(|| {
+        if let Some(declaration) = Declaration::new(DeclaredBy::ProcessGroup, rank, world_size) {
+            start::declare(declaration);
+        }
+        runtime::active().is_some() as c_int
+    })
+    .unwrap_or(0)
 }
 
 /// 1 once the program's NVTX ranges (NVTX_INJECTION64_PATH) have opened a step in this

@@ -8,10 +8,12 @@ use super::human_frontier::{frontier_columns, window_head, window_rows, window_t
 use super::human_hang::{self, mismatch_lines};
 use super::table::{self, Align};
 use super::Output;
+use stagefrontier::analysis::log::ends::FirstEnd;
 use stagefrontier::report::frontier::FrontierReport;
 use stagefrontier::report::hang::HangReport;
 use stagefrontier::report::ls::{Gap, LsReport, RankRow};
 use stagefrontier::report::read_budget::RECORDS;
+use stagefrontier::report::wall::rfc3339_ms;
 
 /// Enough names to act on; the JSON output has them all.
 pub(super) use stagefrontier::report::rank_list::{ranges, LIST_AT_MOST};
@@ -35,6 +37,9 @@ impl<W: Write> Output for Human<W> {
         }
         for line in summary_lines(report) {
             human_line!(self.out, "{line}")?;
+        }
+        if let Some(first) = &report.first_end {
+            human_line!(self.out, "{}", first_end_line(first))?;
         }
         // Only a job on several hosts compares times across clocks.
         if report.clocks.len() > 1 {
@@ -158,6 +163,28 @@ fn rank_cells(r: &RankRow) -> Vec<String> {
 
 /// The word `--json` uses for a unit variant (liveness, origin), so both outputs say the
 /// same and cannot drift apart.
+/// `rank 2 exited first (status 1) at …Z; ranks 0, 1, 3 ended 0.120 s later (a teardown
+/// by SIGTERM)`: `sf ls` and `sf hang` say it alike.
+pub(super) fn first_end_line(f: &FirstEnd) -> String {
+    let at = rfc3339_ms(f.at_wall_ns);
+    let when = if f.at_or_after { format!("at or after its last heartbeat, {at}") } else { format!("at {at}") };
+    let after = if f.at_or_after { "after that heartbeat" } else { "later" };
+    let teardown = match (&f.teardown_signal, f.teardown) {
+        (Some(signal), true) => format!(" (a teardown by {signal})"),
+        (None, true) => " (a teardown)".to_string(),
+        _ => String::new(),
+    };
+    let noun = if f.rest.len() == 1 { "rank" } else { "ranks" };
+    format!(
+        "rank {} {} first ({}) {when}; {noun} {} ended {:.3} s {after}{teardown}",
+        f.rank,
+        f.verb,
+        f.cause,
+        ranges(&f.rest),
+        f.rest_within_s
+    )
+}
+
 pub(super) fn json_name<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(name)) => name,
@@ -333,6 +360,7 @@ mod tests {
             clocks: Vec::new(),
             records_read_per_log: 65_536,
             budget_for_all: None,
+            first_end: None,
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

@@ -7,7 +7,7 @@ use stagefrontier::analysis::hang::Mismatch;
 use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
 
-use super::human::{age, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
+use super::human::{age, first_end_line, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};
 use stagefrontier::report::hang::{CommReport, HangReport, InjectionReport, PostMortemReport, RankReport};
 
@@ -134,10 +134,12 @@ fn post_mortem_line(p: &PostMortemReport) -> String {
     } else {
         format!(", {} waiting in it", rank_noun(&p.waiting_ranks))
     };
-    format!(
-        "HUNG (post-mortem: all {} ranks are gone; from their last live tables): {held}{waited}",
-        p.gone_ranks.len()
-    )
+    let from = if p.named_by == "first_end" {
+        "the first to end while the others waited in a call, from the ranks' end records"
+    } else {
+        "from their last live tables"
+    };
+    format!("HUNG (post-mortem: all {} ranks are gone; {from}): {held}{waited}", p.gone_ranks.len())
 }
 
 fn hang_head(report: &HangReport) -> Vec<String> {
@@ -150,8 +152,12 @@ fn hang_head(report: &HangReport) -> Vec<String> {
         format!("{verdict}: {}", comm_verdict(c, report.source))
     }));
     let t = &report.threshold;
-    if lines.len() == hung {
+    // A teardown faster than the threshold leaves no stuck wait: the post-mortem says it.
+    if lines.len() == hung && report.post_mortem.is_none() {
         lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
+    }
+    if let Some(first) = &report.first_end {
+        lines.insert(0, first_end_line(first));
     }
     if let Some(p) = &report.post_mortem {
         lines.insert(0, post_mortem_line(p));
