@@ -93,7 +93,7 @@ pub(super) fn attribute_split(
                 }
             }
         }
-        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch, since, &mut device);
+        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch, &mut Split { since, device: &mut device });
     });
     let (mut waits, mut caused) = (Vec::new(), Vec::new());
     for ((r, sums), rank_spans) in ranks.iter().zip(&sums).zip(&spans) {
@@ -140,6 +140,12 @@ struct Scratch {
     medians: Vec<f64>,
 }
 
+/// How `charge` splits a late participant's caused wait between its host and its device.
+struct Split<'d> {
+    since: Since,
+    device: &'d mut dyn FnMut(&Collective, &Participant) -> Option<DeviceCharge>,
+}
+
 /// Charges each late participant's caused wait to the stages where its own time since its
 /// previous call ran over the participants' median, in proportion to the overrun; with
 /// no overrun (it was late because it left its previous call late), to the stage it
@@ -151,8 +157,7 @@ fn charge(
     sums: &mut [SpanSums],
     unstaged_s: &mut f64,
     s: &mut Scratch,
-    since: Since,
-    device: &mut dyn FnMut(&Collective, &Participant) -> Option<DeviceCharge>,
+    split: &mut Split,
 ) {
     // Own time per (step, stage) in each participant's segment before the call.
     s.own.clear();
@@ -160,7 +165,7 @@ fn charge(
     for p in &c.participants {
         let r = &ranks[p.rank];
         let enter = r.calls[p.call].enter_ns;
-        let start = p.call.checked_sub(1).map_or(enter, |i| match since {
+        let start = p.call.checked_sub(1).map_or(enter, |i| match split.since {
             Since::PreviousExit => r.calls[i].exit_ns.min(enter),
             Since::PreviousEnter => r.calls[i].enter_ns.min(enter),
         });
@@ -201,7 +206,7 @@ fn charge(
             continue;
         }
         let mut caused_s = p.caused_s;
-        if let Some(d) = device(c, p) {
+        if let Some(d) = (split.device)(c, p) {
             let caused = &mut sums[p.rank].caused;
             let spans = || d.spans.iter().filter(|&&(span, w)| span < caused.len() && w > 0.0);
             let weight: f64 = spans().map(|&(_, w)| w).sum();
