@@ -14,7 +14,7 @@ use crate::core::log::format::live;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::{CommCreated, CommOrigin, InjectAction, Injection, NcclCall, RecordBody};
 use crate::core::record::clock::now_ticks;
-use crate::core::record::thread_state::ReentrancyGuard;
+use crate::core::record::thread_state::{NcclLink, ReentrancyGuard};
 
 /// The arguments of an intercepted call that records keep.
 #[derive(Clone, Copy)]
@@ -83,6 +83,8 @@ pub fn begin(args: &CallArgs, thread: &ReentrancyGuard) -> Option<Pending> {
         slot.inflight_op.store(args.op as u64, Ordering::Relaxed);
         slot.inflight_ticks.store(t_enter, Ordering::Relaxed);
         entered.store(seq, Ordering::Release);
+        // The kernels this call (or its group's end) launches belong to it.
+        thread.enter_nccl_call(NcclLink { comm_id, seq, op: args.op as u16 });
     }
     Some(Pending {
         rt,

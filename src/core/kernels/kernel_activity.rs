@@ -17,6 +17,11 @@ pub enum ActivityKind {
     Runtime {
         cbid: u32,
     },
+    /// A completed synchronization (`CUpti_ActivitySynchronizationType`: 1 event
+    /// synchronize, 2 stream wait event, 3 stream synchronize, 4 context synchronize).
+    Synchronization {
+        sync_type: u32,
+    },
 }
 
 /// One GPU activity record.

@@ -184,7 +184,7 @@ impl KernelWindows {
         self.started = true;
         match activity.kind {
             ActivityKind::Runtime { .. } => self.stages.runtime(activity),
-            ActivityKind::Memcpy { .. } => {}
+            ActivityKind::Memcpy { .. } | ActivityKind::Synchronization { .. } => {}
             ActivityKind::Kernel => {
                 let id = match name {
                     Some(name) => {
@@ -200,6 +200,12 @@ impl KernelWindows {
                 self.kernel(activity, id);
             }
         }
+    }
+
+    /// Interns a kernel name seen elsewhere (a launch still unfinished); the caller writes
+    /// its `kernel_name` record when new, so it is not queued here.
+    pub fn intern_name(&mut self, name: &[u8]) -> (u32, bool) {
+        self.names.intern(name)
     }
 
     fn kernel(&mut self, a: &Activity, name: u32) {

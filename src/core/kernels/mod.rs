@@ -4,6 +4,7 @@
 //! summarising happen in the collector, never on an application thread.
 
 pub mod cupti;
+pub mod device_tracker;
 pub mod kde;
 pub mod kernel_activity;
 pub mod kernel_windows;

@@ -17,6 +17,7 @@ pub mod process_stamp;
 pub mod reader;
 pub mod records;
 pub mod records_cupti;
+pub mod records_device;
 pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;

@@ -11,6 +11,8 @@ use crate::core::log::nccl_op::{dtype_size, NcclOp};
 use crate::core::record::clock::Calibration;
 
 pub use super::records_cupti::{CuptiState, CuptiStatus};
+use super::records_device as device;
+pub use super::records_device::{DeviceColl, DeviceState, HostSync, LinkSource, SyncKind, Unfinished};
 use super::records_kernels as kernels;
 pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
 use super::records_net as net;
@@ -59,9 +61,16 @@ pub mod kind {
     pub const PORT_COUNTERS: u16 = 21;
     /// A device context the verbs door (SF_VERBS=1) adopted, refused or saw closed.
     pub const VERBS_DEVICE: u16 = 22;
+    /// A completed host synchronization (records_device.rs).
+    pub const HOST_SYNC: u16 = 23;
+    /// A completed NCCL kernel linked to the call that launched it.
+    pub const DEVICE_COLL: u16 = 24;
+    /// The collector's view of the device's unfinished work.
+    pub const DEVICE_STATE: u16 = 25;
+    // 26 is issue 26's `process_end`.
 
     /// Each kind's name: the `kind` of its JSON form, and what `sf dump --kind` takes.
-    pub const NAMES: [(u16, &str); 22] = [
+    pub const NAMES: [(u16, &str); 25] = [
         (NCCL_CALL, "nccl_call"),
         (COMM_CREATED, "comm_created"),
         (DROPS, "drops"),
@@ -84,6 +93,9 @@ pub mod kind {
         (PORT_COUNTER_NAME, "port_counter_name"),
         (PORT_COUNTERS, "port_counters"),
         (VERBS_DEVICE, "verbs_device"),
+        (HOST_SYNC, "host_sync"),
+        (DEVICE_COLL, "device_coll"),
+        (DEVICE_STATE, "device_state"),
     ];
 
     /// The code of a kind's name.
@@ -333,6 +345,9 @@ pub enum RecordBody {
     PortCounterName(PortCounterName),
     PortCounters(PortCounters),
     VerbsDevice(VerbsDevice),
+    HostSync(HostSync),
+    DeviceColl(DeviceColl),
+    DeviceState(DeviceState),
 }
 
 impl RecordBody {
@@ -360,6 +375,9 @@ impl RecordBody {
             RecordBody::PortCounterName(_) => kind::PORT_COUNTER_NAME,
             RecordBody::PortCounters(_) => kind::PORT_COUNTERS,
             RecordBody::VerbsDevice(_) => kind::VERBS_DEVICE,
+            RecordBody::HostSync(_) => kind::HOST_SYNC,
+            RecordBody::DeviceColl(_) => kind::DEVICE_COLL,
+            RecordBody::DeviceState(_) => kind::DEVICE_STATE,
         }
     }
 
@@ -383,6 +401,9 @@ impl RecordBody {
             RecordBody::PortCounterName(n) => Some(n.t_ns),
             RecordBody::PortCounters(p) => Some(p.t_ns),
             RecordBody::VerbsDevice(d) => Some(d.t_ns),
+            RecordBody::HostSync(s) => Some(s.t_enter_ns),
+            RecordBody::DeviceColl(c) => Some(c.t_start_ns),
+            RecordBody::DeviceState(s) => Some(s.t_ns),
             RecordBody::SideValue(_)
             | RecordBody::KernelName(_)
             | RecordBody::KernelCluster(_)
@@ -425,6 +446,8 @@ impl RecordBody {
             RecordBody::QpWindow(_) | RecordBody::QpStuck(_) | RecordBody::QpDegraded(_) => {}
             // Made by the collector (sysfs sampler, verbs door notes), already in nanoseconds.
             RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {}
+            // Made by the collector's device tracker, already in nanoseconds.
+            RecordBody::HostSync(_) | RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => {}
         }
         self
     }
@@ -506,6 +529,9 @@ impl RecordBody {
             RecordBody::PortCounterName(n) => ports::encode_port_counter_name(n, &mut w),
             RecordBody::PortCounters(p) => ports::encode_port_counters(p, &mut w),
             RecordBody::VerbsDevice(d) => ports::encode_verbs_device(d, &mut w),
+            RecordBody::HostSync(s) => device::encode_host_sync(s, &mut w),
+            RecordBody::DeviceColl(c) => device::encode_device_coll(c, &mut w),
+            RecordBody::DeviceState(s) => device::encode_device_state(s, &mut w),
         }
         w.at
     }
@@ -618,6 +644,9 @@ impl RecordBody {
             kind::PORT_COUNTER_NAME => RecordBody::PortCounterName(ports::decode_port_counter_name(&mut r)?),
             kind::PORT_COUNTERS => RecordBody::PortCounters(ports::decode_port_counters(&mut r)?),
             kind::VERBS_DEVICE => RecordBody::VerbsDevice(ports::decode_verbs_device(&mut r)?),
+            kind::HOST_SYNC => RecordBody::HostSync(device::decode_host_sync(&mut r)?),
+            kind::DEVICE_COLL => RecordBody::DeviceColl(device::decode_device_coll(&mut r)?),
+            kind::DEVICE_STATE => RecordBody::DeviceState(device::decode_device_state(&mut r)?),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)

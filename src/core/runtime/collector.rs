@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::core::comms::early;
-use crate::core::kernels::cupti::CuptiDrain;
+use crate::core::kernels::cupti::{self, CuptiDrain};
+use crate::core::kernels::device_tracker::DeviceTracker;
 use crate::core::kernels::kernel_windows::KernelWindows;
 use crate::core::live::event::Event;
 use crate::core::live::runtime::{self, Runtime};
@@ -34,8 +35,10 @@ pub struct Collector {
     recent_steps: StepTimes,
     /// GPU kernel summaries per window and per step (fed by the CUDA door's drain).
     pub kernels: KernelWindows,
-    /// The CUDA door's buffers: parsed here, fed to `kernels`.
+    /// The CUDA door's buffers: parsed here, fed to `kernels` and `device`.
     cupti: CuptiDrain,
+    /// Launches, synchronizations and completions: device_coll, host_sync, device_state.
+    device: DeviceTracker,
     /// RDMA work requests per QP: stuck and degraded checks, periodic samples.
     qps: QpMonitor,
     /// RDMA port counters from sysfs (SF_IB_SAMPLE_MS).
@@ -53,6 +56,7 @@ impl Collector {
             recent_steps: StepTimes::default(),
             kernels: KernelWindows::default(),
             cupti: CuptiDrain::default(),
+            device: DeviceTracker::default(),
             qps: QpMonitor::default(),
             ports: PortSampler::default(),
         }
@@ -67,6 +71,7 @@ impl Collector {
         while let Some(event) = (written < rt.ring.capacity()).then(|| rt.ring.pop()).flatten() {
             match event {
                 Event::Record(record) => self.writer.append(&record.to_nanoseconds(&rt.calibration)),
+                Event::Device(event) => self.device.event(&event, &rt.calibration, cupti::sync_activity()),
                 Event::Marker(marker) => {
                     let (writer, recent_steps) = (&mut self.writer, &mut self.recent_steps);
                     self.steps.feed(&marker, &rt.calibration, rt.stage_names, |record| {
@@ -97,10 +102,14 @@ impl Collector {
             self.writer.append(&drops.to_nanoseconds(&rt.calibration));
             self.drops_written = dropped;
         }
-        let kernels = &mut self.kernels;
+        let (kernels, device) = (&mut self.kernels, &mut self.device);
         let config = self.config;
-        self.cupti.round(&config.cupti, &mut self.writer, &mut |activity, name| kernels.feed(activity, name));
+        self.cupti.round(&config.cupti, &mut self.writer, &mut |activity, name| {
+            kernels.feed(activity, name);
+            device.activity(activity);
+        });
         self.kernels.round(rt, config.kernel_window_ms, &config.cupti, &mut self.writer);
+        self.write_device(false);
         self.qps.round(rt, &self.qp_settings(), &mut self.writer);
         let writer = &mut self.writer;
         self.ports.round(config.ib_sample_ms, &config.ib_sysfs_root, &mut |record| writer.append(record));
@@ -109,6 +118,12 @@ impl Collector {
         rt.calibration.refine();
         self.writer.heartbeat(monotonic_ns(), wall_ns(), rt.calibration.ticks_per_sec());
         written
+    }
+
+    /// The device tracker's records, after the kernel windows' names.
+    fn write_device(&mut self, at_exit: bool) {
+        let (kernels, writer) = (&mut self.kernels, &mut self.writer);
+        self.device.round(monotonic_ns(), at_exit, &mut |name| kernels.intern_name(name), &mut |r| writer.append(r));
     }
 
     fn qp_settings(&self) -> QpSettings {
@@ -172,6 +187,7 @@ impl Collector {
         self.cupti.flush_at_exit();
         self.round(rt);
         self.kernels.finish(&mut self.writer);
+        self.write_device(true);
         self.qps.sample(rt, &self.qp_settings(), &mut self.writer);
         self.writer.set(live::WRITER_STATE, state);
     }

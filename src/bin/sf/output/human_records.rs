@@ -135,6 +135,9 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) 
         RecordBody::PortCounterName(_) | RecordBody::PortCounters(_) | RecordBody::VerbsDevice(_) => {
             super::human_ports::record_line(seq, &record.body, base_mono_ns).unwrap_or_default()
         }
+        RecordBody::HostSync(_) | RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => {
+            super::human_device::record_line(seq, &record.body, base_mono_ns).unwrap_or_default()
+        }
         RecordBody::CuptiStatus(s) => format!(
             "{seq:>8}  {:>12}  {:<12}  state={} cupti_version={} records={} buffers={} skipped={} dropped_by_cupti={} pool_refusals={} pool={}x{}B correlation={} cupti_result={}",
             since_start(s.t_ns),

@@ -12,6 +12,7 @@ macro_rules! human_line {
 pub mod dump;
 mod error;
 mod human;
+mod human_device;
 mod human_frontier;
 mod human_hang;
 mod human_hang_profiler;

@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 
-use cudarc::cupti::sys::{self as cupti, CUptiResult, CUpti_Activity, CUpti_ActivityKind};
+use cudarc::cupti::sys::{self as cupti, CUptiResult, CUpti_Activity, CUpti_ActivityKind, CUpti_CallbackDomain};
 use cudarc::driver::sys::CUcontext;
 
 /// Where a libcupti may be, in the order tried: `SF_CUPTI_PATH` alone when set; else a
@@ -102,12 +102,19 @@ struct Functions {
     next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut CUpti_Activity) -> CUptiResult,
     dropped_records: unsafe extern "C" fn(CUcontext, u32, *mut usize) -> CUptiResult,
     timestamp: unsafe extern "C" fn(*mut u64) -> CUptiResult,
+    /// `cuptiEnableCallback`; absent from a CUPTI (or a fake) without the callback API, which
+    /// then records activity only.
+    enable_callback: Option<
+        unsafe extern "C" fn(u32, cupti::CUpti_SubscriberHandle, cupti::CUpti_CallbackDomain, u32) -> CUptiResult,
+    >,
 }
 
 /// An opened CUPTI and its functions. Never closed.
 pub struct Cupti {
     pub path: PathBuf,
     functions: Functions,
+    /// The subscription's handle (an address), 0 before `subscribe`.
+    subscriber: usize,
 }
 
 pub type Callbacks = (cupti::CUpti_BuffersCallbackRequestFunc, cupti::CUpti_BuffersCallbackCompleteFunc);
@@ -158,9 +165,10 @@ pub fn open(candidates: &[PathBuf]) -> Result<Cupti, OpenError> {
             dropped_records: function(handle, "cuptiActivityGetNumDroppedRecords", &path)?,
             timestamp: function(handle, "cuptiGetTimestamp", &path)?,
             get_version: function(handle, "cuptiGetVersion", &path)?,
+            enable_callback: function(handle, "cuptiEnableCallback", &path).ok(),
         }
     };
-    Ok(Cupti { path, functions })
+    Ok(Cupti { path, functions, subscriber: 0 })
 }
 
 /// A CUPTI call's result as a `Result`.
@@ -175,6 +183,7 @@ fn checked(result: CUptiResult) -> Result<(), CUptiResult> {
 pub const KERNELS: CUpti_ActivityKind = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
 pub const MEMCPY: CUpti_ActivityKind = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY;
 pub const RUNTIME: CUpti_ActivityKind = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_RUNTIME;
+pub const SYNCHRONIZATION: CUpti_ActivityKind = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
 
 impl Cupti {
     pub fn version(&self) -> Option<u32> {
@@ -183,13 +192,23 @@ impl Cupti {
         checked(unsafe { (self.functions.get_version)(&mut version) }).ok().map(|_| version)
     }
 
-    /// Subscribes with a callback that ignores everything: the door uses the activity API
-    /// only, but the subscription is how CUPTI says whether another tool holds it.
-    pub fn subscribe(&self, callback: cupti::CUpti_CallbackFunc) -> Result<(), CUptiResult> {
+    /// Subscribes `callback`, which sees only the callbacks `enable_callback` turns on; the
+    /// subscription is also how CUPTI says whether another tool holds it.
+    pub fn subscribe(&mut self, callback: cupti::CUpti_CallbackFunc) -> Result<(), CUptiResult> {
         let mut subscriber: cupti::CUpti_SubscriberHandle = null_mut();
         // SAFETY: writes the handle through a valid pointer; the callback is a plain
         // extern "C" fn that lives as long as the library.
-        checked(unsafe { (self.functions.subscribe)(&mut subscriber, callback, null_mut()) })
+        checked(unsafe { (self.functions.subscribe)(&mut subscriber, callback, null_mut()) })?;
+        self.subscriber = subscriber as usize;
+        Ok(())
+    }
+
+    /// Turns on the subscriber's callback for one (domain, cbid); `Err(None)` when this
+    /// CUPTI has no callback API.
+    pub fn enable_callback(&self, domain: CUpti_CallbackDomain, cbid: u32) -> Result<(), Option<CUptiResult>> {
+        let enable = self.functions.enable_callback.ok_or(None)?;
+        // SAFETY: the handle `subscribe` got; plain values otherwise.
+        checked(unsafe { enable(1, self.subscriber as cupti::CUpti_SubscriberHandle, domain, cbid) }).map_err(Some)
     }
 
     pub fn register_callbacks(&self, (requested, completed): Callbacks) -> Result<(), CUptiResult> {

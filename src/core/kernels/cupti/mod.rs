@@ -9,6 +9,7 @@
 //!   filled buffers, feeds the kernel windows, gives the buffers back and writes the
 //!   door's `cupti_status` records.
 
+pub mod callbacks;
 pub mod config;
 mod drain;
 pub mod loader;
@@ -16,7 +17,7 @@ pub mod parse;
 pub mod pool;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use cudarc::cupti::sys::{CUptiResult, CUpti_CallbackFunc};
@@ -42,6 +43,14 @@ static STATE: AtomicU8 = AtomicU8::new(0);
 static RESULT: AtomicU32 = AtomicU32::new(0);
 /// `cuptiGetVersion` of the CUPTI loaded, 0 if none.
 static VERSION: AtomicU32 = AtomicU32::new(0);
+/// Whether CUPTI records completed synchronizations (activity kind 38).
+static SYNC_ACTIVITY: AtomicBool = AtomicBool::new(false);
+
+/// Whether completed host synchronizations come from CUPTI's SYNCHRONIZATION records (else
+/// from the callbacks' EXIT).
+pub fn sync_activity() -> bool {
+    SYNC_ACTIVITY.load(Ordering::Acquire)
+}
 
 /// The session, for the buffer callbacks; `None` before CUPTI was loaded.
 pub fn session() -> Option<&'static Session> {
@@ -70,7 +79,7 @@ pub struct DoorCallbacks {
 /// nothing when there is no CUPTI at all, one line for anything else that goes wrong.
 pub fn open(config: &CuptiConfig, loaded: &[PathBuf], callbacks: DoorCallbacks) {
     let candidates = loader::candidates(config.path.as_deref(), loaded, loader::list_dir);
-    let cupti = match loader::open(&candidates) {
+    let mut cupti = match loader::open(&candidates) {
         Ok(cupti) => cupti,
         Err(OpenError::NotFound) => {
             if let Some(path) = &config.path {
@@ -119,6 +128,14 @@ pub fn open(config: &CuptiConfig, loaded: &[PathBuf], callbacks: DoorCallbacks) 
             return failed(&format!("cuptiActivityEnable({kind:?})"), result, cupti);
         }
         enabled.push(kind);
+    }
+    // Device evidence beyond kernels is best effort: without it the door records kernels
+    // as before, and the log says which evidence it has.
+    SYNC_ACTIVITY.store(cupti.enable(loader::SYNCHRONIZATION).is_ok(), Ordering::Release);
+    for (domain, cbid) in callbacks::enabled() {
+        if cupti.enable_callback(domain, cbid) == Err(None) {
+            break; // no callback API: activity only
+        }
     }
     settle(CuptiState::Enabled, None);
 }

@@ -18,6 +18,7 @@ pub mod kind {
     pub const MEMCPY: u32 = 1;
     pub const RUNTIME: u32 = 5;
     pub const CONCURRENT_KERNEL: u32 = 10;
+    pub const SYNCHRONIZATION: u32 = 38;
 }
 
 /// `CUpti_ActivityKernel4` .. `Kernel13` (CUDA 11.x to 13.4): the fields read.
@@ -55,6 +56,17 @@ mod api {
     pub const MIN_SIZE: usize = CORRELATION + 4;
 }
 
+/// `CUpti_ActivitySynchronization` and `Synchronization2` (CUDA 12.8+, a longer tail).
+mod sync {
+    pub const TYPE: usize = 4;
+    pub const START: usize = 8;
+    pub const END: usize = 16;
+    pub const CORRELATION: usize = 24;
+    pub const CONTEXT: usize = 28;
+    pub const STREAM: usize = 32;
+    pub const MIN_SIZE: usize = STREAM + 4;
+}
+
 /// What parsing one buffer found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ParseStats {
@@ -84,7 +96,8 @@ impl TimeBase {
 ///
 /// `next` walks the buffer: each call returns the offset of the next record, `None` at the
 /// end. `name` resolves a kernel record's name pointer to the name's bytes, which need only
-/// live until the sink returns. `sink` gets every kernel, memcpy and runtime activity.
+/// live until the sink returns. `sink` gets every kernel, memcpy, runtime and
+/// synchronization activity.
 pub fn parse_buffer<'n>(
     buffer: &[u8],
     mut next: impl FnMut() -> Option<usize>,
@@ -127,6 +140,7 @@ fn parse_record(record: &[u8], time: TimeBase) -> Parsed {
         kind::CONCURRENT_KERNEL => (kernel::MIN_SIZE, ActivityKind::Kernel),
         kind::MEMCPY => (memcpy::MIN_SIZE, ActivityKind::Memcpy { bytes: 0, copy_kind: 0 }),
         kind::RUNTIME => (api::MIN_SIZE, ActivityKind::Runtime { cbid: 0 }),
+        kind::SYNCHRONIZATION => (sync::MIN_SIZE, ActivityKind::Synchronization { sync_type: 0 }),
         _ => return Parsed::Unknown,
     };
     if record.len() < min_size {
@@ -171,6 +185,16 @@ fn parse_record(record: &[u8], time: TimeBase) -> Parsed {
                 ..blank
             };
             (activity, u64_at(api::START), u64_at(api::END), None)
+        }
+        ActivityKind::Synchronization { .. } => {
+            let activity = Activity {
+                kind: ActivityKind::Synchronization { sync_type: u32_at(sync::TYPE) },
+                context: u32_at(sync::CONTEXT),
+                stream: u32_at(sync::STREAM),
+                correlation: u32_at(sync::CORRELATION),
+                ..blank
+            };
+            (activity, u64_at(sync::START), u64_at(sync::END), None)
         }
     };
     if start == 0 || end < start {

@@ -10,7 +10,8 @@ use cudarc::cupti::sys::{
     CUpti_ActivityAPI, CUpti_ActivityKernel10, CUpti_ActivityKernel11, CUpti_ActivityKernel12, CUpti_ActivityKernel13,
     CUpti_ActivityKernel4, CUpti_ActivityKernel5, CUpti_ActivityKernel6, CUpti_ActivityKernel7, CUpti_ActivityKernel8,
     CUpti_ActivityKernel9, CUpti_ActivityKind, CUpti_ActivityMemcpy, CUpti_ActivityMemcpy3, CUpti_ActivityMemcpy4,
-    CUpti_ActivityMemcpy5, CUpti_ActivityMemcpy6, CUpti_ActivityMemcpy7,
+    CUpti_ActivityMemcpy5, CUpti_ActivityMemcpy6, CUpti_ActivityMemcpy7, CUpti_ActivitySynchronization,
+    CUpti_ActivitySynchronization2, CUpti_ActivitySynchronizationType,
 };
 
 use super::*;
@@ -165,6 +166,48 @@ fn memcpy6(bytes: u64, start: u64, end: u64) -> Vec<u8> {
     m.kind = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY;
     (m.copyKind, m.bytes, m.start, m.end, m.streamId, m.copyCount) = (2, bytes, start, end, 5, 1);
     bytes_of(&m)
+}
+
+fn synchronization(
+    type_: CUpti_ActivitySynchronizationType,
+    start: u64,
+    end: u64,
+    stream: u32,
+    correlation: u32,
+) -> Vec<u8> {
+    let mut s: CUpti_ActivitySynchronization2 = zeroed();
+    s.kind = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+    (s.type_, s.start, s.end, s.correlationId, s.contextId, s.streamId) = (type_, start, end, correlation, 1, stream);
+    bytes_of(&s)
+}
+
+/// The synchronization records of CUDA 12 and 13 (`Synchronization` and the longer
+/// `Synchronization2`) carry the fields the parser reads at its offsets.
+#[test]
+fn synchronization_records_of_every_version() {
+    macro_rules! sync_versions {
+        ($($t:ty),*) => {$(
+            assert_eq!(
+                [offset_of!($t, type_), offset_of!($t, start), offset_of!($t, end), offset_of!($t, correlationId),
+                 offset_of!($t, contextId), offset_of!($t, streamId)],
+                [sync::TYPE, sync::START, sync::END, sync::CORRELATION, sync::CONTEXT, sync::STREAM],
+                stringify!($t)
+            );
+            assert!(size_of::<$t>() >= sync::MIN_SIZE, stringify!($t));
+        )*};
+    }
+    sync_versions!(CUpti_ActivitySynchronization, CUpti_ActivitySynchronization2);
+    assert_eq!(CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION as u32, kind::SYNCHRONIZATION);
+    use CUpti_ActivitySynchronizationType as T;
+    let mut buffer = Buffer::default();
+    buffer
+        .push(synchronization(T::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, 7_000_000, 7_900_000, 13, 55))
+        .push(synchronization(T::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE, 8_000_000, 0, 0, 56));
+    let (stats, seen) = buffer.parse(BASE);
+    assert_eq!(stats, ParseStats { delivered: 1, unknown: 0, rejected: 1 }, "one still in progress at a forced flush");
+    let s = seen[0].0;
+    assert_eq!(s.kind, ActivityKind::Synchronization { sync_type: 3 });
+    assert_eq!((s.stream, s.correlation, s.start_ns, s.end_ns), (13, 55, 6_000_000, 6_900_000));
 }
 
 fn runtime_api(cbid: u32, start: u64, end: u64, correlation: u32) -> Vec<u8> {
