@@ -72,6 +72,9 @@ impl<W: Write> Output for Human<W> {
         if let Some(step) = report.waits_start_at_step {
             human_line!(self.out, "{}", stagefrontier::report::waits_note(step))?;
         }
+        if let Some(reason) = report.waits_from_reason {
+            human_line!(self.out, "waits from: {reason}")?;
+        }
         for window in &report.windows {
             writeln!(self.out)?;
             for line in window_head(window) {
