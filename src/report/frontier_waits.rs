@@ -48,9 +48,8 @@ pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
     drop(ranks);
     let stages = table.schema().stages().to_vec();
     let waits_from = timelines.waits_from();
-    let (attribution, inferred) = inferred::attribution(inferred, || {
-        waits::attribution(timelines, &names, &stages, window.as_ref())
-    });
+    let (attribution, inferred) =
+        inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
     let waits = Waits::take_out(&mut table, waits::seen(attribution, waits_from.0));
     Ok(OwnTimeTable { table, waits, inferred, history_starts_at, call_window: window, waits_start_at, waits_from })
 }

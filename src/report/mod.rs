@@ -35,6 +35,8 @@ pub mod steps;
 mod test_logs;
 pub mod trace;
 mod waits;
+#[cfg(test)]
+mod waits_from_tests;
 pub mod wall;
 
 pub use call_window::waits_note;
