@@ -5,6 +5,8 @@
 //! and `core`. Never formats for a terminal, never prints, never ends the process.
 
 mod call_window;
+#[cfg(test)]
+mod device_tests;
 pub mod discover;
 pub mod dump;
 pub mod exporter;
@@ -35,8 +37,6 @@ pub mod steps;
 mod test_logs;
 pub mod trace;
 mod waits;
-#[cfg(test)]
-mod waits_from_tests;
 pub mod wall;
 
 pub use call_window::waits_note;

@@ -7,7 +7,8 @@ use crate::analysis::blame::waits_from::WaitsFrom;
 use crate::core::log::identity::Identity;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::records::{
-    DeviceColl, HostSync, LinkSource, RecordBody, StageDevice, StepVector, SyncKind, STAGES_PER_PART,
+    CommCreated, CommOrigin, DeviceColl, DeviceState, HostSync, KernelName, LinkSource, RecordBody, StageDevice,
+    StepVector, SyncKind, Unfinished, STAGES_PER_PART,
 };
 use crate::core::log::stage_names::StageNames;
 use crate::core::log::synth::allreduce;
@@ -100,7 +101,9 @@ fn write_job(name: &str, shape: Shape, host_extra_ms: f64, device_extra_ms: f64)
     dir
 }
 
-fn write_rank(dir: &Path, rank: u32, shape: Shape, host_extra_ms: f64, device_extra_ms: f64) {
+/// Rank `rank`'s log in `dir`, its clock at `T0` when the wall clock read `wall_ns`, and
+/// the ids of `STAGES` in it.
+fn rank_writer(dir: &Path, rank: u32, wall_ns: u64) -> (LogWriter, [u16; STAGES_PER_PART]) {
     let identity = Identity {
         global_rank: rank as i32,
         world_size: WORLD as i32,
@@ -108,7 +111,7 @@ fn write_rank(dir: &Path, rank: u32, shape: Shape, host_extra_ms: f64, device_ex
         job_id: "w".into(),
         source: "torchrun",
     };
-    let calibration = Calibration::new(ClockSource::Monotonic, 0, T0, 1_795_392_000_000_000_000, 1e9);
+    let calibration = Calibration::new(ClockSource::Monotonic, 0, T0, wall_ns, 1e9);
     let info = HeaderInfo {
         identity: &identity,
         pid: 1,
@@ -117,12 +120,37 @@ fn write_rank(dir: &Path, rank: u32, shape: Shape, host_extra_ms: f64, device_ex
         slot_count: 4096,
         ring_capacity: 64,
     };
-    let mut w = LogWriter::create(&dir.join(format!("rank-{rank:05}.sflog")), &info).unwrap();
+    let w = LogWriter::create(&dir.join(format!("rank-{rank:05}.sflog")), &info).unwrap();
     let names = StageNames::in_map(w.map());
     let mut ids = [0u16; STAGES_PER_PART];
     for (id, name) in ids.iter_mut().zip(STAGES) {
         *id = names.intern(name.as_bytes()).unwrap();
     }
+    (w, ids)
+}
+
+fn step_vector(step: u64, t_begin_ns: u64, ids: [u16; STAGES_PER_PART], stages_ms: [f64; 5]) -> RecordBody {
+    let mut durations_ns = [0u64; STAGES_PER_PART];
+    for (d, ms) in durations_ns.iter_mut().zip(stages_ms) {
+        *d = (ms * MS as f64) as u64;
+    }
+    RecordBody::StepVector(StepVector {
+        step,
+        t_begin_ns,
+        wall_ns: durations_ns.iter().sum(),
+        overlap_ns: 0,
+        schema_hash: 1,
+        part: 0,
+        stages_total: 5,
+        nested_rejected: 0,
+        count: 5,
+        stage_ids: ids,
+        durations_ns,
+    })
+}
+
+fn write_rank(dir: &Path, rank: u32, shape: Shape, host_extra_ms: f64, device_extra_ms: f64) {
+    let (mut w, ids) = rank_writer(dir, rank, 1_795_392_000_000_000_000);
     let ns = |ms: f64| (ms * MS as f64) as u64;
     for step in 0..STEPS {
         let p = plan(rank, step, host_extra_ms, device_extra_ms, shape);
@@ -163,23 +191,7 @@ fn write_rank(dir: &Path, rank: u32, shape: Shape, host_extra_ms: f64, device_ex
                 count: 2,
             }));
         }
-        let mut durations_ns = [0u64; STAGES_PER_PART];
-        for (d, ms) in durations_ns.iter_mut().zip(p.stages_ms) {
-            *d = ns(ms);
-        }
-        w.append(&RecordBody::StepVector(StepVector {
-            step,
-            t_begin_ns: base,
-            wall_ns: durations_ns.iter().sum(),
-            overlap_ns: 0,
-            schema_hash: 1,
-            part: 0,
-            stages_total: 5,
-            nested_rejected: 0,
-            count: 5,
-            stage_ids: ids,
-            durations_ns,
-        }));
+        w.append(&step_vector(step, base, ids, p.stages_ms));
     }
 }
 
@@ -263,5 +275,71 @@ fn a_job_without_collectives_says_so() {
     assert_eq!(f.waits_from_reason, Some("none: no collective was recorded"));
     let s = slow_of(&dir);
     assert_eq!(s.waits_from_reason, "none: no collective was recorded");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every host launched allreduce #41 (the host counts agree) and returned; rank 3's
+/// device is stuck behind a backward kernel that never ends, so the others' devices spin
+/// in #41 and every host waits in the loss's synchronization.
+#[test]
+fn a_stuck_compute_kernel_is_named_by_sf_hang_though_the_host_counts_agree() {
+    let dir = std::env::temp_dir().join(format!("sf-device-hang-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let wall_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    // The logs' clocks: T0 when they were created, 100 s ago; the heartbeat is now.
+    let now = T0 + 100_000 * MS;
+    let step_begin = |step: u64| now - 10_200 * MS - 900 * MS + step * 100 * MS;
+    for rank in 0..WORLD {
+        let (mut w, ids) = rank_writer(&dir, rank, wall_now - 100_000 * MS);
+        w.append(&RecordBody::CommCreated(CommCreated {
+            t_ns: T0,
+            comm_id: COMM,
+            parent_id: 0,
+            rank: rank as i32,
+            nranks: WORLD as i32,
+            global_rank: rank as i32,
+            color: -1,
+            key: 0,
+            origin: CommOrigin::InitRank,
+        }));
+        for (id, name) in [(1, "sim_bwd_0"), (2, "ncclDevKernel_AllReduce_Sum_f32_RING_LL")] {
+            w.append(&RecordBody::KernelName(KernelName::new(id, name.as_bytes())));
+        }
+        // Steps 0-9 done, four allreduces each; step 10's backward launched #41.
+        for step in 0..10 {
+            for k in 0..4 {
+                let t = step_begin(step) + (35 + k * 5) * MS;
+                w.append(&RecordBody::NcclCall(allreduce(COMM, step * 4 + k + 1, t, t + 20_000)));
+            }
+            w.append(&step_vector(step, step_begin(step), ids, [10.0, 20.0, 40.0, 10.0, 20.0]));
+        }
+        let launch_41 = step_begin(10) + 65 * MS;
+        w.append(&RecordBody::NcclCall(allreduce(COMM, 41, launch_41, launch_41 + 20_000)));
+        let oldest = if rank == 3 {
+            Unfinished { name_id: 1, t_launch_ns: step_begin(10) + 35 * MS, stream: 1, comm_id: 0, seq: 0, op: None }
+        } else {
+            let op = Some(NcclOp::AllReduce);
+            Unfinished { name_id: 2, t_launch_ns: launch_41, stream: 2, comm_id: COMM, seq: 41, op }
+        };
+        w.append(&RecordBody::DeviceState(DeviceState {
+            t_ns: now - MS,
+            launched: 500,
+            completed: 480,
+            oldest: Some(oldest),
+            sync_since_ns: step_begin(10) + 75 * MS,
+            sync: Some(SyncKind::Stream),
+        }));
+        w.heartbeat(now, wall_now, 1e9);
+    }
+    let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(report.waits_from, WaitsFrom::Device);
+    let stall = report.device_stall.as_ref().expect("the device names the culprit");
+    assert_eq!((stall.rank, stall.kernel.as_deref(), stall.stage.as_deref()), (3, Some("sim_bwd_0"), Some(BWD)));
+    assert_eq!((stall.comm_id, stall.comm_seq, stall.op), (COMM, 41, NcclOp::AllReduce));
+    assert_eq!(stall.waiting_ranks, [0, 1, 2], "ranks in a host sync wait, they are not guilty");
+    assert!((stall.unfinished_s - 10.065).abs() < 0.5, "{}", stall.unfinished_s);
+    assert!(report.hung, "exit 3");
     std::fs::remove_dir_all(&dir).unwrap();
 }
