@@ -239,6 +239,7 @@ fn a_rank_whose_device_runs_late_in_backward_is_named_there_from_the_device() {
     assert_eq!((s.slow_ranks[0].rank, s.slow_ranks[0].stage.as_str()), (2, BWD));
     assert!(s.slow_ranks[0].culprit.is_some());
     assert!(s.slow_ranks.iter().all(|r| r.rank == 2), "no waiter is named: {:?}", s.slow_ranks);
+    assert_eq!(crate::report::ls::build(&Dirs::one(&dir)).unwrap().waits_from, WaitsFrom::Device);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -254,6 +255,7 @@ fn an_asynchronous_job_without_device_evidence_gives_leads_not_findings() {
     assert!(!s.found, "exit 0");
     assert!(s.slow_ranks.is_empty(), "{:?}", s.slow_ranks);
     assert!(s.leads.iter().any(|l| l.rank == 2 && l.stage == BWD), "{:?}", s.leads);
+    assert_eq!(crate::report::ls::build(&Dirs::one(&dir)).unwrap().waits_from, WaitsFrom::None);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -262,6 +264,7 @@ fn blocking_calls_still_carry_the_waits() {
     let dir = write_job("blocking", Shape::Blocking, 15.0, 0.0);
     let s = slow_of(&dir);
     assert_eq!(s.waits_from, WaitsFrom::HostCalls);
+    assert_eq!(crate::report::ls::build(&Dirs::one(&dir)).unwrap().waits_from, WaitsFrom::HostCalls);
     assert_eq!((s.slow_ranks[0].rank, s.slow_ranks[0].stage.as_str()), (2, BWD));
     assert!(s.leads.is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
@@ -275,6 +278,7 @@ fn a_job_without_collectives_says_so() {
     assert_eq!(f.waits_from_reason, Some("none: no collective was recorded"));
     let s = slow_of(&dir);
     assert_eq!(s.waits_from_reason, "none: no collective was recorded");
+    assert_eq!(crate::report::ls::build(&Dirs::one(&dir)).unwrap().waits_from_reason, s.waits_from_reason);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

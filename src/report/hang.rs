@@ -8,7 +8,7 @@
 //! The report keeps the verdict's words and adds what an operator wants next to it:
 //! heartbeats, steps and stages, injections, watchdog evidence.
 
-use crate::analysis::blame::waits_from::{call_share, waits_from, Evidence, WaitsFrom};
+use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
 use crate::analysis::hang::device::{device_stall, DeviceStall, DeviceView, Unfinished};
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
@@ -392,7 +392,7 @@ pub(crate) fn read_live(
         },
     };
     let device = device_view(&device_parts, &input, &stage_names);
-    let evidence = evidence_of(device_parts.3, &input);
+    let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
     let extra = Extra {
         device,
         evidence,
@@ -471,33 +471,6 @@ fn stage_at(newest: &[StepVector], t_ns: u64, names: &[Option<String>]) -> Optio
     None
 }
 
-/// What a rank's records show of the waits: device records, collective calls and the
-/// share of its time inside them.
-fn evidence_of(device_records: u64, input: &RankInput) -> Evidence {
-    let keyed: Vec<(u64, u64)> = input
-        .calls
-        .iter()
-        .filter(|c| c.op.is_collective() && c.seq > 0 && c.t_exit_ns >= c.t_enter_ns)
-        .map(|c| (c.t_enter_ns, c.t_exit_ns))
-        .collect();
-    let first = keyed.iter().map(|c| c.0).min().unwrap_or(0);
-    let last = keyed.iter().map(|c| c.1).max().unwrap_or(0);
-    Evidence {
-        device_kernels: device_records,
-        collective_calls: keyed.len() as u64,
-        call_share: call_share(keyed.into_iter(), last.saturating_sub(first)),
-    }
-}
-
-/// The job's evidence: the ranks' summed, the largest share.
-fn job_evidence<'a>(each: impl Iterator<Item = &'a Evidence>) -> Evidence {
-    each.fold(Evidence::default(), |job, e| Evidence {
-        device_kernels: job.device_kernels + e.device_kernels,
-        collective_calls: job.collective_calls + e.collective_calls,
-        call_share: job.call_share.max(e.call_share),
-    })
-}
-
 fn device_stall_report(s: DeviceStall) -> DeviceStallReport {
     DeviceStallReport {
         rank: s.rank,
@@ -520,7 +493,7 @@ pub(crate) fn report(
     mut extras: Vec<Extra>,
     errors: Vec<FileError>,
 ) -> HangReport {
-    let (waits_from, why) = waits_from(&job_evidence(extras.iter().map(|e| &e.evidence)));
+    let (waits_from, why) = waits_from(&Evidence::of_job(extras.iter().map(|e| &e.evidence)));
     let views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
     let stall = device_stall(&views, d.threshold.threshold_ns);
     let t = &d.threshold;

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::Mutex;
 
+use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
 use crate::analysis::comms::grow::{self, Aliases};
 use crate::analysis::comms::nccl_version::nccl_version_string;
 use crate::analysis::hang::{Mismatch, Said, Say, Tally};
@@ -46,6 +47,11 @@ pub struct LsReport {
     pub records_read_per_log: u64,
     /// The budget that would read every record the logs hold, when some went unread.
     pub budget_for_all: Option<u64>,
+    /// Where `sf frontier`, `sf slow` and `sf hang` can read the job's waits from:
+    /// `device` (NCCL kernels), `host_calls` (NCCL calls that block until every peer
+    /// arrives) or `none`, over the records read; `waits_from_reason` says why.
+    pub waits_from: WaitsFrom,
+    pub waits_from_reason: &'static str,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -173,13 +179,22 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         let said: Vec<Said> = windows.iter().map(|w| w.said()).collect();
         let say = Say::of(&said);
         tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).add(say);
-        windows.into_iter().map(|w| (w.stats, w.oldest_seq)).collect::<Vec<_>>()
+        windows
+            .into_iter()
+            .map(|w| {
+                let seen = Evidence::of_nccl_calls(w.device_records, w.calls.iter());
+                ((w.stats, w.oldest_seq), seen)
+            })
+            .collect::<Vec<_>>()
     });
+    let mut evidence = Vec::with_capacity(opened.len());
     for (group, read) in groups.iter().zip(read) {
-        for (&i, read) in group.iter().zip(read) {
+        for (&i, (read, seen)) in group.iter().zip(read) {
             events[i] = Some(read);
+            evidence.push(seen);
         }
     }
+    let (waits_from, why) = waits_from(&Evidence::of_job(evidence.iter()));
     let events: Vec<(ScanStats, u64)> = events.into_iter().map(|e| e.expect("every log was read")).collect();
     let findings = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()).finish();
     let mismatches = if findings.is_empty() {
@@ -223,6 +238,8 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         clocks,
         records_read_per_log,
         budget_for_all,
+        waits_from,
+        waits_from_reason: why.describe(),
         summary,
     })
 }
@@ -270,6 +287,8 @@ struct CallWindow {
     stats: ScanStats,
     /// The sequence number of the oldest call kept: where a second read starts.
     oldest_seq: u64,
+    /// `device_coll` and `device_state` records among the records read.
+    device_records: u64,
 }
 
 impl CallWindow {
@@ -286,17 +305,20 @@ impl CallWindow {
 
     fn newest(log: &RankLog, keep: u64, aliases: &Aliases) -> CallWindow {
         let mut calls: VecDeque<(u64, NcclCall)> = VecDeque::new();
-        let stats = log.scan_newest(Region::Events, keep, |r| {
-            if let RecordBody::NcclCall(c) = r.body {
+        let mut device_records = 0;
+        let stats = log.scan_newest(Region::Events, keep, |r| match r.body {
+            RecordBody::NcclCall(c) => {
                 if calls.len() == CALLS_KEPT {
                     calls.pop_front();
                 }
                 calls.push_back((r.seq, c));
             }
+            RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => device_records += 1,
+            _ => {}
         });
         let oldest_seq = calls.front().map_or(stats.last_seq, |&(seq, _)| seq);
         let calls = calls.into_iter().map(|(_, c)| NcclCall { comm_id: aliases.canonical(c.comm_id), ..c }).collect();
-        CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq }
+        CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq, device_records }
     }
 
     fn said(&self) -> Said<'_> {

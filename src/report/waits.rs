@@ -5,7 +5,7 @@
 //! (`calls_and_aliases`) to infer them.
 
 use crate::analysis::blame::device::{attribute_device, DeviceRank, StageDeviceTime};
-use crate::analysis::blame::waits_from::{call_share, waits_from, Evidence, WaitsFrom, Why};
+use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom, Why};
 use crate::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSeconds, StageSpan};
 use crate::analysis::comms::grow::{self, Aliases};
 use crate::analysis::log::clocks::RankClock;
@@ -51,23 +51,17 @@ pub fn timelines(ranks: &mut [RankSteps]) -> Timelines {
     Timelines { host, device, evidence }
 }
 
-/// What the ranks' records show of the job's collectives: each rank's share of its time
-/// from its first collective call to its last spent inside them.
+/// What the ranks' records show of the job's collectives.
 fn evidence(ranks: &[RankSteps]) -> Evidence {
-    let keyed = |r: &RankSteps| -> Vec<(u64, u64)> {
-        r.calls.iter().filter(|c| c.key.is_some()).map(|c| (c.enter_ns, c.exit_ns)).collect()
-    };
-    let share = |r: &RankSteps| {
-        let calls = keyed(r);
-        let first = calls.iter().map(|c| c.0).min().unwrap_or(0);
-        let last = calls.iter().map(|c| c.1).max().unwrap_or(0);
-        call_share(calls.into_iter(), last.saturating_sub(first))
-    };
-    Evidence {
-        device_kernels: ranks.iter().map(|r| r.kernels.len() as u64).sum(),
-        collective_calls: ranks.iter().map(|r| r.calls.iter().filter(|c| c.key.is_some()).count() as u64).sum(),
-        call_share: ranks.iter().map(share).fold(0.0, f64::max),
-    }
+    let each: Vec<Evidence> = ranks
+        .iter()
+        .map(|r| {
+            let keyed: Vec<(u64, u64)> =
+                r.calls.iter().filter(|c| c.key.is_some()).map(|c| (c.enter_ns, c.exit_ns)).collect();
+            Evidence::of_rank(r.kernels.len() as u64, &keyed)
+        })
+        .collect();
+    Evidence::of_job(each.iter())
 }
 
 /// A rank's device evidence (taken), over the spans of its host timeline.

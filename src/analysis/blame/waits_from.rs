@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::core::log::records::NcclCall;
+
 /// The source of the waits an analysis read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,11 +51,12 @@ pub struct Evidence {
     pub device_kernels: u64,
     /// Completed collective calls over all ranks.
     pub collective_calls: u64,
-    /// The largest share of a rank's step time it spent inside collective calls.
+    /// The largest share of a rank's time, from its first collective call to its last, it
+    /// spent inside them.
     pub call_share: f64,
 }
 
-/// Below this share of every rank's step time spent inside collective calls, the calls do
+/// Below this share of every rank's time spent inside collective calls, the calls do
 /// not carry the waits: they return once enqueued. A blocking job's calls hold at least
 /// the transfer, and a slow rank's peers wait its whole delay inside them (5% of a step is
 /// the smallest slow stage the matrices ask for); asynchronous launches cost tens of
@@ -73,14 +76,38 @@ pub fn waits_from(e: &Evidence) -> (WaitsFrom, Why) {
     }
 }
 
-/// A rank's share of its step time spent inside collective calls: `calls` (enter, exit)
-/// over `step_wall_ns` of its steps.
-pub fn call_share(calls: impl Iterator<Item = (u64, u64)>, step_wall_ns: u64) -> f64 {
-    let inside: u64 = calls.map(|(enter, exit)| exit.saturating_sub(enter)).sum();
-    if step_wall_ns == 0 {
-        return 0.0;
+impl Evidence {
+    /// One rank's: its device records, and its completed collective calls (enter, exit),
+    /// whose share of its time from the first to the last is the call share.
+    pub fn of_rank(device_records: u64, calls: &[(u64, u64)]) -> Evidence {
+        let first = calls.iter().map(|c| c.0).min().unwrap_or(0);
+        let last = calls.iter().map(|c| c.1).max().unwrap_or(0);
+        let inside: u64 = calls.iter().map(|&(enter, exit)| exit.saturating_sub(enter)).sum();
+        let span = last.saturating_sub(first);
+        Evidence {
+            device_kernels: device_records,
+            collective_calls: calls.len() as u64,
+            call_share: if span == 0 { 0.0 } else { inside as f64 / span as f64 },
+        }
     }
-    inside as f64 / step_wall_ns as f64
+
+    /// One rank's, from its `nccl_call` records.
+    pub fn of_nccl_calls<'a>(device_records: u64, calls: impl Iterator<Item = &'a NcclCall>) -> Evidence {
+        let keyed: Vec<(u64, u64)> = calls
+            .filter(|c| c.op.is_collective() && c.seq > 0 && c.t_exit_ns >= c.t_enter_ns)
+            .map(|c| (c.t_enter_ns, c.t_exit_ns))
+            .collect();
+        Evidence::of_rank(device_records, &keyed)
+    }
+
+    /// The job's, from its ranks': counts summed, the largest share.
+    pub fn of_job<'a>(ranks: impl Iterator<Item = &'a Evidence>) -> Evidence {
+        ranks.fold(Evidence::default(), |job, e| Evidence {
+            device_kernels: job.device_kernels + e.device_kernels,
+            collective_calls: job.collective_calls + e.collective_calls,
+            call_share: job.call_share.max(e.call_share),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +123,9 @@ mod tests {
         assert_eq!(waits_from(&e(0, 10, 0.004)), (WaitsFrom::None, Why::AsynchronousCalls));
         assert_eq!(waits_from(&e(0, 0, 0.0)), (WaitsFrom::None, Why::NoCollective));
         assert!(Why::NoCollective.describe().contains("no collective was recorded"));
-        assert!((call_share([(0, 10), (20, 30)].into_iter(), 1000) - 0.02).abs() < 1e-12);
+        let rank = Evidence::of_rank(0, &[(0, 10), (990, 1000)]);
+        assert!((rank.call_share - 0.02).abs() < 1e-12 && rank.collective_calls == 2);
+        let job = Evidence::of_job([rank, Evidence::of_rank(3, &[(0, 500)])].iter());
+        assert_eq!((job.device_kernels, job.collective_calls, job.call_share), (3, 3, 1.0));
     }
 }

@@ -35,6 +35,9 @@ impl<W: Write> Output for Human<W> {
         for line in summary_lines(report) {
             human_line!(self.out, "{line}")?;
         }
+        if !report.ranks.is_empty() {
+            human_line!(self.out, "waits from: {}", report.waits_from_reason)?;
+        }
         // Only a job on several hosts compares times across clocks.
         if report.clocks.len() > 1 {
             let hosts: Vec<String> = report

@@ -58,7 +58,6 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
             plural(g.ranks as u64, "rank")
         )?;
     }
-    human_line!(out, "waits from: {}", r.waits_from_reason)?;
     if let Some(g) = &r.job_regression {
         human_line!(out, "{}", job_regression_line(g, r.ranks))?;
     }
@@ -93,6 +92,7 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
              shared stall); shown below, not a finding"
         )?;
     }
+    human_line!(out, "waits from: {}", r.waits_from_reason)?;
 
     writeln!(out)?;
     human_line!(
