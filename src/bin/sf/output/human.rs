@@ -319,6 +319,8 @@ mod tests {
             clocks: Vec::new(),
             records_read_per_log: 65_536,
             budget_for_all: None,
+            waits_from: stagefrontier::analysis::blame::waits_from::WaitsFrom::None,
+            waits_from_reason: "none: no collective was recorded",
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],
