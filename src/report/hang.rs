@@ -301,6 +301,16 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
 }
 
 impl Extra {
+    /// The device's view of the rank, when its log had one.
+    pub(crate) fn device(&self) -> Option<&DeviceView> {
+        self.device.as_ref()
+    }
+
+    /// The device's view the exporters' metrics tell (`sf hang --prometheus`).
+    pub(crate) fn set_device(&mut self, device: DeviceView) {
+        self.device = Some(device);
+    }
+
     /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
     /// hang evidence or step: those are records, which metrics do not carry).
     pub(crate) fn from_metrics(
