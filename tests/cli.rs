@@ -211,7 +211,8 @@ fn ls_shows_liveness_missing_ranks_and_drops() {
         "{}",
         lines[5]
     );
-    assert_eq!(lines.len(), 6, "{stdout}");
+    assert!(lines[6].starts_with("waits from: "), "{}", lines[6]);
+    assert_eq!(lines.len(), 7, "{stdout}");
 }
 
 #[test]
@@ -238,6 +239,8 @@ fn ls_json_has_the_contract_fields() {
             "mismatches",
             "clocks",
             "records_read_per_log",
+            "waits_from",
+            "waits_from_reason",
             "budget_for_all"
         ])
     );
