@@ -250,6 +250,9 @@ fn an_asynchronous_job_without_device_evidence_gives_leads_not_findings() {
     assert_eq!(f.waits_from, Some(WaitsFrom::None));
     assert!(f.waits_from_reason.unwrap().contains("asynchronous"), "{:?}", f.waits_from_reason);
     assert!(!f.found_culprit());
+    assert!(!f.own_time, "no wait was taken out");
+    let leads: Vec<(u32, &str)> = f.windows.iter().flat_map(|w| &w.leads).map(|l| (l.rank, l.stage.as_str())).collect();
+    assert_eq!(leads, [(2, BWD)], "the frontier's leader, as a lead");
     let s = slow_of(&dir);
     assert_eq!(s.waits_from, WaitsFrom::None);
     assert!(!s.found, "exit 0");

@@ -253,7 +253,8 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         inferred,
         stages: known.to_vec(),
         world: table.world().len(),
-        own_time: waits.is_some(),
+        // Waits that could not be seen were not taken out: the times are as recorded.
+        own_time: waits.is_some() && waits_from.is_none_or(|(from, _)| from != WaitsFrom::None),
         sync_wait,
         history_starts_at_step,
         call_window,
