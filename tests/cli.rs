@@ -205,14 +205,15 @@ fn ls_shows_liveness_missing_ranks_and_drops() {
         "{last_beat}"
     );
 
-    assert_eq!(lines[4], "3 of 4 ranks have a log; missing rank 3; 17 events dropped in total");
+    assert_eq!(lines[4], "evidence: host_calls");
+    assert_eq!(lines[5], "3 of 4 ranks have a log; missing rank 3; 17 events dropped in total");
     assert!(
-        lines[5].starts_with("warning: history incomplete: rank 1 dropped 17 events, rank 2 has 1 record missing"),
+        lines[6].starts_with("warning: history incomplete: rank 1 dropped 17 events, rank 2 has 1 record missing"),
         "{}",
-        lines[5]
+        lines[6]
     );
-    assert!(lines[6].starts_with("waits from: "), "{}", lines[6]);
-    assert_eq!(lines.len(), 7, "{stdout}");
+    assert!(lines[7].starts_with("waits from: "), "{}", lines[7]);
+    assert_eq!(lines.len(), 8, "{stdout}");
 }
 
 #[test]
@@ -277,6 +278,7 @@ fn ls_json_has_the_contract_fields() {
         "heartbeat_wall",
         "doors",
         "snapshot_wall",
+        "evidence",
     ]);
     for rank in ranks {
         assert_eq!(keys(rank), contract);
@@ -297,6 +299,7 @@ fn ls_json_has_the_contract_fields() {
     assert_eq!(field("held"), [21, 21, 20]);
     assert_eq!(field("comms"), [1, 0, 0]);
     assert_eq!(field("nccl_version"), [Value::from("2.27.3"), Value::Null, Value::Null]);
+    assert!(ranks.iter().all(|r| r["evidence"].as_array().unwrap().contains(&Value::from("host_calls"))), "{ranks:?}");
     assert_eq!(ranks[0]["file"], dir.join("rank-00000.sflog").display().to_string());
     let ages: Vec<f64> = field("heartbeat_age_s").iter().map(|a| a.as_f64().unwrap()).collect();
     assert!(ages[0] < 1.0 && (3_599.0..3_700.0).contains(&ages[1]), "{ages:?}");

@@ -108,6 +108,33 @@ pub struct RankRow {
     /// For a snapshot's copy, when `sf snapshot` took it (RFC 3339 UTC): liveness and the
     /// heartbeat age are judged at that moment. `None` for a log read where it is written.
     pub snapshot_wall: Option<String>,
+    /// What the records read show was recorded, in `EVIDENCE` order: `host_calls` (NCCL
+    /// calls), `device` (NCCL kernels linked to their calls, the device's unfinished work),
+    /// `host_sync`, `kernels` (kernel summaries), `profiler`, `steps`, `net`.
+    pub evidence: Vec<&'static str>,
+}
+
+/// Evidence names, in the order `sf ls` lists them.
+pub const EVIDENCE: [&str; 7] = ["host_calls", "device", "host_sync", "kernels", "profiler", "steps", "net"];
+
+/// The evidence a record is (a bit of `EVIDENCE`), none for bookkeeping records.
+fn evidence_bit(body: &RecordBody) -> u8 {
+    let index = match body {
+        RecordBody::NcclCall(_) => 0,
+        RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => 1,
+        RecordBody::HostSync(_) => 2,
+        RecordBody::KernelCluster(_) | RecordBody::NcclKernels(_) | RecordBody::StreamBusy(_) => 3,
+        RecordBody::StageDevice(_) => 3,
+        RecordBody::ProfOp(_) | RecordBody::ProfProxy(_) | RecordBody::ProfNet(_) => 4,
+        RecordBody::StepVector(_) => 5,
+        RecordBody::QpWindow(_) | RecordBody::QpStuck(_) | RecordBody::QpDegraded(_) | RecordBody::PortCounters(_) => 6,
+        _ => return 0,
+    };
+    1 << index
+}
+
+fn evidence_names(bits: u8) -> Vec<&'static str> {
+    EVIDENCE.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, name)| *name).collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -172,7 +199,7 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
     let groups: Vec<Vec<usize>> = by_rank.into_values().collect();
     let records_read_per_log = RECORDS.per_log(RECORDS.total()?, opened.len());
     let tally = Mutex::new(Tally::default());
-    let mut events: Vec<Option<(ScanStats, u64)>> = (0..opened.len()).map(|_| None).collect();
+    let mut events: Vec<Option<(ScanStats, u64, u8)>> = (0..opened.len()).map(|_| None).collect();
     let read = parallel::read_all(&groups, |group| {
         let windows: Vec<CallWindow> =
             group.iter().map(|&i| CallWindow::read(&opened[i].0.log, records_read_per_log, &aliases)).collect();
@@ -183,7 +210,7 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
             .into_iter()
             .map(|w| {
                 let seen = Evidence::of_nccl_calls(w.device_records, w.calls.iter());
-                ((w.stats, w.oldest_seq), seen)
+                ((w.stats, w.oldest_seq, w.evidence), seen)
             })
             .collect::<Vec<_>>()
     });
@@ -195,7 +222,7 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         }
     }
     let (waits_from, why) = waits_from(&Evidence::of_job(evidence.iter()));
-    let events: Vec<(ScanStats, u64)> = events.into_iter().map(|e| e.expect("every log was read")).collect();
+    let events: Vec<(ScanStats, u64, u8)> = events.into_iter().map(|e| e.expect("every log was read")).collect();
     let findings = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()).finish();
     let mismatches = if findings.is_empty() {
         Vec::new()
@@ -203,7 +230,7 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         // Every rank's values of the few collectives listed: their windows read again.
         let mut gather = findings.gather();
         let wanted =
-            parallel::read_all(&opened.iter().zip(&events).collect::<Vec<_>>(), |((o, _), (stats, oldest))| {
+            parallel::read_all(&opened.iter().zip(&events).collect::<Vec<_>>(), |((o, _), (stats, oldest, _))| {
                 let mut w = CallWindow::reread(&o.log, stats.last_seq, *oldest, &aliases);
                 w.calls.retain(|c| gather.wants(c));
                 w
@@ -218,8 +245,11 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
             .collect()
     };
     let clocks: Vec<RankClock> = opened.iter().map(|(o, _)| o.clock.clone()).collect();
-    let mut ranks: Vec<RankRow> =
-        opened.iter().zip(events).map(|((o, taken), (stats, _))| row(o, stats, *taken, &host)).collect();
+    let mut ranks: Vec<RankRow> = opened
+        .iter()
+        .zip(events)
+        .map(|((o, taken), (stats, _, evidence))| row(o, stats, evidence, *taken, &host))
+        .collect();
     // Ranked logs by rank (file names sort wrongly past 99999), then the unranked ones.
     ranks.sort_by(|a, b| (a.rank < 0, a.rank, &a.file).cmp(&(b.rank < 0, b.rank, &b.file)));
     let summary = summarize(&ranks);
@@ -263,6 +293,8 @@ struct Opened {
     history: ScanStats,
     clock: RankClock,
     aliases: Vec<CommCreated>,
+    /// `evidence_bit`s of the history ring's records.
+    evidence: u8,
 }
 
 impl Opened {
@@ -270,11 +302,15 @@ impl Opened {
         let live = log.live();
         let clock = clock_of(&log);
         let mut aliases = Vec::new();
-        let history = log.scan_region(Region::History, |r| match r.body {
-            RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
-            _ => {}
+        let mut evidence = 0;
+        let history = log.scan_region(Region::History, |r| {
+            evidence |= evidence_bit(&r.body);
+            match r.body {
+                RecordBody::CommCreated(c) if grow::is_alias(&c) => aliases.push(c),
+                _ => {}
+            }
         });
-        Opened { log, live, history, clock, aliases }
+        Opened { log, live, history, clock, aliases, evidence }
     }
 }
 
@@ -287,6 +323,8 @@ struct CallWindow {
     stats: ScanStats,
     /// The sequence number of the oldest call kept: where a second read starts.
     oldest_seq: u64,
+    /// `evidence_bit`s of the records read.
+    evidence: u8,
     /// `device_coll` and `device_state` records among the records read.
     device_records: u64,
 }
@@ -305,20 +343,23 @@ impl CallWindow {
 
     fn newest(log: &RankLog, keep: u64, aliases: &Aliases) -> CallWindow {
         let mut calls: VecDeque<(u64, NcclCall)> = VecDeque::new();
-        let mut device_records = 0;
-        let stats = log.scan_newest(Region::Events, keep, |r| match r.body {
-            RecordBody::NcclCall(c) => {
-                if calls.len() == CALLS_KEPT {
-                    calls.pop_front();
+        let (mut evidence, mut device_records) = (0, 0);
+        let stats = log.scan_newest(Region::Events, keep, |r| {
+            evidence |= evidence_bit(&r.body);
+            match r.body {
+                RecordBody::NcclCall(c) => {
+                    if calls.len() == CALLS_KEPT {
+                        calls.pop_front();
+                    }
+                    calls.push_back((r.seq, c));
                 }
-                calls.push_back((r.seq, c));
+                RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => device_records += 1,
+                _ => {}
             }
-            RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => device_records += 1,
-            _ => {}
         });
         let oldest_seq = calls.front().map_or(stats.last_seq, |&(seq, _)| seq);
         let calls = calls.into_iter().map(|(_, c)| NcclCall { comm_id: aliases.canonical(c.comm_id), ..c }).collect();
-        CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq, device_records }
+        CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq, evidence, device_records }
     }
 
     fn said(&self) -> Said<'_> {
@@ -327,7 +368,7 @@ impl CallWindow {
 }
 
 /// A log's row. A format 1 log has one ring, which the second pass read whole.
-fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) -> RankRow {
+fn row(o: &Opened, events: ScanStats, evidence: u8, taken: Option<&Taken>, reader_host: &str) -> RankRow {
     let (log, live) = (&o.log, &o.live);
     let h = &log.header;
     let at = moment::judge(h, taken, reader_host);
@@ -359,6 +400,7 @@ fn row(o: &Opened, events: ScanStats, taken: Option<&Taken>, reader_host: &str) 
         heartbeat_wall: (live.heartbeat_wall_ns != 0).then(|| rfc3339_ms(live.heartbeat_wall_ns)),
         doors: live.doors.clone(),
         snapshot_wall: taken.map(|t| rfc3339_ms(t.wall_ns)),
+        evidence: evidence_names(evidence | o.evidence),
     }
 }
 
@@ -406,6 +448,26 @@ fn missing_ranks(world_size: i32, ranks: &[RankRow]) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::log::records::NcclCall;
+
+    fn sample_call() -> NcclCall {
+        NcclCall {
+            op: crate::core::log::nccl_op::NcclOp::AllReduce,
+            t_enter_ns: 1,
+            t_exit_ns: 2,
+            comm_id: 1,
+            seq: 1,
+            count: 1,
+            bytes: 4,
+            stream: 0,
+            tid: 1,
+            peer: -1,
+            dtype: 7,
+            redop: 0,
+            result: 0,
+            group_depth: 0,
+        }
+    }
 
     fn row(rank: i32, world_size: i32, dropped: u64, missing: u64) -> RankRow {
         RankRow {
@@ -434,7 +496,18 @@ mod tests {
             heartbeat_wall: None,
             doors: None,
             snapshot_wall: None,
+            evidence: Vec::new(),
         }
+    }
+
+    #[test]
+    fn evidence_is_named_in_order_and_bookkeeping_is_none() {
+        use crate::core::log::records::{DeviceState, Drops};
+        let state = DeviceState { t_ns: 1, launched: 1, completed: 0, oldest: None, sync_since_ns: 0, sync: None };
+        let drops = Drops { t_ns: 1, dropped_total: 0, ring_capacity: 8, profiler_dropped: 0 };
+        assert_eq!(evidence_bit(&RecordBody::Drops(drops)), 0);
+        let bits = evidence_bit(&RecordBody::DeviceState(state)) | evidence_bit(&RecordBody::NcclCall(sample_call()));
+        assert_eq!(evidence_names(bits), ["host_calls", "device"]);
     }
 
     #[test]

@@ -151,6 +151,11 @@ pub fn plan(options: &RunOptions, var: impl Fn(&str) -> Option<OsString>, places
         if opened {
             plan.opened.push(door);
         }
+        // KernelCh events (off in NCCL by default) tie each NCCL kernel's channels to its
+        // collective: the device's own evidence when no CUPTI is there. A user's setting stays.
+        if opened && door == Door::Profiler && text("SF_PROFILER_KERNEL_CH").is_none() {
+            plan.set.push(("SF_PROFILER_KERNEL_CH".into(), "1".into()));
+        }
     }
 
     plan.log_root = match (&options.log_dir, text("SF_LOG_DIR")) {

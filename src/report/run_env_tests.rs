@@ -44,6 +44,7 @@ fn every_door_opens_on_a_clean_environment() {
     }
     assert_eq!(set(&plan, "PYTHONPATH"), Some("/opt/sf/lib/python/stagefrontier_boot"));
     assert_eq!(set(&plan, "SF_CHAIN_PROFILER"), None);
+    assert_eq!(set(&plan, "SF_PROFILER_KERNEL_CH"), Some("1"), "the profiler door asks for KernelCh events");
     assert_eq!(set(&plan, "SF_LOG_DIR"), None, "the library's default stays the library's");
     assert_eq!(plan.job_dir(), Path::new("/dev/shm/stagefrontier-1000/python-20261123T113336Z-4242"));
     assert_eq!(set(&plan, "SF_JOB_ID"), Some("python-20261123T113336Z-4242"));
@@ -67,6 +68,14 @@ fn existing_values_are_kept_moved_or_respected() {
     assert_eq!(plan.notes.len(), 2, "{:?}", plan.notes);
     assert!(plan.notes[0].contains("moves to SF_CHAIN_PROFILER"), "{}", plan.notes[0]);
     assert!(plan.notes[1].contains("CUDA_INJECTION64_PATH is already set") && plan.notes[1].contains("cuda door"));
+}
+
+#[test]
+fn a_users_kernel_ch_setting_stays_and_no_profiler_door_asks_for_none() {
+    let plan = plan_in(&options(&["x"]), &[("SF_PROFILER_KERNEL_CH", "0")]);
+    assert_eq!(set(&plan, "SF_PROFILER_KERNEL_CH"), None);
+    let no_profiler = RunOptions { doors: vec![Door::Preload], ..options(&["x"]) };
+    assert_eq!(set(&plan_in(&no_profiler, &[]), "SF_PROFILER_KERNEL_CH"), None);
 }
 
 #[test]

@@ -208,6 +208,9 @@ API or Python's stagefrontier; nvtx: NVTX ranges, through NVTX_INJECTION64_PATH;
 CUPTI, through CUDA_INJECTION64_PATH; profiler: NCCL_PROFILER_PLUGIN; verbs: SF_VERBS=1);
 ? for a log of a library that did not record them. When no rank recorded step markers, a
 note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NVTX call).
+The line after the table says what evidence the logs hold (`evidence` per rank in --json):
+host_calls (NCCL calls), device (NCCL kernels linked to their calls, unfinished device
+work), host_sync (host synchronizations), kernels (kernel summaries), profiler, steps, net.
 
 Exit status: 0; 5 when a collective's ranks disagree on it (a mismatch, listed after the
 table, as sf hang does); 1 when a log cannot be read or DIR holds none."

@@ -69,7 +69,14 @@ struct Said {
 #[derive(Default)]
 pub struct DeviceTracker {
     pending: HashMap<u32, Pending>,
-    early: VecDeque<Activity>,
+    /// Completions whose launch was not seen yet, by correlation id, and their arrival
+    /// order for eviction (kernels of untraced launches, graph launches, land here too).
+    early: HashMap<u32, Activity>,
+    early_order: VecDeque<u32>,
+    /// Unfinished launches per known stream handle, in launch order: a stream runs its work
+    /// in order, so a completion retires every launch before it on its stream, even one
+    /// whose own completion record CUPTI dropped (it would otherwise stay "unfinished").
+    streams: HashMap<u64, VecDeque<u32>>,
     open_syncs: Vec<OpenSync>,
     /// (correlation, tid) of recent synchronization calls, for the activity records.
     sync_threads: VecDeque<(u32, u32)>,
@@ -105,12 +112,14 @@ impl DeviceTracker {
             name_len: launch.name_len,
             name_cut: launch.name_cut,
         };
-        if let Some(at) = self.early.iter().position(|a| a.correlation == launch.correlation) {
-            let completion = self.early.remove(at).expect("found just now");
+        if let Some(completion) = self.early.remove(&launch.correlation) {
             return self.completed_launch(&pending, &completion);
         }
         if self.pending.len() < MAX_PENDING {
             self.pending.insert(launch.correlation, pending);
+            if launch.stream_handle != 0 {
+                self.streams.entry(launch.stream_handle).or_default().push_back(launch.correlation);
+            }
         } else {
             self.untracked += 1;
         }
@@ -147,12 +156,17 @@ impl DeviceTracker {
             ActivityKind::Kernel => {
                 self.completed += 1;
                 match self.pending.remove(&activity.correlation) {
-                    Some(pending) => self.completed_launch(&pending, activity),
+                    Some(pending) => {
+                        self.retire_before(pending.stream_handle, activity.correlation);
+                        self.completed_launch(&pending, activity)
+                    }
                     None => {
-                        if self.early.len() == MAX_EARLY {
-                            self.early.pop_front();
+                        if self.early_order.len() == MAX_EARLY {
+                            let oldest = self.early_order.pop_front().expect("full");
+                            self.early.remove(&oldest);
                         }
-                        self.early.push_back(*activity);
+                        self.early.insert(activity.correlation, *activity);
+                        self.early_order.push_back(activity.correlation);
                     }
                 }
             }
@@ -174,6 +188,20 @@ impl DeviceTracker {
                 }));
             }
             ActivityKind::Memcpy { .. } | ActivityKind::Runtime { .. } => {}
+        }
+    }
+
+    /// Drops the launches queued on `handle` before `correlation` (which just completed).
+    fn retire_before(&mut self, handle: u64, correlation: u32) {
+        let Some(queue) = self.streams.get_mut(&handle) else { return };
+        while let Some(front) = queue.pop_front() {
+            if front == correlation {
+                break;
+            }
+            self.pending.remove(&front);
+        }
+        if queue.is_empty() {
+            self.streams.remove(&handle);
         }
     }
 

@@ -164,3 +164,27 @@ fn a_stream_wait_event_record_is_no_host_sync_and_nothing_seen_writes_nothing() 
     tracker.activity(&record);
     assert!(round(&mut tracker, &mut names, false).is_empty());
 }
+
+#[test]
+fn a_completion_retires_the_earlier_launches_of_its_stream_whose_records_were_lost() {
+    let (cal, mut names) = (identity(), KernelNames::default());
+    let mut tracker = DeviceTracker::default();
+    let on = |event: DeviceEvent, handle: u64| match event {
+        DeviceEvent::Launch(l) => DeviceEvent::Launch(Launch { stream_handle: handle, ..l }),
+        other => other,
+    };
+    tracker.event(&on(launch(1, 100, "lost_record", NcclLink::NONE), 0xa), &cal, true);
+    tracker.event(&on(launch(2, 200, "other_stream", NcclLink::NONE), 0xb), &cal, true);
+    tracker.event(&on(launch(3, 300, "next_on_a", NcclLink::NONE), 0xa), &cal, true);
+    tracker.activity(&kernel(3, 1_000, 2_000));
+    let out = round(&mut tracker, &mut names, false);
+    let RecordBody::DeviceState(state) = out.last().unwrap() else { panic!("{out:?}") };
+    let oldest = state.oldest.expect("the other stream's launch is still unfinished");
+    assert_eq!(oldest.t_launch_ns, 200, "launch 1 ran before launch 3 on its stream: finished");
+    assert_eq!((state.launched, state.completed), (3, 1), "counts say what was seen");
+    tracker.activity(&kernel(2, 1_000, 3_000));
+    let out = round(&mut tracker, &mut names, false);
+    let RecordBody::DeviceState(state) = out.last().unwrap() else { panic!("{out:?}") };
+    assert_eq!(state.oldest, None);
+    assert!(tracker.streams.is_empty(), "no queue outlives its launches");
+}

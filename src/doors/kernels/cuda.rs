@@ -99,7 +99,12 @@ type ApiCallback = unsafe extern "C" fn(*mut c_void, CUpti_CallbackDomain, CUpti
 /// `callbacks::enabled` turned on, one ring push each (core::kernels::cupti::callbacks).
 /// Reads only the callback data CUPTI passes for the call: the site, the correlation id,
 /// the kernel's name (a bounded prefix) and the stream from the launch's parameters.
-unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: CUpti_CallbackId, data: *const c_void) {
+/// Public for examples/cupti_callback_bench, which times it.
+///
+/// # Safety
+/// Called by CUPTI with its callback arguments: `data` null or a `CUpti_CallbackData` valid
+/// for the call, for the API domains.
+pub unsafe extern "C" fn api_callback(_: *mut c_void, domain: u32, cbid: CUpti_CallbackId, data: *const c_void) {
     let Some(what) = callbacks::traced(domain, cbid) else { return };
     if data.is_null() {
         return;

@@ -31,6 +31,7 @@ impl<W: Write> Output for Human<W> {
         if !report.ranks.is_empty() {
             let rows: Vec<Vec<String>> = report.ranks.iter().map(rank_cells).collect();
             table::write(&mut self.out, &LS_COLUMNS, &rows)?;
+            human_line!(self.out, "{}", evidence_line(&report.ranks))?;
         }
         for line in summary_lines(report) {
             human_line!(self.out, "{line}")?;
@@ -117,6 +118,25 @@ const LS_COLUMNS: [(&str, Align); 16] = [
     ("NCCL", Align::Left),
     ("DOORS", Align::Left),
 ];
+
+/// One line: the evidence every log has, or each log's when they differ.
+fn evidence_line(ranks: &[RankRow]) -> String {
+    let names = |r: &RankRow| if r.evidence.is_empty() { "none".to_string() } else { r.evidence.join(", ") };
+    if ranks.iter().all(|r| r.evidence == ranks[0].evidence) {
+        return format!("evidence: {}", names(&ranks[0]));
+    }
+    let per_log: Vec<String> = ranks
+        .iter()
+        .map(|r| {
+            if r.rank >= 0 {
+                format!("rank {}: {}", r.rank, names(r))
+            } else {
+                format!("pid {}: {}", r.pid, names(r))
+            }
+        })
+        .collect();
+    format!("evidence: {}", per_log.join("; "))
+}
 
 fn rank_cells(r: &RankRow) -> Vec<String> {
     let ranked = |v: i32| if r.rank >= 0 { v.to_string() } else { "-".to_string() };
