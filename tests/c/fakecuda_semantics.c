@@ -5,7 +5,7 @@
  *   fakecuda_semantics CASE
  *
  * CASE: fifo, fork, runtime_end, wait_event, sync_blocks, launch_queue, injection, clock,
- * nccl_async, nccl_group_async, nccl_profiler (with NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: the
+ * nccl_async, nccl_group_async, nccl_two_streams, nccl_profiler (with NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: the
  * program is its own profiler plugin), cupti. Prints what it measured and exits 0 when every check held, 1 with
  * "FAIL: ..." lines otherwise. */
 #define _GNU_SOURCE
@@ -70,22 +70,38 @@ static void wait_flag_body(void *arg) {
     while (!atomic_load(flag)) sleep_ms(1);
 }
 
+static void host_fn(void *arg) { log_body(arg); }
+
 static int case_fifo(void) {
     cudaStream_t s;
+    cudaEvent_t before, after;
     CHECK(cudaStreamCreate(&s) == cudaSuccess, "create");
+    cudaEventCreate(&before), cudaEventCreate(&after);
     _Atomic int log[4] = {0}, n = 0;
     uint64_t b_at = 0;
-    struct tagged b = {2, log, &n, &b_at}, c = {3, log, &n, NULL};
+    struct tagged b = {2, log, &n, &b_at}, c = {3, log, &n, NULL}, d = {4, log, &n, NULL};
+    int src = 5, dst = 0, seen_by_c = -1;
     uint64_t t0 = mono_ns();
-    CHECK(fakecuda_launch_kernel(s, "kernel_a", 50000000) != 0, "launch a");
+    cudaEventRecord(before, s);
+    CHECK(fakecuda_launch_kernel(s, "kernel_a", 100000000) != 0, "launch a");
+    cudaEventRecord(after, s);
     CHECK(fakecuda_launch_work(s, "work_b", log_body, &b) != 0, "launch b");
+    CHECK(cudaMemcpyAsync(&dst, &src, sizeof src, cudaMemcpyHostToDevice, s) == cudaSuccess, "copy");
+    CHECK(cudaMemcpyAsync(&seen_by_c, &dst, sizeof dst, cudaMemcpyDeviceToDevice, s) == cudaSuccess, "copy 2");
     CHECK(fakecuda_launch_work(s, "work_c", log_body, &c) != 0, "launch c");
+    CHECK(cudaLaunchHostFunc(s, host_fn, &d) == cudaSuccess, "host fn");
     double launch_ms = ms_since(t0);
-    CHECK(launch_ms < 20, "three launches took %.1f ms", launch_ms);
+    CHECK(launch_ms < 50, "the launches took %.1f ms", launch_ms);
+    CHECK(dst == 0, "an async copy ran before the kernel ahead of it");
     CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
-    CHECK(n == 2 && log[0] == 2 && log[1] == 3, "order %d %d (n=%d)", log[0], log[1], (int)n);
+    CHECK(n == 3 && log[0] == 2 && log[1] == 3 && log[2] == 4, "order %d %d %d (n=%d)", log[0], log[1], log[2],
+          (int)n);
+    CHECK(dst == 5 && seen_by_c == 5, "the copies, in order: %d %d", dst, seen_by_c);
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, before, after) == cudaSuccess && ms >= 95, "kernel_a took %.1f ms by its events",
+          ms);
     double b_ms = (double)(b_at - t0) / 1e6;
-    CHECK(b_ms >= 45, "work_b ran %.1f ms after the launch, before kernel_a's 50 ms ended", b_ms);
+    CHECK(b_ms >= 95, "work_b ran %.1f ms after the launch, before kernel_a's 100 ms ended", b_ms);
     printf("fifo: launches %.2f ms, work_b at %.1f ms\n", launch_ms, b_ms);
     return 0;
 }
@@ -148,7 +164,8 @@ static int case_wait_event(void) {
     CHECK(cudaStreamWaitEvent(b, e, 0) == cudaSuccess, "wait");
     fakecuda_launch_work(b, "after_a", log_body, &t);
     double host_ms = ms_since(t0);
-    CHECK(host_ms < 5, "cudaStreamWaitEvent + launch held the host %.2f ms", host_ms);
+    /* Had the host waited for the event it would never have got here (it sets the flag). */
+    CHECK(host_ms < 20, "cudaStreamWaitEvent + launch held the host %.2f ms", host_ms);
     sleep_ms(100);
     CHECK(n == 0, "stream b ran before stream a reached the event");
     uint64_t released = mono_ns();
@@ -253,6 +270,7 @@ int ncclSend(const void *send, size_t count, int dtype, int peer, ncclComm_t com
 int ncclRecv(void *recv, size_t count, int dtype, int peer, ncclComm_t comm, cudaStream_t s);
 int ncclGroupStart(void);
 int ncclGroupEnd(void);
+int ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 
 enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0, COUNT = 1024, LATE_MS = 200 };
 
@@ -333,10 +351,11 @@ static int run_ranks(void *(*body)(void *), struct rank_args r[2]) {
     r[1].id = r[0].id;
     for (int i = 0; i < 2; i++) pthread_create(&r[i].thread, NULL, body, &r[i]);
     for (int i = 0; i < 2; i++) pthread_join(r[i].thread, NULL);
-    for (int i = 0; i < 2; i++) {
-        CHECK(r[i].ok, "rank %d: the exchange failed or was wrong", i);
-        CHECK(r[i].call_ms < 1.0, "rank %d: the NCCL call held the host %.3f ms", i, r[i].call_ms);
-    }
+    for (int i = 0; i < 2; i++) CHECK(r[i].ok, "rank %d: the exchange failed or was wrong", i);
+    /* Rank 0's peer comes LATE_MS later: its call must not wait for it. (Rank 1's peer is
+     * there; its bound only says it did not block either.) */
+    CHECK(r[0].call_ms < 1.0, "rank 0: the NCCL call held the host %.3f ms", r[0].call_ms);
+    CHECK(r[1].call_ms < LATE_MS / 4, "rank 1: the NCCL call held the host %.3f ms", r[1].call_ms);
     CHECK(r[0].sync_ms >= LATE_MS * 0.75, "rank 0's stream synchronize waited only %.1f ms for its late peer",
           r[0].sync_ms);
     return 0;
@@ -347,6 +366,39 @@ static int case_nccl_group_async(void) {
     run_ranks(group_rank, r);
     printf("nccl_group_async: group %.3f / %.3f ms, sync %.1f / %.1f ms\n", r[0].call_ms, r[1].call_ms, r[0].sync_ms,
            r[1].sync_ms);
+    return 0;
+}
+
+/* One thread drives both ranks of an ncclCommInitAll clique in one group, each on its own
+ * stream: one kernel on the first op's stream, the other stream joined to it both ways. */
+static int case_nccl_two_streams(void) {
+    ncclComm_t comms[2];
+    CHECK(ncclCommInitAll(comms, 2, NULL) == 0, "init all");
+    cudaStream_t s[2];
+    float *send[2], *recv[2];
+    for (int r = 0; r < 2; r++) {
+        cudaStreamCreateWithFlags(&s[r], 1);
+        send[r] = malloc(COUNT * sizeof(float)), recv[r] = malloc(COUNT * sizeof(float));
+        for (int i = 0; i < COUNT; i++) send[r][i] = (float)(i + 1000 * (r + 1)), recv[r][i] = -1;
+    }
+    fakecuda_launch_kernel(s[0], "ahead_on_stream_0", LATE_MS * 1000000ull);
+    uint64_t t0 = mono_ns();
+    ncclGroupStart();
+    for (int r = 0; r < 2; r++) ncclAllReduce(send[r], recv[r], COUNT, NCCL_FLOAT32, NCCL_SUM, comms[r], s[r]);
+    int rc = ncclGroupEnd();
+    double call_ms = ms_since(t0);
+    CHECK(rc == 0 && call_ms < LATE_MS / 4, "group end: %d after %.1f ms", rc, call_ms);
+    t0 = mono_ns();
+    cudaStreamSynchronize(s[1]);
+    double sync_ms = ms_since(t0);
+    CHECK(sync_ms >= LATE_MS * 0.75, "stream 1 was not joined to stream 0's kernel: synchronized in %.1f ms", sync_ms);
+    for (int r = 0; r < 2; r++) {
+        int right = 1;
+        for (int i = 0; i < COUNT; i++) right &= recv[r][i] == (float)(2 * i + 3000);
+        CHECK(right, "rank %d's result after synchronizing stream 1", r);
+    }
+    for (int r = 0; r < 2; r++) ncclCommDestroy(comms[r]), free(send[r]), free(recv[r]);
+    printf("nccl_two_streams: group end %.3f ms, stream 1 sync %.1f ms\n", call_ms, sync_ms);
     return 0;
 }
 
@@ -628,6 +680,7 @@ int main(int argc, char **argv) {
         {"clock", case_clock},
         {"nccl_async", case_nccl_async},
         {"nccl_group_async", case_nccl_group_async},
+        {"nccl_two_streams", case_nccl_two_streams},
         {"nccl_profiler", case_nccl_profiler},
         {"cupti", case_cupti},
     };
