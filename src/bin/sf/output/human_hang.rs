@@ -354,7 +354,8 @@ fn hang_tail(report: &HangReport) -> Vec<String> {
         ));
     }
     lines.extend(super::human_hang_profiler::lines(report));
-    if let Some(quiet) = report.quiet_s {
+    // The devices tell what the quiet hosts cannot: the stall named first.
+    if let Some(quiet) = report.quiet_s.filter(|_| report.device_stall.is_none()) {
         lines.push(format!(
             "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
              phase without collectives (checkpoint, evaluation); the logs cannot tell which",
