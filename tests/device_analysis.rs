@@ -70,3 +70,34 @@ fn a_hung_kernel_is_named_by_sf_hang_with_equal_host_counts() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Rank 2's host takes 15 ms longer in backward and launches late. With the CUDA door the
+/// device names it there; with the door shut the waits cannot be seen: a LEAD, exit 0.
+#[test]
+fn a_late_host_is_named_from_the_device_and_only_a_lead_without_it() {
+    for door in [true, false] {
+        let root = log_root(if door { "device-analysis-host" } else { "device-analysis-blind" });
+        let mut cmd = preloaded(&trainer_sim(), &root, "job");
+        cmd.args(["--ranks", "4", "--steps", "16", "--stage-ms", "data=2,fwd=4,bwd=8,callbacks=1,optim=2"])
+            .args(["--launch", "async", "--slow", "2:bwd:15"]);
+        if door {
+            cmd.env("CUDA_INJECTION64_PATH", library());
+        }
+        run_ok(&mut cmd);
+        let dir = root.join("job");
+        let (code, slow) = sf_json("slow", &dir);
+        if door {
+            assert_eq!((code, slow["waits_from"].as_str()), (Some(4), Some("device")), "{slow}");
+            let first = &slow["slow_ranks"][0];
+            assert_eq!((first["rank"].as_u64(), first["stage"].as_str()), (Some(2), Some(TRAINER_STAGES[2])), "{slow}");
+            assert!(first["culprit"].is_object(), "{slow}");
+        } else {
+            assert_eq!((code, slow["waits_from"].as_str()), (Some(0), Some("none")), "{slow}");
+            assert_eq!(slow["slow_ranks"], serde_json::json!([]), "{slow}");
+            let out = Command::new(artifact("sf")).arg("slow").arg(&dir).output().expect("run sf slow");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.lines().any(|l| l.starts_with("LEAD rank 2 in ")), "{text}");
+            assert!(!text.lines().any(|l| l.starts_with("SLOW") || l.starts_with("CULPRIT")), "{text}");
+        }
+    }
+}

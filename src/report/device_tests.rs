@@ -330,7 +330,8 @@ fn a_stuck_compute_kernel_is_named_by_sf_hang_though_the_host_counts_agree() {
             Unfinished { name_id: 2, t_launch_ns: launch_41, stream: 2, comm_id: COMM, seq: 41, op }
         };
         w.append(&RecordBody::DeviceState(DeviceState {
-            t_ns: now - MS,
+            // Its last change: the last launch, before every host blocked.
+            t_ns: launch_41 + MS,
             launched: 500,
             completed: 480,
             oldest: Some(oldest),

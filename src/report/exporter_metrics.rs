@@ -78,6 +78,12 @@ pub const DEVICE_OLDEST: Spec = (
     "seconds",
     "How long the rank's oldest launched kernel has been unfinished (its name, stage and launching collective)",
 );
+pub const DEVICE_UNCHANGED: Spec = (
+    "sf_device_unchanged_seconds",
+    Kind::Gauge,
+    "seconds",
+    "Since the rank's device last launched or completed a kernel the CUDA door saw",
+);
 pub const DEVICE_SYNC: Spec =
     ("sf_device_host_sync_seconds", Kind::Gauge, "seconds", "How long the rank's host has waited in a synchronization");
 pub const FRONTIER_EXPOSED: Spec =
@@ -134,6 +140,7 @@ pub const ALL: &[Spec] = &[
     HANG_STUCK,
     HANG_MISSING,
     DEVICE_OLDEST,
+    DEVICE_UNCHANGED,
     DEVICE_SYNC,
     FRONTIER_EXPOSED,
     FRONTIER_ADVANCE,

@@ -446,6 +446,7 @@ fn device_view(parts: &DeviceParts, input: &RankInput, stage_names: &[Option<Str
         rank: input.rank,
         now_ns: input.now_ns,
         oldest,
+        changed_ns: state.t_ns,
         sync_since_ns: state.sync_since_ns,
         launched: launched(input),
     })

@@ -156,6 +156,7 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
     // The devices' unfinished work: a stall the host counts cannot show.
     let oldest = server.query(&format!("sf_device_oldest_unfinished_seconds{sel}"))?;
     let syncs = server.query(&format!("sf_device_host_sync_seconds{sel}"))?;
+    let unchanged = server.query(&format!("sf_device_unchanged_seconds{sel}"))?;
     for v in &oldest {
         let Some((input, extra)) = rank_of(v).and_then(|rank| ranks.get_mut(&rank)) else { continue };
         let text = |key: &str| v["metric"][key].as_str().filter(|t| !t.is_empty()).map(str::to_string);
@@ -165,7 +166,8 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
             (Some(comm), Some(op), Some(seq)) => Some((comm, seq, op)),
             _ => None,
         };
-        let sync = syncs.iter().find(|s| rank_of(s) == Some(input.rank)).map(value);
+        let of_rank = |series: &[Value]| series.iter().find(|s| rank_of(s) == Some(input.rank)).map(value);
+        let (sync, unchanged) = (of_rank(&syncs), of_rank(&unchanged));
         extra.set_device(DeviceView {
             rank: input.rank,
             now_ns: Some(NOW_NS),
@@ -175,6 +177,7 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
                 t_launch_ns: NOW_NS - (value(v) * 1e9) as u64,
                 collective,
             }),
+            changed_ns: NOW_NS - (unchanged.unwrap_or(0.0) * 1e9) as u64,
             sync_since_ns: sync.map_or(0, |s| NOW_NS - (s * 1e9) as u64),
             launched: input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect(),
         });

@@ -31,6 +31,9 @@ pub struct DeviceView {
     /// The reader's now on the rank's clock.
     pub now_ns: Option<u64>,
     pub oldest: Option<Unfinished>,
+    /// When the device's state last changed (a launch or a completion seen): a device
+    /// still making progress is slow, not stuck.
+    pub changed_ns: u64,
     /// When the host synchronization in progress entered; 0 when none is.
     pub sync_since_ns: u64,
     /// (communicator, collectives its host launched on it): the live table's counts.
@@ -66,7 +69,9 @@ impl DeviceView {
     }
 }
 
-/// The device stall of the job, if any: stuck means older than `threshold_ns`. `None`
+/// The device stall of the job, if any: stuck means older than `threshold_ns`, and the
+/// culprit's device made no progress for as long (a rank descheduled on a loaded host, or
+/// busy with a long kernel, still completes work now and then). `None`
 /// when no collective is stuck on the devices, when some member's host has not launched
 /// it (the rank behind on the host holds it up: the host's analysis names it), or when
 /// every member's device is in it (nobody is behind: a link or a wedged collective).
@@ -99,7 +104,8 @@ pub fn device_stall(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceSta
             let oldest = v.oldest.as_ref()?;
             let unfinished_ns = v.age_ns(oldest.t_launch_ns)?;
             let other_work = oldest.collective.is_none_or(|(c, s, _)| (c, s) != (comm_id, seq));
-            (other_work && unfinished_ns >= threshold_ns).then_some((v, oldest, unfinished_ns))
+            let still = v.age_ns(v.changed_ns)? >= threshold_ns;
+            (other_work && still && unfinished_ns >= threshold_ns).then_some((v, oldest, unfinished_ns))
         })
         .max_by_key(|&(v, _, unfinished_ns)| (unfinished_ns, -v.rank))?;
     let (v, oldest, unfinished_ns) = culprit;
@@ -134,6 +140,7 @@ mod tests {
                 t_launch_ns: 90 * SEC,
                 collective: Some((COMM, seq, NcclOp::AllReduce)),
             }),
+            changed_ns: 90 * SEC,
             sync_since_ns: if syncing { 91 * SEC } else { 0 },
             launched: vec![(COMM, seq)],
         }
@@ -169,6 +176,16 @@ mod tests {
         // Every device is in the collective: nobody is behind on the device either.
         let all: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
         assert_eq!(device_stall(&all, SEC), None);
+    }
+
+    #[test]
+    fn a_device_still_making_progress_is_not_stuck() {
+        let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
+        views[3].oldest = Some(Unfinished { kernel: None, stage: None, t_launch_ns: 89 * SEC, collective: None });
+        views[3].changed_ns = 99 * SEC + SEC / 2;
+        assert_eq!(device_stall(&views, SEC), None, "it completed work half a second ago");
+        views[3].changed_ns = 95 * SEC;
+        assert_eq!(device_stall(&views, SEC).map(|s| s.rank), Some(3));
     }
 
     #[test]
