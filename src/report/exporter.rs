@@ -524,7 +524,9 @@ fn device_metrics(m: &mut Metrics, device: Option<&DeviceView>, labels: &[(&'sta
         ]);
         m.family(DEVICE_OLDEST).push(&l, now.saturating_sub(o.t_launch_ns) as f64 / 1e9);
     }
-    m.family(DEVICE_UNCHANGED).push(labels, now.saturating_sub(v.changed_ns) as f64 / 1e9);
+    if v.changed_ns > 0 {
+        m.family(DEVICE_UNCHANGED).push(labels, now.saturating_sub(v.changed_ns) as f64 / 1e9);
+    }
     if v.sync_since_ns > 0 {
         m.family(DEVICE_SYNC).push(labels, now.saturating_sub(v.sync_since_ns) as f64 / 1e9);
     }

@@ -255,7 +255,7 @@ pub(crate) struct Extra {
     hang_evidence: Vec<HangEvidence>,
     snapshot_wall: Option<String>,
     profiler: Vec<ProfilerCallReport>,
-    /// The device's view (`device_state`), when the log has one.
+    /// The device's view (`device_state`; none seen: nothing unfinished shown).
     device: Option<DeviceView>,
     /// What the records show of the waits (`analysis::blame::waits_from`).
     evidence: Evidence,
@@ -435,7 +435,19 @@ type DeviceParts = (Option<DeviceState>, Vec<(u32, String)>, Vec<StepVector>, u6
 /// named and placed in a stage, and the collectives its host launched per communicator.
 fn device_view(parts: &DeviceParts, input: &RankInput, stage_names: &[Option<String>]) -> Option<DeviceView> {
     let (state, kernel_names, newest_step, _) = parts;
-    let state = (*state)?;
+    // A rank without a device state is a member that shows nothing: it keeps the devices
+    // from naming a culprit in a collective it is part of.
+    let Some(state) = *state else {
+        let launched = launched(input);
+        return Some(DeviceView {
+            rank: input.rank,
+            now_ns: input.now_ns,
+            oldest: None,
+            changed_ns: 0,
+            sync_since_ns: 0,
+            launched,
+        });
+    };
     let oldest = state.oldest.map(|o| Unfinished {
         kernel: kernel_names.iter().rev().find(|(id, _)| *id == o.name_id).map(|(_, name)| name.clone()),
         stage: stage_at(newest_step, o.t_launch_ns, stage_names),

@@ -97,18 +97,26 @@ pub fn device_stall(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceSta
     }
     let waiting_ranks: Vec<i32> =
         members.iter().filter(|v| stuck_in(v).is_some_and(|k| k == (comm_id, seq, op))).map(|v| v.rank).collect();
-    let culprit = members
-        .iter()
-        .filter(|v| !waiting_ranks.contains(&v.rank))
-        .filter_map(|v| {
-            let oldest = v.oldest.as_ref()?;
-            let unfinished_ns = v.age_ns(oldest.t_launch_ns)?;
-            let other_work = oldest.collective.is_none_or(|(c, s, _)| (c, s) != (comm_id, seq));
-            let still = v.age_ns(v.changed_ns)? >= threshold_ns;
-            (other_work && still && unfinished_ns >= threshold_ns).then_some((v, oldest, unfinished_ns))
-        })
-        .max_by_key(|&(v, _, unfinished_ns)| (unfinished_ns, -v.rank))?;
-    let (v, oldest, unfinished_ns) = culprit;
+    let stuck_elsewhere = |v: &&DeviceView| {
+        let oldest = v.oldest.as_ref()?;
+        let unfinished_ns = v.age_ns(oldest.t_launch_ns)?;
+        // A later collective of the same communicator is no other work: its device got
+        // past the one its peers' states show (theirs lag: kernel records come in batches).
+        let other_work = oldest.collective.is_none_or(|(c, _, _)| c != comm_id);
+        let still = v.age_ns(v.changed_ns)? >= threshold_ns;
+        (other_work && still && unfinished_ns >= threshold_ns).then_some(unfinished_ns)
+    };
+    // Every other member waits in the collective: one that does neither is somewhere the
+    // states do not show (starting up, or its state behind), and nothing is certain.
+    let others: Vec<&&DeviceView> = members.iter().filter(|v| !waiting_ranks.contains(&v.rank)).collect();
+    if others.iter().any(|v| stuck_elsewhere(v).is_none()) {
+        return None;
+    }
+    let (v, unfinished_ns) = others
+        .into_iter()
+        .filter_map(|v| Some((*v, stuck_elsewhere(v)?)))
+        .max_by_key(|&(v, unfinished_ns)| (unfinished_ns, -v.rank))?;
+    let oldest = v.oldest.as_ref()?;
     Some(DeviceStall {
         rank: v.rank,
         kernel: oldest.kernel.clone(),
@@ -186,6 +194,28 @@ mod tests {
         assert_eq!(device_stall(&views, SEC), None, "it completed work half a second ago");
         views[3].changed_ns = 95 * SEC;
         assert_eq!(device_stall(&views, SEC).map(|s| s.rank), Some(3));
+    }
+
+    #[test]
+    fn a_device_past_the_collective_proves_its_peers_states_stale() {
+        let mut views: Vec<DeviceView> = (0..3).map(|r| in_collective(r, 1, true)).collect();
+        views[0].oldest = Some(Unfinished {
+            kernel: Some("ncclDevKernel_AllGather_RING_LL".into()),
+            stage: None,
+            t_launch_ns: 89 * SEC,
+            collective: Some((COMM, 2, NcclOp::AllGather)),
+        });
+        views[0].launched = vec![(COMM, 2)];
+        assert_eq!(device_stall(&views, SEC), None);
+    }
+
+    #[test]
+    fn a_member_neither_waiting_nor_stuck_leaves_nothing_certain() {
+        let mut views: Vec<DeviceView> = (0..3).map(|r| in_collective(r, 1, true)).collect();
+        views[2].oldest = Some(Unfinished { kernel: None, stage: None, t_launch_ns: 89 * SEC, collective: None });
+        // Rank 0's device shows nothing unfinished: it is not waiting, nor stuck.
+        views[0].oldest = None;
+        assert_eq!(device_stall(&views, SEC), None);
     }
 
     #[test]
