@@ -212,7 +212,8 @@ fn ls_shows_liveness_missing_ranks_and_drops() {
         "{}",
         lines[6]
     );
-    assert_eq!(lines.len(), 7, "{stdout}");
+    assert!(lines[7].starts_with("waits from: "), "{}", lines[7]);
+    assert_eq!(lines.len(), 8, "{stdout}");
 }
 
 #[test]
@@ -240,7 +241,9 @@ fn ls_json_has_the_contract_fields() {
             "clocks",
             "records_read_per_log",
             "budget_for_all",
-            "first_end"
+            "first_end",
+            "waits_from",
+            "waits_from_reason"
         ])
     );
     assert_eq!(report["mismatches"], serde_json::json!([]));

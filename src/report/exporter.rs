@@ -31,6 +31,7 @@ use super::exporter_metrics::*;
 use super::hang::HangOptions;
 use super::hang::{hang_reads, read_live, report as hang_report, History};
 use super::step_vectors::is_complete_step;
+use crate::analysis::hang::device::DeviceView;
 use crate::report::discover::{self, Dirs};
 use crate::report::metric_families::Family;
 use crate::report::moment;
@@ -106,6 +107,10 @@ struct Watched {
     parts: BTreeMap<u64, Vec<StepVector>>,
     steps: VecDeque<(u64, Vec<StepVector>)>,
     qps: BTreeMap<(&'static str, i32, u32), QpWindow>,
+    /// The newest `device_state` and the kernel names, apart from `other`: states come
+    /// every flush and would push the low-rate records out.
+    device_state: Option<RecordBody>,
+    kernel_names: BTreeMap<u32, RecordBody>,
 }
 
 impl Watched {
@@ -130,6 +135,8 @@ impl Watched {
             parts: BTreeMap::new(),
             steps: VecDeque::new(),
             qps: BTreeMap::new(),
+            device_state: None,
+            kernel_names: BTreeMap::new(),
         })
     }
 
@@ -162,7 +169,7 @@ impl Watched {
                     self.lost_among_calls = 0;
                 }
             }
-            let Watched { calls, other, parts, qps, last_return, .. } = self;
+            let Watched { calls, other, parts, qps, last_return, device_state, kernel_names, .. } = self;
             let stats =
                 read_after(&self.file, &ring, after, committed, settled, kept_kind, |record| match record.body {
                     RecordBody::StepVector(v) if v.step >= oldest_step => parts.entry(v.step).or_default().push(v),
@@ -174,6 +181,10 @@ impl Watched {
                             calls.pop_front();
                         }
                         calls.push_back(call);
+                    }
+                    body @ RecordBody::DeviceState(_) => *device_state = Some(body),
+                    RecordBody::KernelName(k) => {
+                        kernel_names.insert(k.name_id, record.body);
                     }
                     body => {
                         if let RecordBody::QpWindow(w) = body {
@@ -441,7 +452,7 @@ fn job_metrics(
         let history = History::from_records(
             live.heartbeat_mono_ns,
             calls,
-            w.other.iter().copied(),
+            w.other.iter().chain(&w.device_state).chain(w.kernel_names.values()).copied(),
             w.lost_among_calls == 0,
             w.last_seq,
         );
@@ -456,6 +467,9 @@ fn job_metrics(
         min_stuck_ns: (options.min_stuck_s * 1e9) as u64,
         fallback_stuck_ns: (options.fallback_stuck_s * 1e9) as u64,
     };
+    for (extra, labels) in extras.iter().zip(&labels_of) {
+        device_metrics(m, extra.device(), labels);
+    }
     let cadence = cadence.of(calls_mark(&inputs), &inputs);
     let diagnosis = hang::diagnose_paced(&inputs, &settings, cadence);
     let report = hang_report(&Dirs::new(Vec::new()), monotonic_ns(), diagnosis, extras, Vec::new());
@@ -488,6 +502,34 @@ fn job_metrics(
         }
     }
     frontier_metrics(m, job, logs);
+}
+
+/// The rank's oldest unfinished kernel and its host's synchronization in progress: what
+/// `sf hang --prometheus` needs to name a device stall across nodes.
+fn device_metrics(m: &mut Metrics, device: Option<&DeviceView>, labels: &[(&'static str, String)]) {
+    let Some(v) = device else { return };
+    let Some(now) = v.now_ns else { return };
+    if let Some(o) = &v.oldest {
+        let mut l = labels.to_vec();
+        let (comm, op, seq) = match o.collective {
+            Some((comm, seq, op)) => (comm_hex(comm), op.name().to_string(), seq.to_string()),
+            None => (String::new(), String::new(), String::new()),
+        };
+        l.extend([
+            ("kernel", o.kernel.clone().unwrap_or_default()),
+            ("stage", o.stage.clone().unwrap_or_default()),
+            ("comm", comm),
+            ("op", op),
+            ("seq", seq),
+        ]);
+        m.family(DEVICE_OLDEST).push(&l, now.saturating_sub(o.t_launch_ns) as f64 / 1e9);
+    }
+    if v.changed_ns > 0 {
+        m.family(DEVICE_UNCHANGED).push(labels, now.saturating_sub(v.changed_ns) as f64 / 1e9);
+    }
+    if v.sync_since_ns > 0 {
+        m.family(DEVICE_SYNC).push(labels, now.saturating_sub(v.sync_since_ns) as f64 / 1e9);
+    }
 }
 
 /// Frontier advance, share and leader per stage over the ranks' common step window.

@@ -72,6 +72,20 @@ pub const HANG_MISSING: Spec = (
     "seconds",
     "A rank that never entered the collective its peers are stuck in, and for how long",
 );
+pub const DEVICE_OLDEST: Spec = (
+    "sf_device_oldest_unfinished_seconds",
+    Kind::Gauge,
+    "seconds",
+    "How long the rank's oldest launched kernel has been unfinished (its name, stage and launching collective)",
+);
+pub const DEVICE_UNCHANGED: Spec = (
+    "sf_device_unchanged_seconds",
+    Kind::Gauge,
+    "seconds",
+    "Since the rank's device last launched or completed a kernel the CUDA door saw",
+);
+pub const DEVICE_SYNC: Spec =
+    ("sf_device_host_sync_seconds", Kind::Gauge, "seconds", "How long the rank's host has waited in a synchronization");
 pub const FRONTIER_EXPOSED: Spec =
     ("sf_frontier_exposed_seconds", Kind::Gauge, "seconds", "Mean exposed step time over the step window");
 pub const FRONTIER_ADVANCE: Spec =
@@ -125,6 +139,9 @@ pub const ALL: &[Spec] = &[
     HANG_STATE,
     HANG_STUCK,
     HANG_MISSING,
+    DEVICE_OLDEST,
+    DEVICE_UNCHANGED,
+    DEVICE_SYNC,
     FRONTIER_EXPOSED,
     FRONTIER_ADVANCE,
     FRONTIER_SHARE,

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+use crate::analysis::blame::waits_from::{WaitsFrom, Why};
 use crate::analysis::frontier::csv::{self, StageTable};
 use crate::analysis::frontier::{ranked, Analyzer, Context, Window, DEFAULT_FORWARD_STAGE};
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -43,6 +44,11 @@ pub enum FrontierSource {
 #[derive(Debug, DeriveSerialize)]
 pub struct FrontierReport {
     pub file: String,
+    /// Where the waits were read from: `device` (NCCL kernels), `host_calls` (NCCL calls
+    /// that block until every peer arrives) or `none`; null for a CSV (its wait columns
+    /// say what they say). `waits_from_reason` says why.
+    pub waits_from: Option<WaitsFrom>,
+    pub waits_from_reason: Option<&'static str>,
     /// Where the stages came from: `markers` (the job's own stages: the logs' step
     /// vectors, or a CSV of them) or `inferred` (the NCCL schedule, for a job with no
     /// markers, or a CSV of only `inferred.*` stages).
@@ -122,6 +128,20 @@ pub struct WindowReport {
     /// The window's blame table, (rank, stage) -> seconds of other ranks' waiting caused,
     /// largest first, at most `frontier_waits::BLAME_CELLS` cells.
     pub blame: Vec<BlameEntry>,
+    /// When the waits could not be seen (`waits_from` none in an asynchronous job): the
+    /// ranks that lead the top stage's comparison, a lead, not a finding.
+    pub leads: Vec<LeadEntry>,
+}
+
+/// A rank that leads a stage of the frontier (is the last to finish it most often).
+#[derive(Debug, DeriveSerialize)]
+pub struct LeadEntry {
+    pub rank: u32,
+    pub stage: String,
+    /// Ranks credited alike with the stage's advances (1: this one alone).
+    pub tied: usize,
+    /// The stage's share of the window's exposed time, when known.
+    pub share: Option<f64>,
 }
 
 #[derive(Debug, DeriveSerialize)]
@@ -196,18 +216,19 @@ fn read_csv(path: &Path, options: &FrontierOptions) -> Result<StageTable, Failur
 /// Reads, checks and analyzes the input. Every failure is about the input: the caller
 /// exits 2.
 pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
-    let (file, table, waits, inferred, history_starts_at_step, call_window, waits_start_at_step) = match &options.source
-    {
-        FrontierSource::Csv(path) => {
-            let mut table = read_csv(path, options)?;
-            let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
-            (path.display().to_string(), table, waits, None, None, None, None)
-        }
-        FrontierSource::Logs(dir) => {
-            let t = frontier_waits::own_time_table(dir)?;
-            (dir.display(), t.table, Some(t.waits), t.inferred, t.history_starts_at, t.call_window, t.waits_start_at)
-        }
-    };
+    let (file, table, waits, inferred, history_starts_at_step, call_window, waits_start_at_step, waits_from) =
+        match &options.source {
+            FrontierSource::Csv(path) => {
+                let mut table = read_csv(path, options)?;
+                let waits = table.take_attribution().map(|a| frontier_waits::Waits::take_out(&mut table, a));
+                (path.display().to_string(), table, waits, None, None, None, None, None)
+            }
+            FrontierSource::Logs(dir) => {
+                let t = frontier_waits::own_time_table(dir)?;
+                let (history, window, start) = (t.history_starts_at, t.call_window, t.waits_start_at);
+                (dir.display(), t.table, Some(t.waits), t.inferred, history, window, start, Some(t.waits_from))
+            }
+        };
     let source = match inferred {
         Some(_) => inferred::INFERRED,
         None => inferred::source_of_stages(table.schema().stages()),
@@ -223,13 +244,17 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
     }
     let sync_wait = frontier_waits::sync_wait(waits.as_ref(), &options.sync_wait);
     let windows = analyze(&table, options, &sync_wait.stages).map_err(|e| fail(e.to_string()))?;
+    let unseen = waits_from.is_some_and(|(_, why)| why == Why::AsynchronousCalls);
     Ok(FrontierReport {
         file,
+        waits_from: waits_from.map(|(from, _)| from),
+        waits_from_reason: waits_from.map(|(_, why)| why.describe()),
         source,
         inferred,
         stages: known.to_vec(),
         world: table.world().len(),
-        own_time: waits.is_some(),
+        // Waits that could not be seen were not taken out: the times are as recorded.
+        own_time: waits.is_some() && waits_from.is_none_or(|(from, _)| from != WaitsFrom::None),
         sync_wait,
         history_starts_at_step,
         call_window,
@@ -241,10 +266,25 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
                 if let Some(waits) = &waits {
                     frontier_waits::blame_window(&mut report, w, waits);
                 }
+                if unseen {
+                    report.leads = leads(&report);
+                }
                 report
             })
             .collect(),
     })
+}
+
+/// The ranks leading the window's top stage, when one leads it alone or with one other.
+fn leads(w: &WindowReport) -> Vec<LeadEntry> {
+    let Some(top1) = &w.top1 else { return Vec::new() };
+    let Some(i) = w.leader_ranks.0.iter().position(|(stage, _)| stage == top1) else { return Vec::new() };
+    let tied = w.leader_tie_counts.0[i].1;
+    if tied > 2 {
+        return Vec::new();
+    }
+    let share = w.shares.0.get(i).map(|(_, share)| *share);
+    w.leader_ranks.0[i].1.iter().map(|&rank| LeadEntry { rank, stage: top1.clone(), tied, share }).collect()
 }
 
 fn analyze(
@@ -342,5 +382,6 @@ fn window_report(w: &Window, forward: Option<&str>) -> WindowReport {
         wait_s: StageMap(Vec::new()),
         culprits: Vec::new(),
         blame: Vec::new(),
+        leads: Vec::new(),
     }
 }

@@ -3,6 +3,7 @@
 //! (`analysis::blame`), the measured model-fit indicator W_s, and each window's blame table
 //! and culprits.
 
+use crate::analysis::blame::waits_from::{WaitsFrom, Why};
 use crate::analysis::blame::{blame_table, culprits, measured_sync_wait, Attribution, CulpritParams, SYNC_WAIT_SHARE};
 use crate::analysis::frontier::csv::StageTable;
 use crate::analysis::frontier::Window;
@@ -28,6 +29,8 @@ pub struct OwnTimeTable {
     pub call_window: Option<CallWindow>,
     /// The first step whose waits are known, when older calls wrapped away.
     pub waits_start_at: Option<u64>,
+    /// Where the waits came from, and why.
+    pub waits_from: (WaitsFrom, Why),
 }
 
 /// The frontier table of the job in `dir` on own time (each rank's stage durations less
@@ -44,10 +47,11 @@ pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
     let mut table = step_vectors::table_of(dir, &ranks, world, &names)?;
     drop(ranks);
     let stages = table.schema().stages().to_vec();
+    let waits_from = timelines.waits_from();
     let (attribution, inferred) =
         inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
-    let waits = Waits::take_out(&mut table, attribution);
-    Ok(OwnTimeTable { table, waits, inferred, history_starts_at, call_window: window, waits_start_at })
+    let waits = Waits::take_out(&mut table, waits::seen(attribution, waits_from.0));
+    Ok(OwnTimeTable { table, waits, inferred, history_starts_at, call_window: window, waits_start_at, waits_from })
 }
 
 /// The model-fit indicator W_s: stages exposed through synchronization waits.

@@ -8,6 +8,8 @@
 //! The report keeps the verdict's words and adds what an operator wants next to it:
 //! heartbeats, steps and stages, injections, watchdog evidence.
 
+use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
+use crate::analysis::hang::device::{device_stall, DeviceStall, DeviceView, Unfinished};
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
@@ -17,7 +19,7 @@ use crate::analysis::log::liveness::{classify, Liveness};
 use crate::core::log::host as local_host;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
-use crate::core::log::records::{hex_u64, HangEvidence, Injection, ProcessEnd};
+use crate::core::log::records::{hex_u64, DeviceState, HangEvidence, Injection, ProcessEnd, StepVector};
 use crate::core::record::clock::monotonic_ns;
 use serde::{Serialize, Serializer};
 
@@ -71,6 +73,34 @@ pub struct HangReport {
     /// Every rank is gone and the job ended badly: the rank that went first, from the
     /// ranks' own end records (`analysis::log::ends`).
     pub first_end: Option<FirstEnd>,
+    /// Where the waits were read from: `device` (the devices' unfinished work), `host_calls`
+    /// (NCCL calls that block until every peer arrives) or `none`; `waits_from_reason`
+    /// says why.
+    pub waits_from: WaitsFrom,
+    pub waits_from_reason: &'static str,
+    /// A rank whose device is stuck behind other work while its peers' devices wait for
+    /// it in a collective every host launched (`analysis::hang::device`).
+    pub device_stall: Option<DeviceStallReport>,
+}
+
+/// The culprit of a hang the host counts cannot show.
+#[derive(Debug, Serialize)]
+pub struct DeviceStallReport {
+    pub rank: i32,
+    /// The kernel its device is stuck behind, the stage it was launched in, and how long
+    /// ago it was launched (unfinished since).
+    pub kernel: Option<String>,
+    pub stage: Option<String>,
+    pub t_launch_ns: u64,
+    pub unfinished_s: f64,
+    /// Its host has waited in a synchronization this long (null: not in one).
+    pub syncing_s: Option<f64>,
+    /// The collective its peers' devices wait in.
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    pub comm_seq: u64,
+    pub op: NcclOp,
+    pub waiting_ranks: Vec<i32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -236,6 +266,10 @@ pub(crate) struct Extra {
     /// How the process ended, and when it was last heard (wall-clock ns).
     end: Option<ProcessEnd>,
     last_heard_wall_ns: u64,
+    /// The device's view (`device_state`; none seen: nothing unfinished shown).
+    device: Option<DeviceView>,
+    /// What the records show of the waits (`analysis::blame::waits_from`).
+    evidence: Evidence,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -278,6 +312,16 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
 }
 
 impl Extra {
+    /// The device's view of the rank, when its log had one.
+    pub(crate) fn device(&self) -> Option<&DeviceView> {
+        self.device.as_ref()
+    }
+
+    /// The device's view the exporters' metrics tell (`sf hang --prometheus`).
+    pub(crate) fn set_device(&mut self, device: DeviceView) {
+        self.device = Some(device);
+    }
+
     /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
     /// hang evidence or step: those are records, which metrics do not carry).
     pub(crate) fn from_metrics(
@@ -300,13 +344,15 @@ impl Extra {
             profiler: Vec::new(),
             end: None,
             last_heard_wall_ns: 0,
+            device: None,
+            evidence: Evidence::default(),
         }
     }
 }
 
 pub(crate) fn read_live(
     log: &RankLog,
-    history: History,
+    mut history: History,
     at: Judged,
     snapshot_wall: Option<String>,
 ) -> (RankInput, Extra) {
@@ -320,6 +366,12 @@ pub(crate) fn read_live(
         row.inflight = row.inflight.take().filter(|f| f.since_mono_ns >= calibrated);
     }
     let (step, stage) = log.position();
+    let device_parts: DeviceParts = (
+        history.device_state,
+        std::mem::take(&mut history.kernel_names),
+        std::mem::take(&mut history.newest_step),
+        history.device_records,
+    );
     let (here, now, process) = (at.same_clock, at.clock, at.process);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
     let stage_names = log.stage_names();
@@ -362,7 +414,11 @@ pub(crate) fn read_live(
                 .collect()
         },
     };
+    let device = device_view(&device_parts, &input, &stage_names);
+    let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
     let extra = Extra {
+        device,
+        evidence,
         host: h.host.clone(),
         pid: h.pid,
         file: log.path().display().to_string(),
@@ -386,13 +442,98 @@ pub(crate) fn read_live(
     (input, extra)
 }
 
+/// What a log's records hold of its device: the newest `device_state`, kernel names, the
+/// newest complete step, and how many device records there were.
+type DeviceParts = (Option<DeviceState>, Vec<(u32, String)>, Vec<StepVector>, u64);
+
+/// The device's view of a rank: its newest `device_state`, its oldest unfinished kernel
+/// named and placed in a stage, and the collectives its host launched per communicator.
+fn device_view(parts: &DeviceParts, input: &RankInput, stage_names: &[Option<String>]) -> Option<DeviceView> {
+    let (state, kernel_names, newest_step, _) = parts;
+    // A rank without a device state is a member that shows nothing: it keeps the devices
+    // from naming a culprit in a collective it is part of.
+    let Some(state) = *state else {
+        let launched = launched(input);
+        return Some(DeviceView {
+            rank: input.rank,
+            now_ns: input.now_ns,
+            oldest: None,
+            changed_ns: 0,
+            sync_since_ns: 0,
+            launched,
+        });
+    };
+    let oldest = state.oldest.map(|o| Unfinished {
+        kernel: kernel_names.iter().rev().find(|(id, _)| *id == o.name_id).map(|(_, name)| name.clone()),
+        stage: stage_at(newest_step, o.t_launch_ns, stage_names),
+        t_launch_ns: o.t_launch_ns,
+        collective: o.op.map(|op| (o.comm_id, o.seq, op)),
+    });
+    Some(DeviceView {
+        rank: input.rank,
+        now_ns: input.now_ns,
+        oldest,
+        changed_ns: state.t_ns,
+        sync_since_ns: state.sync_since_ns,
+        launched: launched(input),
+    })
+}
+
+/// Collectives the host launched per communicator: the live table's count, or the newest
+/// collective call's sequence where the records say more (a table gone with its process).
+fn launched(input: &RankInput) -> Vec<(u64, u64)> {
+    let mut launched: Vec<(u64, u64)> = input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect();
+    for c in input.calls.iter().filter(|c| c.op.is_collective() && c.seq > 0) {
+        match launched.iter_mut().find(|(comm, _)| *comm == c.comm_id) {
+            Some((_, n)) => *n = (*n).max(c.seq),
+            None => launched.push((c.comm_id, c.seq)),
+        }
+    }
+    launched
+}
+
+/// The stage an instant falls in: within the newest complete step, the stage there; in
+/// the step after it (the one under way), the stage at the same offset into the step.
+fn stage_at(newest: &[StepVector], t_ns: u64, names: &[Option<String>]) -> Option<String> {
+    let first = newest.first()?;
+    let end = first.t_begin_ns.saturating_add(first.wall_ns);
+    let offset = if t_ns >= end { t_ns - end } else { t_ns.checked_sub(first.t_begin_ns)? };
+    let mut at = 0u64;
+    let stages = newest.iter().flat_map(|p| p.stages());
+    for (id, ns) in stages {
+        at = at.saturating_add(ns);
+        if offset < at {
+            return names.get(id as usize).cloned().flatten();
+        }
+    }
+    None
+}
+
+fn device_stall_report(s: DeviceStall) -> DeviceStallReport {
+    DeviceStallReport {
+        rank: s.rank,
+        kernel: s.kernel,
+        stage: s.stage,
+        t_launch_ns: s.t_launch_ns,
+        unfinished_s: seconds(s.unfinished_ns),
+        syncing_s: (s.syncing_ns > 0).then(|| seconds(s.syncing_ns)),
+        comm_id: s.comm_id,
+        comm_seq: s.seq,
+        op: s.op,
+        waiting_ranks: s.waiting_ranks,
+    }
+}
+
 pub(crate) fn report(
     dir: &Dirs,
     now_mono_ns: u64,
     d: Diagnosis,
-    extras: Vec<Extra>,
+    mut extras: Vec<Extra>,
     errors: Vec<FileError>,
 ) -> HangReport {
+    let (waits_from, why) = waits_from(&Evidence::of_job(extras.iter().map(|e| &e.evidence)));
+    let views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
+    let stall = device_stall(&views, d.threshold.threshold_ns);
     let t = &d.threshold;
     let ends: Vec<RankEnd> = d
         .ranks
@@ -408,10 +549,13 @@ pub(crate) fn report(
         .map(post_mortem_report)
         .or_else(|| first_end.as_ref().and_then(|first| torn_down_while_waiting(first, &ranks)));
     HangReport {
+        waits_from,
+        waits_from_reason: why.describe(),
+        device_stall: stall.clone().map(device_stall_report),
         dir: dir.display().to_string(),
         source: "logs",
         now_mono_ns,
-        hung: d.hung || post_mortem.is_some(),
+        hung: d.hung || post_mortem.is_some() || stall.is_some(),
         threshold: ThresholdReport {
             threshold_s: seconds(t.threshold_ns),
             source: if t.cadence.is_some() { "cadence" } else { "fallback" },

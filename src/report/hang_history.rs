@@ -6,7 +6,9 @@ use std::collections::VecDeque;
 
 use crate::core::log::format::Region;
 use crate::core::log::reader::{CommLive, RankLog, ScanStats};
-use crate::core::log::records::{CommCreated, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody};
+use crate::core::log::records::{
+    CommCreated, DeviceState, HangEvidence, Injection, NcclCall, QpStuck, QpWindow, RecordBody, StepVector,
+};
 
 use super::hang_profiler::{CallView, Collector};
 
@@ -38,6 +40,14 @@ pub(crate) struct History {
     pub(super) newest_seq: u64,
     /// The profiler's view of each call in flight as the scan began.
     pub(super) profiler: Vec<CallView>,
+    /// The newest `device_state` record: the device's oldest unfinished work.
+    pub(super) device_state: Option<DeviceState>,
+    /// `device_coll` and `device_state` records read: the CUDA door saw the device.
+    pub(super) device_records: u64,
+    /// Kernel names by id (`kernel_name`), to name the unfinished kernel.
+    pub(super) kernel_names: Vec<(u32, String)>,
+    /// The newest complete step's parts, to place the unfinished kernel in a stage.
+    pub(super) newest_step: Vec<StepVector>,
 }
 
 impl History {
@@ -137,6 +147,10 @@ impl Kept {
             newest_drop_ns: None,
             newest_seq: 0,
             profiler: Vec::new(),
+            device_state: None,
+            device_records: 0,
+            kernel_names: Vec::new(),
+            newest_step: Vec::new(),
         };
         Kept {
             history,
@@ -167,6 +181,19 @@ impl Kept {
             RecordBody::Injection(i) => history.injections.push(i),
             RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
             RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
+            RecordBody::DeviceState(d) => {
+                history.device_records += 1;
+                if history.device_state.is_none_or(|kept| kept.t_ns <= d.t_ns) {
+                    history.device_state = Some(d);
+                }
+            }
+            RecordBody::DeviceColl(_) => history.device_records += 1,
+            RecordBody::KernelName(k) => history.kernel_names.push((k.name_id, k.name())),
+            RecordBody::StepVector(v) => match history.newest_step.first() {
+                Some(kept) if kept.step > v.step => {}
+                Some(kept) if kept.step == v.step => history.newest_step.push(v),
+                _ => history.newest_step = vec![v],
+            },
             // Kinds the hang analysis does not use.
             _ => {}
         }
@@ -212,7 +239,18 @@ impl Kept {
 /// Whether the hang analysis reads records of this kind: what a long-running reader keeps.
 pub(crate) fn hang_reads(kind: u16) -> bool {
     use crate::core::log::records::kind::*;
-    matches!(kind, QP_STUCK | QP_WINDOW | NCCL_CALL | COMM_CREATED | INJECTION | HANG_EVIDENCE | DROPS)
+    matches!(
+        kind,
+        QP_STUCK
+            | QP_WINDOW
+            | NCCL_CALL
+            | COMM_CREATED
+            | INJECTION
+            | HANG_EVIDENCE
+            | DROPS
+            | DEVICE_STATE
+            | KERNEL_NAME
+    )
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use crate::analysis::hang::device::{DeviceView, Unfinished};
 use crate::analysis::hang::{self, RankInput, Settings};
 use crate::analysis::log::liveness::Liveness;
 use crate::core::log::nccl_op::NcclOp;
@@ -151,6 +152,40 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
             }
         }
         input.comms.push(row);
+    }
+    // The devices' unfinished work: a stall the host counts cannot show.
+    let oldest = server.query(&format!("sf_device_oldest_unfinished_seconds{sel}"))?;
+    let syncs = server.query(&format!("sf_device_host_sync_seconds{sel}"))?;
+    let unchanged = server.query(&format!("sf_device_unchanged_seconds{sel}"))?;
+    for (input, extra) in ranks.values_mut() {
+        let rank = Some(input.rank);
+        let of_rank = |series: &[Value]| series.iter().find(|s| rank_of(s) == rank).map(value);
+        let (sync, unchanged) = (of_rank(&syncs), of_rank(&unchanged));
+        // A rank without the metric shows nothing unfinished: the devices name no culprit
+        // in a collective it is part of.
+        let oldest = oldest.iter().find(|v| rank_of(v) == rank).map(|v| {
+            let text = |key: &str| v["metric"][key].as_str().filter(|t| !t.is_empty()).map(str::to_string);
+            let op = text("op").and_then(|name| NcclOp::ALL.into_iter().find(|o| o.name() == name));
+            let seq = text("seq").and_then(|seq| seq.parse().ok());
+            let collective = match (comm_of(v), op, seq) {
+                (Some(comm), Some(op), Some(seq)) => Some((comm, seq, op)),
+                _ => None,
+            };
+            Unfinished {
+                kernel: text("kernel"),
+                stage: text("stage"),
+                t_launch_ns: NOW_NS - (value(v) * 1e9) as u64,
+                collective,
+            }
+        });
+        extra.set_device(DeviceView {
+            rank: input.rank,
+            now_ns: Some(NOW_NS),
+            oldest,
+            changed_ns: unchanged.map_or(0, |u| NOW_NS - (u * 1e9) as u64),
+            sync_since_ns: sync.map_or(0, |s| NOW_NS - (s * 1e9) as u64),
+            launched: input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect(),
+        });
     }
     let threshold_s = threshold.first().map_or(options.fallback_stuck_s, value);
     let settings = Settings {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::Mutex;
 
+use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
 use crate::analysis::comms::grow::{self, Aliases};
 use crate::analysis::comms::nccl_version::nccl_version_string;
 use crate::analysis::hang::{Mismatch, Said, Say, Tally};
@@ -49,6 +50,11 @@ pub struct LsReport {
     /// Every rank is gone and the job ended badly: the rank that went first
     /// (`analysis::log::ends`).
     pub first_end: Option<FirstEnd>,
+    /// Where `sf frontier`, `sf slow` and `sf hang` can read the job's waits from:
+    /// `device` (NCCL kernels), `host_calls` (NCCL calls that block until every peer
+    /// arrives) or `none`, over the records read; `waits_from_reason` says why.
+    pub waits_from: WaitsFrom,
+    pub waits_from_reason: &'static str,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -207,13 +213,22 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         let said: Vec<Said> = windows.iter().map(|w| w.said()).collect();
         let say = Say::of(&said);
         tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).add(say);
-        windows.into_iter().map(|w| (w.stats, w.oldest_seq, w.evidence)).collect::<Vec<_>>()
+        windows
+            .into_iter()
+            .map(|w| {
+                let seen = Evidence::of_nccl_calls(w.device_records, w.calls.iter());
+                ((w.stats, w.oldest_seq, w.evidence), seen)
+            })
+            .collect::<Vec<_>>()
     });
+    let mut evidence = Vec::with_capacity(opened.len());
     for (group, read) in groups.iter().zip(read) {
-        for (&i, read) in group.iter().zip(read) {
+        for (&i, (read, seen)) in group.iter().zip(read) {
             events[i] = Some(read);
+            evidence.push(seen);
         }
     }
+    let (waits_from, why) = waits_from(&Evidence::of_job(evidence.iter()));
     let events: Vec<(ScanStats, u64, u8)> = events.into_iter().map(|e| e.expect("every log was read")).collect();
     let findings = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()).finish();
     let mismatches = if findings.is_empty() {
@@ -267,6 +282,8 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         records_read_per_log,
         budget_for_all,
         first_end,
+        waits_from,
+        waits_from_reason: why.describe(),
         summary,
     })
 }
@@ -322,6 +339,8 @@ struct CallWindow {
     oldest_seq: u64,
     /// `evidence_bit`s of the records read.
     evidence: u8,
+    /// `device_coll` and `device_state` records among the records read.
+    device_records: u64,
 }
 
 impl CallWindow {
@@ -338,19 +357,23 @@ impl CallWindow {
 
     fn newest(log: &RankLog, keep: u64, aliases: &Aliases) -> CallWindow {
         let mut calls: VecDeque<(u64, NcclCall)> = VecDeque::new();
-        let mut evidence = 0;
+        let (mut evidence, mut device_records) = (0, 0);
         let stats = log.scan_newest(Region::Events, keep, |r| {
             evidence |= evidence_bit(&r.body);
-            if let RecordBody::NcclCall(c) = r.body {
-                if calls.len() == CALLS_KEPT {
-                    calls.pop_front();
+            match r.body {
+                RecordBody::NcclCall(c) => {
+                    if calls.len() == CALLS_KEPT {
+                        calls.pop_front();
+                    }
+                    calls.push_back((r.seq, c));
                 }
-                calls.push_back((r.seq, c));
+                RecordBody::DeviceColl(_) | RecordBody::DeviceState(_) => device_records += 1,
+                _ => {}
             }
         });
         let oldest_seq = calls.front().map_or(stats.last_seq, |&(seq, _)| seq);
         let calls = calls.into_iter().map(|(_, c)| NcclCall { comm_id: aliases.canonical(c.comm_id), ..c }).collect();
-        CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq, evidence }
+        CallWindow { rank: log.header.global_rank, calls, stats, oldest_seq, evidence, device_records }
     }
 
     fn said(&self) -> Said<'_> {

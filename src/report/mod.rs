@@ -5,6 +5,8 @@
 //! and `core`. Never formats for a terminal, never prints, never ends the process.
 
 mod call_window;
+#[cfg(test)]
+mod device_tests;
 pub mod discover;
 pub mod dump;
 pub mod exporter;

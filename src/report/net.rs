@@ -2,7 +2,7 @@
 //! and `qp_degraded` records the collector writes (README "RDMA work requests"): totals,
 //! bandwidth, latency, stuck and degraded evidence, and each QP's time series.
 
-use crate::analysis::net::peers::{self, Judgement};
+use crate::analysis::net::peers::{self, Judgement, Work};
 use crate::analysis::net::ports::{self, PortCounterSummary};
 use crate::core::log::format::Region;
 use crate::core::log::reader::{RankLog, Record};
@@ -156,7 +156,8 @@ pub struct PeerCheck {
     /// The QP's window bandwidth over the episode, and its peers' over the same time.
     pub own_bps: u64,
     pub peers_bps: Option<u64>,
-    /// Peer QPs compared: the job's other QPs of the same door.
+    /// Peer QPs compared: the job's other QPs doing the same work (same door; for proxy
+    /// links, same communicator, channel and direction).
     pub peers: usize,
     /// How long it stayed slower than its peers (degraded only), seconds.
     pub sustained_s: Option<f64>,
@@ -282,18 +283,15 @@ fn check_peers(ranks: &mut [RankNet]) {
                 .collect()
         })
         .collect();
-    // Peers do the same work: QPs of the same door, and proxy links of the same direction
-    // (a receive completes when data arrives, a send when the network is done with it).
-    let group = |q: &QpReport| match q.link {
-        Some(l) if l.direction == "send" => "proxy send",
-        Some(_) => "proxy recv",
-        None => q.source,
+    let work = |q: &QpReport| match q.link {
+        Some(l) => Work::Link { comm_tag: l.comm_tag, channel: l.channel, send: l.direction == "send" },
+        None => Work::Door(q.source),
     };
     let qps: Vec<peers::Qp> = ranks
         .iter()
-        .flat_map(|r| r.qps.iter().map(move |q| (r.host.as_str(), group(q))))
+        .flat_map(|r| r.qps.iter().map(move |q| (r.host.as_str(), work(q))))
         .zip(samples.iter().zip(&episodes))
-        .map(|((host, source), (samples, episodes))| peers::Qp { host, source, samples, episodes })
+        .map(|((host, work), (samples, episodes))| peers::Qp { host, work, samples, episodes })
         .collect();
     let checks: Vec<Option<PeerCheck>> = (0..qps.len())
         .map(|i| {
@@ -441,5 +439,88 @@ fn qp_report(
                 degraded: w.degraded,
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::log::records::QpDegraded;
+    use crate::report::test_logs::new_log;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// One proxy link's samples: `bps` each second, from the first to the sixth; the
+    /// episode, when there is one, opens in the third second and stays open.
+    fn link_records(link: ProxyLink, bps: &[u64; 6], episode: bool) -> Vec<RecordBody> {
+        let key = link.key();
+        let mut records = Vec::new();
+        for (k, &b) in bps.iter().enumerate() {
+            let t_ns = (k as u64 + 1) * SEC;
+            let degraded = episode && k >= 2;
+            if episode && k == 2 {
+                records.push(RecordBody::QpDegraded(QpDegraded {
+                    t_ns: t_ns - 1,
+                    source: key.source,
+                    device: key.device,
+                    qp_num: key.qp_num,
+                    window_bps: b,
+                    baseline_bps: 100_000,
+                    threshold: 0.2,
+                    window_n: 16,
+                    windows: 3,
+                    posted: 0,
+                    completed: 0,
+                }));
+            }
+            records.push(RecordBody::QpWindow(QpWindow {
+                t_ns,
+                source: key.source,
+                device: key.device,
+                qp_num: key.qp_num,
+                posted: k as u64 * 10,
+                completed: k as u64 * 10,
+                in_flight: 0,
+                errors: 0,
+                bytes_posted: k as u64 * 1000,
+                bytes_completed: k as u64 * 1000,
+                latency_n: 0,
+                latency_mean_ns: 0,
+                latency_max_ns: 0,
+                window_bps: b,
+                window_n: 16,
+                baseline_bps: 100_000,
+                stuck: false,
+                degraded,
+                table_dropped: 0,
+            }));
+        }
+        records
+    }
+
+    /// The fake's rings: channel 0 moves less than half of what channel 1 moves, on every
+    /// link. A channel-0 send that slowed from its own start is as fast as the other
+    /// channel-0 sends: no degraded link (it was judged against the channel-1 sends).
+    #[test]
+    fn a_link_is_compared_only_with_links_doing_the_same_work() {
+        let (path, mut writer) = new_log("net-same-work", 1024);
+        let comm = 0x1234_5678_9abc_def0;
+        let links = [
+            (ProxyLink::new(comm, 0, true, 1), [100_000, 100_000, 40_000, 40_000, 40_000, 40_000], true),
+            (ProxyLink::new(comm, 0, true, 3), [40_000; 6], false),
+            (ProxyLink::new(comm, 1, true, 1), [100_000; 6], false),
+            (ProxyLink::new(comm, 1, true, 3), [100_000; 6], false),
+        ];
+        for (link, bps, episode) in links {
+            for record in link_records(link, &bps, episode) {
+                writer.append(&record);
+            }
+        }
+        let report = build(&Dirs::one(path.parent().unwrap())).unwrap();
+        let q = report.ranks[0].qps.iter().find(|q| !q.degraded.is_empty()).unwrap();
+        let check = q.peer_check.as_ref().unwrap();
+        assert_eq!((check.verdict, check.peers, check.peers_bps), ("slower_than_start", 1, Some(40_000)));
+        assert!(!report.degraded);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }

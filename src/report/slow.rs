@@ -1,6 +1,7 @@
 //! `sf slow`: L1 jitter and regression per rank, L2 stragglers per group and stage, and
 //! VenusTrace's expected-time tracking, over a job directory's step vectors.
 
+use crate::analysis::blame::waits_from::{WaitsFrom, Why};
 use crate::analysis::slow::change_point::ChangePointParams;
 use crate::analysis::slow::expected_time::ExpectedTimeParams;
 use crate::analysis::slow::jitter::JitterParams;
@@ -73,6 +74,10 @@ impl Eq for SlowOptions {}
 #[derive(Debug, Serialize)]
 pub struct SlowReport {
     pub dir: String,
+    /// Where the waits were read from: `device` (NCCL kernels), `host_calls` (NCCL calls
+    /// that block until every peer arrives) or `none`; `waits_from_reason` says why.
+    pub waits_from: WaitsFrom,
+    pub waits_from_reason: &'static str,
     /// Where the stages came from: `markers` (the logs' step vectors) or `inferred` (the
     /// NCCL schedule, for a job with no markers).
     pub source: &'static str,
@@ -110,6 +115,9 @@ pub struct SlowReport {
     /// Culprits of the others' waiting first, then the detectors' findings by the
     /// waiting they caused; a waiter is never listed for the wait it suffered.
     pub slow_ranks: Vec<SlowRankReport>,
+    /// When the waits could not be seen (`waits_from` none in an asynchronous job): the
+    /// ranks the detectors single out, as leads, not findings.
+    pub leads: Vec<SlowRankReport>,
     pub wait_attribution: WaitAttribution,
     pub l1: Vec<L1Report>,
     pub l2: Vec<L2Report>,
@@ -280,9 +288,10 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
         return Err(Failure::Message(format!("{}: {why}", dir.display())));
     }
     let params = params_of(options);
+    let waits_from = timelines.waits_from();
     let (attribution, summary) =
         inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
-    let waits = slow_waits::take_out_waits(attribution, &mut series);
+    let waits = slow_waits::take_out_waits(waits::seen(attribution, waits_from.0), &mut series);
     let job = analyze_job(&series, stages.len(), &params);
     let blamed = slow_waits::blamed(waits, &series, &stages, &job);
     let mut report = report(dir, world, stages, &series, ranks_without_steps, options, &params, &job, blamed);
@@ -293,7 +302,23 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
     report.history_starts_at_step = history_starts_at_step;
     report.call_window = window;
     report.waits_start_at_step = waits_start_at;
+    report.waits_from = waits_from.0;
+    report.waits_from_reason = waits_from.1.describe();
+    if waits_from.1 == Why::AsynchronousCalls {
+        unseen_waits(&mut report);
+    }
     Ok(report)
+}
+
+/// The waits could not be seen (asynchronous NCCL calls, no device evidence): a rank the
+/// detectors single out may be a waiter (its host waited in its synchronizations, which
+/// its stage times hold), so no rank is a finding: each is a lead.
+fn unseen_waits(report: &mut SlowReport) {
+    report.leads = std::mem::take(&mut report.slow_ranks);
+    report.found = false;
+    if let Some(g) = &mut report.job_regression {
+        g.finding = false;
+    }
 }
 
 fn params_of(o: &SlowOptions) -> SlowParams {
@@ -448,6 +473,8 @@ fn report(
         .collect();
     SlowReport {
         dir: dir.display().to_string(),
+        waits_from: WaitsFrom::HostCalls,
+        waits_from_reason: "",
         source: inferred::MARKERS,
         inferred: None,
         world,
@@ -499,6 +526,7 @@ fn report(
             }),
         }),
         slow_ranks: blamed.slow_ranks,
+        leads: Vec::new(),
         wait_attribution: blamed.waits,
         l1,
         l2,

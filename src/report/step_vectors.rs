@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::analysis::blame::device::DeviceKernel;
 use crate::analysis::blame::CallTiming;
 use crate::analysis::comms::grow;
 use crate::analysis::frontier::csv::{self, StageTable};
@@ -80,6 +81,10 @@ pub struct RankSteps {
     /// attribution (`waits::timelines` takes them), and what the budget left of them.
     pub calls: Vec<CallTiming>,
     pub held: HeldCalls,
+    /// Its completed NCCL kernels linked to their calls, and its completed host
+    /// synchronizations (enter, exit), among the same records: the device's waits.
+    pub kernels: Vec<DeviceKernel>,
+    pub syncs: Vec<(u64, u64)>,
     /// Its grown-communicator aliases (`analysis::comms::grow`), a second log's of the
     /// same rank's too (they name, not time).
     pub aliases: Vec<CommCreated>,
@@ -153,7 +158,7 @@ fn rank_steps(log: &RankLog, keep: u64) -> Option<(RankSteps, i32, Vec<Option<St
     }
     let world = log.header.world_size.max(rank + 1);
     let History { steps: vectors, mut device, wrapped: history_wrapped, aliases } = complete_steps(log);
-    let (calls, held) = newest_calls(log, keep);
+    let Newest { calls, held, kernels, syncs } = newest_calls(log, keep);
     let steps = vectors
         .into_iter()
         // Budgeted: a step over before the oldest call read ended is no window's, nor the
@@ -184,6 +189,8 @@ fn rank_steps(log: &RankLog, keep: u64) -> Option<(RankSteps, i32, Vec<Option<St
         history_wrapped,
         calls,
         held,
+        kernels,
+        syncs,
         aliases,
         readings: clock_of(log),
     };
@@ -195,27 +202,48 @@ fn step_end(parts: &[StepVector]) -> u64 {
     parts.iter().flat_map(|p| p.stages()).fold(parts[0].t_begin_ns, |t, (_, ns)| t.saturating_add(ns))
 }
 
+/// What the newest records of a log's event ring hold for the wait attribution.
+struct Newest {
+    calls: Vec<CallTiming>,
+    held: HeldCalls,
+    kernels: Vec<DeviceKernel>,
+    syncs: Vec<(u64, u64)>,
+}
+
 /// The completed NCCL calls among the newest `keep` records of the log's event ring, in
-/// enter order (collectives with their (communicator, sequence) key), and what was left.
-fn newest_calls(log: &RankLog, keep: u64) -> (Vec<CallTiming>, HeldCalls) {
+/// enter order (collectives with their (communicator, sequence) key), and what was left;
+/// with the NCCL kernels and host synchronizations among them.
+fn newest_calls(log: &RankLog, keep: u64) -> Newest {
     let mut calls = Vec::new();
+    let mut kernels = Vec::new();
+    let mut syncs = Vec::new();
     let mut oldest_exit = None;
-    let stats = log.scan_newest(Region::Events, keep, |record| {
-        if let RecordBody::NcclCall(c) = record.body {
-            if c.t_exit_ns >= c.t_enter_ns {
-                // Records come oldest first: the first call is the oldest held.
-                oldest_exit.get_or_insert(c.t_exit_ns);
-                calls.push(CallTiming::new(collective_key(&c), c.t_enter_ns, c.t_exit_ns));
-            }
+    let stats = log.scan_newest(Region::Events, keep, |record| match record.body {
+        RecordBody::NcclCall(c) if c.t_exit_ns >= c.t_enter_ns => {
+            // Records come oldest first: the first call is the oldest held.
+            oldest_exit.get_or_insert(c.t_exit_ns);
+            calls.push(CallTiming::new(collective_key(&c), c.t_enter_ns, c.t_exit_ns));
         }
+        // A kernel only the profiler saw has no launch: it cannot say whose host was late.
+        RecordBody::DeviceColl(k) if k.t_launch_ns > 0 && k.seq > 0 && k.t_end_ns >= k.t_start_ns => {
+            kernels.push(DeviceKernel {
+                key: (k.comm_id, k.seq),
+                launch_ns: k.t_launch_ns,
+                start_ns: k.t_start_ns,
+                end_ns: k.t_end_ns,
+            })
+        }
+        RecordBody::HostSync(h) if h.t_exit_ns >= h.t_enter_ns => syncs.push((h.t_enter_ns, h.t_exit_ns)),
+        _ => {}
     });
     calls.sort_by_key(|c| c.enter_ns);
     // Held until every rank's are in: no room to spare.
     calls.shrink_to_fit();
     let gone = stats.not_read > 0 || stats.lost_to_wrap > 0;
     let held = HeldCalls { not_read: stats.not_read, read: stats.valid, from_ns: oldest_exit.filter(|_| gone) };
-    (calls, held)
+    Newest { calls, held, kernels, syncs }
 }
+
 /// The complete steps of `ranks` (read from `dir`), as a frontier table. The world is the
 /// largest world size the headers record.
 pub fn table_of(dir: &Dirs, ranks: &[RankSteps], world: usize, names: &StageNames) -> Result<StageTable, Failure> {

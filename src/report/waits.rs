@@ -4,6 +4,8 @@
 //! budget of `call_window`); a job without step markers reads its whole logs
 //! (`calls_and_aliases`) to infer them.
 
+use crate::analysis::blame::device::{attribute_device, DeviceRank, StageDeviceTime};
+use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom, Why};
 use crate::analysis::blame::{attribute, Attribution, CallTiming, RankTimeline, StageSeconds, StageSpan};
 use crate::analysis::comms::grow::{self, Aliases};
 use crate::analysis::log::clocks::RankClock;
@@ -14,30 +16,89 @@ use super::call_window::CallWindow;
 use super::step_vectors::{RankSteps, StageNames};
 
 /// What the attribution reads of every rank: its calls and its steps' stage spans (stages
-/// by the job's name ids), on one timeline, grown communicators under one name.
-pub struct Timelines(Vec<RankTimeline>);
+/// by the job's name ids), on one timeline, grown communicators under one name; its NCCL
+/// kernels, host synchronizations and device time per stage, on its own clock (the device
+/// waits are rank-local differences); and where the waits can be read from.
+pub struct Timelines {
+    host: Vec<RankTimeline>,
+    device: Vec<DeviceRank>,
+    evidence: Evidence,
+}
+
+impl Timelines {
+    /// Where the job's waits come from (`analysis::blame::waits_from`), and why.
+    pub fn waits_from(&self) -> (WaitsFrom, Why) {
+        waits_from(&self.evidence)
+    }
+}
 
 /// Takes the calls out of `ranks` (read by `step_vectors::read_ranks`) and lays their
 /// steps out as stage spans: call before dropping the steps before a call window, whose
 /// first step's caused wait is charged over a segment that starts in the step before.
 pub fn timelines(ranks: &mut [RankSteps]) -> Timelines {
     let aliases: Vec<CommCreated> = ranks.iter_mut().flat_map(|r| std::mem::take(&mut r.aliases)).collect();
-    let mut timelines: Vec<RankTimeline> = ranks.iter_mut().map(timeline).collect();
+    let aliases = Aliases::of(&aliases);
+    let evidence = evidence(ranks);
+    let mut host: Vec<RankTimeline> = ranks.iter_mut().map(timeline).collect();
+    let device: Vec<DeviceRank> = if evidence.device_kernels > 0 {
+        ranks.iter_mut().zip(&host).map(|(r, t)| device_rank(r, t, &aliases)).collect()
+    } else {
+        Vec::new()
+    };
     let clocks: Vec<RankClock> = ranks.iter().map(|r| r.readings.clone()).collect();
-    rename_grown(&mut timelines, &Aliases::of(&aliases));
-    align_hosts(&mut timelines, &clocks);
-    Timelines(timelines)
+    rename_grown(&mut host, &aliases);
+    align_hosts(&mut host, &clocks);
+    Timelines { host, device, evidence }
+}
+
+/// What the ranks' records show of the job's collectives.
+fn evidence(ranks: &[RankSteps]) -> Evidence {
+    let each: Vec<Evidence> = ranks
+        .iter()
+        .map(|r| {
+            let keyed: Vec<(u64, u64)> =
+                r.calls.iter().filter(|c| c.key.is_some()).map(|c| (c.enter_ns, c.exit_ns)).collect();
+            Evidence::of_rank(r.kernels.len() as u64, &keyed)
+        })
+        .collect();
+    Evidence::of_job(each.iter())
+}
+
+/// A rank's device evidence (taken), over the spans of its host timeline.
+fn device_rank(r: &mut RankSteps, host: &RankTimeline, aliases: &Aliases) -> DeviceRank {
+    let mut kernels = std::mem::take(&mut r.kernels);
+    for k in &mut kernels {
+        k.key.0 = aliases.canonical(k.key.0);
+    }
+    let device = r
+        .steps
+        .iter()
+        .flat_map(|s| {
+            s.device.iter().map(|&(id, device_ns, _)| StageDeviceTime {
+                step: s.step,
+                stage: id as usize,
+                device_s: device_ns as f64 / 1e9,
+            })
+        })
+        .collect();
+    DeviceRank { rank: r.rank, kernels, spans: host.spans.clone(), device, syncs: std::mem::take(&mut r.syncs) }
 }
 
 /// Attributes the waits of `timelines`, stages indexed as in `stages` (by name: a stage not
-/// in it has no entry), keeping the steps of the call window (every step without one).
+/// in it has no entry), keeping the steps of the call window (every step without one):
+/// from the device when its kernels were seen, from the host's calls when they block,
+/// none otherwise.
 pub fn attribution(
     timelines: Timelines,
     names: &StageNames,
     stages: &[String],
     window: Option<&CallWindow>,
 ) -> Attribution {
-    let mut a = attribute(&timelines.0);
+    let mut a = match timelines.waits_from().0 {
+        WaitsFrom::Device => attribute_device(&timelines.device),
+        WaitsFrom::HostCalls => attribute(&timelines.host),
+        WaitsFrom::None => Attribution::default(),
+    };
     drop(timelines);
     let index: Vec<Option<usize>> = names.all().iter().map(|n| stages.iter().position(|s| s == n)).collect();
     let first = window.map_or(0, |w| w.starts_at_step);
@@ -51,6 +112,15 @@ pub fn attribution(
     };
     a.waits = keyed(std::mem::take(&mut a.waits));
     a.caused = keyed(std::mem::take(&mut a.caused));
+    a
+}
+
+/// The attribution a report may use: none when the waits could not be seen (the inferred
+/// stages' attribution reads host calls that did not carry them).
+pub fn seen(a: Attribution, from: WaitsFrom) -> Attribution {
+    if from == WaitsFrom::None {
+        return Attribution::default();
+    }
     a
 }
 

@@ -1,6 +1,6 @@
 //! Waits placed in the waiters' stages, and caused waits charged to the late ranks' stages.
 
-use super::collective::{for_each_collective, CallTiming, Collective};
+use super::collective::{for_each_collective, CallTiming, Collective, Participant};
 use super::stage_seconds::StageSeconds;
 
 /// One stage of one step of a rank, on that rank's clock.
@@ -44,11 +44,40 @@ impl Attribution {
     }
 }
 
+/// The part of a late participant's caused wait that its device made, not its host
+/// (`device::attribute_device`): `share` (0 to 1) of it, charged over its stage spans
+/// (indexes into its timeline's spans) in proportion to their weights.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceCharge {
+    pub share: f64,
+    pub spans: Vec<(usize, f64)>,
+}
+
 /// Matches every rank's collectives and attributes their waits, one collective at a time
 /// (`for_each_collective`): what is held beyond the timelines is one collective's worth,
 /// and two sums per stage span (waited, caused), added up in place of a map lookup per
 /// participant. The tables are filled once at the end, with the spans that have some.
 pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
+    attribute_split(ranks, Since::PreviousExit, |_, _| None)
+}
+
+/// Where the segment a late participant's host time is compared over starts: at its
+/// previous call's exit (a blocking call: the host was back at work), or at its previous
+/// call's enter (a launch: the host went on at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Since {
+    PreviousExit,
+    PreviousEnter,
+}
+
+/// [`attribute`], where `device` may say of a late participant (the collective, its
+/// participant) which part of its caused wait its device made, and where to charge it;
+/// the rest is its host's, charged as [`attribute`] charges it.
+pub(super) fn attribute_split(
+    ranks: &[RankTimeline],
+    since: Since,
+    mut device: impl FnMut(&Collective, &Participant) -> Option<DeviceCharge>,
+) -> Attribution {
     let calls: Vec<&[CallTiming]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
     let spans: Vec<Spans> = ranks.iter().map(|r| Spans::new(&r.spans)).collect();
     let mut sums: Vec<SpanSums> = ranks.iter().map(|r| SpanSums::new(r.spans.len())).collect();
@@ -64,7 +93,7 @@ pub fn attribute(ranks: &[RankTimeline]) -> Attribution {
                 }
             }
         }
-        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch);
+        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch, &mut Split { since, device: &mut device });
     });
     let (mut waits, mut caused) = (Vec::new(), Vec::new());
     for ((r, sums), rank_spans) in ranks.iter().zip(&sums).zip(&spans) {
@@ -111,6 +140,12 @@ struct Scratch {
     medians: Vec<f64>,
 }
 
+/// How `charge` splits a late participant's caused wait between its host and its device.
+struct Split<'d> {
+    since: Since,
+    device: &'d mut dyn FnMut(&Collective, &Participant) -> Option<DeviceCharge>,
+}
+
 /// Charges each late participant's caused wait to the stages where its own time since its
 /// previous call ran over the participants' median, in proportion to the overrun; with
 /// no overrun (it was late because it left its previous call late), to the stage it
@@ -122,6 +157,7 @@ fn charge(
     sums: &mut [SpanSums],
     unstaged_s: &mut f64,
     s: &mut Scratch,
+    split: &mut Split,
 ) {
     // Own time per (step, stage) in each participant's segment before the call.
     s.own.clear();
@@ -129,7 +165,10 @@ fn charge(
     for p in &c.participants {
         let r = &ranks[p.rank];
         let enter = r.calls[p.call].enter_ns;
-        let start = p.call.checked_sub(1).map_or(enter, |i| r.calls[i].exit_ns.min(enter));
+        let start = p.call.checked_sub(1).map_or(enter, |i| match split.since {
+            Since::PreviousExit => r.calls[i].exit_ns.min(enter),
+            Since::PreviousEnter => r.calls[i].enter_ns.min(enter),
+        });
         spans[p.rank].own_time(start, enter, &mut s.own);
         s.ends.push(s.own.len());
     }
@@ -166,6 +205,22 @@ fn charge(
         if p.caused_s <= 0.0 {
             continue;
         }
+        let mut caused_s = p.caused_s;
+        if let Some(d) = (split.device)(c, p) {
+            let caused = &mut sums[p.rank].caused;
+            let spans = || d.spans.iter().filter(|&&(span, w)| span < caused.len() && w > 0.0);
+            let weight: f64 = spans().map(|&(_, w)| w).sum();
+            if weight > 0.0 && d.share > 0.0 {
+                let by_device = p.caused_s * d.share.min(1.0);
+                for &(span, w) in spans().collect::<Vec<_>>() {
+                    caused[span] += by_device * w / weight;
+                }
+                caused_s -= by_device;
+            }
+        }
+        if caused_s <= 0.0 {
+            continue;
+        }
         let segment = &s.own[if i == 0 { 0 } else { s.ends[i - 1] }..s.ends[i]];
         let rank_spans = spans[p.rank].spans;
         let overrun = |&(span, own): &(usize, f64)| (span, (own - s.medians[rank_spans[span].stage]).max(0.0));
@@ -173,12 +228,12 @@ fn charge(
         let caused = &mut sums[p.rank].caused;
         if total > 0.0 {
             for (span, over) in segment.iter().map(overrun).filter(|&(_, o)| o > 0.0) {
-                caused[span] += p.caused_s * over / total;
+                caused[span] += caused_s * over / total;
             }
         } else {
             match spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns) {
-                Some(span) => caused[span] += p.caused_s,
-                None => *unstaged_s += p.caused_s,
+                Some(span) => caused[span] += caused_s,
+                None => *unstaged_s += caused_s,
             }
         }
     }

@@ -18,16 +18,18 @@
 //! - [`culprits`]: per window, the blame table (rank, stage) → seconds of other ranks'
 //!   waiting caused, and the ranks that caused enough of it to be a finding.
 //!
-//! The door records host-side calls. With fakenccl (and NCCL's blocking collectives) the
-//! wait is inside the call; with NCCL's asynchronous launches it moves to the host's
-//! stream synchronization, which this module does not read.
+//! - [`device`]: the same on the device, for NCCL's asynchronous launches: the wait is in
+//!   the NCCL kernel, not the call, and the host's own waiting is its synchronization.
+//! - [`waits_from`]: which of the two the logs can show, if either.
 
 mod attribute;
 mod collective;
 mod culprits;
+pub mod device;
 mod stage_seconds;
+pub mod waits_from;
 
-pub use attribute::{attribute, Attribution, RankTimeline, StageSpan};
+pub use attribute::{attribute, Attribution, DeviceCharge, RankTimeline, StageSpan};
 pub use collective::{caused_shares, match_collectives, CallTiming, Collective, Participant};
 pub use culprits::{
     blame_table, culprits, measured_sync_wait, sync_wait_stages, BlameCell, BlameTable, Culprit, CulpritParams,

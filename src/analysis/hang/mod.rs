@@ -22,6 +22,7 @@ pub mod cadence;
 mod classify;
 #[cfg(test)]
 mod classify_tests;
+pub mod device;
 mod facts;
 mod mismatch;
 mod post_mortem;

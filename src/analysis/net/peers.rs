@@ -1,11 +1,9 @@
 //! Whether a QP the library found slower than its own start is a degraded link. The
 //! library compares each QP only with its own first windows, so a loaded host (a
 //! descheduled proxy thread, another job's traffic) reads as a bad link. A link is
-//! degraded only if the QP is also slower than its peers doing the same work, the other
-//! QPs of the job fed by the same door (the records do not say which communicator or
-//! channel a QP serves; with every rank running the same collectives, they carry the same
-//! traffic), and for a sustained time: the episode is still open at a later sample, and
-//! the QP stays below its peers by the library's threshold throughout.
+//! degraded only if the QP is also slower than its peers doing the same work (`Work`),
+//! and for a sustained time: the episode is still open at a later sample, and the QP
+//! stays below its peers by the library's threshold throughout.
 
 /// One `qp_window` sample, as the judgement needs it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -24,14 +22,26 @@ pub struct Episode {
     pub threshold: f64,
 }
 
+/// The work a QP carries: its peers are the QPs carrying the same. Channels of one
+/// communicator need not move data alike (NCCL's, and the fake's, rings give channels
+/// different shares), and a receive completes when data arrives, a send when the network
+/// is done with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work<'a> {
+    /// A real QP, by the door that fed it: the records do not say which communicator or
+    /// channel it serves; with every rank running the same collectives, the QPs of one
+    /// door carry the same traffic.
+    Door(&'a str),
+    /// A link of proxy steps: one channel of one communicator, one direction.
+    Link { comm_tag: u16, channel: u8, send: bool },
+}
+
 /// One QP of the job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Qp<'a> {
     /// Samples of QPs on the same host share a clock; others compare by their whole run.
     pub host: &'a str,
-    /// The door that fed it (for proxy links, with their direction): peers come from the
-    /// same one.
-    pub source: &'a str,
+    pub work: Work<'a>,
     pub samples: &'a [Sample],
     pub episodes: &'a [Episode],
 }
@@ -90,7 +100,7 @@ fn judge_episode(qps: &[Qp], i: usize, e: &Episode) -> Judgement {
     let peers: Vec<u64> = qps
         .iter()
         .enumerate()
-        .filter(|(j, p)| *j != i && p.source == qp.source)
+        .filter(|(j, p)| *j != i && p.work == qp.work)
         .filter_map(|(_, p)| {
             let rates = |within: bool| {
                 p.samples
@@ -107,7 +117,12 @@ fn judge_episode(qps: &[Qp], i: usize, e: &Episode) -> Judgement {
         .collect();
     let n = peers.len();
     let Some(peers_bps) = median(peers) else {
-        return Judgement::SlowerThanStart { own_bps, peers_bps: None, peers: 0, why: "no peer QP to compare with" };
+        return Judgement::SlowerThanStart {
+            own_bps,
+            peers_bps: None,
+            peers: 0,
+            why: "no peer QP doing the same work to compare with",
+        };
     };
     let limit = (1.0 - e.threshold) * peers_bps as f64;
     if !own.iter().all(|&b| (b as f64) < limit) {
@@ -131,6 +146,7 @@ mod tests {
     use super::*;
 
     const SEC: u64 = 1_000_000_000;
+    const PROFILER: Work = Work::Door("profiler");
 
     fn samples(bps: &[u64], degraded_from: usize) -> Vec<Sample> {
         bps.iter()
@@ -149,8 +165,8 @@ mod tests {
         let slow = samples(&[100, 100, 25, 25, 25, 25], 2);
         let e = episode(2 * SEC + 1, 25);
         let qps = [
-            Qp { host: "a", source: "profiler", samples: &peer, episodes: &[] },
-            Qp { host: "a", source: "profiler", samples: &slow, episodes: &e },
+            Qp { host: "a", work: PROFILER, samples: &peer, episodes: &[] },
+            Qp { host: "a", work: PROFILER, samples: &slow, episodes: &e },
         ];
         assert_eq!(judge(&qps, 0), None);
         let Some(Judgement::Degraded { own_bps, peers_bps, peers, sustained_ns }) = judge(&qps, 1) else {
@@ -165,7 +181,7 @@ mod tests {
         // A CPU hog from the third second on: every QP slows alike.
         let all = samples(&[100, 100, 40, 40, 40, 40], 2);
         let e = episode(2 * SEC + 1, 40);
-        let qps: Vec<Qp> = (0..4).map(|_| Qp { host: "a", source: "profiler", samples: &all, episodes: &e }).collect();
+        let qps: Vec<Qp> = (0..4).map(|_| Qp { host: "a", work: PROFILER, samples: &all, episodes: &e }).collect();
         for i in 0..4 {
             assert!(
                 matches!(judge(&qps, i), Some(Judgement::SlowerThanStart { peers: 3, .. })),
@@ -182,8 +198,8 @@ mod tests {
         let dip = samples(&[100, 100, 70, 70, 70, 70], 2);
         let e = episode(2 * SEC + 1, 70);
         let qps = [
-            Qp { host: "a", source: "profiler", samples: &peer, episodes: &[] },
-            Qp { host: "a", source: "profiler", samples: &dip, episodes: &e },
+            Qp { host: "a", work: PROFILER, samples: &peer, episodes: &[] },
+            Qp { host: "a", work: PROFILER, samples: &dip, episodes: &e },
         ];
         let Some(Judgement::SlowerThanStart { why, .. }) = judge(&qps, 1) else { panic!("{:?}", judge(&qps, 1)) };
         assert!(why.contains("not by half"), "{why}");
@@ -197,18 +213,41 @@ mod tests {
         let blip = [blip[..2].to_vec(), vec![Sample { degraded: false, ..blip[2] }], blip[3..].to_vec()].concat();
         let e = episode(2 * SEC + 1, 25);
         let qps = [
-            Qp { host: "a", source: "profiler", samples: &peer, episodes: &[] },
-            Qp { host: "a", source: "profiler", samples: &blip, episodes: &e },
+            Qp { host: "a", work: PROFILER, samples: &peer, episodes: &[] },
+            Qp { host: "a", work: PROFILER, samples: &blip, episodes: &e },
         ];
         assert!(matches!(judge(&qps, 1), Some(Judgement::SlowerThanStart { .. })), "{:?}", judge(&qps, 1));
         // Alone in the job, or the only QP of its door: nothing to compare with.
         let slow = samples(&[100, 100, 25, 25, 25, 25], 2);
-        let alone = [Qp { host: "a", source: "profiler", samples: &slow, episodes: &e }];
+        let alone = [Qp { host: "a", work: PROFILER, samples: &slow, episodes: &e }];
         assert!(matches!(judge(&alone, 0), Some(Judgement::SlowerThanStart { peers: 0, .. })));
         let other_door = [
-            Qp { host: "a", source: "verbs", samples: &peer, episodes: &[] },
-            Qp { host: "a", source: "profiler", samples: &slow, episodes: &e },
+            Qp { host: "a", work: Work::Door("verbs"), samples: &peer, episodes: &[] },
+            Qp { host: "a", work: PROFILER, samples: &slow, episodes: &e },
         ];
         assert!(matches!(judge(&other_door, 1), Some(Judgement::SlowerThanStart { peers: 0, .. })));
+    }
+
+    #[test]
+    fn a_link_has_for_peers_only_the_links_of_its_communicator_channel_and_direction() {
+        // Channel 0 carries less than half of channel 1's traffic on every rank.
+        let ch0 = samples(&[40; 6], 99);
+        let ch1 = samples(&[100; 6], 99);
+        let slowed = samples(&[100, 100, 40, 40, 40, 40], 2);
+        let e = episode(2 * SEC + 1, 40);
+        let link = |channel, send| Work::Link { comm_tag: 7, channel, send };
+        let qps = [
+            Qp { host: "a", work: link(0, true), samples: &slowed, episodes: &e },
+            Qp { host: "a", work: link(0, true), samples: &ch0, episodes: &[] },
+            Qp { host: "a", work: link(1, true), samples: &ch1, episodes: &[] },
+            Qp { host: "a", work: link(1, true), samples: &ch1, episodes: &[] },
+            Qp { host: "a", work: link(0, false), samples: &ch1, episodes: &[] },
+            Qp { host: "a", work: Work::Link { comm_tag: 8, channel: 0, send: true }, samples: &ch1, episodes: &[] },
+        ];
+        let Some(Judgement::SlowerThanStart { peers, peers_bps, why, .. }) = judge(&qps, 0) else {
+            panic!("{:?}", judge(&qps, 0))
+        };
+        assert_eq!((peers, peers_bps), (1, Some(40)));
+        assert!(why.contains("as fast as its peers"), "{why}");
     }
 }

@@ -41,6 +41,9 @@ impl<W: Write> Output for Human<W> {
         if let Some(first) = &report.first_end {
             human_line!(self.out, "{}", first_end_line(first))?;
         }
+        if !report.ranks.is_empty() {
+            human_line!(self.out, "waits from: {}", report.waits_from_reason)?;
+        }
         // Only a job on several hosts compares times across clocks.
         if report.clocks.len() > 1 {
             let hosts: Vec<String> = report
@@ -77,6 +80,9 @@ impl<W: Write> Output for Human<W> {
         }
         if let Some(step) = report.waits_start_at_step {
             human_line!(self.out, "{}", stagefrontier::report::waits_note(step))?;
+        }
+        if let Some(reason) = report.waits_from_reason {
+            human_line!(self.out, "waits from: {reason}")?;
         }
         for window in &report.windows {
             writeln!(self.out)?;
@@ -361,6 +367,8 @@ mod tests {
             records_read_per_log: 65_536,
             budget_for_all: None,
             first_end: None,
+            waits_from: stagefrontier::analysis::blame::waits_from::WaitsFrom::None,
+            waits_from_reason: "none: no collective was recorded",
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

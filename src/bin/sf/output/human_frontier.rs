@@ -37,6 +37,16 @@ pub(super) fn window_head(w: &WindowReport) -> Vec<String> {
             c.wait_share * 100.0
         ));
     }
+    // Without the waits, the frontier's leader may be a rank that waited: a lead to look at.
+    for l in &w.leads {
+        let alone = if l.tied == 1 { "alone".to_string() } else { format!("tied with {} other", l.tied - 1) };
+        let share = l.share.map_or(String::new(), |s| format!(", {:.0}% of the exposed time", s * 100.0));
+        lines.push(format!(
+            "LEAD rank {} in {}: last to finish the top stage most often ({alone}{share}); a lead, not a finding: \
+             the waits could not be seen",
+            l.rank, l.stage
+        ));
+    }
     lines.push(match &w.top1 {
         Some(top1) => format!("routing set {} (top-1 {top1}; top-2 {})", w.routing_set.join(", "), w.top2.join(", ")),
         None => "no shares: the window's exposed time is under the floor".to_string(),

@@ -9,7 +9,9 @@ use stagefrontier::core::net::proxy_progress::ProxyLink;
 
 use super::human::{age, first_end_line, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};
-use stagefrontier::report::hang::{CommReport, HangReport, InjectionReport, PostMortemReport, RankReport};
+use stagefrontier::report::hang::{
+    CommReport, DeviceStallReport, HangReport, InjectionReport, PostMortemReport, RankReport,
+};
 
 /// The report as a person reads it.
 pub(super) fn write<W: Write>(out: &mut W, report: &HangReport) -> io::Result<()> {
@@ -152,8 +154,9 @@ fn hang_head(report: &HangReport) -> Vec<String> {
         format!("{verdict}: {}", comm_verdict(c, report.source))
     }));
     let t = &report.threshold;
-    // A teardown faster than the threshold leaves no stuck wait: the post-mortem says it.
-    if lines.len() == hung && report.post_mortem.is_none() {
+    // A teardown faster than the threshold leaves no stuck wait: the post-mortem says it;
+    // a device stall has its own lines.
+    if lines.len() == hung && report.post_mortem.is_none() && report.device_stall.is_none() {
         lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
     }
     if let Some(first) = &report.first_end {
@@ -162,6 +165,11 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     if let Some(p) = &report.post_mortem {
         lines.insert(0, post_mortem_line(p));
     }
+    // The device's culprit first: the host counts agree, so nothing above names it.
+    if let Some(s) = &report.device_stall {
+        lines.insert(0, device_stall_line(s));
+    }
+    lines.push(format!("waits from: {}", report.waits_from_reason));
     // The same nanoseconds on both sides when the floor decides.
     let floor = t.threshold_s <= t.min_stuck_s;
     lines.push(match (t.step_s, t.period, t.cadence_comm_id, t.longest_call_s, t.longest_gap_s) {
@@ -181,12 +189,43 @@ fn hang_head(report: &HangReport) -> Vec<String> {
                 format!("threshold {:.3}s = {pace}", t.threshold_s)
             }
         }
-        _ if floor => {
-            format!("threshold {:.3}s, the --min-stuck-s floor: the logs hold too few steps to time one", t.threshold_s)
-        }
-        _ => format!("threshold {:.3}s (--fallback-stuck-s): the logs hold too few steps to time one", t.threshold_s),
+        _ if floor => format!("threshold {:.3}s, the --min-stuck-s floor: {}", t.threshold_s, untimed(report)),
+        _ => format!("threshold {:.3}s (--fallback-stuck-s): {}", t.threshold_s, untimed(report)),
     });
     lines
+}
+
+/// Why the logs give no step time to pace the threshold by.
+fn untimed(report: &HangReport) -> &'static str {
+    if report.waits_from_reason.contains(NO_COLLECTIVE) {
+        return "no collective was recorded, so the logs give no step time to pace it by";
+    }
+    "the logs hold too few steps to time one"
+}
+
+const NO_COLLECTIVE: &str = "no collective was recorded";
+
+/// `HUNG: rank 3's device is stuck behind kernel sim_bwd_0 ...`: the culprit the devices
+/// name when every host launched the collective.
+fn device_stall_line(s: &DeviceStallReport) -> String {
+    let kernel = s.kernel.as_deref().unwrap_or("an unnamed kernel");
+    let stage = s.stage.as_ref().map_or(String::new(), |stage| format!(" in {stage}"));
+    let host = s.syncing_s.map_or(String::new(), |w| format!("; its host has waited {} in a synchronization", age(w)));
+    let waiting = if s.waiting_ranks.is_empty() {
+        String::new()
+    } else {
+        format!("; {} wait in it on the device", rank_noun(&s.waiting_ranks))
+    };
+    format!(
+        "HUNG: rank {} is stuck behind kernel {kernel} (launched{stage} {} ago, unfinished for {}): {} #{} on \
+         {:#018x} cannot complete{waiting}{host}",
+        s.rank,
+        age(s.unfinished_s),
+        age(s.unfinished_s),
+        s.op.name(),
+        s.comm_seq,
+        s.comm_id
+    )
 }
 
 const STUCK_COMM_COLUMNS: [(&str, Align); 7] = [
@@ -322,7 +361,8 @@ fn hang_tail(report: &HangReport) -> Vec<String> {
         ));
     }
     lines.extend(super::human_hang_profiler::lines(report));
-    if let Some(quiet) = report.quiet_s {
+    // The devices tell what the quiet hosts cannot: the stall named first.
+    if let Some(quiet) = report.quiet_s.filter(|_| report.device_stall.is_none()) {
         lines.push(format!(
             "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
              phase without collectives (checkpoint, evaluation); the logs cannot tell which",

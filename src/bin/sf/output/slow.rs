@@ -64,7 +64,10 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
     for s in &r.slow_ranks {
         human_line!(out, "{}", slow_line(s, r))?;
     }
-    if !r.found {
+    for s in &r.leads {
+        human_line!(out, "{}", lead_line(s, r))?;
+    }
+    if !r.found && r.leads.is_empty() {
         human_line!(
             out,
             "nothing slow: no straggler, slow stage or regression found above the effect floor, {:.4} s per step \
@@ -89,6 +92,7 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
              shared stall); shown below, not a finding"
         )?;
     }
+    human_line!(out, "waits from: {}", r.waits_from_reason)?;
 
     writeln!(out)?;
     human_line!(
@@ -261,6 +265,14 @@ fn slow_line(s: &SlowRankReport, r: &SlowReport) -> String {
     };
     let answer: Vec<String> = caused.into_iter().chain((!detectors.is_empty()).then_some(detectors)).collect();
     format!("SLOW rank {} in {}: {}", s.rank, s.stage, answer.join("; "))
+}
+
+/// `LEAD rank 3 in model.backward_cpu_wall: ...`: what a finding would say, when the waits
+/// could not be seen and the rank may have been waiting.
+fn lead_line(s: &SlowRankReport, r: &SlowReport) -> String {
+    let line = slow_line(s, r);
+    let said = line.strip_prefix("SLOW").unwrap_or(&line);
+    format!("LEAD{said}; a lead, not a finding: the waits could not be seen, and the rank may have waited")
 }
 
 fn l1_rows(l: &L1Report) -> Vec<Vec<String>> {

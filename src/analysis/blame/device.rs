@@ -1,0 +1,270 @@
+//! Waits read from the device, for jobs whose NCCL calls return as soon as the collective
+//! is enqueued: the host never waits inside the call, the NCCL kernel does, spinning until
+//! its peers' kernels arrive, and the host waits later, wherever it synchronizes with
+//! the device.
+//!
+//! - A rank's device wait in a collective is its NCCL kernel's duration less the shortest
+//!   rank's (rank-local differences, as [`attribute`](super::attribute) reads host calls),
+//!   and the last kernel to start caused it: [`attribute_split`] matches the kernels and
+//!   shares the waiting over the arrival stretches as it does for host calls, each kernel
+//!   standing at its launch on the host's timeline with the device's duration.
+//! - The late rank's caused wait goes to the stage that made it late. Its device ran over
+//!   when its kernel sat in the stream after its launch longer than its peers' did (the
+//!   device was still busy with earlier work): that share goes to the stages whose device
+//!   time (`stage_device`) in the step ran over the participants' median. The rest its host
+//!   made, launching late, and is charged as host calls are.
+//! - The host's own waiting is its synchronization with the device (`host_sync`): each is
+//!   a wait in the stages it overlapped, taken out of own time as in-call waits are. The
+//!   device waits are not: the host did not spend them, and its synchronizations hold the
+//!   part of them it saw.
+
+use super::attribute::{attribute_split, Attribution, DeviceCharge, RankTimeline, Since, StageSpan};
+use super::collective::CallTiming;
+use super::stage_seconds::StageSeconds;
+
+/// One completed NCCL kernel of a rank, with the collective that launched it: host
+/// `CLOCK_MONOTONIC` nanoseconds (the device's times converted by the collector).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceKernel {
+    /// (communicator, sequence) of the launching call.
+    pub key: (u64, u64),
+    pub launch_ns: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Device time of one stage of one step (`stage_device`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StageDeviceTime {
+    pub step: u64,
+    /// Index in the job's stage list, as the spans'.
+    pub stage: usize,
+    pub device_s: f64,
+}
+
+/// What one rank's logs hold for device waits.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceRank {
+    pub rank: u32,
+    pub kernels: Vec<DeviceKernel>,
+    /// Its steps' stages on the host, in time order.
+    pub spans: Vec<StageSpan>,
+    pub device: Vec<StageDeviceTime>,
+    /// Completed host synchronizations, (enter, exit).
+    pub syncs: Vec<(u64, u64)>,
+}
+
+/// The job's waits from the device: `waits` the host synchronizations per stage, `caused`
+/// the device waits charged to the late ranks' stages.
+pub fn attribute_device(ranks: &[DeviceRank]) -> Attribution {
+    let timelines: Vec<RankTimeline> = ranks.iter().map(timeline).collect();
+    // Each rank's kernels in the order of its timeline's calls.
+    let kernels: Vec<Vec<DeviceKernel>> = ranks.iter().map(launch_ordered).collect();
+    let mut a = attribute_split(&timelines, Since::PreviousEnter, |c, late| {
+        let queued = |i: usize| {
+            let p = &c.participants[i];
+            let k = kernels[p.rank][p.call];
+            k.start_ns.saturating_sub(k.launch_ns) as f64 / 1e9
+        };
+        let at = c.participants.iter().position(|p| p.rank == late.rank && p.call == late.call)?;
+        let mut others: Vec<f64> = (0..c.participants.len()).filter(|&i| i != at).map(queued).collect();
+        let longest_wait = c.participants.iter().map(|p| p.wait_s).fold(0.0, f64::max);
+        if others.is_empty() || longest_wait <= 0.0 {
+            return None;
+        }
+        others.sort_by(f64::total_cmp);
+        // Queued longer than its peers: the device was busy when the launch came.
+        let share = ((queued(at) - others[others.len() / 2]) / longest_wait).clamp(0.0, 1.0);
+        let launch = kernels[late.rank][late.call].launch_ns;
+        let step = step_at(&timelines[late.rank].spans, launch)?;
+        let spans = device_overrun(ranks, &timelines, c.participants.iter().map(|p| p.rank), late.rank, step);
+        Some(DeviceCharge { share, spans })
+    });
+    a.waits = sync_waits(ranks);
+    a
+}
+
+/// A rank's kernels as calls on the host's timeline: at their launch, lasting what they
+/// lasted on the device.
+fn timeline(r: &DeviceRank) -> RankTimeline {
+    let calls = launch_ordered(r)
+        .iter()
+        .map(|k| {
+            let lasted = k.end_ns.saturating_sub(k.start_ns);
+            CallTiming::new(Some(k.key), k.launch_ns, k.launch_ns.saturating_add(lasted))
+        })
+        .collect();
+    RankTimeline { rank: r.rank, calls, spans: r.spans.clone() }
+}
+
+fn launch_ordered(r: &DeviceRank) -> Vec<DeviceKernel> {
+    let mut kernels: Vec<DeviceKernel> = r.kernels.iter().copied().filter(|k| k.end_ns >= k.start_ns).collect();
+    kernels.sort_by_key(|k| k.launch_ns);
+    kernels
+}
+
+/// The step of the span holding `t`.
+fn step_at(spans: &[StageSpan], t: u64) -> Option<u64> {
+    spans.iter().find(|s| s.begin_ns <= t && t < s.end_ns).map(|s| s.step)
+}
+
+/// `late`'s spans of `step` whose device time ran over the median of the participants'
+/// (by stage), weighted by the overrun.
+fn device_overrun(
+    ranks: &[DeviceRank],
+    timelines: &[RankTimeline],
+    participants: impl Iterator<Item = usize>,
+    late: usize,
+    step: u64,
+) -> Vec<(usize, f64)> {
+    let device_of = |rank: usize, stage: usize| {
+        ranks[rank].device.iter().filter(|d| d.step == step && d.stage == stage).map(|d| d.device_s).sum::<f64>()
+    };
+    let participants: Vec<usize> = participants.collect();
+    timelines[late]
+        .spans
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.step == step)
+        .filter(|(_, s)| ranks[late].device.iter().any(|d| d.step == step && d.stage == s.stage))
+        .filter_map(|(i, s)| {
+            let mut all: Vec<f64> = participants.iter().map(|&r| device_of(r, s.stage)).collect();
+            all.sort_by(f64::total_cmp);
+            let over = device_of(late, s.stage) - all[all.len() / 2];
+            (over > 0.0).then_some((i, over))
+        })
+        .collect()
+}
+
+/// Each rank's host synchronizations, in seconds per (rank, step, stage) they overlapped.
+fn sync_waits(ranks: &[DeviceRank]) -> StageSeconds {
+    let mut waits = Vec::new();
+    for r in ranks {
+        for &(enter, exit) in &r.syncs {
+            for s in r.spans.iter().filter(|s| s.begin_ns < exit && enter < s.end_ns) {
+                let overlap = s.end_ns.min(exit) - s.begin_ns.max(enter);
+                waits.push(((r.rank, s.step, s.stage), overlap as f64 / 1e9));
+            }
+        }
+    }
+    StageSeconds::summed(waits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    /// Stages data, fwd, bwd, callbacks, optim of every step.
+    const STAGES_MS: [u64; 5] = [10, 20, 40, 10, 20];
+    const BWD: usize = 2;
+    const CALLBACKS: usize = 3;
+    /// Steps start this far apart: the hosts idle after their step until the next.
+    const STEP_MS: u64 = 200;
+
+    /// A rank of `steps` steps of the stages' host times (backward's `host_bwd_ms`), one
+    /// allreduce launched `launch_ms` into the step's backward, whose kernel starts
+    /// `start_ms` after the step began and ends at `end_ms`, the device times of forward
+    /// and backward, and the host's sync in callbacks until the device is done.
+    struct Plan {
+        host_bwd_ms: u64,
+        launch_ms: u64,
+        start_ms: u64,
+        bwd_device_ms: u64,
+    }
+
+    fn rank(rank: u32, steps: u64, plan: &Plan, end_ms: u64) -> DeviceRank {
+        let mut r = DeviceRank { rank, ..DeviceRank::default() };
+        for step in 0..steps {
+            let base = step * STEP_MS * MS;
+            let mut t = base;
+            for (stage, &ms) in STAGES_MS.iter().enumerate() {
+                let ms = if stage == BWD { plan.host_bwd_ms } else { ms };
+                r.spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t + ms * MS });
+                t += ms * MS;
+            }
+            let bwd_begin = base + 30 * MS;
+            r.kernels.push(DeviceKernel {
+                key: (9, step + 1),
+                launch_ns: bwd_begin + plan.launch_ms * MS,
+                start_ns: base + plan.start_ms * MS,
+                end_ns: base + end_ms * MS,
+            });
+            for (stage, ms) in [(1, 20), (BWD, plan.bwd_device_ms)] {
+                r.device.push(StageDeviceTime { step, stage, device_s: ms as f64 / 1e3 });
+            }
+            // callbacks' .item(): from its start until the device is done, within the stage.
+            let callbacks = r.spans.iter().rev().find(|s| s.stage == CALLBACKS).unwrap();
+            r.syncs.push((callbacks.begin_ns, (base + end_ms * MS).clamp(callbacks.begin_ns, callbacks.end_ns)));
+        }
+        r
+    }
+
+    fn caused_by_stage(a: &Attribution, rank: u32) -> Vec<(usize, f64)> {
+        let mut by: Vec<(usize, f64)> = Vec::new();
+        for (&(r, _, stage), &s) in a.caused.iter() {
+            if r == rank {
+                match by.iter_mut().find(|(st, _)| *st == stage) {
+                    Some((_, sum)) => *sum += s,
+                    None => by.push((stage, s)),
+                }
+            }
+        }
+        by
+    }
+
+    #[test]
+    fn a_rank_whose_device_runs_over_in_backward_is_charged_there_and_no_waiter_is() {
+        // Ranks launch the allreduce 35 ms into backward; their device finishes backward's
+        // kernels at 72 ms and the allreduce runs to 80. Rank 2's backward kernels take
+        // 15 ms longer: its allreduce starts at 87, and the others' spin until 95.
+        let healthy = Plan { host_bwd_ms: 40, launch_ms: 35, start_ms: 72, bwd_device_ms: 40 };
+        let slow = Plan { bwd_device_ms: 55, start_ms: 87, ..healthy };
+        let ranks: Vec<DeviceRank> =
+            (0..4).map(|r| if r == 2 { rank(r, 5, &slow, 95) } else { rank(r, 5, &healthy, 95) }).collect();
+        let a = attribute_device(&ranks);
+        assert_eq!(a.collectives, 5);
+        let rank2 = caused_by_stage(&a, 2);
+        assert_eq!(rank2.len(), 1, "{rank2:?}");
+        assert_eq!(rank2[0].0, BWD);
+        assert!((rank2[0].1 - 5.0 * 3.0 * 0.015).abs() < 1e-9, "{rank2:?}");
+        for waiter in [0, 1, 3] {
+            assert!(caused_by_stage(&a, waiter).is_empty(), "rank {waiter}: {:?}", a.caused);
+        }
+        let table = super::super::blame_table(&a, 0, 4);
+        let found = super::super::culprits(&table, 4, 5, 0.1, &super::super::CulpritParams::default());
+        assert_eq!(found.iter().map(|c| (c.rank, c.stage)).collect::<Vec<_>>(), [(2, BWD)]);
+        // The waits the hosts saw: each rank's sync in callbacks, taken out of own time there.
+        assert!(a.wait(0, 0, CALLBACKS) > 0.0);
+        assert_eq!(a.wait(0, 0, BWD), 0.0, "the host never waited in backward");
+    }
+
+    #[test]
+    fn a_rank_whose_host_launches_late_is_charged_its_slow_host_stage() {
+        // Rank 1's host backward takes 60 ms instead of 40: it launches 20 ms late, and
+        // its kernel starts at once; its device time is its peers'.
+        let healthy = Plan { host_bwd_ms: 40, launch_ms: 35, start_ms: 72, bwd_device_ms: 40 };
+        let late = Plan { host_bwd_ms: 60, launch_ms: 55, start_ms: 86, ..healthy };
+        let ranks: Vec<DeviceRank> =
+            (0..4).map(|r| if r == 1 { rank(r, 5, &late, 95) } else { rank(r, 5, &healthy, 95) }).collect();
+        let a = attribute_device(&ranks);
+        let rank1 = caused_by_stage(&a, 1);
+        assert_eq!(rank1.iter().map(|&(s, _)| s).collect::<Vec<_>>(), [BWD], "{rank1:?}");
+        assert!((rank1[0].1 - 5.0 * 3.0 * 0.014).abs() < 1e-9, "{rank1:?}");
+        for waiter in [0, 2, 3] {
+            assert!(caused_by_stage(&a, waiter).is_empty(), "rank {waiter}: {:?}", a.caused);
+        }
+    }
+
+    #[test]
+    fn a_host_sync_is_a_wait_in_the_stages_it_overlapped() {
+        let spans = vec![
+            StageSpan { step: 3, stage: 0, begin_ns: 0, end_ns: 10 * MS },
+            StageSpan { step: 3, stage: 1, begin_ns: 10 * MS, end_ns: 30 * MS },
+        ];
+        let r = DeviceRank { rank: 7, spans, syncs: vec![(5 * MS, 12 * MS), (20 * MS, 21 * MS)], ..Default::default() };
+        let a = attribute_device(&[r]);
+        assert!((a.wait(7, 3, 0) - 0.005).abs() < 1e-12 && (a.wait(7, 3, 1) - 0.003).abs() < 1e-12, "{:?}", a.waits);
+        assert_eq!(a.collectives, 0);
+    }
+}

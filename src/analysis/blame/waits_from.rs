@@ -1,0 +1,131 @@
+//! Where the job's waits can be read from, if anywhere: the device's NCCL kernels, the
+//! host's NCCL calls (when they block until every peer arrives), or nowhere.
+
+use serde::Serialize;
+
+use crate::core::log::records::NcclCall;
+
+/// The source of the waits an analysis read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitsFrom {
+    /// NCCL kernels linked to their calls (`device_coll` records): the CUDA door saw them.
+    Device,
+    /// NCCL calls that block on the host until every peer arrives (fakenccl, gloo-like
+    /// blocking NCCL): the wait is inside the call.
+    HostCalls,
+    /// Neither: no collective was recorded, or the calls return at once (asynchronous
+    /// NCCL) and the device was not seen.
+    None,
+}
+
+/// Why the waits came from where they did (or from nowhere).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Why {
+    DeviceKernels,
+    BlockingCalls,
+    NoCollective,
+    AsynchronousCalls,
+}
+
+impl Why {
+    /// How the human output says it, once.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Why::DeviceKernels => "device (NCCL kernels)",
+            Why::BlockingCalls => "host calls (the NCCL calls block until every peer arrives)",
+            Why::NoCollective => "none: no collective was recorded",
+            Why::AsynchronousCalls => {
+                "none: the NCCL calls return at once (asynchronous launches) and the logs hold no device evidence \
+                 (the CUDA door was shut), so no rank is charged with another's waiting"
+            }
+        }
+    }
+}
+
+/// What the logs show of the job's collectives.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Evidence {
+    /// `device_coll` records over all ranks.
+    pub device_kernels: u64,
+    /// Completed collective calls over all ranks.
+    pub collective_calls: u64,
+    /// The largest share of a rank's time, from its first collective call to its last, it
+    /// spent inside them.
+    pub call_share: f64,
+}
+
+/// Below this share of every rank's time spent inside collective calls, the calls do
+/// not carry the waits: they return once enqueued. A blocking job's calls hold at least
+/// the transfer, and a slow rank's peers wait its whole delay inside them (5% of a step is
+/// the smallest slow stage the matrices ask for); asynchronous launches cost tens of
+/// microseconds a call, well under 1% of a step.
+pub const ASYNC_CALL_SHARE: f64 = 0.02;
+
+/// Where the waits come from, and why.
+pub fn waits_from(e: &Evidence) -> (WaitsFrom, Why) {
+    if e.device_kernels > 0 {
+        (WaitsFrom::Device, Why::DeviceKernels)
+    } else if e.collective_calls == 0 {
+        (WaitsFrom::None, Why::NoCollective)
+    } else if e.call_share < ASYNC_CALL_SHARE {
+        (WaitsFrom::None, Why::AsynchronousCalls)
+    } else {
+        (WaitsFrom::HostCalls, Why::BlockingCalls)
+    }
+}
+
+impl Evidence {
+    /// One rank's: its device records, and its completed collective calls (enter, exit),
+    /// whose share of its time from the first to the last is the call share.
+    pub fn of_rank(device_records: u64, calls: &[(u64, u64)]) -> Evidence {
+        let first = calls.iter().map(|c| c.0).min().unwrap_or(0);
+        let last = calls.iter().map(|c| c.1).max().unwrap_or(0);
+        let inside: u64 = calls.iter().map(|&(enter, exit)| exit.saturating_sub(enter)).sum();
+        let span = last.saturating_sub(first);
+        Evidence {
+            device_kernels: device_records,
+            collective_calls: calls.len() as u64,
+            call_share: if span == 0 { 0.0 } else { inside as f64 / span as f64 },
+        }
+    }
+
+    /// One rank's, from its `nccl_call` records.
+    pub fn of_nccl_calls<'a>(device_records: u64, calls: impl Iterator<Item = &'a NcclCall>) -> Evidence {
+        let keyed: Vec<(u64, u64)> = calls
+            .filter(|c| c.op.is_collective() && c.seq > 0 && c.t_exit_ns >= c.t_enter_ns)
+            .map(|c| (c.t_enter_ns, c.t_exit_ns))
+            .collect();
+        Evidence::of_rank(device_records, &keyed)
+    }
+
+    /// The job's, from its ranks': counts summed, the largest share.
+    pub fn of_job<'a>(ranks: impl Iterator<Item = &'a Evidence>) -> Evidence {
+        ranks.fold(Evidence::default(), |job, e| Evidence {
+            device_kernels: job.device_kernels + e.device_kernels,
+            collective_calls: job.collective_calls + e.collective_calls,
+            call_share: job.call_share.max(e.call_share),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_kernels_win_blocking_calls_carry_waits_and_short_calls_do_not() {
+        let e =
+            |device_kernels, collective_calls, call_share| Evidence { device_kernels, collective_calls, call_share };
+        assert_eq!(waits_from(&e(10, 10, 0.001)).0, WaitsFrom::Device);
+        assert_eq!(waits_from(&e(0, 10, 0.3)), (WaitsFrom::HostCalls, Why::BlockingCalls));
+        assert_eq!(waits_from(&e(0, 10, 0.004)), (WaitsFrom::None, Why::AsynchronousCalls));
+        assert_eq!(waits_from(&e(0, 0, 0.0)), (WaitsFrom::None, Why::NoCollective));
+        assert!(Why::NoCollective.describe().contains("no collective was recorded"));
+        let rank = Evidence::of_rank(0, &[(0, 10), (990, 1000)]);
+        assert!((rank.call_share - 0.02).abs() < 1e-12 && rank.collective_calls == 2);
+        let job = Evidence::of_job([rank, Evidence::of_rank(3, &[(0, 500)])].iter());
+        assert_eq!((job.device_kernels, job.collective_calls, job.call_share), (3, 3, 1.0));
+    }
+}

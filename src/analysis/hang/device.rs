@@ -1,0 +1,227 @@
+//! Hangs the host cannot see: NCCL's calls return once the collective is enqueued, so in
+//! a hang every rank may have launched the same collectives (the host counts agree) while
+//! the device of one is stuck behind other work: a compute kernel that never ends, a
+//! collective of another communicator. Its peers' NCCL kernels spin in the collective,
+//! waiting for it; their hosts block later, in a synchronization, waiting too.
+//!
+//! Each rank's newest `device_state` names the oldest kernel it launched that has not
+//! completed. The collective the peers wait in is the NCCL kernel most ranks' devices are
+//! stuck at; the culprit is the member whose oldest unfinished work is something else,
+//! though its host launched that collective too. A rank whose host is blocked in a
+//! synchronization is waiting on its device, not guilty of anything by itself.
+
+use crate::core::log::nccl_op::NcclOp;
+
+/// The oldest kernel a rank launched that has not completed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unfinished {
+    /// Its name (`kernel_name`), when the log holds it.
+    pub kernel: Option<String>,
+    /// The stage it was launched in, when the steps say.
+    pub stage: Option<String>,
+    pub t_launch_ns: u64,
+    /// The NCCL call that launched it; `None` for a compute kernel.
+    pub collective: Option<(u64, u64, NcclOp)>,
+}
+
+/// What one rank's device and host say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceView {
+    pub rank: i32,
+    /// The reader's now on the rank's clock.
+    pub now_ns: Option<u64>,
+    pub oldest: Option<Unfinished>,
+    /// When the device's state last changed (a launch or a completion seen): a device
+    /// still making progress is slow, not stuck.
+    pub changed_ns: u64,
+    /// When the host synchronization in progress entered; 0 when none is.
+    pub sync_since_ns: u64,
+    /// (communicator, collectives its host launched on it): the live table's counts.
+    pub launched: Vec<(u64, u64)>,
+}
+
+/// A rank whose device is stuck behind other work while its peers wait for it in a
+/// collective its host launched.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceStall {
+    pub rank: i32,
+    pub kernel: Option<String>,
+    pub stage: Option<String>,
+    pub t_launch_ns: u64,
+    pub unfinished_ns: u64,
+    /// Inside a host synchronization since this long (0: not in one).
+    pub syncing_ns: u64,
+    /// The collective the peers wait in.
+    pub comm_id: u64,
+    pub seq: u64,
+    pub op: NcclOp,
+    /// Ranks whose devices wait in it.
+    pub waiting_ranks: Vec<i32>,
+}
+
+impl DeviceView {
+    fn age_ns(&self, t_ns: u64) -> Option<u64> {
+        Some(self.now_ns?.saturating_sub(t_ns))
+    }
+
+    fn launched_on(&self, comm_id: u64) -> Option<u64> {
+        self.launched.iter().find(|&&(c, _)| c == comm_id).map(|&(_, n)| n)
+    }
+}
+
+/// The device stall of the job, if any: stuck means older than `threshold_ns`, and the
+/// culprit's device made no progress for as long (a rank descheduled on a loaded host, or
+/// busy with a long kernel, still completes work now and then). `None`
+/// when no collective is stuck on the devices, when some member's host has not launched
+/// it (the rank behind on the host holds it up: the host's analysis names it), or when
+/// every member's device is in it (nobody is behind: a link or a wedged collective).
+pub fn device_stall(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceStall> {
+    let stuck_in = |v: &DeviceView| {
+        let oldest = v.oldest.as_ref()?;
+        let (comm, seq, op) = oldest.collective?;
+        (v.age_ns(oldest.t_launch_ns)? >= threshold_ns).then_some((comm, seq, op))
+    };
+    // The collective most stuck devices are in (the lowest sequence on a tie).
+    let mut counts: Vec<((u64, u64, NcclOp), usize)> = Vec::new();
+    for key in views.iter().filter_map(stuck_in) {
+        match counts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((key, 1)),
+        }
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0 .1.cmp(&b.0 .1)).then(a.0 .0.cmp(&b.0 .0)));
+    let &((comm_id, seq, op), _) = counts.first()?;
+    let members: Vec<&DeviceView> = views.iter().filter(|v| v.launched_on(comm_id).is_some()).collect();
+    if members.iter().any(|v| v.launched_on(comm_id).is_some_and(|n| n < seq)) {
+        return None;
+    }
+    let waiting_ranks: Vec<i32> =
+        members.iter().filter(|v| stuck_in(v).is_some_and(|k| k == (comm_id, seq, op))).map(|v| v.rank).collect();
+    let stuck_elsewhere = |v: &&DeviceView| {
+        let oldest = v.oldest.as_ref()?;
+        let unfinished_ns = v.age_ns(oldest.t_launch_ns)?;
+        // A later collective of the same communicator is no other work: its device got
+        // past the one its peers' states show (theirs lag: kernel records come in batches).
+        let other_work = oldest.collective.is_none_or(|(c, _, _)| c != comm_id);
+        let still = v.age_ns(v.changed_ns)? >= threshold_ns;
+        (other_work && still && unfinished_ns >= threshold_ns).then_some(unfinished_ns)
+    };
+    // Every other member waits in the collective: one that does neither is somewhere the
+    // states do not show (starting up, or its state behind), and nothing is certain.
+    let others: Vec<&&DeviceView> = members.iter().filter(|v| !waiting_ranks.contains(&v.rank)).collect();
+    if others.iter().any(|v| stuck_elsewhere(v).is_none()) {
+        return None;
+    }
+    let (v, unfinished_ns) = others
+        .into_iter()
+        .filter_map(|v| Some((*v, stuck_elsewhere(v)?)))
+        .max_by_key(|&(v, unfinished_ns)| (unfinished_ns, -v.rank))?;
+    let oldest = v.oldest.as_ref()?;
+    Some(DeviceStall {
+        rank: v.rank,
+        kernel: oldest.kernel.clone(),
+        stage: oldest.stage.clone(),
+        t_launch_ns: oldest.t_launch_ns,
+        unfinished_ns,
+        syncing_ns: if v.sync_since_ns > 0 { v.age_ns(v.sync_since_ns).unwrap_or(0) } else { 0 },
+        comm_id,
+        seq,
+        op,
+        waiting_ranks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+    const COMM: u64 = 0xc0;
+
+    fn in_collective(rank: i32, seq: u64, syncing: bool) -> DeviceView {
+        DeviceView {
+            rank,
+            now_ns: Some(100 * SEC),
+            oldest: Some(Unfinished {
+                kernel: Some("ncclDevKernel_AllReduce_Sum_f32_RING_LL".into()),
+                stage: Some("model.backward_cpu_wall".into()),
+                t_launch_ns: 90 * SEC,
+                collective: Some((COMM, seq, NcclOp::AllReduce)),
+            }),
+            changed_ns: 90 * SEC,
+            sync_since_ns: if syncing { 91 * SEC } else { 0 },
+            launched: vec![(COMM, seq)],
+        }
+    }
+
+    #[test]
+    fn a_stuck_compute_kernel_with_equal_host_counts_names_its_rank_and_kernel() {
+        let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
+        views[3].oldest = Some(Unfinished {
+            kernel: Some("sim_bwd_0".into()),
+            stage: Some("model.backward_cpu_wall".into()),
+            t_launch_ns: 89 * SEC,
+            collective: None,
+        });
+        let stall = device_stall(&views, SEC).unwrap();
+        assert_eq!(
+            (stall.rank, stall.kernel.as_deref(), stall.stage.as_deref()),
+            (3, Some("sim_bwd_0"), Some("model.backward_cpu_wall"))
+        );
+        assert_eq!((stall.comm_id, stall.seq, stall.op), (COMM, 41, NcclOp::AllReduce));
+        assert_eq!(stall.unfinished_ns, 11 * SEC);
+        assert_eq!(stall.syncing_ns, 9 * SEC, "its host waits on it too, in a sync");
+        assert_eq!(stall.waiting_ranks, [0, 1, 2]);
+    }
+
+    #[test]
+    fn ranks_blocked_in_a_sync_are_waiting_not_guilty() {
+        // Rank 1's host has not launched #41 (it is behind on the host): the host's
+        // analysis names it; the devices name nobody, least of all the syncing ranks.
+        let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
+        views[1] = DeviceView { oldest: None, sync_since_ns: 0, launched: vec![(COMM, 40)], ..views[1].clone() };
+        assert_eq!(device_stall(&views, SEC), None);
+        // Every device is in the collective: nobody is behind on the device either.
+        let all: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
+        assert_eq!(device_stall(&all, SEC), None);
+    }
+
+    #[test]
+    fn a_device_still_making_progress_is_not_stuck() {
+        let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
+        views[3].oldest = Some(Unfinished { kernel: None, stage: None, t_launch_ns: 89 * SEC, collective: None });
+        views[3].changed_ns = 99 * SEC + SEC / 2;
+        assert_eq!(device_stall(&views, SEC), None, "it completed work half a second ago");
+        views[3].changed_ns = 95 * SEC;
+        assert_eq!(device_stall(&views, SEC).map(|s| s.rank), Some(3));
+    }
+
+    #[test]
+    fn a_device_past_the_collective_proves_its_peers_states_stale() {
+        let mut views: Vec<DeviceView> = (0..3).map(|r| in_collective(r, 1, true)).collect();
+        views[0].oldest = Some(Unfinished {
+            kernel: Some("ncclDevKernel_AllGather_RING_LL".into()),
+            stage: None,
+            t_launch_ns: 89 * SEC,
+            collective: Some((COMM, 2, NcclOp::AllGather)),
+        });
+        views[0].launched = vec![(COMM, 2)];
+        assert_eq!(device_stall(&views, SEC), None);
+    }
+
+    #[test]
+    fn a_member_neither_waiting_nor_stuck_leaves_nothing_certain() {
+        let mut views: Vec<DeviceView> = (0..3).map(|r| in_collective(r, 1, true)).collect();
+        views[2].oldest = Some(Unfinished { kernel: None, stage: None, t_launch_ns: 89 * SEC, collective: None });
+        // Rank 0's device shows nothing unfinished: it is not waiting, nor stuck.
+        views[0].oldest = None;
+        assert_eq!(device_stall(&views, SEC), None);
+    }
+
+    #[test]
+    fn a_young_wait_is_the_skew_of_a_healthy_job() {
+        let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, false)).collect();
+        views[3].oldest = Some(Unfinished { kernel: None, stage: None, t_launch_ns: 89 * SEC, collective: None });
+        assert_eq!(device_stall(&views, 20 * SEC), None);
+    }
+}
