@@ -12,4 +12,5 @@ pub mod inferred;
 pub mod kernels;
 pub mod log;
 pub mod net;
+pub mod roles;
 pub mod slow;

@@ -17,8 +17,10 @@ use crate::core::record::doors::{no_markers_note, Doors};
 use serde::Serialize;
 
 use super::hang::CALLS_KEPT;
+use super::roles::{self, RankRoles};
 use super::waits::clock_of;
 use super::Failure;
+use crate::analysis::roles::Layout;
 use crate::core::log::host as local_host;
 use crate::report::discover::{self, Dirs, LogFile};
 use crate::report::moment::{self, Taken};
@@ -46,6 +48,12 @@ pub struct LsReport {
     pub records_read_per_log: u64,
     /// The budget that would read every record the logs hold, when some went unread.
     pub budget_for_all: Option<u64>,
+    /// The job's parallel layout as `sf roles` finds it; null when no log holds a
+    /// communicator.
+    pub layout: Option<Layout>,
+    /// The layout is data parallelism on the world communicator alone.
+    #[serde(skip)]
+    pub layout_flat: bool,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -202,6 +210,8 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
             .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
             .collect()
     };
+    let roles = roles::infer(&parallel::read_all(&opened, |(o, _)| RankRoles::read(&o.log)));
+    let layout = (!roles.communicators.is_empty()).then_some(roles.layout);
     let clocks: Vec<RankClock> = opened.iter().map(|(o, _)| o.clock.clone()).collect();
     let mut ranks: Vec<RankRow> =
         opened.iter().zip(events).map(|((o, taken), (stats, _))| row(o, stats, *taken, &host)).collect();
@@ -223,6 +233,8 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         clocks,
         records_read_per_log,
         budget_for_all,
+        layout,
+        layout_flat: roles.flat,
         summary,
     })
 }

@@ -25,6 +25,7 @@ pub mod observer;
 pub mod parallel;
 pub mod rank_list;
 pub mod read_budget;
+pub mod roles;
 pub mod run_env;
 pub mod slow;
 mod slow_waits;

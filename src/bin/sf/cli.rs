@@ -19,6 +19,7 @@ mod exporter;
 mod help_examples;
 mod kernels;
 mod net;
+mod roles;
 mod run;
 mod slow;
 mod steps;
@@ -49,6 +50,8 @@ pub enum Command {
     Kernels { dir: Dirs, options: stagefrontier::report::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
     Net { dir: Dirs, series: bool, format: Format },
+    /// Each communicator's role and each rank's coordinates in a 3-D parallel job.
+    Roles { dir: Dirs, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
     Steps { dir: Dirs, format: StepsFormat },
     /// A consistent copy of a job's logs on this node into `to/<host>/<job id>/`.
@@ -72,6 +75,7 @@ impl Command {
             | Command::Slow { format, .. }
             | Command::Kernels { format, .. }
             | Command::Net { format, .. }
+            | Command::Roles { format, .. }
             | Command::Snapshot { format, .. } => *format,
             Command::Exporter { .. } => Format::Human,
             // CSV is data for another program: its errors stay text, like the table's.
@@ -130,6 +134,7 @@ where
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
         Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: Dirs(a.dir) },
+        Sub::Roles(a) => Command::Roles { format: a.output.format(), dir: Dirs(a.dir) },
         Sub::Steps(a) => Command::Steps { format: a.format(), dir: Dirs(a.dir) },
         Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: Dirs(a.dir), to: a.to },
         Sub::Exporter(a) => Command::Exporter { options: a.options() },
@@ -177,6 +182,7 @@ Examples:
   sf slow JOBDIR                                     which rank is slow, in which stage
   sf kernels JOBDIR                                  which rank's GPU kernels stand out
   sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP
+  sf roles JOBDIR                                    the tp/pp/dp layout and each rank's coordinates
   sf steps JOBDIR --csv > steps.csv                  per-rank, per-step stage durations for pandas
   sf frontier JOBDIR                                 which stage and rank expose step time
   sf run -- torchrun --nproc-per-node 8 train.py     record an unmodified job, every door open";
@@ -411,6 +417,9 @@ enum Sub {
     /// RDMA work requests per rank and QP: bandwidth, in flight, latency, stuck, degraded
     #[command(long_about = net::LONG_ABOUT, after_help = net::EXAMPLES)]
     Net(net::NetArgs),
+    /// The job's parallel layout, found alone: each communicator's role (tp, pp, dp, ...), each rank's coordinates
+    #[command(long_about = roles::LONG_ABOUT, after_help = roles::EXAMPLES)]
+    Roles(roles::RolesArgs),
     /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
     #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
     Steps(steps::StepsArgs),

@@ -190,6 +190,9 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
         n => format!("{} dropped in total", plural(n, "event")),
     });
     let mut lines = vec![parts.join("; ")];
+    if let Some(layout) = &report.layout {
+        lines.push(format!("layout: {} (sf roles tells how)", super::roles::layout_line(layout, report.layout_flat)));
+    }
     lines.extend(snapshot_note(report.ranks.iter().map(|r| &r.snapshot_wall)));
     if !report.attempts.is_empty() {
         let kept: Vec<String> = report
@@ -313,6 +316,8 @@ mod tests {
             clocks: Vec::new(),
             records_read_per_log: 65_536,
             budget_for_all: None,
+            layout: None,
+            layout_flat: false,
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

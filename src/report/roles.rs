@@ -1,0 +1,111 @@
+//! `sf roles`: each communicator's role in a tensor-, pipeline- and data-parallel job and
+//! each rank's coordinates, read from the logs alone (`analysis::roles` has the rules).
+
+use serde::Serialize;
+
+use super::ls::FileError;
+use super::Failure;
+use crate::analysis::comms::grow::Aliases;
+use crate::analysis::roles::{self, Call, RankInput, Roles};
+use crate::core::log::nccl_op::NcclOp;
+use crate::core::log::reader::RankLog;
+use crate::core::log::records::{CommCreated, RecordBody};
+use crate::report::discover::{self, Dirs};
+use crate::report::parallel;
+
+/// The calls kept per rank, oldest first: the first transfers between pipeline neighbours
+/// tell the flow, and a few steps show what each communicator carries. Bounds memory at
+/// 16 bytes a call whatever the logs say.
+pub const CALLS_KEPT: usize = 8192;
+
+/// The `--json` object: the analysis' answer and what could not be read.
+#[derive(Debug, Serialize)]
+pub struct RolesReport {
+    pub dir: String,
+    #[serde(flatten)]
+    pub roles: Roles,
+    pub errors: Vec<FileError>,
+}
+
+/// What one rank's log gives the analysis.
+pub struct RankRoles {
+    pub global_rank: i32,
+    pub world_size: i32,
+    pub created: Vec<CommCreated>,
+    pub calls: Vec<Call>,
+    /// Calls left out past `CALLS_KEPT`, or lost to the ring's wraparound before it.
+    pub calls_dropped: bool,
+}
+
+impl RankRoles {
+    /// Reads a log's communicator creations and its oldest `CALLS_KEPT` calls, in the
+    /// order they were entered.
+    pub fn read(log: &RankLog) -> RankRoles {
+        let mut created = Vec::new();
+        let mut calls: Vec<(u64, Call)> = Vec::new();
+        let mut left_out = false;
+        let stats = log.scan(|record| match record.body {
+            RecordBody::CommCreated(c) => created.push(c),
+            RecordBody::NcclCall(c) if c.comm_id != 0 && !matches!(c.op, NcclOp::GroupStart | NcclOp::GroupEnd) => {
+                if calls.len() < CALLS_KEPT {
+                    calls.push((c.t_enter_ns, Call { comm_id: c.comm_id, op: c.op, peer: c.peer }));
+                } else {
+                    left_out = true;
+                }
+            }
+            _ => {}
+        });
+        calls.sort_by_key(|&(t, _)| t);
+        RankRoles {
+            global_rank: log.header.global_rank,
+            world_size: log.header.world_size,
+            created,
+            calls: calls.into_iter().map(|(_, c)| c).collect(),
+            calls_dropped: left_out || stats.lost_to_wrap > 0,
+        }
+    }
+}
+
+/// The roles from the logs of ranks already read (those with a rank identity).
+pub fn infer(read: &[RankRoles]) -> Roles {
+    let aliases = Aliases::of(read.iter().flat_map(|r| &r.created));
+    let named: Vec<(Vec<CommCreated>, Vec<Call>)> = read
+        .iter()
+        .map(|r| {
+            let created =
+                r.created.iter().map(|c| CommCreated { comm_id: aliases.canonical(c.comm_id), ..*c }).collect();
+            let calls = r.calls.iter().map(|c| Call { comm_id: aliases.canonical(c.comm_id), ..*c }).collect();
+            (created, calls)
+        })
+        .collect();
+    let inputs: Vec<RankInput> = read
+        .iter()
+        .zip(&named)
+        .filter(|(r, _)| r.global_rank >= 0)
+        .map(|(r, (created, calls))| RankInput { global_rank: r.global_rank as u32, created, calls })
+        .collect();
+    let world_size = read.iter().map(|r| r.world_size.max(0) as usize).max().unwrap_or(0);
+    let mut roles = roles::infer(world_size, &inputs);
+    if read.iter().any(|r| r.calls_dropped) {
+        roles.notes.push(format!(
+            "some logs hold more calls than the {CALLS_KEPT} read per rank, or lost their oldest to wraparound: \
+             the pipeline's flow is read from the oldest calls held"
+        ));
+    }
+    roles
+}
+
+pub fn build(dirs: &Dirs) -> Result<RolesReport, Failure> {
+    let files = discover::job_log_paths(dirs, "roles").map_err(Failure::Message)?;
+    let mut errors = Vec::new();
+    let mut read = Vec::new();
+    for (file, result) in
+        files.iter().zip(parallel::read_all(&files, |file| RankLog::open(file).map(|log| RankRoles::read(&log))))
+    {
+        match result {
+            Ok(rank) => read.push(rank),
+            Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+        }
+    }
+    Ok(RolesReport { dir: dirs.display(), roles: infer(&read), errors })
+}
