@@ -100,3 +100,17 @@ fn sf_ls_shows_the_layout_in_one_line() {
     let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["layout"], json!({"tp": 2, "pp": 4, "dp": 1}));
 }
+
+#[test]
+fn a_log_that_lost_its_oldest_calls_reads_the_flow_from_the_step_markers() {
+    // A small log wraps within a few dozen steps, so its oldest call held falls mid-step.
+    let _serial = one_at_a_time();
+    let root = log_root("roles-wrapped");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.env("SF_LOG_RECORDS", "1024").args(trainer_args(8, 43)).args(["--bucket-elems", "64"]);
+    run_ok(cmd.args(["--tp", "1", "--pp", "4", "--dp", "2"]));
+    let ls = Command::new(artifact("sf")).arg("ls").arg(root.join("job")).arg("--json").output().expect("spawn sf");
+    let ls: Value = serde_json::from_slice(&ls.stdout).expect("one JSON object");
+    assert!(ls["ranks"].as_array().unwrap().iter().all(|r| r["lost_to_wrap"].as_u64() > Some(0)), "{ls:#}");
+    assert_megatron(&sf_roles(&root.join("job")), (1, 4, 2), "wrapped");
+}

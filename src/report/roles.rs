@@ -33,8 +33,10 @@ pub struct RankRoles {
     pub world_size: i32,
     pub created: Vec<CommCreated>,
     pub calls: Vec<Call>,
-    /// Calls left out past `CALLS_KEPT`, or lost to the ring's wraparound before it.
-    pub calls_dropped: bool,
+    /// Where in `calls` each step begins (`analysis::roles::RankInput::step_starts`).
+    pub step_starts: Vec<usize>,
+    /// The oldest calls were lost to the ring's wraparound.
+    pub lost_oldest: bool,
 }
 
 impl RankRoles {
@@ -43,25 +45,34 @@ impl RankRoles {
     pub fn read(log: &RankLog) -> RankRoles {
         let mut created = Vec::new();
         let mut calls: Vec<(u64, Call)> = Vec::new();
-        let mut left_out = false;
+        let mut step_begins = Vec::new();
         let stats = log.scan(|record| match record.body {
             RecordBody::CommCreated(c) => created.push(c),
+            RecordBody::StepVector(v) if v.part == 0 => step_begins.push(v.t_begin_ns),
             RecordBody::NcclCall(c) if c.comm_id != 0 && !matches!(c.op, NcclOp::GroupStart | NcclOp::GroupEnd) => {
                 if calls.len() < CALLS_KEPT {
                     calls.push((c.t_enter_ns, Call { comm_id: c.comm_id, op: c.op, peer: c.peer }));
-                } else {
-                    left_out = true;
                 }
             }
             _ => {}
         });
         calls.sort_by_key(|&(t, _)| t);
+        // Only steps that began after the oldest call held: an earlier one's first calls
+        // are gone.
+        step_begins.sort_unstable();
+        let oldest = calls.first().map_or(u64::MAX, |&(t, _)| t);
+        let step_starts = step_begins
+            .iter()
+            .filter(|&&t| t >= oldest)
+            .map(|&t| calls.partition_point(|&(entered, _)| entered < t))
+            .collect();
         RankRoles {
             global_rank: log.header.global_rank,
             world_size: log.header.world_size,
             created,
             calls: calls.into_iter().map(|(_, c)| c).collect(),
-            calls_dropped: left_out || stats.lost_to_wrap > 0,
+            step_starts,
+            lost_oldest: stats.lost_to_wrap > 0,
         }
     }
 }
@@ -82,15 +93,21 @@ pub fn infer(read: &[RankRoles]) -> Roles {
         .iter()
         .zip(&named)
         .filter(|(r, _)| r.global_rank >= 0)
-        .map(|(r, (created, calls))| RankInput { global_rank: r.global_rank as u32, created, calls })
+        .map(|(r, (created, calls))| RankInput {
+            global_rank: r.global_rank as u32,
+            created,
+            calls,
+            step_starts: &r.step_starts,
+        })
         .collect();
     let world_size = read.iter().map(|r| r.world_size.max(0) as usize).max().unwrap_or(0);
     let mut roles = roles::infer(world_size, &inputs);
-    if read.iter().any(|r| r.calls_dropped) {
-        roles.notes.push(format!(
-            "some logs hold more calls than the {CALLS_KEPT} read per rank, or lost their oldest to wraparound: \
-             the pipeline's flow is read from the oldest calls held"
-        ));
+    if read.iter().any(|r| r.lost_oldest && r.step_starts.is_empty()) && !roles.pipelines.is_empty() {
+        roles.notes.push(
+            "some logs without step markers lost their oldest calls to wraparound: the pipeline's flow is \
+             read from the oldest calls held, which may begin mid-step"
+                .to_string(),
+        );
     }
     roles
 }

@@ -81,6 +81,9 @@ pub struct RankInput<'a> {
     pub created: &'a [CommCreated],
     /// Its NCCL calls on communicators, in the order they were entered.
     pub calls: &'a [Call],
+    /// Where in `calls` each step begins that began after the oldest call (the index of
+    /// its first call), ascending; empty without step markers.
+    pub step_starts: &'a [usize],
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -188,8 +191,7 @@ pub fn infer(world_size: usize, ranks: &[RankInput]) -> Roles {
     // Rule 2: send/recv flows.
     let p2p_comms: BTreeSet<u64> =
         group_comms.iter().map(|c| c.comm_id).filter(|&id| traffic_of(id).p2p() > 0).collect();
-    let calls_by_rank: Vec<(u32, &[Call])> = ranks.iter().map(|r| (r.global_rank, r.calls)).collect();
-    let flows = flow::flows(calls_by_rank.iter().copied(), &p2p_comms, |comm, caller, peer| match locals.get(&comm) {
+    let flows = flow::flows(ranks, &p2p_comms, |comm, caller, peer| match locals.get(&comm) {
         Some(locals) => locals.get(&peer).copied(),
         None => other_member(&comms, comm, caller),
     });

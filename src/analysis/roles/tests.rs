@@ -107,7 +107,7 @@ impl Job {
         let inputs: Vec<RankInput> = logs
             .iter()
             .enumerate()
-            .map(|(r, (created, calls))| RankInput { global_rank: r as u32, created, calls })
+            .map(|(r, (created, calls))| RankInput { global_rank: r as u32, created, calls, step_starts: &[] })
             .collect();
         infer(world as usize, &inputs)
     }
@@ -166,7 +166,7 @@ fn a_flat_job_is_data_parallel_on_the_world() {
     let inputs: Vec<RankInput> = created
         .iter()
         .enumerate()
-        .map(|(r, c)| RankInput { global_rank: r as u32, created: c, calls: &calls })
+        .map(|(r, c)| RankInput { global_rank: r as u32, created: c, calls: &calls, step_starts: &[] })
         .collect();
     let roles = infer(4, &inputs);
     assert!(roles.flat);
@@ -182,7 +182,7 @@ fn a_missing_log_is_said() {
     let inputs: Vec<RankInput> = logs
         .iter()
         .enumerate()
-        .map(|(r, (created, calls))| RankInput { global_rank: r as u32, created, calls })
+        .map(|(r, (created, calls))| RankInput { global_rank: r as u32, created, calls, step_starts: &[] })
         .collect();
     let roles = infer(4, &inputs);
     assert!(roles.notes.iter().any(|n| n.contains("3 of 4 ranks")), "{:?}", roles.notes);
