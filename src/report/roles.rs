@@ -49,10 +49,12 @@ impl RankRoles {
         let stats = log.scan(|record| match record.body {
             RecordBody::CommCreated(c) => created.push(c),
             RecordBody::StepVector(v) if v.part == 0 => step_begins.push(v.t_begin_ns),
-            RecordBody::NcclCall(c) if c.comm_id != 0 && !matches!(c.op, NcclOp::GroupStart | NcclOp::GroupEnd) => {
-                if calls.len() < CALLS_KEPT {
-                    calls.push((c.t_enter_ns, Call { comm_id: c.comm_id, op: c.op, peer: c.peer }));
-                }
+            RecordBody::NcclCall(c)
+                if c.comm_id != 0
+                    && !matches!(c.op, NcclOp::GroupStart | NcclOp::GroupEnd)
+                    && calls.len() < CALLS_KEPT =>
+            {
+                calls.push((c.t_enter_ns, Call { comm_id: c.comm_id, op: c.op, peer: c.peer }))
             }
             _ => {}
         });
