@@ -35,7 +35,7 @@ run() {
   local name=$1 kind=$2 truth=$3 seed=$4 inject=$5 dir=$root/$1
   LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_INJECT="$inject" \
     target/release/sf-trainer-sim --ranks $ranks --steps "$steps" --seed "$seed" --jitter-ms 2 \
-    --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >/dev/null
+    --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch blocking >/dev/null
   target/release/sf slow "$dir/job" --json >"$dir/slow.json" || true
   target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || true
   printf '{"name":"%s","kind":"%s","truth":"%s","inject":"%s","dir":"%s"}\n' \

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -f target/release/libstagefrontier.so ] || cargo build --release --workspace --locked -q
 
 ranks=${SF_MATRIX_RANKS:-8}
-job=${SF_MATRIX_JOB:-"target/release/sf-trainer-sim --ranks $ranks --steps 100000 --stage-ms data=4,fwd=4,bwd=8,callbacks=1,optim=2"}
+job=${SF_MATRIX_JOB:-"target/release/sf-trainer-sim --ranks $ranks --steps 100000 --stage-ms data=4,fwd=4,bwd=8,callbacks=1,optim=2 --launch blocking"}
 lib=$PWD/target/release/libstagefrontier.so
 sf=$PWD/target/release/sf
 root=$(mktemp -d /tmp/sf-matrix.XXXXXX)

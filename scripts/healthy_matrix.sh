@@ -52,7 +52,7 @@ run_case() {
   LD_PRELOAD="$lib" NCCL_PROFILER_PLUGIN="$lib" FAKENCCL_PROFILER_VERSION=7 FAKENCCL_NET_PROFILER=1 \
     SF_LOG_DIR="$dir" SF_JOB_ID=job \
     target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms "$jitter" \
-    --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >"$dir/job.out" 2>"$dir/job.err" ||
+    --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch blocking >"$dir/job.out" 2>"$dir/job.err" ||
     { echo "job failed: $(tail -3 "$dir/job.err")" >&2; return 1; }
   local codes=() c
   for cmd in slow net hang; do

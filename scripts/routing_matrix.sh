@@ -47,7 +47,7 @@ for entry in "${scenarios[@]}"; do
       LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
         SF_INJECT="delay:rank=$hidden,$rule,step=2-$((steps - 1))" \
         target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms 2 \
-        --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >/dev/null
+        --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch blocking >/dev/null
       # Exit 4 is the answer when a window names a culprit; only an error (1) stops the matrix.
       local status=0
       target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
@@ -131,7 +131,7 @@ unmarked_matrix() {
     local dir=$root/unmarked-$1
     LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
       target/release/sf-trainer-sim --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none \
-      --stage-ms "$stage_ms" ${3:+--slow "$2:$3:$4@2-$((steps - 1))"} \
+      --stage-ms "$stage_ms" --launch blocking ${3:+--slow "$2:$3:$4@2-$((steps - 1))"} \
       >/dev/null 2>&1
     local status=0
     target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?

@@ -23,6 +23,7 @@ const INJECT: &str = "delay:rank=3,stage=data.next_wait,ms=60;hang:rank=5,op=all
 fn start_job(root: &Path) -> Killed {
     let mut cmd = preloaded(&trainer_sim(), root, "job");
     cmd.args(["--ranks", "8", "--nodes", "2", "--steps", "100000", "--stage-ms", "data=10,fwd=10,bwd=20,optim=5"])
+        .args(["--launch", "blocking"])
         .env("SF_INJECT", INJECT)
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -14,6 +14,8 @@ fn hidden_rank_delay(test: &str, rank: u32, stage: &str) {
         preloaded(&trainer_sim(), &root, "job")
             .args(["--ranks", "8", "--steps", "12", "--stage-ms", "data=20,fwd=30,bwd=40,callbacks=2,optim=10"])
             .args(["--jitter-ms", "2", "--seed", "7"])
+            // Host-blocking NCCL: the stall's waits are read from the calls' durations.
+            .args(["--launch", "blocking"])
             .env("SF_INJECT", inject),
     );
     let report = frontier_json(&root.join("job"));
@@ -44,7 +46,7 @@ fn a_small_data_stall_is_the_culprit_and_its_gain_is_measured_on_own_time() {
     run_ok(
         preloaded(&trainer_sim(), &root, "job")
             .args(["--ranks", "8", "--steps", "12", "--stage-ms", "data=20,fwd=30,bwd=40,callbacks=2,optim=10"])
-            .args(["--jitter-ms", "2", "--seed", "4"])
+            .args(["--jitter-ms", "2", "--seed", "4", "--launch", "blocking"])
             .env("SF_INJECT", "delay:rank=4,stage=data.next_wait,ms=20,step=2-11"),
     );
     let report = frontier_json(&root.join("job"));
@@ -92,7 +94,7 @@ fn a_healthy_job_gets_no_strong_label() {
     run_ok(
         preloaded(&trainer_sim(), &root, "job")
             .args(["--ranks", "8", "--steps", "30", "--stage-ms", "data=20,fwd=30,bwd=40,callbacks=2,optim=10"])
-            .args(["--jitter-ms", "5", "--seed", "11"]),
+            .args(["--jitter-ms", "5", "--seed", "11", "--launch", "blocking"]),
     );
     let report = frontier_json(&root.join("job"));
     for window in report["windows"].as_array().unwrap() {

@@ -150,6 +150,7 @@ fn a_healthy_job_sampled_again_and_again_is_never_hung() {
     let _serial = one_at_a_time();
     let root = log_root("hang-healthy");
     let mut job = preloaded(&trainer_sim(), &root, "job")
+        .args(["--launch", "blocking"])
         .args([
             "--ranks",
             "4",
@@ -189,7 +190,7 @@ fn a_count_mismatch_on_one_rank_is_flagged() {
     let root = log_root("hang-mismatch");
     let out = preloaded(&trainer_sim(), &root, "job")
         .args(["--ranks", "4", "--steps", "6", "--stage-ms", "data=1,fwd=1,bwd=1,callbacks=0,optim=0"])
-        .args(["--count-mismatch", "2@3"])
+        .args(["--count-mismatch", "2@3", "--launch", "blocking"])
         .output()
         .unwrap();
     assert!(out.status.success(), "a silent desynchronization: the job itself notices nothing");
@@ -256,6 +257,7 @@ fn a_stuck_qp_is_named_with_its_rank_instead_of_every_rank_wedged() {
     let root = log_root("hang-stuck-qp");
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
     cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
+        .args(["--launch", "blocking"])
         .env("NCCL_PROFILER_PLUGIN", library())
         .env("FAKENCCL_PROFILER_VERSION", "7")
         .env("FAKENCCL_NET_PROFILER", "1")

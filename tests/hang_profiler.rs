@@ -27,6 +27,8 @@ fn stalled_after(
     let mut cmd = preloaded(&trainer_sim(), root, job);
     cmd.args(["--ranks", "2", "--steps", "100000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1"])
         .args(p2p.then_some("--p2p"))
+        // Host-blocking NCCL: the stuck call is one the host is inside.
+        .args(["--launch", "blocking"])
         .env("NCCL_PROFILER_PLUGIN", library())
         .env("FAKENCCL_PROFILER_VERSION", version.to_string())
         .env("SF_WR_TIMEOUT_MS", "200")

@@ -25,7 +25,8 @@ const HEALTHY_STAGES: &str = "data=30,fwd=60,bwd=80,callbacks=5,optim=20";
 fn job(test: &str, extra: &[&str], inject: Option<&str>) -> (PathBuf, Output) {
     let root = log_root(test);
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
-    cmd.args(["--ranks", "4", "--steps", "14", "--jitter-ms", "2", "--seed", "5"]);
+    // Host-blocking NCCL: the stages are inferred from the host's NCCL schedule.
+    cmd.args(["--ranks", "4", "--steps", "14", "--jitter-ms", "2", "--seed", "5", "--launch", "blocking"]);
     cmd.args(["--stage-ms", STAGES]).args(extra);
     if let Some(rule) = inject {
         cmd.env("SF_INJECT", rule);

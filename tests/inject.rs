@@ -106,6 +106,7 @@ fn a_hang_leaves_the_culprit_outside_and_the_watchdog_writes_evidence() {
     let root = log_root("inject-hang");
     let mut job = preloaded(&trainer_sim(), &root, "job")
         .args(["--ranks", "4", "--steps", "1000", "--stage-ms", "data=2,fwd=2,bwd=4,callbacks=0,optim=1"])
+        .args(["--launch", "blocking"])
         .env("SF_INJECT", "hang:rank=2,op=allreduce,seq=12")
         .env("SF_HANG_MIN_S", "0.05")
         .env("SF_HANG_FACTOR", "20")

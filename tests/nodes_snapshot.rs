@@ -20,6 +20,7 @@ const HANG: &str = "hang:rank=5,op=allreduce,seq=40";
 fn start(root: &Path, nodes: u32, inject: Option<&str>) -> Killed {
     let mut cmd = preloaded(&trainer_sim(), root, "job");
     cmd.args(["--ranks", "8", "--nodes", &nodes.to_string(), "--steps", "100000", "--stage-ms", STAGES])
+        .args(["--launch", "blocking"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     if let Some(rule) = inject {

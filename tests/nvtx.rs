@@ -164,7 +164,17 @@ fn without_the_injection_variable_nothing_is_recorded() {
 #[test]
 fn trainer_sim_nvtx_markers_give_the_c_markers_vectors() {
     let root = log_root("nvtx-sim");
-    let args = ["--ranks", "2", "--steps", "5", "--stage-ms", "data=4,fwd=2,bwd=6,callbacks=1,optim=2"];
+    // Every stage all host time, as the lower bounds below assume.
+    let args = [
+        "--ranks",
+        "2",
+        "--steps",
+        "5",
+        "--stage-ms",
+        "data=4,fwd=2,bwd=6,callbacks=1,optim=2",
+        "--launch",
+        "blocking",
+    ];
     run_ok(preloaded(&trainer_sim(), &root, "c").args(args).args(["--markers", "c"]));
     run_ok(
         preloaded(&trainer_sim(), &root, "nvtx")

@@ -125,7 +125,11 @@ fn a_reader_follows_a_running_job_and_a_killed_rank_still_reads() {
 #[test]
 fn a_forked_child_writes_nothing_into_its_parents_log() {
     let root = log_root("fork");
-    run_ok(preloaded(&trainer_sim(), &root, "job").args(trainer_args(2, 3)).arg("--fork-child"));
+    run_ok(preloaded(&trainer_sim(), &root, "job").args(trainer_args(2, 3)).args([
+        "--fork-child",
+        "--launch",
+        "blocking",
+    ]));
     let logs = rank_logs(&root, "job");
     assert_eq!(logs.len(), 2, "{logs:?}");
     for path in logs {

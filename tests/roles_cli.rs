@@ -114,3 +114,9 @@ fn a_log_that_lost_its_oldest_calls_reads_the_flow_from_the_step_markers() {
     assert!(ls["ranks"].as_array().unwrap().iter().all(|r| r["lost_to_wrap"].as_u64() > Some(0)), "{ls:#}");
     assert_megatron(&sf_roles(&root.join("job")), (1, 4, 2), "wrapped");
 }
+
+#[test]
+fn an_async_job_reads_as_its_layout() {
+    let report = roles_of("roles-async", (2, 2, 2), &["--launch", "async", "--comm-create", "new"]);
+    assert_megatron(&report, (2, 2, 2), "async");
+}

@@ -270,7 +270,7 @@ fn a_command_that_cannot_start_is_an_error_naming_it() {
 fn trainer_under_sf_run(root: &Path, job: &str, extra_env: &[(&str, &str)]) -> Output {
     let mut cmd = sf_run(&sf(), &["--log-dir", root.to_str().unwrap(), "--job-id", job, "--report", "--"]);
     cmd.arg(trainer_sim()).args(["--ranks", "3", "--steps", "24", "--markers", "nvtx", "--buckets", "2"]);
-    cmd.args(["--stage-ms", "data=4,fwd=4,bwd=6,callbacks=1,optim=2"]);
+    cmd.args(["--stage-ms", "data=4,fwd=4,bwd=6,callbacks=1,optim=2", "--launch", "blocking"]);
     cmd.env("SF_QUIET", "1");
     for (k, v) in extra_env {
         cmd.env(k, v);

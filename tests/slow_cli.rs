@@ -23,6 +23,8 @@ fn job_of(test: &str, ranks: u32, jitter: &str, inject: &str) -> std::path::Path
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
     let ranks = ranks.to_string();
     cmd.args(["--ranks", &ranks, "--steps", "40", "--stage-ms", STAGES, "--jitter-ms", jitter, "--seed", "3"]);
+    // Host-blocking NCCL: waits are read from the calls' durations.
+    cmd.args(["--launch", "blocking"]);
     if !inject.is_empty() {
         cmd.env("SF_INJECT", inject);
     }
@@ -167,7 +169,7 @@ fn a_rank_late_into_its_allreduces_is_named_and_no_waiter_is() {
     run_ok(
         preloaded(&trainer_sim(), &root, "job")
             .args(["--ranks", "8", "--steps", "12", "--stage-ms", "data=20,fwd=30,bwd=40,callbacks=2,optim=10"])
-            .args(["--jitter-ms", "2", "--seed", "5"])
+            .args(["--jitter-ms", "2", "--seed", "5", "--launch", "blocking"])
             .env("SF_INJECT", "delay:rank=6,op=allreduce,ms=20,step=2-11"),
     );
     let (code, report) = slow_json(&root.join("job"));

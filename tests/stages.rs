@@ -40,6 +40,9 @@ fn every_step_becomes_an_ordered_stage_vector() {
         "8",
         "--stage-ms",
         "data=6,fwd=3,bwd=8,callbacks=1,optim=2",
+        // Every stage all host time, as the lower bounds below assume.
+        "--launch",
+        "blocking",
     ]));
     for path in rank_logs(&root, "job") {
         let log = RankLog::open(&path).unwrap();

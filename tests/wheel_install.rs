@@ -88,7 +88,7 @@ fn trainer_job_answers(sf: &Path, cwd: &Path, bin: &Path) {
     let mut cmd = outside(sf, cwd, bin);
     cmd.args(["run", "--log-dir", "logs", "--job-id", "sim", "--report", "--"]).arg(trainer_sim());
     cmd.args(["--ranks", "3", "--steps", "24", "--markers", "nvtx", "--buckets", "2"]);
-    cmd.args(["--stage-ms", "data=4,fwd=4,bwd=6,callbacks=1,optim=2", "--slow", "1:data:40"]);
+    cmd.args(["--stage-ms", "data=4,fwd=4,bwd=6,callbacks=1,optim=2", "--slow", "1:data:40", "--launch", "blocking"]);
     let out = run_ok(&mut cmd);
     let stderr = text(&out.stderr);
     let job = cwd.join("logs/sim");

@@ -189,10 +189,11 @@ impl Drop for Killed {
 }
 
 /// sf-trainer-sim under the library as job `job` in `root`: `ranks` ranks, stages of
-/// `stage_ms`, an SF_INJECT rule, running (100,000 steps) until the guard is dropped.
+/// `stage_ms`, an SF_INJECT rule, running (100,000 steps) until the guard is dropped. NCCL
+/// calls block the host (`--launch blocking`): its callers' peers wait inside the calls.
 pub fn start_sim(root: &Path, ranks: u32, stage_ms: &str, inject: Option<&str>) -> Killed {
     let mut cmd = preloaded(&trainer_sim(), root, "job");
-    cmd.args(["--ranks", &ranks.to_string(), "--steps", "100000", "--stage-ms", stage_ms])
+    cmd.args(["--ranks", &ranks.to_string(), "--steps", "100000", "--stage-ms", stage_ms, "--launch", "blocking"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     if let Some(rule) = inject {

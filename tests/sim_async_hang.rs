@@ -1,0 +1,55 @@
+//! sf-trainer-sim --launch async --hang-kernel under the library: a stuck kernel leaves
+//! every rank blocked on the device after the same NCCL calls, so host call counts cannot
+//! tell the culprit, the case device evidence exists for.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::RecordBody;
+
+/// Collectives recorded in each rank's log so far; a log still being written reads fine.
+fn nccl_call_counts(root: &std::path::Path) -> Vec<usize> {
+    rank_logs(root, "job")
+        .iter()
+        .map(|path| {
+            RankLog::open(path).map_or(0, |log| {
+                log.records()
+                    .0
+                    .iter()
+                    .filter(|r| matches!(r.body, RecordBody::NcclCall(call) if call.op.is_collective()))
+                    .count()
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_hung_kernel_leaves_every_rank_blocked_after_the_same_nccl_calls() {
+    let root = log_root("sim-async-hang");
+    let (ranks, buckets, hung_step) = (3, 4, 2);
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(trainer_args(ranks, 50))
+        .args(["--launch", "async", "--buckets", &buckets.to_string(), "--hang-kernel", &format!("1:{hung_step}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut job = Killed(cmd.spawn().expect("start sf-trainer-sim"));
+
+    // The broadcast, then per step `buckets` allreduces and the loss allgather; the hung
+    // step's allreduces are launched before the host synchronizes in callbacks.
+    let expected = 1 + hung_step * (buckets + 1) + buckets;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut counts = nccl_call_counts(&root);
+    while counts.len() != ranks as usize || counts.iter().any(|&n| n < expected as usize) {
+        assert!(Instant::now() < deadline, "the ranks never issued {expected} collectives each: {counts:?}");
+        std::thread::sleep(Duration::from_millis(20));
+        counts = nccl_call_counts(&root);
+    }
+    // Blocked: a second later, no rank made another call and the job still runs.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(nccl_call_counts(&root), vec![expected as usize; ranks as usize], "every rank, the same calls");
+    assert!(job.0.try_wait().expect("try_wait").is_none(), "the job ended although a kernel never completes");
+}
