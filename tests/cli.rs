@@ -238,7 +238,8 @@ fn ls_json_has_the_contract_fields() {
             "mismatches",
             "clocks",
             "records_read_per_log",
-            "budget_for_all"
+            "budget_for_all",
+            "layout"
         ])
     );
     assert_eq!(report["mismatches"], serde_json::json!([]));

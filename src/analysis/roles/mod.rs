@@ -154,6 +154,7 @@ pub struct Roles {
     pub communicators: Vec<CommRole>,
     /// The pipelines, each its ranks in stage order.
     pub pipelines: Vec<Vec<u32>>,
+    /// Every rank with a log, ascending.
     pub ranks: Vec<Coords>,
     /// What kept the answer from being whole (missing logs, uneven groups, ...).
     pub notes: Vec<String>,
@@ -308,7 +309,7 @@ pub fn infer(world_size: usize, ranks: &[RankInput]) -> Roles {
         .collect();
     communicators.sort_by(|a, b| (a.role, &a.members, a.comm_id).cmp(&(b.role, &b.members, b.comm_id)));
     let flat = !communicators.iter().any(|c| Role::DIMENSIONS.contains(&c.role));
-    let (layout, coords) = coordinates(span, &communicators, &pipelines, flat, &mut notes);
+    let (layout, coords) = coordinates(span, &logged, &communicators, &pipelines, flat, &mut notes);
     Roles { world_size: span, layout, flat, communicators, pipelines, ranks: coords, notes }
 }
 
@@ -331,16 +332,18 @@ fn other_member(comms: &BTreeMap<u64, CommMembers>, comm: u64, caller: u32) -> O
     }
 }
 
-/// The layout and every rank's coordinates from the communicators' roles.
+/// The layout and the coordinates of every rank with a log (a header's world size is
+/// not trusted with an allocation) from the communicators' roles.
 fn coordinates(
     world_size: usize,
+    logged: &BTreeSet<u32>,
     communicators: &[CommRole],
     pipelines: &[Vec<u32>],
     flat: bool,
     notes: &mut Vec<String>,
 ) -> (Layout, Vec<Coords>) {
     let mut coords: Vec<Coords> =
-        (0..world_size as u32).map(|rank| Coords { rank, tp: None, pp: None, dp: None, ep: None, cp: None }).collect();
+        logged.iter().map(|&rank| Coords { rank, tp: None, pp: None, dp: None, ep: None, cp: None }).collect();
     let mut layout = Layout { tp: 1, pp: 1, dp: 1, ep: None, cp: None };
     if flat {
         layout.dp = world_size;

@@ -214,6 +214,8 @@ API or Python's stagefrontier; nvtx: NVTX ranges, through NVTX_INJECTION64_PATH;
 CUPTI, through CUDA_INJECTION64_PATH; profiler: NCCL_PROFILER_PLUGIN; verbs: SF_VERBS=1);
 ? for a log of a library that did not record them. When no rank recorded step markers, a
 note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NVTX call).
+A job with more than one parallel dimension gets a `layout: tp=2 pp=4 dp=2` line, as sf
+roles finds it (`layout` in --json, for every job with a communicator).
 
 Exit status: 0; 5 when a collective's ranks disagree on it (a mismatch, listed after the
 table, as sf hang does); 1 when a log cannot be read or DIR holds none."

@@ -190,8 +190,10 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
         n => format!("{} dropped in total", plural(n, "event")),
     });
     let mut lines = vec![parts.join("; ")];
-    if let Some(layout) = &report.layout {
-        lines.push(format!("layout: {} (sf roles tells how)", super::roles::layout_line(layout, report.layout_flat)));
+    // A flat job's layout (data parallel on the world) is what every job was before: only a
+    // job with more than one dimension gets the line.
+    if let Some(layout) = report.layout.as_ref().filter(|_| !report.layout_flat) {
+        lines.push(format!("layout: {} (sf roles tells how)", layout.line()));
     }
     lines.extend(snapshot_note(report.ranks.iter().map(|r| &r.snapshot_wall)));
     if !report.attempts.is_empty() {

@@ -13,7 +13,7 @@ pub fn write<W: Write>(format: Format, out: W, report: &RolesReport) -> io::Resu
 }
 
 /// `tp=2 pp=4 dp=2`, and what a flat job is.
-pub fn layout_line(layout: &Layout, flat: bool) -> String {
+fn layout_line(layout: &Layout, flat: bool) -> String {
     let kind = if flat { " (data parallel on the world communicator)" } else { "" };
     format!("{}{kind}", layout.line())
 }
