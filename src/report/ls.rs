@@ -210,7 +210,7 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
             .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
             .collect()
     };
-    let roles = roles::infer(&parallel::read_all(&opened, |(o, _)| RankRoles::read(&o.log)));
+    let roles = roles::infer(&parallel::read_all(&opened, |(o, _)| RankRoles::read(&o.log, records_read_per_log)));
     let layout = (!roles.communicators.is_empty()).then_some(roles.layout);
     let clocks: Vec<RankClock> = opened.iter().map(|(o, _)| o.clock.clone()).collect();
     let mut ranks: Vec<RankRow> =

@@ -7,14 +7,16 @@ use super::ls::FileError;
 use super::Failure;
 use crate::analysis::comms::grow::Aliases;
 use crate::analysis::roles::{self, Call, RankInput, Roles};
+use crate::core::log::format::Region;
 use crate::core::log::nccl_op::NcclOp;
-use crate::core::log::reader::RankLog;
+use crate::core::log::reader::{RankLog, Record};
 use crate::core::log::records::{CommCreated, RecordBody};
 use crate::report::discover::{self, Dirs};
 use crate::report::parallel;
+use crate::report::read_budget::RECORDS;
 
-/// The calls kept per rank, oldest first: the first transfers between pipeline neighbours
-/// tell the flow, and a few steps show what each communicator carries. Bounds memory at
+/// The calls kept per rank, oldest of those read first: a few steps show what each
+/// communicator carries and which way the pipeline's first transfers go. Bounds memory at
 /// 16 bytes a call whatever the logs say.
 pub const CALLS_KEPT: usize = 8192;
 
@@ -35,18 +37,19 @@ pub struct RankRoles {
     pub calls: Vec<Call>,
     /// Where in `calls` each step begins (`analysis::roles::RankInput::step_starts`).
     pub step_starts: Vec<usize>,
-    /// The oldest calls were lost to the ring's wraparound.
+    /// The oldest calls were lost to the ring's wraparound or left unread (the budget).
     pub lost_oldest: bool,
 }
 
 impl RankRoles {
-    /// Reads a log's communicator creations and its oldest `CALLS_KEPT` calls, in the
-    /// order they were entered.
-    pub fn read(log: &RankLog) -> RankRoles {
+    /// Reads a log's communicator creations and step starts (its history ring) and the
+    /// oldest `CALLS_KEPT` calls of its newest `newest` event records, in the order they
+    /// were entered. A log of one ring (format 1) is read as its newest `newest` records.
+    pub fn read(log: &RankLog, newest: u64) -> RankRoles {
         let mut created = Vec::new();
         let mut calls: Vec<(u64, Call)> = Vec::new();
         let mut step_begins = Vec::new();
-        let stats = log.scan(|record| match record.body {
+        let mut visit = |record: Record| match record.body {
             RecordBody::CommCreated(c) => created.push(c),
             RecordBody::StepVector(v) if v.part == 0 => step_begins.push(v.t_begin_ns),
             RecordBody::NcclCall(c)
@@ -57,7 +60,11 @@ impl RankRoles {
                 calls.push((c.t_enter_ns, Call { comm_id: c.comm_id, op: c.op, peer: c.peer }))
             }
             _ => {}
-        });
+        };
+        if log.header.history_slot_count > 0 {
+            log.scan_region(Region::History, &mut visit);
+        }
+        let events = log.scan_newest(Region::Events, newest, &mut visit);
         calls.sort_by_key(|&(t, _)| t);
         // Only steps that began after the oldest call held: an earlier one's first calls
         // are gone.
@@ -74,7 +81,7 @@ impl RankRoles {
             created,
             calls: calls.into_iter().map(|(_, c)| c).collect(),
             step_starts,
-            lost_oldest: stats.lost_to_wrap > 0,
+            lost_oldest: events.lost_to_wrap > 0 || events.not_read > 0,
         }
     }
 }
@@ -106,8 +113,8 @@ pub fn infer(read: &[RankRoles]) -> Roles {
     let mut roles = roles::infer(world_size, &inputs);
     if read.iter().any(|r| r.lost_oldest && r.step_starts.is_empty()) && !roles.pipelines.is_empty() {
         roles.notes.push(
-            "some logs without step markers lost their oldest calls to wraparound: the pipeline's flow is \
-             read from the oldest calls held, which may begin mid-step"
+            "some logs without step markers lost their oldest calls to wraparound (or SF_READ_BUDGET left \
+             them unread): the pipeline's flow is read from the oldest calls read, which may begin mid-step"
                 .to_string(),
         );
     }
@@ -116,10 +123,12 @@ pub fn infer(read: &[RankRoles]) -> Roles {
 
 pub fn build(dirs: &Dirs) -> Result<RolesReport, Failure> {
     let files = discover::job_log_paths(dirs, "roles").map_err(Failure::Message)?;
+    let newest = RECORDS.per_log(RECORDS.total()?, files.len());
     let mut errors = Vec::new();
     let mut read = Vec::new();
-    for (file, result) in
-        files.iter().zip(parallel::read_all(&files, |file| RankLog::open(file).map(|log| RankRoles::read(&log))))
+    for (file, result) in files
+        .iter()
+        .zip(parallel::read_all(&files, |file| RankLog::open(file).map(|log| RankRoles::read(&log, newest))))
     {
         match result {
             Ok(rank) => read.push(rank),
