@@ -308,7 +308,8 @@ pub fn infer(world_size: usize, ranks: &[RankInput]) -> Roles {
         })
         .collect();
     communicators.sort_by(|a, b| (a.role, &a.members, a.comm_id).cmp(&(b.role, &b.members, b.comm_id)));
-    let flat = !communicators.iter().any(|c| Role::DIMENSIONS.contains(&c.role));
+    // Rule 7 needs the world communicator: a job that recorded none has no layout to tell.
+    let flat = world_id.is_some() && !communicators.iter().any(|c| Role::DIMENSIONS.contains(&c.role));
     let (layout, coords) = coordinates(span, &logged, &communicators, &pipelines, flat, &mut notes);
     Roles { world_size: span, layout, flat, communicators, pipelines, ranks: coords, notes }
 }

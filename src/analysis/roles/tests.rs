@@ -187,3 +187,11 @@ fn a_missing_log_is_said() {
     let roles = infer(4, &inputs);
     assert!(roles.notes.iter().any(|n| n.contains("3 of 4 ranks")), "{:?}", roles.notes);
 }
+
+#[test]
+fn no_communicator_is_no_flat_job() {
+    let inputs = [RankInput { global_rank: 0, created: &[], calls: &[], step_starts: &[] }];
+    let roles = infer(2, &inputs);
+    assert!(!roles.flat && roles.communicators.is_empty());
+    assert!(roles.notes.iter().any(|n| n.contains("hold no communicator")), "{:?}", roles.notes);
+}

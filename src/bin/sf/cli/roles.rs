@@ -35,6 +35,8 @@ global rank; pp is the pipeline stage.
 of ranks in stage order), `flat`, `world_size`, `notes` (what kept the answer from being
 whole) and `errors`.
 
+Logs that hold no communicator's creation have no layout to tell: one line says so.
+
 Exit status: 0; 1 when DIR holds no log or a log cannot be read.";
 
 pub const EXAMPLES: &str = "\

@@ -20,6 +20,9 @@ fn layout_line(layout: &Layout, flat: bool) -> String {
 
 fn human<W: Write>(out: &mut W, report: &RolesReport) -> io::Result<()> {
     let roles = &report.roles;
+    if roles.communicators.is_empty() {
+        return human_line!(out, "{}: no communicator was recorded: no layout to tell", report.dir);
+    }
     human_line!(out, "{}: {} ranks, layout {}", report.dir, roles.world_size, layout_line(&roles.layout, roles.flat))?;
     for note in &roles.notes {
         human_line!(out, "note: {note}")?;
