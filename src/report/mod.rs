@@ -23,6 +23,7 @@ pub mod moment;
 pub mod net;
 pub mod observer;
 pub mod parallel;
+pub mod path;
 pub mod rank_list;
 pub mod read_budget;
 pub mod roles;

@@ -19,6 +19,7 @@ mod exporter;
 mod help_examples;
 mod kernels;
 mod net;
+mod path;
 mod roles;
 mod run;
 mod slow;
@@ -52,6 +53,8 @@ pub enum Command {
     Net { dir: Dirs, series: bool, format: Format },
     /// Each communicator's role and each rank's coordinates in a 3-D parallel job.
     Roles { dir: Dirs, format: Format },
+    /// The pipeline's critical path per step, and the slow pass on it.
+    Path { dir: Dirs, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
     Steps { dir: Dirs, format: StepsFormat },
     /// A consistent copy of a job's logs on this node into `to/<host>/<job id>/`.
@@ -76,6 +79,7 @@ impl Command {
             | Command::Kernels { format, .. }
             | Command::Net { format, .. }
             | Command::Roles { format, .. }
+            | Command::Path { format, .. }
             | Command::Snapshot { format, .. } => *format,
             Command::Exporter { .. } => Format::Human,
             // CSV is data for another program: its errors stay text, like the table's.
@@ -135,6 +139,7 @@ where
         Sub::Kernels(a) => Command::Kernels { options: a.options(), format: a.output.format(), dir: Dirs(a.dir) },
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: Dirs(a.dir) },
         Sub::Roles(a) => Command::Roles { format: a.output.format(), dir: Dirs(a.dir) },
+        Sub::Path(a) => Command::Path { format: a.output.format(), dir: Dirs(a.dir) },
         Sub::Steps(a) => Command::Steps { format: a.format(), dir: Dirs(a.dir) },
         Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: Dirs(a.dir), to: a.to },
         Sub::Exporter(a) => Command::Exporter { options: a.options() },
@@ -183,6 +188,7 @@ Examples:
   sf kernels JOBDIR                                  which rank's GPU kernels stand out
   sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP
   sf roles JOBDIR                                    the tp/pp/dp layout and each rank's coordinates
+  sf path JOBDIR                                     the pipeline pass that lengthened a step
   sf steps JOBDIR --csv > steps.csv                  per-rank, per-step stage durations for pandas
   sf frontier JOBDIR                                 which stage and rank expose step time
   sf run -- torchrun --nproc-per-node 8 train.py     record an unmodified job, every door open";
@@ -422,6 +428,9 @@ enum Sub {
     /// The job's parallel layout, found alone: each communicator's role (tp, pp, dp, ...), each rank's coordinates
     #[command(long_about = roles::LONG_ABOUT, after_help = roles::EXAMPLES)]
     Roles(roles::RolesArgs),
+    /// The pipeline's critical path per step: the slow pass that lengthened a step, or absorbed ones
+    #[command(long_about = path::LONG_ABOUT, after_help = path::EXAMPLES)]
+    Path(path::PathArgs),
     /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
     #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
     Steps(steps::StepsArgs),

@@ -23,6 +23,7 @@ pub mod openmetrics;
 pub use error::error as json_error;
 pub mod kernels;
 pub mod net;
+pub mod path;
 pub mod roles;
 pub mod slow;
 pub mod snapshot;
