@@ -31,6 +31,10 @@ pub struct PathReport {
     /// Steps every pipeline's ranks completed with passes in them, the first (a warm-up)
     /// left out.
     pub steps_judged: usize,
+    /// What timed the passes: "device" (the CUDA door's stage samples), "host" (the stage
+    /// markers: in a job that launches asynchronously, launch time only, which says nothing
+    /// of the device work) or "mixed".
+    pub timed_on: &'static str,
     pub excess_share: f64,
     pub step_share: f64,
     /// The slow pass that added most to a step, when it added at least `step_share` of it.
@@ -116,6 +120,7 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         dir: dirs.display(),
         pipelines: pipelines.clone(),
         steps_judged: 0,
+        timed_on: "host",
         excess_share: EXCESS_SHARE,
         step_share: STEP_SHARE,
         finding: None,
@@ -167,6 +172,12 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         })
         .collect();
     report.steps_judged = steps.len();
+    let sampled = |r: &&RankSteps| r.steps.iter().any(|s| !s.device.is_empty());
+    report.timed_on = match job.ranks.iter().filter(sampled).count() {
+        0 => "host",
+        n if n == job.ranks.len() => "device",
+        _ => "mixed",
+    };
     report.slow = slow_passes(&steps)
         .into_iter()
         .map(|judged| SlowPassView {

@@ -17,6 +17,9 @@ timed on the device where the CUDA door sampled them, else on the host. Per step
 pipeline they make a graph: a stage runs its passes in the order it ran them, a forward
 needs the previous stage's forward of its microbatch, a backward the next stage's backward
 and its own forward. The longest path through it is the step; a pass off it has slack.
+The headline says what timed the passes (`timed_on`): in a job that launches its work
+asynchronously, host stage times are launch times only and say nothing of the device's;
+there the CUDA door's stage samples are needed.
 
 A pass is slow from 20% over its expected duration, the median of the same pass (stage,
 microbatch, forward or backward) over every step and pipeline (DP replicas and TP copies):

@@ -29,10 +29,11 @@ fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
     }
     let stages = report.pipelines.first().map_or(0, Vec::len);
     let head = format!(
-        "{}: {} pipelines of {stages} stages, {} steps judged",
+        "{}: {} pipelines of {stages} stages, {} steps judged, passes timed on the {}",
         report.dir,
         report.pipelines.len(),
-        report.steps_judged
+        report.steps_judged,
+        report.timed_on
     );
     match &report.finding {
         Some(f) => human_line!(
