@@ -13,7 +13,7 @@ use super::roles::{self, RankRoles};
 use super::step_vectors::{self, RankSteps, StageNames};
 use super::Failure;
 use crate::analysis::frontier::DEFAULT_FORWARD_STAGE;
-use crate::analysis::path::{slow_passes, Pass, Phase, SlowPass, StepPasses, EXCESS_SHARE, STEP_SHARE};
+use crate::analysis::path::{slowdowns, Pass, Phase, Slowdown, StepPasses, EXCESS_SHARE, STEP_SHARE};
 use crate::core::log::reader::RankLog;
 use crate::report::discover::{self, Dirs};
 use crate::report::parallel;
@@ -37,25 +37,26 @@ pub struct PathReport {
     pub timed_on: &'static str,
     pub excess_share: f64,
     pub step_share: f64,
-    /// The slow pass that added most to a step, when it added at least `step_share` of it.
-    pub finding: Option<SlowPassView>,
-    /// Every slow pass, the largest addition first (absorbed ones have `added_ns` 0).
-    pub slow: Vec<SlowPassView>,
+    /// The slowdown that added most to a step, when it added at least `step_share` of it.
+    pub finding: Option<SlowdownView>,
+    /// Every slowdown: findings first, then the largest addition (absorbed ones have
+    /// `added_ns` 0).
+    pub slow: Vec<SlowdownView>,
     /// Why there is nothing to judge, when there is not.
     pub note: Option<String>,
     pub errors: Vec<FileError>,
 }
 
-/// A slow pass, named in the job's terms.
-#[derive(Debug, Serialize)]
-pub struct SlowPassView {
+/// A slowdown, named in the job's terms.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlowdownView {
     /// The step number (the markers').
     pub step: u64,
     /// The rank that ran the pass, and its pipeline's ranks in stage order.
     pub rank: u32,
     pub pipeline: Vec<u32>,
     #[serde(flatten)]
-    pub judged: SlowPass,
+    pub judged: Slowdown,
 }
 
 impl PathReport {
@@ -178,21 +179,16 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         n if n == job.ranks.len() => "device",
         _ => "mixed",
     };
-    report.slow = slow_passes(&steps)
+    report.slow = slowdowns(&steps)
         .into_iter()
-        .map(|judged| SlowPassView {
+        .map(|judged| SlowdownView {
             step: step_numbers[judged.step],
-            rank: pipelines[judged.pipeline][judged.pass.stage],
+            rank: pipelines[judged.pipeline][judged.stage],
             pipeline: pipelines[judged.pipeline].clone(),
             judged,
         })
         .collect();
-    report.finding = report.slow.iter().find(|s| s.judged.finding).map(|s| SlowPassView {
-        step: s.step,
-        rank: s.rank,
-        pipeline: s.pipeline.clone(),
-        judged: s.judged.clone(),
-    });
+    report.finding = report.slow.iter().find(|s| s.judged.finding).cloned();
     Ok(report)
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use judge::{slow_passes, SlowPass, EXCESS_SHARE, STEP_SHARE};
+pub use judge::{slowdowns, Slowdown, EXCESS_SHARE, STEP_SHARE};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

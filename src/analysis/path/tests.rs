@@ -79,17 +79,34 @@ fn a_slow_pass_on_the_path_is_a_finding_and_one_in_a_bubble_is_absorbed() {
     {
         let mut steps = vec![vec![base.clone(), base.clone()]; 5];
         steps[3][1] = base.with_duration(pass, own(pass) + extra);
-        let slow = slow_passes(&steps);
+        let slow = slowdowns(&steps);
         assert_eq!(slow.len(), 1, "{slow:?}");
         let found = &slow[0];
-        assert_eq!(
-            (found.step, found.pipeline, found.pass, found.on_path, found.finding),
-            (3, 1, pass, on_path, finding)
-        );
+        let at = (found.step, found.pipeline, found.stage, found.microbatch, found.phase);
+        assert_eq!(at, (3, 1, pass.stage, Some(pass.microbatch), pass.phase));
+        assert_eq!((found.on_path, found.finding), (on_path, finding));
         assert_eq!(found.added_ns, if on_path { extra } else { 0 });
         assert_eq!(found.expected_ns, own(pass));
     }
     // A pass slower in every step and replica is the job's normal, not a finding.
     let heavy = vec![vec![base.with_duration(tight, own(tight) * 2); 2]; 5];
-    assert!(slow_passes(&heavy).is_empty());
+    assert!(slowdowns(&heavy).is_empty());
+}
+
+#[test]
+fn a_stage_slowed_a_little_in_every_microbatch_is_one_finding() {
+    // The last stage's backwards each 10% slower in step 2: no pass reaches 20%, but
+    // together they add 8 x 500 ns = 4 us to an 88 us step (4.5%)... so make it 15%.
+    let base = step(4, 8);
+    let mut slowed = base.clone();
+    for m in 0..8 {
+        slowed = slowed.with_duration(Pass { stage: 3, microbatch: m, phase: Phase::Bwd }, B + B * 15 / 100);
+    }
+    let mut steps = vec![vec![base.clone()]; 5];
+    steps[2][0] = slowed;
+    let slow = slowdowns(&steps);
+    let found = &slow[0];
+    assert!(found.finding, "{slow:?}");
+    assert_eq!((found.step, found.stage, found.phase, found.microbatch), (2, 3, Phase::Bwd, None));
+    assert_eq!(found.added_ns, 8 * B * 15 / 100);
 }

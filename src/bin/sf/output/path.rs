@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use crate::cli::Format;
 use stagefrontier::analysis::path::Phase;
-use stagefrontier::report::path::{PathReport, SlowPassView};
+use stagefrontier::report::path::{PathReport, SlowdownView};
 
 pub fn write<W: Write>(format: Format, out: W, report: &PathReport) -> io::Result<()> {
     super::report(format, out, report, human)
@@ -17,10 +17,11 @@ fn ms(ns: u64) -> String {
     format!("{:.1} ms", ns as f64 / 1e6)
 }
 
-/// `pipeline stage 2, microbatch 4, bwd`.
-fn pass(s: &SlowPassView) -> String {
-    let phase = if s.judged.pass.phase == Phase::Fwd { "fwd" } else { "bwd" };
-    format!("pipeline stage {}, microbatch {}, {phase}", s.judged.pass.stage, s.judged.pass.microbatch)
+/// `pipeline stage 2, microbatch 4, bwd`, or `every microbatch` for a stage's spread one.
+fn pass(s: &SlowdownView) -> String {
+    let phase = if s.judged.phase == Phase::Fwd { "fwd" } else { "bwd" };
+    let microbatch = s.judged.microbatch.map_or_else(|| "every microbatch".to_string(), |m| format!("microbatch {m}"));
+    format!("pipeline stage {}, {microbatch}, {phase}", s.judged.stage)
 }
 
 fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
@@ -53,8 +54,8 @@ fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
     let findings = report.slow.iter().filter(|s| s.judged.finding).count();
     human_line!(
         out,
-        "slow passes ({:.0}% over their expected duration): {on_path} on the critical path ({findings} adding {:.0}% \
-         of their step or more), {} absorbed by bubbles",
+        "slowdowns (a pass {:.0}% over its expected duration, or a stage's passes together): {on_path} on the \
+         critical path ({findings} adding {:.0}% of their step or more), {} absorbed by bubbles",
         report.excess_share * 100.0,
         report.step_share * 100.0,
         report.slow.len() - on_path
