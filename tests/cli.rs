@@ -243,7 +243,8 @@ fn ls_json_has_the_contract_fields() {
             "budget_for_all",
             "first_end",
             "waits_from",
-            "waits_from_reason"
+            "waits_from_reason",
+            "layout"
         ])
     );
     assert_eq!(report["mismatches"], serde_json::json!([]));

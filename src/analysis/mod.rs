@@ -12,4 +12,6 @@ pub mod inferred;
 pub mod kernels;
 pub mod log;
 pub mod net;
+pub mod path;
+pub mod roles;
 pub mod slow;

@@ -18,8 +18,10 @@ use crate::core::record::doors::{no_markers_note, Doors};
 use serde::Serialize;
 
 use super::hang::CALLS_KEPT;
+use super::roles::{self, RankRoles};
 use super::waits::clock_of;
 use super::Failure;
+use crate::analysis::roles::Layout;
 use crate::core::log::host as local_host;
 use crate::report::discover::{self, Dirs, LogFile};
 use crate::report::moment::{self, Taken};
@@ -55,6 +57,12 @@ pub struct LsReport {
     /// arrives) or `none`, over the records read; `waits_from_reason` says why.
     pub waits_from: WaitsFrom,
     pub waits_from_reason: &'static str,
+    /// The job's parallel layout as `sf roles` finds it; null when no log holds a
+    /// communicator.
+    pub layout: Option<Layout>,
+    /// The layout is data parallelism on the world communicator alone.
+    #[serde(skip)]
+    pub layout_flat: bool,
     #[serde(skip)]
     pub summary: Summary,
 }
@@ -251,6 +259,8 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
             .map(|(comm_id, (mismatches, mismatches_total))| CommMismatches { comm_id, mismatches, mismatches_total })
             .collect()
     };
+    let roles = roles::infer(&parallel::read_all(&opened, |(o, _)| RankRoles::read(&o.log, records_read_per_log)));
+    let layout = (!roles.communicators.is_empty()).then_some(roles.layout);
     let clocks: Vec<RankClock> = opened.iter().map(|(o, _)| o.clock.clone()).collect();
     let mut ranks: Vec<RankRow> = opened
         .iter()
@@ -284,6 +294,8 @@ pub fn build(paths: &Dirs) -> Result<LsReport, Failure> {
         first_end,
         waits_from,
         waits_from_reason: why.describe(),
+        layout,
+        layout_flat: roles.flat,
         summary,
     })
 }

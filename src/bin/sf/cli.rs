@@ -19,6 +19,8 @@ mod exporter;
 mod help_examples;
 mod kernels;
 mod net;
+mod path;
+mod roles;
 mod run;
 mod slow;
 mod steps;
@@ -49,6 +51,10 @@ pub enum Command {
     Kernels { dir: Dirs, options: stagefrontier::report::kernels::KernelsOptions, format: Format },
     /// RDMA work requests per rank and QP.
     Net { dir: Dirs, series: bool, format: Format },
+    /// Each communicator's role and each rank's coordinates in a 3-D parallel job.
+    Roles { dir: Dirs, format: Format },
+    /// The pipeline's critical path per step, and the slow pass on it.
+    Path { dir: Dirs, format: Format },
     /// The per-rank, per-step stage vectors, as a table, JSON or CSV.
     Steps { dir: Dirs, format: StepsFormat },
     /// A consistent copy of a job's logs on this node into `to/<host>/<job id>/`.
@@ -72,6 +78,8 @@ impl Command {
             | Command::Slow { format, .. }
             | Command::Kernels { format, .. }
             | Command::Net { format, .. }
+            | Command::Roles { format, .. }
+            | Command::Path { format, .. }
             | Command::Snapshot { format, .. } => *format,
             Command::Exporter { .. } => Format::Human,
             // CSV is data for another program: its errors stay text, like the table's.
@@ -132,6 +140,8 @@ where
             Command::Kernels { options: a.options(), format: a.output.format(), dir: a.pick.dirs(a.dir) }
         }
         Sub::Net(a) => Command::Net { format: a.output.format(), series: a.series, dir: a.pick.dirs(a.dir) },
+        Sub::Roles(a) => Command::Roles { format: a.output.format(), dir: a.pick.dirs(a.dir) },
+        Sub::Path(a) => Command::Path { format: a.output.format(), dir: a.pick.dirs(a.dir) },
         Sub::Steps(a) => Command::Steps { format: a.format(), dir: a.pick.dirs(a.dir) },
         Sub::Snapshot(a) => Command::Snapshot { format: a.output.format(), dir: a.pick.dirs(a.dir), to: a.to },
         Sub::Exporter(a) => Command::Exporter { options: a.options() },
@@ -179,6 +189,8 @@ Examples:
   sf slow JOBDIR                                     which rank is slow, in which stage
   sf kernels JOBDIR                                  which rank's GPU kernels stand out
   sf net JOBDIR                                      RDMA work requests: a stuck or degraded QP
+  sf roles JOBDIR                                    the tp/pp/dp layout and each rank's coordinates
+  sf path JOBDIR                                     the pipeline pass that lengthened a step
   sf steps JOBDIR --csv > steps.csv                  per-rank, per-step stage durations for pandas
   sf frontier JOBDIR                                 which stage and rank expose step time
   sf run -- torchrun --nproc-per-node 8 train.py     record an unmodified job, every door open";
@@ -220,6 +232,8 @@ note says why NVTX ranges were not seen (NVTX_INJECTION64_PATH not set, or no NV
 The line after the table says what evidence the logs hold (`evidence` per rank in --json):
 host_calls (NCCL calls), device (NCCL kernels linked to their calls, unfinished device
 work), host_sync (host synchronizations), kernels (kernel summaries), profiler, steps, net.
+A job with more than one parallel dimension gets a `layout: tp=2 pp=4 dp=2` line, as sf
+roles finds it (`layout` in --json, for every job with a communicator).
 
 Exit status: 0; 5 when a collective's ranks disagree on it (a mismatch, listed after the
 table, as sf hang does); 1 when a log cannot be read or DIR holds none."
@@ -433,6 +447,12 @@ enum Sub {
     /// RDMA work requests per rank and QP: bandwidth, in flight, latency, stuck, degraded
     #[command(long_about = net::LONG_ABOUT, after_help = net::EXAMPLES)]
     Net(net::NetArgs),
+    /// The job's parallel layout, found alone: each communicator's role (tp, pp, dp, ...), each rank's coordinates
+    #[command(long_about = roles::LONG_ABOUT, after_help = roles::EXAMPLES)]
+    Roles(roles::RolesArgs),
+    /// The pipeline's critical path per step: the slow pass that lengthened a step, or absorbed ones
+    #[command(long_about = path::LONG_ABOUT, after_help = path::EXAMPLES)]
+    Path(path::PathArgs),
     /// Export the per-rank, per-step stage vectors: a table, --json, or the --csv sf frontier reads
     #[command(long_about = steps::LONG_ABOUT, after_help = steps::EXAMPLES)]
     Steps(steps::StepsArgs),

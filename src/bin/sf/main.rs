@@ -22,7 +22,9 @@ use std::process::ExitCode;
 use cli::{Command, Format};
 use output::terminal::{error_line, note_line};
 use stagefrontier::report::ls::FileError;
-use stagefrontier::report::{dump, frontier, hang, jobs, kernels, ls, net, slow, snapshot, steps, wall, Failure};
+use stagefrontier::report::{
+    dump, frontier, hang, jobs, kernels, ls, net, path, roles, slow, snapshot, steps, wall, Failure,
+};
 
 fn main() -> ExitCode {
     // The report layer's progress and notes (missing ranks, hosts), on stderr.
@@ -121,6 +123,16 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             // and names the doors to open, and that is no error.
             let found = if report.stuck { Some(exit::HUNG) } else { report.degraded.then_some(exit::SLOW) };
             Ok(status(found, &report.errors))
+        }
+        Command::Roles { dir, format } => {
+            let report = roles::build(&dir)?;
+            output::roles::write(format, stdout, &report)?;
+            Ok(status(None, &report.errors))
+        }
+        Command::Path { dir, format } => {
+            let report = path::build(&dir)?;
+            output::path::write(format, stdout, &report)?;
+            Ok(status(report.found().then_some(exit::SLOW), &report.errors))
         }
         Command::Exporter { options } => {
             serve::run(&options)?;

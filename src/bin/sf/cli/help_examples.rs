@@ -94,7 +94,7 @@ fn every_command_taking_latest_shows_it_in_an_example() {
             sub.get_name()
         );
     }
-    let one_job = ["ls", "frontier", "hang", "slow", "kernels", "net", "steps", "snapshot", "trace"];
+    let one_job = ["ls", "frontier", "hang", "slow", "kernels", "net", "roles", "path", "steps", "snapshot", "trace"];
     assert_eq!(taking, one_job, "the commands that read one job take --latest");
 }
 

@@ -243,6 +243,11 @@ fn summary_lines(report: &LsReport) -> Vec<String> {
         n => format!("{} dropped in total", plural(n, "event")),
     });
     let mut lines = vec![parts.join("; ")];
+    // A flat job's layout (data parallel on the world) is what every job was before: only a
+    // job with more than one dimension gets the line.
+    if let Some(layout) = report.layout.as_ref().filter(|_| !report.layout_flat) {
+        lines.push(format!("layout: {} (sf roles tells how)", layout.line()));
+    }
     lines.extend(snapshot_note(report.ranks.iter().map(|r| &r.snapshot_wall)));
     if !report.attempts.is_empty() {
         let kept: Vec<String> = report
@@ -369,6 +374,8 @@ mod tests {
             first_end: None,
             waits_from: stagefrontier::analysis::blame::waits_from::WaitsFrom::None,
             waits_from_reason: "none: no collective was recorded",
+            layout: None,
+            layout_flat: false,
             summary: Summary {
                 world_size: Some(8),
                 conflicting_world_sizes: vec![4, 8],

@@ -25,6 +25,8 @@ pub use error::error as json_error;
 pub mod jobs;
 pub mod kernels;
 pub mod net;
+pub mod path;
+pub mod roles;
 pub mod slow;
 pub mod snapshot;
 pub mod steps;

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Pipeline matrix: 8-rank 3-D jobs (sf-trainer-sim --tp/--pp/--dp, 1F1B, f = 20 ms and
+# b = 30 ms per pass) with one slow pipeline stage or one slow rank, on the critical path
+# or inside a bubble, read by `sf roles` and `sf path`. Labels come from the schedule, not
+# from sf: with P stages and M microbatches a step is (M + P - 1)(f + b) long; the last
+# stage's backward passes in the steady state have no slack, so a slowdown there lengthens
+# the step by itself (on path); stage 0's forward of microbatch m < P has m*b of slack, so
+# a delay of 60% of that is absorbed. Sizes are shares of the step (5% to 100%).
+#
+# Pass criteria: `sf roles` reads the layout; on-path cases exit 4 with the slow stage
+# (pipeline stage N, 0-based) in the headline in at least 90% of them; absorbed and healthy
+# cases exit 0 with no finding.
+#
+#   scripts/pipeline_matrix.sh                    # 2 layouts x sizes {5,10,20,50,100}% x 2 seeds
+#   SF_MATRIX_QUICK=1 scripts/pipeline_matrix.sh  # 2 layouts x sizes {5,50}% x 1 seed (CI)
+#
+# SF_MATRIX_KEEP=1 keeps the logs; SF_MATRIX_PROFILE=debug uses the debug build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${SF_MATRIX_PROFILE:-release}
+bin=$PWD/target/$profile
+if [ "$profile" = release ]; then
+  [ -x "$bin/sf" ] && [ -x "$bin/sf-trainer-sim" ] && [ -f "$bin/libstagefrontier.so" ] ||
+    cargo build --release --workspace --locked -q
+fi
+
+if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(5 50); seeds=(1); else sizes=(5 10 20 50 100); seeds=(1 2); fi
+fwd=20 bwd=30 steps=6 slow_step=3
+root=$(mktemp -d /tmp/sf-pipeline.XXXXXX)
+cleanup() { if [ "${SF_MATRIX_KEEP:-0}" = 1 ]; then echo "logs kept in $root"; else rm -rf "$root"; fi; }
+trap cleanup EXIT
+
+on_total=0 on_hits=0 failures=0
+
+# One run: prints a row; on-path rows count towards the hit rate, the others must be quiet.
+# Arguments: name, layout "T P D", kind (on|absorbed|healthy), expected stage, sim flags...
+run_case() {
+  local name=$1 layout=$2 kind=$3 stage=$4 seed=$5
+  shift 5
+  local t p d
+  read -r t p d <<<"$layout"
+  local dir=$root/$name
+  mkdir -p "$dir"
+  LD_PRELOAD="$bin/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 \
+    "$bin/sf-trainer-sim" --ranks 8 --steps "$steps" --seed "$seed" --bucket-elems 64 --launch blocking \
+    --stage-ms "data=1,fwd=$fwd,bwd=$bwd,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" "$@" \
+    >"$dir/job.out" 2>"$dir/job.err" || { echo "$name: job failed: $(tail -2 "$dir/job.err")" >&2; failures=$((failures + 1)); return; }
+  local layout_seen
+  layout_seen=$("$bin/sf" roles "$dir/job" --json | python3 -c 'import json,sys; l=json.load(sys.stdin)["layout"]; print(l["tp"], l["pp"], l["dp"])')
+  local code=0
+  "$bin/sf" path "$dir/job" >"$dir/path.txt" 2>&1 || code=$?
+  local headline result
+  headline=$(head -1 "$dir/path.txt")
+  case $kind in
+    on)
+      on_total=$((on_total + 1))
+      if [ "$code" = 4 ] && grep -q "SLOW: pipeline stage $stage," <<<"$headline"; then
+        on_hits=$((on_hits + 1)) result=hit
+      else
+        result=miss
+      fi
+      ;;
+    *) if [ "$code" = 0 ]; then result=pass; else result=FAIL failures=$((failures + 1)); fi ;;
+  esac
+  [ "$layout_seen" = "$t $p $d" ] || { result="$result,LAYOUT($layout_seen)"; failures=$((failures + 1)); }
+  printf '%-34s %-8s %4s  %-5s %s\n' "$name" "$kind" "$code" "$result" "${headline#*: }"
+}
+
+printf '%-34s %-8s %4s  %-5s %s\n' CASE KIND EXIT RESULT HEADLINE
+for layout in "1 4 2" "2 2 2"; do
+  read -r t p d <<<"$layout"
+  m=$((2 * p))
+  step_ms=$(((m + p - 1) * (fwd + bwd)))
+  last=$((p - 1))
+  tag="tp$t-pp$p-dp$d"
+  for seed in "${seeds[@]}"; do
+    run_case "$tag-healthy-s$seed" "$layout" healthy - "$seed"
+    for pct in "${sizes[@]}"; do
+      ms=$((step_ms * pct / 100))
+      run_case "$tag-stage$last-bwd-$pct%-s$seed" "$layout" on "$last" "$seed" \
+        --slow-stage "$last:bwd:$ms@$slow_step-$slow_step#$((m / 2))"
+      # One rank of the last stage, every backward pass of the step: the same share in all.
+      run_case "$tag-rank$((8 - 1))-bwd-$pct%-s$seed" "$layout" on "$last" "$seed" \
+        --slow "7:bwd:$((ms / m + 1))@$slow_step-$slow_step"
+    done
+    # Stage 0's forward of microbatch P-1 has (P-1)*b of slack: 60% of it is absorbed.
+    run_case "$tag-stage0-fwd-absorbed-s$seed" "$layout" absorbed - "$seed" \
+      --slow-stage "0:fwd:$(((p - 1) * bwd * 6 / 10))@$slow_step-$slow_step#$last"
+  done
+done
+
+echo "on path: $on_hits of $on_total named; quiet cases failed: $failures"
+[ "$failures" = 0 ] && [ $((on_hits * 10)) -ge $((on_total * 9)) ]

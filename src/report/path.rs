@@ -1,0 +1,206 @@
+//! `sf path`: the pipeline's critical path per step (`analysis::path`), from the pipelines
+//! `sf roles` finds and each stage's passes in its step vectors: the ordered-stage
+//! contract's forward and backward stages, one per microbatch (`model.fwd_loss_cpu_wall@M`,
+//! `model.backward_cpu_wall@M`, M the microbatch), timed on the device where the CUDA door
+//! sampled them, else on the host. A slow pass is named only when it lengthened its step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::ls::FileError;
+use super::roles::{self, RankRoles};
+use super::step_vectors::{self, RankSteps, StageNames};
+use super::Failure;
+use crate::analysis::frontier::DEFAULT_FORWARD_STAGE;
+use crate::analysis::path::{slowdowns, Pass, Phase, Slowdown, StepPasses, EXCESS_SHARE, STEP_SHARE};
+use crate::core::log::reader::RankLog;
+use crate::report::discover::{self, Dirs};
+use crate::report::parallel;
+use crate::report::read_budget::RECORDS;
+
+/// The ordered-stage contract's backward stage; the forward one is `DEFAULT_FORWARD_STAGE`.
+pub const BACKWARD_STAGE: &str = "model.backward_cpu_wall";
+
+/// The `--json` object.
+#[derive(Debug, Serialize)]
+pub struct PathReport {
+    pub dir: String,
+    /// Each pipeline's ranks in stage order, as `sf roles` finds them.
+    pub pipelines: Vec<Vec<u32>>,
+    /// Steps every pipeline's ranks completed with passes in them, the first (a warm-up)
+    /// left out.
+    pub steps_judged: usize,
+    /// What timed the passes: "device" (the CUDA door's stage samples), "host" (the stage
+    /// markers: in a job that launches asynchronously, launch time only, which says nothing
+    /// of the device work) or "mixed".
+    pub timed_on: &'static str,
+    pub excess_share: f64,
+    pub step_share: f64,
+    /// The slowdown that added most to a step, when it added at least `step_share` of it.
+    pub finding: Option<SlowdownView>,
+    /// Every slowdown: findings first, then the largest addition (absorbed ones have
+    /// `added_ns` 0).
+    pub slow: Vec<SlowdownView>,
+    /// Why there is nothing to judge, when there is not.
+    pub note: Option<String>,
+    pub errors: Vec<FileError>,
+}
+
+/// A slowdown, named in the job's terms.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlowdownView {
+    /// The step number (the markers').
+    pub step: u64,
+    /// The rank that ran the pass, and its pipeline's ranks in stage order.
+    pub rank: u32,
+    pub pipeline: Vec<u32>,
+    #[serde(flatten)]
+    pub judged: Slowdown,
+}
+
+impl PathReport {
+    pub fn found(&self) -> bool {
+        self.finding.is_some()
+    }
+}
+
+/// (phase, microbatch) of a stage name of the contract, `@M` the microbatch (none: 0).
+fn pass_of(name: &str) -> Option<(Phase, usize)> {
+    let (base, microbatch) = match name.rsplit_once('@') {
+        Some((base, m)) => (base, m.parse().ok()?),
+        None => (name, 0),
+    };
+    if base == DEFAULT_FORWARD_STAGE {
+        Some((Phase::Fwd, microbatch))
+    } else if base == BACKWARD_STAGE {
+        Some((Phase::Bwd, microbatch))
+    } else {
+        None
+    }
+}
+
+/// Per step number, one stage's passes with their durations (ns).
+type StagePasses = BTreeMap<u64, Vec<(Pass, u64)>>;
+
+/// Per step number, the passes of one rank at `stage`: device time where sampled.
+fn passes_by_step(rank: &RankSteps, stage: usize, names: &StageNames) -> StagePasses {
+    let mut steps = BTreeMap::new();
+    for step in &rank.steps {
+        let device: BTreeMap<u32, u64> = step.device.iter().map(|&(id, ns, _)| (id, ns)).collect();
+        let passes: Vec<(Pass, u64)> = step
+            .stages
+            .iter()
+            .filter_map(|&(id, host_ns)| {
+                let (phase, microbatch) = pass_of(names.name(id))?;
+                Some((Pass { stage, microbatch, phase }, device.get(&id).copied().unwrap_or(host_ns)))
+            })
+            .collect();
+        if !passes.is_empty() {
+            steps.insert(step.step, passes);
+        }
+    }
+    steps
+}
+
+pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
+    let files = discover::job_log_paths(dirs, "path").map_err(Failure::Message)?;
+    let newest = RECORDS.per_log(RECORDS.total()?, files.len());
+    let mut errors = Vec::new();
+    let mut read = Vec::new();
+    for (file, result) in
+        files.iter().zip(parallel::read_all(&files, |f| RankLog::open(f).map(|l| RankRoles::read(&l, newest))))
+    {
+        match result {
+            Ok(rank) => read.push(rank),
+            Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
+        }
+    }
+    let pipelines = roles::infer(&read).pipelines;
+    let mut report = PathReport {
+        dir: dirs.display(),
+        pipelines: pipelines.clone(),
+        steps_judged: 0,
+        timed_on: "host",
+        excess_share: EXCESS_SHARE,
+        step_share: STEP_SHARE,
+        finding: None,
+        slow: Vec::new(),
+        note: None,
+        errors,
+    };
+    if pipelines.is_empty() {
+        report.note = Some("no pipeline: no send/recv chain between ranks (sf roles tells the layout)".to_string());
+        return Ok(report);
+    }
+    let job = step_vectors::read_ranks(dirs, "path")?;
+    let by_rank: BTreeMap<u32, &RankSteps> = job.ranks.iter().map(|r| (r.rank, r)).collect();
+    // Per pipeline, per stage, the passes per step number.
+    let mut per_pipeline: Vec<Vec<StagePasses>> = Vec::new();
+    for pipeline in &pipelines {
+        let stages = pipeline
+            .iter()
+            .enumerate()
+            .map(|(stage, rank)| by_rank.get(rank).map(|r| passes_by_step(r, stage, &job.names)).unwrap_or_default())
+            .collect();
+        per_pipeline.push(stages);
+    }
+    // The steps every stage of every pipeline has.
+    let mut common: Option<BTreeSet<u64>> = None;
+    for stage in per_pipeline.iter().flatten() {
+        let have: BTreeSet<u64> = stage.keys().copied().collect();
+        common = Some(match common {
+            None => have,
+            Some(c) => c.intersection(&have).copied().collect(),
+        });
+    }
+    // The first step warms up (communicators connect, caches fill): it is no baseline.
+    let step_numbers: Vec<u64> = common.unwrap_or_default().into_iter().skip(1).collect();
+    if step_numbers.is_empty() {
+        report.note = Some(format!(
+            "no step in which every pipeline stage recorded its passes: the critical path needs the stages \
+             {DEFAULT_FORWARD_STAGE}@M and {BACKWARD_STAGE}@M (M the microbatch) on every rank"
+        ));
+        return Ok(report);
+    }
+    let steps: Vec<Vec<StepPasses>> = step_numbers
+        .iter()
+        .map(|n| {
+            per_pipeline
+                .iter()
+                .map(|stages| StepPasses { stages: stages.iter().map(|s| s[n].clone()).collect() })
+                .collect()
+        })
+        .collect();
+    report.steps_judged = steps.len();
+    let sampled = |r: &&RankSteps| r.steps.iter().any(|s| !s.device.is_empty());
+    report.timed_on = match job.ranks.iter().filter(sampled).count() {
+        0 => "host",
+        n if n == job.ranks.len() => "device",
+        _ => "mixed",
+    };
+    report.slow = slowdowns(&steps)
+        .into_iter()
+        .map(|judged| SlowdownView {
+            step: step_numbers[judged.step],
+            rank: pipelines[judged.pipeline][judged.stage],
+            pipeline: pipelines[judged.pipeline].clone(),
+            judged,
+        })
+        .collect();
+    report.finding = report.slow.iter().find(|s| s.judged.finding).cloned();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_stage_names_give_the_pass() {
+        assert_eq!(pass_of("model.fwd_loss_cpu_wall@3"), Some((Phase::Fwd, 3)));
+        assert_eq!(pass_of("model.backward_cpu_wall"), Some((Phase::Bwd, 0)));
+        assert_eq!(pass_of("model.backward_cpu_wall@x"), None);
+        assert_eq!(pass_of("optim.step_cpu_wall"), None);
+    }
+}

@@ -1,0 +1,72 @@
+//! `sf path` on real pipelined jobs: sf-trainer-sim's 1F1B pipeline (`--pp 4 --dp 2`) with
+//! one pass planted slow by `--slow-stage`, on the critical path or inside a bubble.
+//! With f = 20 ms and b = 30 ms per pass, 4 stages and 8 microbatches, a step's critical
+//! path is (8 + 4 - 1) x 50 = 550 ms; stage 0's forward of microbatch 3 has 3b = 90 ms of
+//! slack, the last stage's passes in the steady state none. Passes this long keep a loaded
+//! 2-core machine's scheduling hiccups under the 5% (27 ms) a finding needs.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+use serde_json::Value;
+
+fn pipeline_job(test: &str, slow_stage: Option<&str>) -> std::path::PathBuf {
+    let _serial = one_at_a_time();
+    let root = log_root(test);
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "8", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"]);
+    cmd.args(["--bucket-elems", "64", "--tp", "1", "--pp", "4", "--dp", "2"]);
+    if let Some(rule) = slow_stage {
+        cmd.args(["--slow-stage", rule]);
+    }
+    run_ok(&mut cmd);
+    root.join("job")
+}
+
+fn sf_path(dir: &Path) -> (Output, Value) {
+    let out = Command::new(artifact("sf")).arg("path").arg(dir).arg("--json").output().expect("spawn sf");
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("one JSON object ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    (out, report)
+}
+
+#[test]
+fn a_slow_pass_on_the_critical_path_is_named_with_its_stage_and_microbatch() {
+    let dir = pipeline_job("path-on", Some("3:bwd:100@3-3#4"));
+    let (out, report) = sf_path(&dir);
+    assert_eq!(out.status.code(), Some(4), "{report:#}");
+    let finding = &report["finding"];
+    assert_eq!((finding["stage"].as_u64(), finding["microbatch"].as_u64()), (Some(3), Some(4)), "{report:#}");
+    assert_eq!((finding["phase"].as_str(), finding["step"].as_u64()), (Some("bwd"), Some(3)));
+    assert!(finding["added_ns"].as_u64() > Some(80_000_000), "{finding:#}");
+    let human = Command::new(artifact("sf")).arg("path").arg(&dir).output().expect("spawn sf");
+    let headline = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(headline.contains("SLOW: pipeline stage 3, microbatch 4, bwd"), "{headline}");
+}
+
+#[test]
+fn a_slow_pass_inside_a_bubble_is_absorbed_not_a_finding() {
+    let dir = pipeline_job("path-absorbed", Some("0:fwd:60@3-3#3"));
+    let (out, report) = sf_path(&dir);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["finding"], Value::Null);
+    let planted = report["slow"].as_array().unwrap().iter().find(|s| {
+        (s["step"].as_u64(), s["stage"].as_u64(), s["microbatch"].as_u64(), s["phase"].as_str())
+            == (Some(3), Some(0), Some(3), Some("fwd"))
+    });
+    let planted = planted.unwrap_or_else(|| panic!("the planted pass is slow: {report:#}"));
+    assert_eq!(planted["added_ns"].as_u64(), Some(0), "{planted:#}");
+}
+
+#[test]
+fn a_flat_job_has_no_pipeline() {
+    let _serial = one_at_a_time();
+    let root = log_root("path-flat");
+    run_ok(preloaded(&trainer_sim(), &root, "job").args(trainer_args(4, 3)));
+    let (out, report) = sf_path(&root.join("job"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(report["note"].as_str().is_some_and(|n| n.starts_with("no pipeline")), "{report:#}");
+}
