@@ -5,23 +5,38 @@
 #   slow stage   one stage of a random rank runs 5, 20 or 100 ms long (5%, 20%, 100% of
 #                a ~100 ms step): a headline must name that rank and stage (target >= 14/15)
 #   late         a random rank sleeps 10-30 ms before each of its allreduces: it must be
-#                named, and no other rank (a waiter) in any SLOW line (target >= 7/8)
+#                named, and no other rank (a waiter) in any SLOW line (target >= 7/8); with
+#                asynchronous launches every other late rank is late on the device instead
+#                (its backward kernels run 10-30 ms long)
 #   two faults   two stages on two ranks run 20-40 ms long at once: sf slow or sf
 #                frontier must name both ranks with their stages (target >= 4/5)
+#   kernel       (asynchronous launches only) one rank's device work in fwd, bwd or optim
+#                runs 5, 20 or 100 ms long (--slow-kernel): its host runs ahead, its device
+#                arrives late; a headline must name that rank and stage (target >= 14/15)
 #   healthy      no fault: no culprit from wait attribution, in sf slow or sf frontier
 #                (target: all); the detectors' own false alarms on a loaded host are
 #                the healthy matrix's business; they show here in the sf slow column
 #
 # Prints every row and the tally per kind, and fails when a target is missed.
 #
-#   scripts/blame_matrix.sh                   # 15 + 8 + 5 + 3 runs
-#   SF_MATRIX_QUICK=1 scripts/blame_matrix.sh   # 3 + 2 + 1 + 1 runs (CI)
+# The job launches as a GPU job does (SF_MATRIX_LAUNCH=async, the default: NCCL calls
+# return once enqueued on the fake CUDA runtime's streams, the ranks wait on the device,
+# the CUDA door records it) or with NCCL calls that block the host (SF_MATRIX_LAUNCH=blocking).
+#
+#   scripts/blame_matrix.sh                   # 15 + 8 + 5 + 3 runs (+ 15 kernel runs, async)
+#   SF_MATRIX_QUICK=1 scripts/blame_matrix.sh   # 3 + 2 + 1 + 1 runs (+ 3, async) (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
 
 ranks=8
 steps=${SF_MATRIX_STEPS:-12}
+launch=${SF_MATRIX_LAUNCH:-async}
+case $launch in
+  async) device_env=(CUDA_INJECTION64_PATH="$PWD/target/release/libstagefrontier.so") ;;
+  blocking) device_env=() ;;
+  *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;;
+esac
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then seeds=(1); late_seeds=(1 2); double_seeds=(1); healthy_seeds=(1)
 else seeds=(1 2 3 4 5); late_seeds=(1 2 3 4 5 6 7 8); double_seeds=(1 2 3 4 5); healthy_seeds=(1 2 3); fi
 stages=(data.next_wait model.fwd_loss_cpu_wall model.backward_cpu_wall callbacks.cpu_wall optim.step_cpu_wall)
@@ -29,13 +44,14 @@ root=$(mktemp -d /tmp/sf-blame.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 rows=$root/rows.jsonl
 
-# run NAME KIND TRUTH SEED SF_INJECT: runs the job, sf slow and sf frontier, adds a row.
-# TRUTH is a space-separated list of RANK@STAGE (STAGE may be '*').
+# run NAME KIND TRUTH SEED SF_INJECT [SIM_ARGS...]: runs the job, sf slow and sf frontier,
+# adds a row. TRUTH is a space-separated list of RANK@STAGE (STAGE may be '*').
 run() {
   local name=$1 kind=$2 truth=$3 seed=$4 inject=$5 dir=$root/$1
-  LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_INJECT="$inject" \
-    target/release/sf-trainer-sim --ranks $ranks --steps "$steps" --seed "$seed" --jitter-ms 2 \
-    --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch blocking >/dev/null
+  shift 5
+  env "${device_env[@]}" LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
+    SF_INJECT="$inject" target/release/sf-trainer-sim --ranks $ranks --steps "$steps" --seed "$seed" \
+    --jitter-ms 2 --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch "$launch" "$@" >/dev/null
   target/release/sf slow "$dir/job" --json >"$dir/slow.json" || true
   target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || true
   printf '{"name":"%s","kind":"%s","truth":"%s","inject":"%s","dir":"%s"}\n' \
@@ -54,10 +70,26 @@ for ms in 5 20 100; do
       "delay:rank=$rank,stage=$stage,ms=$ms,step=2-$((steps - 1))"
   done
 done
+if [ "$launch" = async ]; then
+  # Device-side: the rank's kernels in one stage run long; the sim's stage names as the
+  # markers call them.
+  kernel_stages=(fwd:model.fwd_loss_cpu_wall bwd:model.backward_cpu_wall optim:optim.step_cpu_wall)
+  for ms in 5 20 100; do
+    for seed in "${seeds[@]}"; do
+      rank=$(pick "$seed" "$((ms + 1))" $ranks)
+      IFS=: read -r short stage <<<"${kernel_stages[$(pick "$((seed + ms))" 29 3)]}"
+      run "kernel-${ms}ms-$seed" kernel "$rank@$stage" "$seed" "" --slow-kernel "$rank:$short:$ms@2-$((steps - 1))"
+    done
+  done
+fi
 for seed in "${late_seeds[@]}"; do
   rank=$(pick "$seed" 11 $ranks)
   ms=$(( 10 + $(pick "$seed" 3 21) ))
-  run "late-${ms}ms-$seed" late "$rank@*" "$seed" "delay:rank=$rank,op=allreduce,ms=$ms,step=2-$((steps - 1))"
+  if [ "$launch" = async ] && [ $((seed % 2)) = 0 ]; then
+    run "late-dev-${ms}ms-$seed" late "$rank@*" "$seed" "" --slow-kernel "$rank:bwd:$ms@2-$((steps - 1))"
+  else
+    run "late-${ms}ms-$seed" late "$rank@*" "$seed" "delay:rank=$rank,op=allreduce,ms=$ms,step=2-$((steps - 1))"
+  fi
 done
 for seed in "${double_seeds[@]}"; do
   a=$(pick "$seed" 5 $ranks); b=$(( (a + 1 + $(pick "$seed" 9 $((ranks - 1)))) % ranks ))
@@ -98,7 +130,7 @@ for row in rows:
     truth = [(int(t.split("@")[0]), t.split("@")[1]) for t in row["truth"].split()]
     kind = row["kind"]
     hit = lambda named, t: any(n[0] == t[0] and t[1] in ("*", n[1]) for n in named)
-    if kind == "stage":
+    if kind in ("stage", "kernel"):
         ok = bool(s and hit(s[:1], truth[0])) or bool(f and hit(f[:1], truth[0]))
     elif kind == "late":
         ok = (hit(s, truth[0]) or hit(f[:1], truth[0])) and all(n[0] == truth[0][0] for n in s)
@@ -112,10 +144,10 @@ for row in rows:
     show = lambda named: ", ".join(f"{r}@{st}" for r, st in named[:2]) or "-"
     print(f"{row['name']:<20} {row['truth'] or '-':<52} {show(s):<36} {show(f):<36} {'yes' if ok else 'NO'}")
 
-targets = {"stage": 14 / 15, "late": 7 / 8, "two": 4 / 5, "healthy": 1.0}
+targets = {"stage": 14 / 15, "kernel": 14 / 15, "late": 7 / 8, "two": 4 / 5, "healthy": 1.0}
 failed = False
 print()
-for kind in ["stage", "late", "two", "healthy"]:
+for kind in ["stage", "kernel", "late", "two", "healthy"]:
     hits, n = tally.get(kind, [0, 0])
     need = targets[kind]
     met = n == 0 or hits / n >= need - 1e-9

@@ -10,18 +10,27 @@
 # SF_MATRIX_JOB is any command that launches the whole job; it runs with LD_PRELOAD set to
 # the library and SF_LOG_DIR/SF_JOB_ID/SF_INJECT set per case. SF_MATRIX_RANKS is its world
 # size (default 8), SF_MATRIX_QUICK=1 runs a reduced matrix (what CI runs).
+#
+# sf-trainer-sim launches as a GPU job does (SF_MATRIX_LAUNCH=async, the default: NCCL
+# calls return once enqueued on the fake CUDA runtime's streams, the CUDA door records the
+# device) or with NCCL calls that block the host (SF_MATRIX_LAUNCH=blocking). Async adds
+# stuck-kernel cases (--hang-kernel RANK:STEP): every rank launches the same collectives,
+# and only the device says who is stuck.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -f target/release/libstagefrontier.so ] || cargo build --release --workspace --locked -q
 
 ranks=${SF_MATRIX_RANKS:-8}
-job=${SF_MATRIX_JOB:-"target/release/sf-trainer-sim --ranks $ranks --steps 100000 --stage-ms data=4,fwd=4,bwd=8,callbacks=1,optim=2 --launch blocking"}
+launch=${SF_MATRIX_LAUNCH:-async}
+case $launch in async | blocking) ;; *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;; esac
+job=${SF_MATRIX_JOB:-"target/release/sf-trainer-sim --ranks $ranks --steps 100000 --stage-ms data=4,fwd=4,bwd=8,callbacks=1,optim=2 --launch $launch"}
 lib=$PWD/target/release/libstagefrontier.so
 sf=$PWD/target/release/sf
 root=$(mktemp -d /tmp/sf-matrix.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 
 # name | SF_INJECT | expected: a culprit rank for a hang, STAGE@RANK for a slow stage, - for none
+#      [| arguments added to sf-trainer-sim's]
 cases=(
   "hang-r3-s40|hang:rank=3,op=allreduce,seq=40|3"
   "hang-r0-s26|hang:rank=0,op=allgather,seq=26|0"
@@ -29,6 +38,10 @@ cases=(
   "slow-data-r2|delay:rank=2,stage=data.next_wait,ms=120,step=2-1000|data.next_wait@2"
   "healthy|-|-"
 )
+if [ "$launch" = async ] && [ -z "${SF_MATRIX_JOB:-}" ]; then
+  cases+=("hangk-r3-s20|-|3|--hang-kernel 3:20")
+  [ "${SF_MATRIX_QUICK:-0}" = 1 ] || cases+=("hangk-r0-s35|-|0|--hang-kernel 0:35" "hangk-r$((ranks - 1))-s50|-|$((ranks - 1))|--hang-kernel $((ranks - 1)):50")
+fi
 if [ "${SF_MATRIX_QUICK:-0}" != 1 ]; then
   cases+=(
     "hang-r5-s33|hang:rank=5,op=allreduce,seq=33|5"
@@ -51,11 +64,12 @@ except Exception:
 }
 
 run_case() {
-  local name=$1 inject=$2 dir=$root/$1
+  local name=$1 inject=$2 dir=$root/$1 sim_args=$4
   mkdir -p "$dir"
   local env=(LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_HANG_MIN_S=1)
+  [ "$launch" = async ] && env+=(CUDA_INJECTION64_PATH="$lib")
   [ "$inject" != - ] && env+=(SF_INJECT="$inject")
-  env "${env[@]}" setsid bash -c "exec $job" >"$dir/job.out" 2>&1 &
+  env "${env[@]}" setsid bash -c "exec $job $sim_args" >"$dir/job.out" 2>&1 &
   local pid=$!
   # Let it run into its fault (or, healthy, through many steps), then diagnose live. A slow
   # stage needs steps past its onset: on a loaded 2-core machine 3 s may hold only the first
@@ -76,8 +90,8 @@ run_case() {
 printf '%-15s %-62s %-26s %-26s %s\n' CASE INJECTED EXPECTED DIAGNOSED RESULT
 tp=0 fp=0 fn=0 failed=0
 for entry in "${cases[@]}"; do
-  IFS='|' read -r name inject expected <<<"$entry"
-  run_case "$name" "$inject" "$expected"
+  IFS='|' read -r name inject expected sim_args <<<"$entry"
+  run_case "$name" "$inject" "$expected" "$sim_args"
   diagnosed=$(python3 - "$root/$name" "$expected" <<'PY'
 import json, os, sys
 case, expected = sys.argv[1], sys.argv[2]

@@ -7,6 +7,12 @@
 # arrived (one vector per step under sf run too), and prints throughput with and without
 # the library.
 #
+# Then the asynchronous checks (cuda/async_smoke.py under sf run: PyTorch's spin kernel
+# `torch.cuda._sleep` placed before each allreduce): the host returns from the NCCL call
+# before the device work ahead of it ends, the real CUPTI records the host's waits in the
+# `.item()` synchronizations (host_sync records), and with a spin kernel of a minute at one
+# step, `sf hang` run live names the device stall behind it (exit 3, the kernel's name).
+#
 # The GPU box needs no Rust toolchain and no network: build here (cargo build --release)
 # and carry target/release/{libstagefrontier.so,sf} with the repository.
 #
@@ -58,6 +64,8 @@ if [ "$DRY_RUN" = 1 ]; then
     job OUT/run.json
     say "would run: $SF run --log-dir OUT/runlogs --job-id smoke -- ${JOB_CMD[*]}"
     say "would check: sf ls/dump/kernels/frontier --json over OUT/logs/smoke, sf ls/dump over OUT/runlogs/smoke"
+    say "would check: $SF run -- torchrun ... cuda/async_smoke.py: a spin kernel before each allreduce"
+    say "would check: $SF run -- torchrun ... cuda/async_smoke.py --stall-after 5, then sf hang live"
     exit 0
 fi
 if [ "$gpus" -lt 1 ]; then
@@ -166,4 +174,58 @@ if failed:
     print(f"gpu_smoke: FAIL: {len(failed)} check(s) failed: " + "; ".join(failed), file=sys.stderr)
     sys.exit(1)
 print("gpu_smoke: all checks passed")
+EOF
+
+say "async 1/2: a spin kernel before each allreduce, under sf run"
+"$SF" run --log-dir "$OUT/async" --job-id async -- torchrun --standalone --nproc-per-node "$NPROC" \
+    "$ROOT/cuda/async_smoke.py" --out "$OUT/async.json" >"$OUT/async.log" 2>&1 \
+    || fail "the asynchronous job under sf run failed; see $OUT/async.log"
+"$SF" dump "$OUT/async/async/rank-00000.sflog" --json >"$OUT/async_dump0.jsonl" 2>/dev/null \
+    || fail "sf dump of the asynchronous job's rank 0 failed"
+
+say "async 2/2: a spin kernel of a minute at step 5 stalls the job; sf hang live"
+"$SF" run --log-dir "$OUT/stall" --job-id stall -- torchrun --standalone --nproc-per-node "$NPROC" \
+    "$ROOT/cuda/async_smoke.py" --stall-after 5 --stall-s 60 --out "$OUT/stall.json" >"$OUT/stall.log" 2>&1 &
+stall_pid=$!
+hang_status=0
+for _ in $(seq 40); do # up to 40 s: the threshold follows the job's own cadence
+    sleep 1
+    hang_status=0
+    SF_HANG_MIN_S=1 "$SF" hang "$OUT/stall/stall" >"$OUT/stall_hang.txt" 2>&1 || hang_status=$?
+    [ "$hang_status" = 3 ] && break
+done
+"$SF" hang "$OUT/stall/stall" --json >"$OUT/stall_hang.json" 2>/dev/null || true
+kill -TERM "$stall_pid" 2>/dev/null || true
+wait "$stall_pid" 2>/dev/null || true
+
+"$PYTHON" - "$OUT" "$hang_status" <<'EOF'
+import json, statistics, sys
+out, hang_status = sys.argv[1], int(sys.argv[2])
+failed = []
+def check(ok, what):
+    print(f"gpu_smoke: {'ok  ' if ok else 'FAIL'} {what}")
+    if not ok:
+        failed.append(what)
+
+result = json.load(open(f"{out}/async.json"))
+records = [json.loads(line) for line in open(f"{out}/async_dump0.jsonl")]
+calls = [r["t_exit_ns"] - r["t_enter_ns"] for r in records if r["kind"] == "nccl_call" and r.get("op") == "allreduce"]
+median_ms = statistics.median(calls) / 1e6 if calls else float("nan")
+check(bool(calls) and median_ms < result["spin_ms"] / 10,
+      f"async: the allreduce returns before the spin kernel ahead of it ends "
+      f"(median host call {median_ms:.3f} ms, the job's own {result['call_ms']:.3f} ms, spin {result['spin_ms']} ms)")
+syncs = [r for r in records if r["kind"] == "host_sync"]
+waited = sorted((r["t_exit_ns"] - r["t_enter_ns"]) / 1e6 for r in syncs)
+check(len(syncs) > 0 and waited[len(waited) // 2] > result["spin_ms"] / 4,
+      f"async: CUPTI recorded the host's synchronization waits ({len(syncs)} host_sync records, "
+      f"median {waited[len(waited) // 2] if waited else 0:.1f} ms)")
+colls = [r for r in records if r["kind"] == "device_coll"]
+print(f"gpu_smoke: info {len(colls)} device_coll records (one rank runs no NCCL kernel: ncclLaunchOneRank)")
+first = open(f"{out}/stall_hang.txt").read().splitlines()[:1]
+check(hang_status == 3 and bool(first) and "rank 0" in first[0] and "spin" in first[0],
+      f"stall: sf hang live names the device stall behind the spin kernel (exit {hang_status}): {first}")
+if failed:
+    print(f"gpu_smoke: FAIL: {len(failed)} asynchronous check(s) failed: " + "; ".join(failed), file=sys.stderr)
+    sys.exit(1)
+print("gpu_smoke: asynchronous checks passed")
 EOF

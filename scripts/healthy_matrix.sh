@@ -12,6 +12,9 @@
 #   SF_MATRIX_QUICK=1 scripts/healthy_matrix.sh  # jitter {0,2,5} x 1 seed x {quiet, hog} (CI)
 #
 # SF_MATRIX_STEPS (default 40) sets the steps per run, SF_MATRIX_KEEP=1 keeps the logs.
+# SF_MATRIX_LAUNCH=async (the default) launches as a GPU job does (NCCL calls enqueue on
+# the fake CUDA runtime's streams, the CUDA door records kernels and synchronizations, and
+# `sf kernels` is read too); SF_MATRIX_LAUNCH=blocking keeps NCCL calls blocking the host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] && [ -f target/release/libstagefrontier.so ] ||
@@ -21,6 +24,12 @@ if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then seeds=(1); else seeds=(1 2 3 4); fi
 jitters=(0 2 5)
 steps=${SF_MATRIX_STEPS:-40}
 ranks=8
+launch=${SF_MATRIX_LAUNCH:-async}
+case $launch in
+  async) device_env=(CUDA_INJECTION64_PATH="$PWD/target/release/libstagefrontier.so"); commands=(slow net hang kernels) ;;
+  blocking) device_env=(); commands=(slow net hang) ;;
+  *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;;
+esac
 lib=$PWD/target/release/libstagefrontier.so
 sf=$PWD/target/release/sf
 root=$(mktemp -d /tmp/sf-healthy.XXXXXX)
@@ -49,13 +58,13 @@ start_hogs() {
 run_case() {
   local load=$1 jitter=$2 seed=$3 dir=$root/$1-j$2-s$3
   mkdir -p "$dir"
-  LD_PRELOAD="$lib" NCCL_PROFILER_PLUGIN="$lib" FAKENCCL_PROFILER_VERSION=7 FAKENCCL_NET_PROFILER=1 \
-    SF_LOG_DIR="$dir" SF_JOB_ID=job \
+  env "${device_env[@]}" LD_PRELOAD="$lib" NCCL_PROFILER_PLUGIN="$lib" FAKENCCL_PROFILER_VERSION=7 \
+    FAKENCCL_NET_PROFILER=1 SF_LOG_DIR="$dir" SF_JOB_ID=job \
     target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms "$jitter" \
-    --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch blocking >"$dir/job.out" 2>"$dir/job.err" ||
+    --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch "$launch" >"$dir/job.out" 2>"$dir/job.err" ||
     { echo "job failed: $(tail -3 "$dir/job.err")" >&2; return 1; }
   local codes=() c
-  for cmd in slow net hang; do
+  for cmd in "${commands[@]}"; do
     c=0
     "$sf" "$cmd" "$dir/job" >"$dir/$cmd.txt" 2>&1 || c=$?
     codes+=("$c")
@@ -76,15 +85,15 @@ PY
   local result=pass
   for code in "${codes[@]}" "$c"; do [ "$code" = 0 ] || result=FAIL; done
   [ "$strong" = - ] || result=FAIL
-  printf '%-6s %6s %4s %5s %4s %5s %9s  %-30s %s\n' "$load" "$jitter" "$seed" "${codes[0]}" "${codes[1]}" \
-    "${codes[2]}" "$c" "$strong" "$result"
+  printf '%-6s %6s %4s %5s %4s %5s %7s %9s  %-30s %s\n' "$load" "$jitter" "$seed" "${codes[0]}" "${codes[1]}" \
+    "${codes[2]}" "${codes[3]:--}" "$c" "$strong" "$result"
   if [ "$result" = FAIL ]; then
-    for cmd in slow net hang; do head -3 "$dir/$cmd.txt" | sed "s/^/    $cmd: /"; done
+    for cmd in "${commands[@]}"; do head -3 "$dir/$cmd.txt" | sed "s/^/    $cmd: /"; done
     return 1
   fi
 }
 
-printf '%-6s %6s %4s %5s %4s %5s %9s  %-30s %s\n' LOAD JITTER SEED SLOW NET HANG FRONTIER STRONG_LABELS RESULT
+printf '%-6s %6s %4s %5s %4s %5s %7s %9s  %-30s %s\n' LOAD JITTER SEED SLOW NET HANG KERNELS FRONTIER STRONG_LABELS RESULT
 failed=0 total=0
 for load in quiet hog; do
   [ "$load" = hog ] && start_hogs

@@ -18,12 +18,22 @@
 #   SF_MATRIX_QUICK=1 scripts/routing_matrix.sh  # 5 scenarios x 8 ranks x 1 seed;
 #                                              # unmarked: 4 cases + 1 healthy (CI)
 #   SF_MATRIX_ONLY=unmarked scripts/routing_matrix.sh  # only the unmarked matrix
+#
+# The job launches as a GPU job does (SF_MATRIX_LAUNCH=async, the default: NCCL calls
+# return once enqueued on the fake CUDA runtime's streams and the CUDA door records the
+# device) or with NCCL calls that block the host (SF_MATRIX_LAUNCH=blocking).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
 
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(8); seeds=(1); else sizes=(8 32); seeds=(1 2 3 4 5); fi
 steps=${SF_MATRIX_STEPS:-12}
+launch=${SF_MATRIX_LAUNCH:-async}
+case $launch in
+  async) device_env=(CUDA_INJECTION64_PATH="$PWD/target/release/libstagefrontier.so") ;;
+  blocking) device_env=() ;;
+  *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;;
+esac
 root=$(mktemp -d /tmp/sf-routing.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 
@@ -44,10 +54,10 @@ for entry in "${scenarios[@]}"; do
     for seed in "${seeds[@]}"; do
       hidden=$(( 1 + (seed * 5 + 2) % (ranks - 1) ))  # never rank 0, which one baseline reads
       dir=$root/$(echo "$scenario" | tr / -)-$ranks-$seed
-      LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
+      env "${device_env[@]}" LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
         SF_INJECT="delay:rank=$hidden,$rule,step=2-$((steps - 1))" \
-        target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms 2 \
-        --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch blocking >/dev/null
+        target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms 2 --launch "$launch" \
+        --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >/dev/null
       # Exit 4 is the answer when a window names a culprit; only an error (1) stops the matrix.
       local status=0
       target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
@@ -129,9 +139,9 @@ unmarked_matrix() {
   [ "${SF_MATRIX_QUICK:-0}" = 1 ] && { seeds_u=(1); healthy=(1); }
   run_case() {  # name hidden stage ms truth
     local dir=$root/unmarked-$1
-    LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
-      target/release/sf-trainer-sim --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none \
-      --stage-ms "$stage_ms" --launch blocking ${3:+--slow "$2:$3:$4@2-$((steps - 1))"} \
+    env "${device_env[@]}" LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
+      target/release/sf-trainer-sim --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none --launch "$launch" \
+      --stage-ms "$stage_ms" ${3:+--slow "$2:$3:$4@2-$((steps - 1))"} \
       >/dev/null 2>&1
     local status=0
     target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?

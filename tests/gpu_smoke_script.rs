@@ -46,3 +46,16 @@ fn the_training_script_is_valid_python() {
         assert!(text.contains(stage), "{stage}");
     }
 }
+
+#[test]
+fn the_asynchronous_script_is_valid_python_and_spins_before_its_allreduce() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/async_smoke.py");
+    let check = "import ast, sys; ast.parse(open(sys.argv[1]).read())";
+    let out = Command::new("python3").args(["-c", check]).arg(&path).output().expect("python3 (scripts/install-deps)");
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let spin = text.find("torch.cuda._sleep(cycles_for").expect("a spin kernel per step");
+    let allreduce = text.find("dist.all_reduce(tensor)").expect("an allreduce per step");
+    assert!(spin < allreduce, "the spin kernel goes before the allreduce on the stream");
+    assert!(text.contains(".item()"), "the host synchronizes as training loops do");
+}
