@@ -28,12 +28,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
+# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
+# wheel's own binaries), else this checkout's release build.
+lib=${SF_MATRIX_LIB:-$PWD/target/release/libstagefrontier.so}
+sf=${SF_MATRIX_SF:-$PWD/target/release/sf}
 
 ranks=8
 steps=${SF_MATRIX_STEPS:-12}
 launch=${SF_MATRIX_LAUNCH:-async}
 case $launch in
-  async) device_env=(CUDA_INJECTION64_PATH="$PWD/target/release/libstagefrontier.so") ;;
+  async) device_env=(CUDA_INJECTION64_PATH="$lib") ;;
   blocking) device_env=() ;;
   *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;;
 esac
@@ -49,11 +53,11 @@ rows=$root/rows.jsonl
 run() {
   local name=$1 kind=$2 truth=$3 seed=$4 inject=$5 dir=$root/$1
   shift 5
-  env "${device_env[@]}" LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
+  env "${device_env[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job \
     SF_INJECT="$inject" target/release/sf-trainer-sim --ranks $ranks --steps "$steps" --seed "$seed" \
     --jitter-ms 2 --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch "$launch" "$@" >/dev/null
-  target/release/sf slow "$dir/job" --json >"$dir/slow.json" || true
-  target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || true
+  "$sf" slow "$dir/job" --json >"$dir/slow.json" || true
+  "$sf" frontier "$dir/job" --json >"$dir/frontier.json" || true
   printf '{"name":"%s","kind":"%s","truth":"%s","inject":"%s","dir":"%s"}\n' \
     "$name" "$kind" "$truth" "$inject" "$dir" >>"$rows"
 }

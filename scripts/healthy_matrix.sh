@@ -19,6 +19,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] && [ -f target/release/libstagefrontier.so ] ||
   cargo build --release --workspace --locked -q
+# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
+# wheel's own binaries), else this checkout's release build.
+lib=${SF_MATRIX_LIB:-$PWD/target/release/libstagefrontier.so}
+sf=${SF_MATRIX_SF:-$PWD/target/release/sf}
 
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then seeds=(1); else seeds=(1 2 3 4); fi
 jitters=(0 2 5)
@@ -26,12 +30,10 @@ steps=${SF_MATRIX_STEPS:-40}
 ranks=8
 launch=${SF_MATRIX_LAUNCH:-async}
 case $launch in
-  async) device_env=(CUDA_INJECTION64_PATH="$PWD/target/release/libstagefrontier.so"); commands=(slow net hang kernels) ;;
+  async) device_env=(CUDA_INJECTION64_PATH="$lib"); commands=(slow net hang kernels) ;;
   blocking) device_env=(); commands=(slow net hang) ;;
   *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;;
 esac
-lib=$PWD/target/release/libstagefrontier.so
-sf=$PWD/target/release/sf
 root=$(mktemp -d /tmp/sf-healthy.XXXXXX)
 hogs=()
 stop_hogs() {

@@ -25,12 +25,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
+# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
+# wheel's own binaries), else this checkout's release build.
+lib=${SF_MATRIX_LIB:-$PWD/target/release/libstagefrontier.so}
+sf=${SF_MATRIX_SF:-$PWD/target/release/sf}
 
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(8); seeds=(1); else sizes=(8 32); seeds=(1 2 3 4 5); fi
 steps=${SF_MATRIX_STEPS:-12}
 launch=${SF_MATRIX_LAUNCH:-async}
 case $launch in
-  async) device_env=(CUDA_INJECTION64_PATH="$PWD/target/release/libstagefrontier.so") ;;
+  async) device_env=(CUDA_INJECTION64_PATH="$lib") ;;
   blocking) device_env=() ;;
   *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;;
 esac
@@ -54,13 +58,13 @@ for entry in "${scenarios[@]}"; do
     for seed in "${seeds[@]}"; do
       hidden=$(( 1 + (seed * 5 + 2) % (ranks - 1) ))  # never rank 0, which one baseline reads
       dir=$root/$(echo "$scenario" | tr / -)-$ranks-$seed
-      env "${device_env[@]}" LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
+      env "${device_env[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job \
         SF_INJECT="delay:rank=$hidden,$rule,step=2-$((steps - 1))" \
         target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms 2 --launch "$launch" \
         --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >/dev/null
       # Exit 4 is the answer when a window names a culprit; only an error (1) stops the matrix.
       local status=0
-      target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
+      "$sf" frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
       [ "$status" = 0 ] || [ "$status" = 4 ] || { echo "sf frontier $dir/job: exit $status" >&2; exit 1; }
       printf '{"scenario":"%s","ranks":%d,"seed":%d,"hidden":%d,"truth":"%s","report":"%s"}\n' \
         "$scenario" "$ranks" "$seed" "$hidden" "$truth" "$dir/frontier.json" >>"$rows"
@@ -139,15 +143,15 @@ unmarked_matrix() {
   [ "${SF_MATRIX_QUICK:-0}" = 1 ] && { seeds_u=(1); healthy=(1); }
   run_case() {  # name hidden stage ms truth
     local dir=$root/unmarked-$1
-    env "${device_env[@]}" LD_PRELOAD="$PWD/target/release/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job \
+    env "${device_env[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job \
       target/release/sf-trainer-sim --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none --launch "$launch" \
       --stage-ms "$stage_ms" ${3:+--slow "$2:$3:$4@2-$((steps - 1))"} \
       >/dev/null 2>&1
     local status=0
-    target/release/sf frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
+    "$sf" frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
     [ "$status" = 0 ] || [ "$status" = 4 ] || { echo "sf frontier $dir/job: exit $status" >&2; exit 1; }
     status=0
-    target/release/sf slow "$dir/job" --json >"$dir/slow.json" || status=$?
+    "$sf" slow "$dir/job" --json >"$dir/slow.json" || status=$?
     [ "$status" = 0 ] || [ "$status" = 4 ] || { echo "sf slow $dir/job: exit $status" >&2; exit 1; }
     printf '{"case":"%s","hidden":%s,"stage":"%s","ms":%s,"truth":"%s","dir":"%s"}\n' \
       "$1" "${2:-null}" "${3:-}" "${4:-0}" "${5:-}" "$dir" >>"$rows"
