@@ -101,7 +101,9 @@ pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
 pub fn trainer_args(ranks: u32, steps: u32) -> Vec<String> {
     let zero = "data=0,fwd=0,bwd=0,callbacks=0,optim=0";
     let steps = steps.to_string();
-    ["--ranks", &ranks.to_string(), "--steps", &steps, "--stage-ms", zero, "--launch", "blocking"].map(String::from).to_vec()
+    ["--ranks", &ranks.to_string(), "--steps", &steps, "--stage-ms", zero, "--launch", "blocking"]
+        .map(String::from)
+        .to_vec()
 }
 
 pub fn run_ok(cmd: &mut Command) -> Output {
