@@ -15,7 +15,7 @@ use crate::analysis::hang::{
 };
 use crate::analysis::log::ends::{first_end, FirstEnd, RankEnd};
 use crate::analysis::log::heartbeat::heartbeat_age_ns;
-use crate::analysis::log::liveness::{classify, Liveness};
+use crate::analysis::log::liveness::{classify, with_end, Liveness};
 use crate::core::log::host as local_host;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
@@ -383,7 +383,12 @@ pub(crate) fn read_live(
     // Until its collector first beats, a log is as fresh as its creation: a rank starting
     // up must not pass for a stopped one.
     let since_created = || heartbeat_age_ns(here, h.base_mono_ns, h.base_wall_ns, now);
-    let liveness = classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process);
+    // A rank whose exit was recorded exited, though its collector's last round missed
+    // its bound: its tables may lag its last calls (`with_end`).
+    let liveness = with_end(
+        classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process),
+        live.end.map(|end| end.how),
+    );
     // On this host the clock read before the table; elsewhere what the wall clock says.
     let rank_now = if here { Some(now.mono_ns) } else { age_ns.map(|age| live.heartbeat_mono_ns.saturating_add(age)) };
     let input = RankInput {
