@@ -184,6 +184,38 @@ fn a_healthy_job_sampled_again_and_again_is_never_hung() {
     }
 }
 
+/// The async twin of the healthy job, beside a CPU hog on both cores, with the default
+/// 0.25 s floor: sampled live again and again and once it ended, never hung. (A device
+/// state read before its kernels' completions were flushed, or a collector that missed
+/// its last round at exit, read as hangs here.)
+#[test]
+fn a_healthy_async_job_beside_a_cpu_hog_sampled_again_and_again_is_never_hung() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-healthy-async");
+    let _hogs: Vec<Killed> =
+        (0..2).map(|_| Killed(Command::new("bash").args(["-c", "while :; do :; done"]).spawn().unwrap())).collect();
+    let mut job = preloaded(&trainer_sim(), &root, "job")
+        .args(["--ranks", "4", "--steps", "200", "--stage-ms", "data=2,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .args(["--launch", "async", "--jitter-ms", "3"])
+        .env("CUDA_INJECTION64_PATH", library())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut samples = 0;
+    while job.try_wait().unwrap().is_none() {
+        if rank_logs(&root, "job").len() == 4 {
+            let (code, report) = sf_hang(&root.join("job"));
+            assert_eq!(code, Some(0), "sample {samples}: {report}");
+            samples += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(job.wait().unwrap().success());
+    assert!(samples >= 10, "only {samples} samples");
+    let (code, report) = sf_hang(&root.join("job"));
+    assert_eq!((code, &report["waits_from"]), (Some(0), &"device".into()), "{report}");
+}
+
 #[test]
 fn a_count_mismatch_on_one_rank_is_flagged() {
     let _serial = one_at_a_time();
