@@ -28,7 +28,7 @@ fn job() -> &'static Path {
         run_ok(
             preloaded(&trainer_sim(), &root, "job")
                 .args(["--ranks", &RANKS.to_string(), "--steps", &STEPS.to_string(), "--p2p"])
-                .args(["--stage-ms", "data=2,fwd=1,bwd=3,callbacks=0,optim=1"])
+                .args(["--stage-ms", "data=2,fwd=1,bwd=3,callbacks=0,optim=1", "--launch", "blocking"])
                 .env("NCCL_PROFILER_PLUGIN", library())
                 .env("FAKENCCL_PROFILER_VERSION", "5")
                 .env("SF_NET_RAW", "1"),
@@ -338,7 +338,7 @@ fn nvtx_ranges_without_the_injection_variable_are_named() {
     let args =
         // The data stage is the step's longest gap outside collectives: where the inferred
         // steps turn, clear of a loaded host's scheduling noise.
-        ["--ranks", "2", "--steps", "6", "--markers", "nvtx", "--stage-ms", "data=10,fwd=1,bwd=1,callbacks=0,optim=1"];
+        ["--ranks", "2", "--steps", "6", "--markers", "nvtx", "--stage-ms", "data=10,fwd=1,bwd=1,callbacks=0,optim=1", "--launch", "blocking"];
     run_ok(preloaded(&trainer_sim(), &root, "plain").args(args).env_remove("NVTX_INJECTION64_PATH"));
     let dir = root.join("plain");
     let dir = dir.to_str().unwrap();

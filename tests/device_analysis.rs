@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
+use stagefrontier::core::log::reader::RankLog;
+use stagefrontier::core::log::records::RecordBody;
 
 fn sf_json(command: &str, dir: &std::path::Path) -> (Option<i32>, Value) {
     let out = Command::new(artifact("sf")).arg(command).arg(dir).arg("--json").output().expect("run sf");
@@ -105,4 +107,44 @@ fn a_late_host_is_named_from_the_device_and_only_a_lead_without_it() {
             assert!(!text.lines().any(|l| l.starts_with("SLOW") || l.starts_with("CULPRIT")), "{text}");
         }
     }
+}
+
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+/// The fixture is asynchronous: under the library, the preload door's NCCL calls return
+/// as soon as they are enqueued (median under 50 µs) while their kernels take milliseconds
+/// on the device, waiting there for the rank whose backward runs 5 ms longer; and sf
+/// frontier still answers from the device.
+#[test]
+fn in_an_async_job_nccl_calls_return_at_once_and_their_kernels_take_milliseconds() {
+    let _serial = one_at_a_time();
+    let root = log_root("device-analysis-async-fixture");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "4", "--steps", "12", "--stage-ms", "data=2,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .args(["--launch", "async", "--slow-kernel", "3:bwd:5"])
+        .env("CUDA_INJECTION64_PATH", library());
+    run_ok(&mut cmd);
+    let (mut calls, mut kernels) = (Vec::new(), Vec::new());
+    for path in rank_logs(&root, "job") {
+        let log = RankLog::open(&path).expect("a finished log");
+        for record in log.records().0 {
+            match record.body {
+                RecordBody::NcclCall(c) if c.op.is_collective() => calls.push(c.t_exit_ns - c.t_enter_ns),
+                RecordBody::DeviceColl(k) => kernels.push(k.t_end_ns - k.t_start_ns),
+                _ => {}
+            }
+        }
+    }
+    assert!(calls.len() >= 4 * 12, "{} collectives", calls.len());
+    assert!(kernels.len() >= 4 * 12, "{} NCCL kernels on the device", kernels.len());
+    let (call_ns, kernel_ns) = (median(calls), median(kernels));
+    assert!(call_ns < 50_000, "median NCCL call {call_ns} ns on the host");
+    assert!(kernel_ns >= 1_000_000, "median NCCL kernel {kernel_ns} ns on the device");
+    let (code, frontier) = sf_json("frontier", &root.join("job"));
+    assert!(matches!(code, Some(0 | 4)), "{frontier}");
+    assert_eq!(frontier["waits_from"], "device", "{frontier}");
+    assert!(!frontier["windows"].as_array().expect("windows").is_empty(), "{frontier}");
 }

@@ -340,3 +340,52 @@ fn a_scrape_answers_beside_a_slow_client_and_a_thousand_idle_ones() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     slow.join().unwrap();
 }
+
+/// The async twin of the hang: rank 1's first backward kernel of step 2 never completes
+/// (`--hang-kernel 1:2`, CUDA door open), every host launched the same collectives. One
+/// scrape (`--textfile --once`) says the job is hung, and the device metrics show rank 1
+/// stuck behind its backward kernel while ranks 0 and 2 wait in the NCCL kernel.
+#[test]
+fn an_async_hung_kernel_reaches_the_exporters_hang_and_device_metrics() {
+    let _serial = one_at_a_time();
+    let root = log_root("exporter-async-hang");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "3", "--steps", "100000", "--stage-ms", "data=4,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .args(["--launch", "async", "--hang-kernel", "1:2"])
+        .env("CUDA_INJECTION64_PATH", library())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Killed(cmd.spawn().unwrap());
+    let out_dir = TempDir::new("textfile-async");
+    let scrape = || {
+        let out = Command::new(artifact("sf"))
+            .args(["exporter", "--textfile"])
+            .arg(&out_dir.0)
+            .arg("--once")
+            .arg(&root)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read_to_string(out_dir.join("stagefrontier.prom")).unwrap()
+    };
+    let oldest = |text: &str, rank: u32| -> Option<String> {
+        let label = format!("rank=\"{rank}\"");
+        text.lines()
+            .find(|l| l.starts_with("sf_device_oldest_unfinished_seconds{") && l.contains(&label))
+            .map(String::from)
+    };
+    let text = wait_for("the hang in a scrape", Duration::from_secs(60), || {
+        let text = scrape();
+        let hung = text.lines().any(|l| l.starts_with("sf_hang_hung{") && l.ends_with(" 1"));
+        (hung && oldest(&text, 1).is_some_and(|l| l.contains("kernel=\"sim_bwd_0\""))).then_some(text)
+    });
+    for rank in [0, 2] {
+        let line = oldest(&text, rank).unwrap_or_default();
+        assert!(
+            line.contains("kernel=\"ncclDevKernel_AllReduce"),
+            "rank {rank} waits in the allreduce: {line}\n{text}"
+        );
+    }
+    let stuck: f64 = oldest(&text, 1).unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(stuck > 0.25, "rank 1 stuck for {stuck} s\n{text}");
+}

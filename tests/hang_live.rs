@@ -184,6 +184,38 @@ fn a_healthy_job_sampled_again_and_again_is_never_hung() {
     }
 }
 
+/// The async twin of the healthy job, beside a CPU hog on both cores, with the default
+/// 0.25 s floor: sampled live again and again and once it ended, never hung. (A device
+/// state read before its kernels' completions were flushed, or a collector that missed
+/// its last round at exit, read as hangs here.)
+#[test]
+fn a_healthy_async_job_beside_a_cpu_hog_sampled_again_and_again_is_never_hung() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-healthy-async");
+    let _hogs: Vec<Killed> =
+        (0..2).map(|_| Killed(Command::new("bash").args(["-c", "while :; do :; done"]).spawn().unwrap())).collect();
+    let mut job = preloaded(&trainer_sim(), &root, "job")
+        .args(["--ranks", "4", "--steps", "200", "--stage-ms", "data=2,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .args(["--launch", "async", "--jitter-ms", "3"])
+        .env("CUDA_INJECTION64_PATH", library())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut samples = 0;
+    while job.try_wait().unwrap().is_none() {
+        if rank_logs(&root, "job").len() == 4 {
+            let (code, report) = sf_hang(&root.join("job"));
+            assert_eq!(code, Some(0), "sample {samples}: {report}");
+            samples += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(job.wait().unwrap().success());
+    assert!(samples >= 10, "only {samples} samples");
+    let (code, report) = sf_hang(&root.join("job"));
+    assert_eq!((code, &report["waits_from"]), (Some(0), &"device".into()), "{report}");
+}
+
 #[test]
 fn a_count_mismatch_on_one_rank_is_flagged() {
     let _serial = one_at_a_time();
@@ -285,4 +317,87 @@ fn a_stuck_qp_is_named_with_its_rank_instead_of_every_rank_wedged() {
         text.lines().next().unwrap_or_default().starts_with("HUNG: rank 1 QP 0x101 (profiler door, device 0)"),
         "{text}"
     );
+}
+
+/// sf-trainer-sim --launch async with `--hang-kernel 1:2` under the library with the CUDA
+/// door open, 3 ranks, long enough to hang: rank 1's first backward kernel of step 2 never
+/// completes, so every host launches the same collectives.
+fn start_async_hang(root: &std::path::Path) -> Killed {
+    let mut cmd = preloaded(&trainer_sim(), root, "job");
+    cmd.args(["--ranks", "3", "--steps", "100000", "--stage-ms", "data=4,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .args(["--launch", "async", "--hang-kernel", "1:2"])
+        .env("CUDA_INJECTION64_PATH", library())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Killed(cmd.spawn().expect("start sf-trainer-sim"))
+}
+
+/// The async twin of the live hang test: sf hang, polled from the job's start, names rank 1
+/// (exit 3) no later than twice its own threshold after the stuck kernel was launched.
+#[test]
+fn a_hung_kernel_in_an_async_job_is_named_live_within_twice_the_threshold() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-live-async");
+    let _job = start_async_hang(&root);
+    let dir = root.join("job");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (report, detected_ns) = loop {
+        let (code, report) = sf_hang(&dir);
+        let detected_ns = monotonic_ns();
+        if code == Some(3) {
+            break (report, detected_ns);
+        }
+        assert!(Instant::now() < deadline, "never diagnosed: {report}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stall = &report["device_stall"];
+    assert_eq!(stall["rank"], 1, "{report}");
+    assert_eq!(report["waits_from"], "device", "{report}");
+    let launched_ns = stall["t_launch_ns"].as_u64().expect("the stuck kernel's launch time");
+    // A device stall is judged by the threshold raised to how far the device evidence
+    // trails the device (CUPTI's buffers are read every SF_CUPTI_FLUSH_MS, 500 ms).
+    let threshold_ns = (report["threshold"]["device_threshold_s"].as_f64().expect("a threshold") * 1e9) as u64;
+    assert!(
+        detected_ns - launched_ns <= 2 * threshold_ns,
+        "named {} ms after the stuck kernel was launched; 2x the threshold is {} ms: {report}",
+        (detected_ns - launched_ns) / 1_000_000,
+        2 * threshold_ns / 1_000_000
+    );
+    let human = Command::new(artifact("sf")).arg("hang").arg(&dir).output().unwrap();
+    let first = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(first.contains("rank 1 "), "{first}");
+}
+
+/// The async twin of the post-mortem test: SIGTERM to the job 1 s after the hang is
+/// visible; once every rank is gone, sf hang on the logs still names rank 1.
+#[test]
+fn an_async_job_torn_down_1_s_after_a_kernel_hung_is_reported_post_mortem_with_the_rank() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-post-mortem-async");
+    let mut job = start_async_hang(&root);
+    let dir = root.join("job");
+    let live = until_hung(&dir, &[]);
+    assert_eq!(live["device_stall"]["rank"], 1, "{live}");
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = libc::pid_t::try_from(job.0.id()).expect("a pid");
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while job.0.try_wait().expect("try_wait").is_none() {
+        assert!(Instant::now() < deadline, "the job outlived SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let report = loop {
+        let (code, report) = sf_hang(&dir);
+        if (0..3).all(|r| state_of(&report, r) == "dead") {
+            assert_eq!(code, Some(3), "{report}");
+            break report;
+        }
+        assert!(Instant::now() < deadline, "the ranks never read as dead: {report}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let human = Command::new(artifact("sf")).arg("hang").arg(&dir).output().unwrap();
+    let first = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(first.contains("rank 1 "), "{first}\n{report}");
 }

@@ -172,3 +172,32 @@ fn stage_rules_in_an_unmarked_job_say_once_per_rank_that_they_never_fire() {
     let (_, marked) = job("inferred-inject-marked", &["--markers", "c"], Some(rule));
     assert!(library_lines(&marked).iter().all(|l| !l.contains("never fired")), "{:?}", library_lines(&marked));
 }
+
+/// The async twin of the slow data stage: the NCCL calls return at once, so the host's
+/// call times still give the schedule (the same 5 collectives a step, every rank on the
+/// pattern) and the phases mark the host's progress through it, while the waiting moves
+/// to the host's synchronizations, inside the phases, and to the devices. Whatever the
+/// answer, no rank but the slow one is named.
+#[test]
+fn an_async_unmarked_job_is_cut_by_its_hosts_calls_and_names_no_other_rank() {
+    let _serial = one_at_a_time();
+    let root = log_root("inferred-async");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "4", "--steps", "14", "--jitter-ms", "2", "--seed", "5", "--launch", "async"])
+        .args(["--stage-ms", STAGES, "--markers", "none", "--slow", "2:data:60@2-13"])
+        .env("CUDA_INJECTION64_PATH", library());
+    run_ok(&mut cmd);
+    let dir = root.join("job");
+    let frontier = frontier_json(&dir);
+    assert_eq!((&frontier["source"], &frontier["waits_from"]), (&"inferred".into(), &"device".into()), "{frontier}");
+    assert_eq!(frontier["stages"], serde_json::json!(PHASES));
+    let inferred = &frontier["inferred"];
+    assert_eq!(inferred["collectives_per_step"], 5, "{inferred}");
+    assert_eq!(inferred["ranks_off_pattern"], serde_json::json!([]), "{inferred}");
+    for w in frontier["windows"].as_array().unwrap() {
+        assert!(w["culprits"].as_array().unwrap().iter().all(|c| c["rank"] == 2), "{frontier}");
+    }
+    let (_, slow) = slow_json(&dir);
+    assert_eq!(slow["waits_from"], "device", "{slow}");
+    assert!(slow["slow_ranks"].as_array().unwrap().iter().all(|s| s["rank"] == 2), "{slow}");
+}

@@ -17,7 +17,16 @@ fn pipeline_job(test: &str, slow_stage: Option<&str>) -> std::path::PathBuf {
     let _serial = one_at_a_time();
     let root = log_root(test);
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
-    cmd.args(["--ranks", "8", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"]);
+    cmd.args([
+        "--ranks",
+        "8",
+        "--steps",
+        "6",
+        "--stage-ms",
+        "data=1,fwd=20,bwd=30,callbacks=1,optim=1",
+        "--launch",
+        "blocking",
+    ]);
     cmd.args(["--bucket-elems", "64", "--tp", "1", "--pp", "4", "--dp", "2"]);
     if let Some(rule) = slow_stage {
         cmd.args(["--slow-stage", rule]);

@@ -192,6 +192,38 @@ fn a_rank_late_into_its_allreduces_is_named_and_no_waiter_is() {
     assert!(answer.starts_with("SLOW rank 6 in model.backward_cpu_wall: made the other ranks wait "), "{human}");
 }
 
+/// The async twin of the late rank: rank 2 is 15 ms late in backward, on its host
+/// (`--slow`: it launches late) or on its device (`--slow-kernel`: its kernels run over),
+/// with the CUDA door open. The waits are read from the NCCL kernels, and the headlines of
+/// sf slow and sf frontier name rank 2 in backward, no waiter.
+#[test]
+fn an_async_rank_late_on_its_host_or_its_device_is_named_from_the_device() {
+    let _serial = one_at_a_time();
+    for fault in ["--slow", "--slow-kernel"] {
+        let root = log_root(&format!("slow-async{fault}"));
+        run_ok(
+            preloaded(&trainer_sim(), &root, "job")
+                .args(["--ranks", "4", "--steps", "16", "--stage-ms", "data=2,fwd=4,bwd=8,callbacks=1,optim=2"])
+                .args(["--launch", "async", fault, "2:bwd:15"])
+                .env("CUDA_INJECTION64_PATH", library()),
+        );
+        let dir = root.join("job");
+        let (code, report) = slow_json(&dir);
+        assert_eq!((code, report["waits_from"].as_str()), (Some(4), Some("device")), "{fault}: {report}");
+        let human = String::from_utf8(sf_slow(&dir, &[]).stdout).unwrap();
+        let headline = human.lines().nth(1).unwrap_or_default();
+        assert!(
+            headline.starts_with("SLOW rank 2 in model.backward_cpu_wall: made the other ranks wait "),
+            "{fault}: {human}"
+        );
+        assert!(human.contains("waits from: device (NCCL kernels)"), "{fault}: {human}");
+        let out = Command::new(artifact("sf")).arg("frontier").arg(&dir).output().expect("run sf frontier");
+        let frontier = String::from_utf8_lossy(&out.stdout).to_string();
+        let culprit = frontier.lines().find(|l| l.starts_with("CULPRIT ")).unwrap_or_default();
+        assert!(culprit.starts_with("CULPRIT rank 2 in model.backward_cpu_wall: "), "{fault}: {frontier}");
+    }
+}
+
 #[test]
 fn a_healthy_run_reports_nothing_and_exits_0() {
     let _serial = one_at_a_time();

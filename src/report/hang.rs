@@ -9,13 +9,13 @@
 //! heartbeats, steps and stages, injections, watchdog evidence.
 
 use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
-use crate::analysis::hang::device::{device_stall, DeviceStall, DeviceView, Unfinished};
+use crate::analysis::hang::device::{device_stall, device_threshold_ns, DeviceStall, DeviceView, Unfinished};
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
 use crate::analysis::log::ends::{first_end, FirstEnd, RankEnd};
 use crate::analysis::log::heartbeat::heartbeat_age_ns;
-use crate::analysis::log::liveness::{classify, Liveness};
+use crate::analysis::log::liveness::{classify, with_end, Liveness};
 use crate::core::log::host as local_host;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
@@ -132,6 +132,10 @@ pub struct StuckQpReport {
 #[derive(Debug, Serialize)]
 pub struct ThresholdReport {
     pub threshold_s: f64,
+    /// What a device stall is judged by: `threshold_s`, raised to how far the logs'
+    /// device evidence trails the device (CUPTI's buffers are read every
+    /// `SF_CUPTI_FLUSH_MS`); absent without device states.
+    pub device_threshold_s: Option<f64>,
     /// `cadence` (factor x step time), `fallback` (too few steps in the logs) or, with
     /// `--prometheus`, `exporters` (the largest threshold the exporters computed).
     pub source: &'static str,
@@ -371,6 +375,7 @@ pub(crate) fn read_live(
         std::mem::take(&mut history.kernel_names),
         std::mem::take(&mut history.newest_step),
         history.device_records,
+        history.evidence_lag_ns,
     );
     let (here, now, process) = (at.same_clock, at.clock, at.process);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);
@@ -378,7 +383,12 @@ pub(crate) fn read_live(
     // Until its collector first beats, a log is as fresh as its creation: a rank starting
     // up must not pass for a stopped one.
     let since_created = || heartbeat_age_ns(here, h.base_mono_ns, h.base_wall_ns, now);
-    let liveness = classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process);
+    // A rank whose exit was recorded exited, though its collector's last round missed
+    // its bound: its tables may lag its last calls (`with_end`).
+    let liveness = with_end(
+        classify(live.writer_state, age_ns.or_else(since_created).unwrap_or(u64::MAX), process),
+        live.end.map(|end| end.how),
+    );
     // On this host the clock read before the table; elsewhere what the wall clock says.
     let rank_now = if here { Some(now.mono_ns) } else { age_ns.map(|age| live.heartbeat_mono_ns.saturating_add(age)) };
     let input = RankInput {
@@ -443,13 +453,14 @@ pub(crate) fn read_live(
 }
 
 /// What a log's records hold of its device: the newest `device_state`, kernel names, the
-/// newest complete step, and how many device records there were.
-type DeviceParts = (Option<DeviceState>, Vec<(u32, String)>, Vec<StepVector>, u64);
+/// newest complete step, how many device records there were, and how far its device
+/// evidence trails the device.
+type DeviceParts = (Option<DeviceState>, Vec<(u32, String)>, Vec<StepVector>, u64, u64);
 
 /// The device's view of a rank: its newest `device_state`, its oldest unfinished kernel
 /// named and placed in a stage, and the collectives its host launched per communicator.
 fn device_view(parts: &DeviceParts, input: &RankInput, stage_names: &[Option<String>]) -> Option<DeviceView> {
-    let (state, kernel_names, newest_step, _) = parts;
+    let (state, kernel_names, newest_step, _, evidence_lag_ns) = parts;
     // A rank without a device state is a member that shows nothing: it keeps the devices
     // from naming a culprit in a collective it is part of.
     let Some(state) = *state else {
@@ -461,6 +472,7 @@ fn device_view(parts: &DeviceParts, input: &RankInput, stage_names: &[Option<Str
             changed_ns: 0,
             sync_since_ns: 0,
             launched,
+            evidence_lag_ns: *evidence_lag_ns,
         });
     };
     let oldest = state.oldest.map(|o| Unfinished {
@@ -476,6 +488,7 @@ fn device_view(parts: &DeviceParts, input: &RankInput, stage_names: &[Option<Str
         changed_ns: state.t_ns,
         sync_since_ns: state.sync_since_ns,
         launched: launched(input),
+        evidence_lag_ns: *evidence_lag_ns,
     })
 }
 
@@ -534,6 +547,8 @@ pub(crate) fn report(
     let (waits_from, why) = waits_from(&Evidence::of_job(extras.iter().map(|e| &e.evidence)));
     let views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
     let stall = device_stall(&views, d.threshold.threshold_ns);
+    let device_threshold_s =
+        views.iter().any(|v| v.changed_ns > 0).then(|| seconds(device_threshold_ns(&views, d.threshold.threshold_ns)));
     let t = &d.threshold;
     let ends: Vec<RankEnd> = d
         .ranks
@@ -558,6 +573,7 @@ pub(crate) fn report(
         hung: d.hung || post_mortem.is_some() || stall.is_some(),
         threshold: ThresholdReport {
             threshold_s: seconds(t.threshold_ns),
+            device_threshold_s,
             source: if t.cadence.is_some() { "cadence" } else { "fallback" },
             step_s: t.cadence.map(|c| seconds(c.step_ns)),
             longest_call_s: t.cadence.map(|c| seconds(c.longest_call_ns)),

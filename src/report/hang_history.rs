@@ -44,6 +44,11 @@ pub(crate) struct History {
     pub(super) device_state: Option<DeviceState>,
     /// `device_coll` and `device_state` records read: the CUDA door saw the device.
     pub(super) device_records: u64,
+    /// The longest a completed NCCL kernel (`device_coll`) waited for the next
+    /// `device_state`, which counts it: how far the device evidence trails the device.
+    pub(super) evidence_lag_ns: u64,
+    /// The earliest end of the NCCL kernels read since the last `device_state`.
+    pub(super) uncounted_end_ns: Option<u64>,
     /// Kernel names by id (`kernel_name`), to name the unfinished kernel.
     pub(super) kernel_names: Vec<(u32, String)>,
     /// The newest complete step's parts, to place the unfinished kernel in a stage.
@@ -149,6 +154,8 @@ impl Kept {
             profiler: Vec::new(),
             device_state: None,
             device_records: 0,
+            evidence_lag_ns: 0,
+            uncounted_end_ns: None,
             kernel_names: Vec::new(),
             newest_step: Vec::new(),
         };
@@ -183,11 +190,17 @@ impl Kept {
             RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
             RecordBody::DeviceState(d) => {
                 history.device_records += 1;
+                if let Some(end_ns) = history.uncounted_end_ns.take() {
+                    history.evidence_lag_ns = history.evidence_lag_ns.max(d.t_ns.saturating_sub(end_ns));
+                }
                 if history.device_state.is_none_or(|kept| kept.t_ns <= d.t_ns) {
                     history.device_state = Some(d);
                 }
             }
-            RecordBody::DeviceColl(_) => history.device_records += 1,
+            RecordBody::DeviceColl(c) => {
+                history.device_records += 1;
+                history.uncounted_end_ns = Some(history.uncounted_end_ns.map_or(c.t_end_ns, |t| t.min(c.t_end_ns)));
+            }
             RecordBody::KernelName(k) => history.kernel_names.push((k.name_id, k.name())),
             RecordBody::StepVector(v) => match history.newest_step.first() {
                 Some(kept) if kept.step > v.step => {}

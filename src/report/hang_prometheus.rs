@@ -185,6 +185,8 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
             changed_ns: unchanged.map_or(0, |u| NOW_NS - (u * 1e9) as u64),
             sync_since_ns: sync.map_or(0, |s| NOW_NS - (s * 1e9) as u64),
             launched: input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect(),
+            // The metrics do not carry it: the exporters' threshold stands alone.
+            evidence_lag_ns: 0,
         });
     }
     let threshold_s = threshold.first().map_or(options.fallback_stuck_s, value);

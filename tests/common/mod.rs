@@ -95,9 +95,15 @@ pub fn preloaded(program: &Path, root: &Path, job: &str) -> Command {
     cmd
 }
 
+/// sf-trainer-sim's arguments for `ranks` ranks and `steps` steps of zero-length stages,
+/// host-blocking (`--launch blocking`): its callers count the host's NCCL calls and records
+/// as they were written against, with no device records beside them.
 pub fn trainer_args(ranks: u32, steps: u32) -> Vec<String> {
     let zero = "data=0,fwd=0,bwd=0,callbacks=0,optim=0";
-    ["--ranks", &ranks.to_string(), "--steps", &steps.to_string(), "--stage-ms", zero].map(String::from).to_vec()
+    let steps = steps.to_string();
+    ["--ranks", &ranks.to_string(), "--steps", &steps, "--stage-ms", zero, "--launch", "blocking"]
+        .map(String::from)
+        .to_vec()
 }
 
 pub fn run_ok(cmd: &mut Command) -> Output {

@@ -38,6 +38,10 @@ pub struct DeviceView {
     pub sync_since_ns: u64,
     /// (communicator, collectives its host launched on it): the live table's counts.
     pub launched: Vec<(u64, u64)>,
+    /// How far the log's device evidence trails the device: the longest a completed NCCL
+    /// kernel waited for the `device_state` that counted it (the CUDA door reads CUPTI's
+    /// buffers every `SF_CUPTI_FLUSH_MS`); 0 when unknown.
+    pub evidence_lag_ns: u64,
 }
 
 /// A rank whose device is stuck behind other work while its peers wait for it in a
@@ -69,13 +73,24 @@ impl DeviceView {
     }
 }
 
-/// The device stall of the job, if any: stuck means older than `threshold_ns`, and the
+/// The threshold a device stall is judged by: `threshold_ns`, raised to the evidence's lag.
+/// A state older than the lag may only be one whose completions are not read yet: judged
+/// sooner, a healthy rank's kernels that ended unseen read as unfinished (a false stall,
+/// most likely early in a job on a loaded host), and a stall can never be named within
+/// twice a threshold shorter than the lag.
+pub fn device_threshold_ns(views: &[DeviceView], threshold_ns: u64) -> u64 {
+    views.iter().map(|v| v.evidence_lag_ns).fold(threshold_ns, u64::max)
+}
+
+/// The device stall of the job, if any: stuck means older than the device threshold
+/// (`threshold_ns` raised to the evidence's lag: `device_threshold_ns`), and the
 /// culprit's device made no progress for as long (a rank descheduled on a loaded host, or
 /// busy with a long kernel, still completes work now and then). `None`
 /// when no collective is stuck on the devices, when some member's host has not launched
 /// it (the rank behind on the host holds it up: the host's analysis names it), or when
 /// every member's device is in it (nobody is behind: a link or a wedged collective).
 pub fn device_stall(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceStall> {
+    let threshold_ns = device_threshold_ns(views, threshold_ns);
     let stuck_in = |v: &DeviceView| {
         let oldest = v.oldest.as_ref()?;
         let (comm, seq, op) = oldest.collective?;
@@ -151,6 +166,7 @@ mod tests {
             changed_ns: 90 * SEC,
             sync_since_ns: if syncing { 91 * SEC } else { 0 },
             launched: vec![(COMM, seq)],
+            evidence_lag_ns: 0,
         }
     }
 
@@ -223,5 +239,20 @@ mod tests {
         let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, false)).collect();
         views[3].oldest = Some(Unfinished { kernel: None, stage: None, t_launch_ns: 89 * SEC, collective: None });
         assert_eq!(device_stall(&views, 20 * SEC), None);
+    }
+
+    #[test]
+    fn a_stall_younger_than_the_evidence_lag_is_not_judged() {
+        let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
+        views[3].oldest = Some(Unfinished { kernel: None, stage: None, t_launch_ns: 89 * SEC, collective: None });
+        views[3].changed_ns = 89 * SEC;
+        // 10 s old, a 1 s threshold: stuck, unless completions arrive up to 12 s late.
+        assert_eq!(device_stall(&views, SEC).map(|s| s.rank), Some(3));
+        views[1].evidence_lag_ns = 12 * SEC;
+        assert_eq!(device_threshold_ns(&views, SEC), 12 * SEC);
+        assert_eq!(device_stall(&views, SEC), None);
+        views[1].evidence_lag_ns = SEC / 2;
+        assert_eq!(device_threshold_ns(&views, SEC), SEC, "a lag under the threshold changes nothing");
+        assert_eq!(device_stall(&views, SEC).map(|s| s.rank), Some(3));
     }
 }

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::core::log::format::WriterState;
 use crate::core::log::process_stamp::ProcessCheck;
+use crate::core::log::records::EndHow;
 
 /// How much older than its period a heartbeat may be before the writer counts as stopped:
 /// the collector beats at most every 100 ms, so 1 s is ten missed beats.
@@ -41,9 +42,29 @@ pub fn classify(state: Option<WriterState>, heartbeat_age_ns: u64, process: Proc
     }
 }
 
+/// `liveness` corrected by the rank's end record: a rank read as dead whose exit handler
+/// recorded an exit (`EndHow::Exit`) left on its own, stuck nowhere; only the collector's
+/// last round missed its bound (a loaded host), so its tables may lag its last calls. For
+/// the hang analysis it exited: read as dead, a healthy job's end passes for a hang.
+pub fn with_end(liveness: Liveness, end: Option<EndHow>) -> Liveness {
+    match (liveness, end) {
+        (Liveness::Dead, Some(EndHow::Exit)) => Liveness::Exited,
+        (liveness, _) => liveness,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_rank_whose_exit_was_recorded_exited() {
+        assert_eq!(with_end(Liveness::Dead, Some(EndHow::Exit)), Liveness::Exited);
+        assert_eq!(with_end(Liveness::Dead, Some(EndHow::Signal)), Liveness::Dead, "killed by a signal");
+        assert_eq!(with_end(Liveness::Dead, None), Liveness::Dead, "SIGKILL leaves no end");
+        assert_eq!(with_end(Liveness::Stalled, Some(EndHow::Exit)), Liveness::Stalled, "a process still there");
+        assert_eq!(with_end(Liveness::Live, Some(EndHow::HandledSignal)), Liveness::Live);
+    }
 
     #[test]
     fn states() {
