@@ -25,6 +25,7 @@
 #
 #   scripts/blame_matrix.sh                   # 15 + 8 + 5 + 3 runs (+ 15 kernel runs, async)
 #   SF_MATRIX_QUICK=1 scripts/blame_matrix.sh   # 3 + 2 + 1 + 1 runs (+ 3, async) (CI)
+# SF_MATRIX_KEEP=1 keeps the logs and each row's sf slow / sf frontier JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
@@ -45,7 +46,8 @@ if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then seeds=(1); late_seeds=(1 2); double_see
 else seeds=(1 2 3 4 5); late_seeds=(1 2 3 4 5 6 7 8); double_seeds=(1 2 3 4 5); healthy_seeds=(1 2 3); fi
 stages=(data.next_wait model.fwd_loss_cpu_wall model.backward_cpu_wall callbacks.cpu_wall optim.step_cpu_wall)
 root=$(mktemp -d /tmp/sf-blame.XXXXXX)
-trap 'rm -rf "$root"' EXIT
+cleanup() { if [ "${SF_MATRIX_KEEP:-0}" = 1 ]; then echo "logs kept in $root"; else rm -rf "$root"; fi; }
+trap cleanup EXIT
 rows=$root/rows.jsonl
 
 # run NAME KIND TRUTH SEED SF_INJECT [SIM_ARGS...]: runs the job, sf slow and sf frontier,

@@ -104,6 +104,10 @@ def load(name):
         return None
 hang = load("hang.json") or {}
 culprits = sorted({r for c in hang.get("communicators", []) for r in c.get("missing_ranks", [])})
+# A device stall (--hang-kernel, async launches) is named by `device_stall`: the rank whose
+# oldest unfinished kernel is not the collective its peers wait in.
+if (hang.get("device_stall") or {}).get("rank") is not None:
+    culprits = [hang["device_stall"]["rank"]]
 if hang.get("hung"):
     print(",".join(map(str, culprits)) or "hung:?")
 elif "@" in expected:
