@@ -35,6 +35,11 @@ impl Rng {
 /// Three windows of a data-parallel step loop on `rank`: a two-shape GEMM, a softmax and
 /// an NCCL allreduce per step; `slow_gemm` stretches every GEMM launch.
 fn write_rank(dir: &Path, rank: i32, slow_gemm: f64) {
+    write_rank_waiting(dir, rank, slow_gemm, 1.0)
+}
+
+/// A rank whose NCCL kernels last `nccl_wait` times as long: it waited longer for its peers.
+fn write_rank_waiting(dir: &Path, rank: i32, slow_gemm: f64, nccl_wait: f64) {
     let identity =
         Identity { global_rank: rank, world_size: 8, local_rank: rank % 8, job_id: "job".into(), source: "torchrun" };
     let calibration = select(false);
@@ -71,7 +76,7 @@ fn write_rank(dir: &Path, rank: i32, slow_gemm: f64) {
             t += launch(&mut windows, "gemm_bf16_128x256", 7, t, slow_gemm * median) + 2_000;
             t += launch(&mut windows, "softmax_warp_forward", 7, t, 12_000.0) + 2_000;
         }
-        launch(&mut windows, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 13, t, 3_000_000.0);
+        launch(&mut windows, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 13, t, nccl_wait * 3_000_000.0);
     }
     windows.finish(&mut writer);
 }
@@ -91,10 +96,11 @@ fn a_planted_slow_kernel_on_one_rank_is_flagged_and_a_healthy_job_is_quiet() {
     let (code, report) = kernels_json(&healthy.0, &[]);
     assert_eq!(code, Some(0), "{report}");
     assert_eq!(report["kernel_records"], true);
-    assert_eq!(report["kernels_compared"], 3, "{report}");
+    // The NCCL kernel is not compared: its duration is its wait for the slowest peer.
+    assert_eq!(report["kernels_compared"], 2, "{report}");
     assert_eq!(report["anomalies"], serde_json::json!([]), "{report}");
     let comparisons = report["comparisons"].as_array().unwrap();
-    assert_eq!(comparisons.len(), 3, "every kernel compared is listed: {report}");
+    assert_eq!(comparisons.len(), 2, "every kernel compared is listed: {report}");
     for c in comparisons {
         assert_eq!(c["ranks"], serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7]));
         assert_eq!(c["scores_ns"].as_array().unwrap().len(), 8);
@@ -181,4 +187,23 @@ fn logs_without_kernel_records_say_how_to_get_them() {
     assert_eq!(missing.status.code(), Some(1));
     let said = String::from_utf8_lossy(&missing.stderr);
     assert!(said.contains("nope: cannot read: No such file or directory"), "{said}");
+}
+
+#[test]
+fn a_rank_whose_nccl_kernels_wait_longer_is_no_kernel_anomaly() {
+    // Asynchronous NCCL: a rank that arrives early at each allreduce spends the difference
+    // inside its NCCL kernel. That is a wait (sf frontier and sf slow charge it to whoever
+    // arrived late), not a slow kernel of its own.
+    let dir = TempDir::new("kernels-nccl-wait");
+    for rank in 0..8 {
+        write_rank_waiting(&dir.0, rank, 1.0, if rank == 2 { 3.0 } else { 1.0 });
+    }
+    let (code, report) = kernels_json(&dir.0, &[]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["anomalies"], serde_json::json!([]), "{report}");
+    assert!(report["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| !c["kernel"].as_str().unwrap().starts_with("nccl")));
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use crate::analysis::kernels::cross_rank::{compare_kernels, L3Params};
 use crate::analysis::kernels::mixture::Z_99;
 use crate::core::kernels::kde::Cluster;
+use crate::core::kernels::kernel_activity::is_nccl_kernel;
 use crate::core::log::reader::RankLog;
 use crate::core::log::records::RecordBody;
 use serde::Serialize;
@@ -174,7 +175,10 @@ pub fn build(dir: &Dirs, options: &KernelsOptions) -> Result<KernelsReport, Fail
     for (group, members) in &groups {
         let mut per_kernel: BTreeMap<&str, Vec<(u32, Vec<Cluster>)>> = BTreeMap::new();
         for m in members {
-            for (name, clusters) in &m.clusters {
+            // An NCCL kernel lasts until its slowest peer arrives: its duration is mostly the
+            // wait sf frontier and sf slow read as such, not the rank's own speed, so a rank
+            // that waits longer than its peers is no anomaly of its own.
+            for (name, clusters) in m.clusters.iter().filter(|(name, _)| !is_nccl_kernel(name)) {
                 per_kernel.entry(name).or_default().push((m.rank.max(0) as u32, clusters.clone()));
             }
         }
