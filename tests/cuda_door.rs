@@ -3,7 +3,7 @@
 //! InitializeInjection, and runs "kernels" through fakecupti, a CPU CUPTI with CUPTI's
 //! ABI (tests/fixtures/fakecupti); kernel activity reaches the rank log as kernel-summary
 //! records and `cupti_status` counts. Another CUPTI subscriber, an exhausted buffer pool,
-//! a forked child and a machine without CUPTI are each handled as the README says.
+//! a forked child and a machine without CUPTI are each handled as docs/kernels.md says.
 
 mod common;
 

@@ -213,7 +213,7 @@ fn without_correlation_kernels_queued_in_forward_count_where_they_start() {
     let slow = RankDevice::read(&job, SLOW_RANK);
     slow.assert_every_step();
     // Only the first kernel starts inside the 2 ms forward (and runs 3.2 ms past it); the
-    // nine queued behind it start in backward and are charged there (README's limit).
+    // nine queued behind it start in backward and are charged there (docs/kernels.md's limit).
     let per_step: Vec<_> = slow.stage(FORWARD).into_iter().zip(slow.stage(BACKWARD)).collect();
     for &((fwd, _), (bwd, _)) in &per_step {
         assert!(within(fwd + bwd, 50 * MS, 0.01) && fwd >= 5 * MS, "{per_step:?}");

@@ -215,7 +215,7 @@ fn a_hang_and_a_slow_rank_reach_prometheus_with_their_rank_labels() {
     eprintln!("exporter: {:.2} ms CPU per scrape of 4 ranks, {:.1} MiB resident", cpu * 1e3, rss / (1 << 20) as f64);
     assert!(rss < (64 << 20) as f64, "{rss} bytes resident");
     // A debug build on a loaded 2-core host: the bound for release builds is 20 ms for
-    // 8 ranks (README, Many nodes); here, an order of magnitude of headroom.
+    // 8 ranks (docs/many-nodes.md); here, an order of magnitude of headroom.
     assert!(cpu < 0.2, "{cpu} s CPU per scrape");
 }
 

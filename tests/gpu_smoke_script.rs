@@ -1,6 +1,6 @@
 //! scripts/gpu_smoke.sh where there is no GPU: it parses, skips with a clear line and exit
 //! 0, and its dry run names the three doors; cuda/ddp_smoke.py parses. The real run needs
-//! a GPU node (README, "GPU smoke run").
+//! a GPU node (docs/gpu-smoke.md).
 
 use std::path::Path;
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! The host process against its own surroundings (issue 24): a rank whose log is
 //! truncated under it survives, a host's own SIGBUS goes where it went without the
-//! library, and what the ring costs in memory is what the README says.
+//! library, and what the ring costs in memory is what docs/configuration.md says.
 
 mod common;
 
@@ -161,7 +161,7 @@ fn a_handler_installed_later_that_passes_sigbus_on_keeps_the_guard() {
 
 /// Prints what a process's resident memory grows by when its ring grows from 16 events to
 /// 1048576 (read by the process itself right after the library started), and holds it to
-/// the README's `SF_RING_EVENTS × 192 bytes` (`Ring::SLOT_BYTES`).
+/// docs/configuration.md's `SF_RING_EVENTS × 192 bytes` (`Ring::SLOT_BYTES`).
 #[test]
 fn the_ring_costs_what_the_readme_says() {
     let dir = TempDir::new("ring-memory");
@@ -184,14 +184,14 @@ fn the_ring_costs_what_the_readme_says() {
     let grown = large.saturating_sub(small);
     eprintln!(
         "ring memory: resident {small} KiB at SF_RING_EVENTS=16, {large} KiB at {events}: +{grown} KiB, \
-         {:.1} bytes an event; the README says {} ({} KiB)",
+         {:.1} bytes an event; docs/configuration.md says {} ({} KiB)",
         grown as f64 * 1024.0 / events as f64,
         Ring::<Event>::SLOT_BYTES,
         expected_kib
     );
     assert!(
         grown >= expected_kib * 95 / 100 && grown <= expected_kib * 105 / 100,
-        "the ring grew the process by {grown} KiB ({small} KiB to {large} KiB), the README says {expected_kib} KiB"
+        "the ring grew the process by {grown} KiB ({small} KiB to {large} KiB), docs/configuration.md says {expected_kib} KiB"
     );
 }
 

@@ -1,5 +1,5 @@
 //! What `sf` writes must not be redirected by another user (issue 24, points 1, 7, 11):
-//! `sf snapshot` run as root (the README's Slurm epilog) into a shared DEST whose names
+//! `sf snapshot` run as root (docs/many-nodes.md's Slurm epilog) into a shared DEST whose names
 //! the job's owner knows in advance, from a DIR that owner controls, and the outputs of
 //! `sf trace -o` and `sf exporter --textfile`. The second user is `nobody` through
 //! `setpriv` (needs root; where that is missing the test says SKIP on stderr); it plants

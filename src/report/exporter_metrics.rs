@@ -1,9 +1,9 @@
 //! The metric families `sf exporter` serves: name, kind, unit and help of each (the list
-//! the README documents), and the label values of its state sets.
+//! docs/many-nodes.md documents), and the label values of its state sets.
 
 use crate::report::metric_families::Kind;
 
-/// (name, kind, unit, help) of a family: the metric list the README documents.
+/// (name, kind, unit, help) of a family: the metric list docs/many-nodes.md documents.
 pub type Spec = (&'static str, Kind, &'static str, &'static str);
 
 pub const RANK: Spec = ("sf_rank", Kind::Info, "", "A rank log: job id, rank, local rank, host, pid, world size");
@@ -107,7 +107,7 @@ pub const LIVENESS_STATES: &[&str] = &["live", "exited", "disabled", "dead", "st
 pub const HANG_STATES: &[&str] =
     &["ok", "slow", "waiting", "missing", "wedged", "dead", "stalled", "exited", "stuck_qp", "disabled"];
 
-/// Every family, for the README's metric list and its test.
+/// Every family, for the metric list in docs/many-nodes.md and its test.
 #[cfg(test)]
 pub const ALL: &[Spec] = &[
     RANK,
@@ -159,15 +159,15 @@ mod tests {
 
     #[test]
     fn the_readme_lists_every_metric_with_its_unit_in_the_name() {
-        let readme = include_str!("../../README.md");
-        let section = readme.split("\n## Many nodes\n").nth(1).expect("README has a Many nodes section");
+        let readme = include_str!("../../docs/many-nodes.md");
+        let section = readme.split("\n## Many nodes\n").nth(1).expect("docs/many-nodes.md has a Many nodes section");
         for (name, kind, unit, _) in ALL {
             let shown = match kind {
                 Kind::Counter => format!("`{name}_total"),
                 Kind::Info => format!("`{name}_info"),
                 _ => format!("`{name}"),
             };
-            assert!(section.contains(&shown), "README's metric list lacks {shown}");
+            assert!(section.contains(&shown), "docs/many-nodes.md metric list lacks {shown}");
             assert!(name.starts_with("sf_") && name.ends_with(unit), "{name} ({unit})");
         }
     }

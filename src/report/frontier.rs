@@ -40,7 +40,7 @@ pub enum FrontierSource {
     Csv(PathBuf),
 }
 
-/// The `--json` object; the field names the README lists are a contract.
+/// The `--json` object; the field names docs/ lists are a contract.
 #[derive(Debug, DeriveSerialize)]
 pub struct FrontierReport {
     pub file: String,

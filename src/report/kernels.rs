@@ -1,4 +1,4 @@
-//! `sf kernels`: ARGUS L3 over the kernel summaries every rank log holds (README "sf
+//! `sf kernels`: ARGUS L3 over the kernel summaries every rank log holds (docs/kernels.md "sf
 //! kernels"). Per kernel name and rank, the clusters of all windows make one log-normal
 //! mixture; ranks of one role are compared by pairwise W1 distance and an IQR fence on
 //! each rank's mean distance names the anomalous ones. Beside it: per-rank NCCL kernel
@@ -34,7 +34,7 @@ pub struct KernelsOptions {
 /// The parser admits only finite, non-negative `iqr_k`, for which `==` is an equivalence.
 impl Eq for KernelsOptions {}
 
-/// The `--json` object; the field names the README lists are a contract.
+/// The `--json` object; the field names docs/ lists are a contract.
 #[derive(Debug, Serialize)]
 pub struct KernelsReport {
     pub dir: String,
@@ -101,7 +101,7 @@ pub struct RankKernels {
     pub launches: u64,
     pub nccl: NcclStats,
     pub streams: Vec<StreamStats>,
-    /// Summed over the windows' stream_busy records (README "Kernel summaries").
+    /// Summed over the windows' stream_busy records (docs/kernels.md "Kernel summaries").
     pub late: u64,
     pub truncated_clusters: u64,
     pub truncated_nccl: u64,

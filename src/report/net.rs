@@ -1,5 +1,5 @@
 //! `sf net`: RDMA work requests per rank and queue pair, from the `qp_window`, `qp_stuck`
-//! and `qp_degraded` records the collector writes (README "RDMA work requests"): totals,
+//! and `qp_degraded` records the collector writes (docs/network.md "RDMA work requests"): totals,
 //! bandwidth, latency, stuck and degraded evidence, and each QP's time series.
 
 use crate::analysis::net::peers::{self, Judgement, Work};
@@ -19,7 +19,7 @@ use crate::report::parallel;
 use crate::report::read_budget;
 use crate::report::wall::{rfc3339_ms, WallClock};
 
-/// The `--json` object; the field names the README lists are a contract.
+/// The `--json` object; the field names docs/ lists are a contract.
 #[derive(Debug, Serialize)]
 pub struct NetReport {
     pub dir: String,
@@ -101,7 +101,7 @@ pub struct RankNet {
     pub clock: WallClock,
     pub file: String,
     pub qps: Vec<QpReport>,
-    /// RDMA port counters from sysfs (README "RDMA port counters").
+    /// RDMA port counters from sysfs (docs/network.md "RDMA port counters").
     pub ports: Vec<PortCounterSummary>,
     /// Records of the event ring overwritten before this read: older windows are gone.
     #[serde(skip)]

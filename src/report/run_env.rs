@@ -218,7 +218,7 @@ fn shown(value: &OsStr) -> String {
     crate::core::record::notice::echo(value.as_encoded_bytes())
 }
 
-/// The job id and whether sf run must set SF_JOB_ID for the ranks to use it (the README
+/// The job id and whether sf run must set SF_JOB_ID for the ranks to use it (docs/running.md
 /// and `sf run --help`, JOB ID, give the order).
 fn job_id(
     options: &RunOptions,

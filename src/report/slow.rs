@@ -70,7 +70,7 @@ pub struct SlowOptions {
 /// The parser admits only finite, non-negative numbers, for which `==` is an equivalence.
 impl Eq for SlowOptions {}
 
-/// The `--json` object; the field names the README lists are a contract.
+/// The `--json` object; the field names docs/ lists are a contract.
 #[derive(Debug, Serialize)]
 pub struct SlowReport {
     pub dir: String,

@@ -1,4 +1,4 @@
-//! `sf`'s exit statuses: one scheme for every command, the table in README "Exit status".
+//! `sf`'s exit statuses: one scheme for every command, the table in README "Exit statuses and JSON".
 //! A finding's status is the answer even when some log could not be read; 1 is for a
 //! command that could not answer at all.
 

@@ -186,7 +186,7 @@ impl PrivateDir {
         }
         if created {
             // Keep a setgid bit inherited from the parent: it is what hands the operators'
-            // group down the tree (README, Security).
+            // group down the tree (docs/security.md).
             let mode = mode | (st.st_mode & libc::S_ISGID);
             // SAFETY: fchmod on our open descriptor.
             unsafe { libc::fchmod(self.fd.as_raw_fd(), mode) };

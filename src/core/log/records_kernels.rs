@@ -3,7 +3,7 @@
 //! `CLOCK_MONOTONIC` (or, for window ids, wall-clock aligned) nanoseconds: the collector
 //! makes these records, the hot path never does.
 //!
-//! Every layout is packed to keep a window's summary small (README "Kernel summaries"):
+//! Every layout is packed to keep a window's summary small (docs/kernels.md "Kernel summaries"):
 //! durations inside cluster entries are 16-bit log codes (`duration_code`), NCCL kernel
 //! starts are 32-bit offsets from the window's start, and one record carries many entries.
 

@@ -1,4 +1,4 @@
-//! Record layouts of the RDMA work-request monitor (kinds 17-19, README "RDMA work
+//! Record layouts of the RDMA work-request monitor (kinds 17-19, docs/network.md "RDMA work
 //! requests"): what the collector writes per queue pair from `core::work_requests`. The
 //! collector makes them, so every time is already `CLOCK_MONOTONIC` nanoseconds and every
 //! rate bytes per second.

@@ -1,4 +1,4 @@
-//! Record layouts of the NCCL profiler-plugin door (kinds 8-10, README "NCCL profiler plugin"):
+//! Record layouts of the NCCL profiler-plugin door (kinds 8-10, docs/profiler-plugin.md "NCCL profiler plugin"):
 //! the tasks, proxy operations and network events NCCL reports through `ncclProfiler_vN`.
 //! The hot path writes them with raw clock ticks; `to_nanoseconds` converts the times.
 

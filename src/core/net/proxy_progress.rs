@@ -1,4 +1,4 @@
-//! Network progress on stock NCCL, from proxy steps (README "Where RDMA evidence comes
+//! Network progress on stock NCCL, from proxy steps (docs/network.md "Where RDMA evidence comes
 //! from"). NCCL emits the profiler's IB QP events only when it was built with NET_PROFILER,
 //! which its Makefile and CMake builds leave off; proxy steps exist in every build. A
 //! proxy step is one chunk of one channel's transfer with one peer, and its states say

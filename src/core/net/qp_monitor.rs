@@ -1,4 +1,4 @@
-//! The collector's view of RDMA work requests (README "RDMA work requests"): each round it
+//! The collector's view of RDMA work requests (docs/network.md "RDMA work requests"): each round it
 //! reads `core::work_requests`' table and writes, per queue pair,
 //!
 //! - `qp_stuck` when the oldest work request in flight is older than `SF_WR_TIMEOUT_MS`

@@ -17,7 +17,7 @@ use settings::Settings;
 use crate::core::record::notice::{clip, echo};
 use crate::core::steps::nvtx_stages;
 
-/// Every variable the library reads, with its default, for README and `--help` texts.
+/// Every variable the library reads, with its default, for docs/configuration.md and `--help` texts.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("SF_DISABLE", "0", "1 turns the library into a pure pass-through"),
     ("SF_FORCE", "0", "1 records in processes with no rank identity (logs named pid-<pid>.sflog)"),
@@ -26,7 +26,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "/dev/shm/stagefrontier-<uid>",
         "root of the log tree (an absolute path); logs go to <root>/<job id>/",
     ),
-    ("SF_LOG_MODE", "private", "private (dirs 0700, files 0600) or group (0750/0640: the group may read; see README, Security)"),
+    ("SF_LOG_MODE", "private", "private (dirs 0700, files 0600) or group (0750/0640: the group may read; see docs/security.md)"),
     ("SF_KEEP_ATTEMPTS", "5", "attempts of one job id whose logs are kept (1..1000); older ones are removed"),
     ("SF_QUIET", "0", "1 drops the start line saying where the logs go (warnings still show)"),
     ("SF_JOB_ID", "from the launcher", "job id directory name; overrides TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ..."),
@@ -43,7 +43,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     ("SF_HEARTBEAT_MS", "50", "collector heartbeat and drain period in ms (1..100)"),
     ("SF_CLOCK", "auto", "auto (invariant TSC when present), tsc or monotonic"),
-    ("SF_INJECT", "unset", "scripted NCCL faults, `ACTION:key=value,...;...` (see README, Fault injection)"),
+    ("SF_INJECT", "unset", "scripted NCCL faults, `ACTION:key=value,...;...` (see docs/configuration.md, Fault injection)"),
     ("SF_HANG_MIN_S", "10", "floor of the hang threshold, in seconds"),
     ("SF_HANG_FACTOR", "10", "hang threshold = max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S)"),
     ("SF_NVTX_STEP", "step", "NVTX range name of a logical step (`step 12` / `step:12` give the index)"),
@@ -342,7 +342,7 @@ mod tests {
         Config::parse(1000, |k| env.get(k).cloned())
     }
 
-    /// The figure the README and `SF_RING_EVENTS`' description give: 192 bytes an event
+    /// The figure docs/configuration.md and `SF_RING_EVENTS`' description give: 192 bytes an event
     /// (a 152-byte event and its stamp, in three cache lines), 768 MiB at the largest
     /// setting. A change to the event's size must change them too.
     #[test]
@@ -353,8 +353,8 @@ mod tests {
         assert_eq!(4_194_304 * Ring::<Event>::SLOT_BYTES, 768 << 20);
         let (_, _, doc) = VARIABLES.iter().find(|(name, _, _)| *name == "SF_RING_EVENTS").unwrap();
         assert!(doc.contains("192 bytes each") && doc.contains("768 MiB"), "{doc}");
-        let readme = include_str!("../../../README.md");
-        assert!(readme.contains("`SF_RING_EVENTS` × 192 bytes"), "the README's memory paragraph");
+        let readme = include_str!("../../../docs/configuration.md");
+        assert!(readme.contains("`SF_RING_EVENTS` × 192 bytes"), "docs/configuration.md memory paragraph");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! whose every log is finished (`OldLog::finished`, the test `sf` uses for a settled log);
 //! a job with one live writer, or a log being created, keeps everything. The starting
 //! job's earlier attempts are `SF_KEEP_ATTEMPTS`'s to keep. `sf snapshot` is the way to
-//! keep a job's logs for longer (README, Security).
+//! keep a job's logs for longer (docs/security.md).
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;

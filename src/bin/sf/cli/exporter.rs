@@ -12,7 +12,7 @@ long-running process per node. Each scrape reads the logs' live headers and tabl
 only the records committed since the previous scrape, so it costs milliseconds whatever
 the logs' size. The metrics (sf_ prefix, units in the names) are labelled by job_id (not
 job: Prometheus gives every target a job label of its own), rank, local_rank and host, and
-by comm where they are per communicator; the README lists them.
+by comm where they are per communicator; docs/many-nodes.md lists them.
 
 The hang metrics (sf_hang_hung, sf_hang_state, sf_hang_missing_seconds) are sf hang's
 analysis of this node's ranks. A rank on another node is seen by that node's exporter:

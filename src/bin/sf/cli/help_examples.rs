@@ -116,11 +116,11 @@ fn example_lines_cut_pipes_and_comments() {
 
 #[test]
 fn the_readme_summary_lists_every_command() {
-    let readme = include_str!("../../../../README.md");
-    let section = readme.split("\n## sf\n").nth(1).expect("README has a ## sf section");
+    let readme = include_str!("../../../../docs/cli.md");
+    let section = readme.split("\n## sf\n").nth(1).expect("docs/cli.md has a ## sf section");
     let summary = section.split("```").nth(1).expect("## sf starts with the command summary");
     for sub in Cli::command().get_subcommands() {
         let line = format!("sf {} ", sub.get_name());
-        assert!(summary.lines().any(|l| l.starts_with(&line)), "README's ## sf summary lacks `{line}`");
+        assert!(summary.lines().any(|l| l.starts_with(&line)), "docs/cli.md ## sf summary lacks `{line}`");
     }
 }

@@ -1,9 +1,9 @@
 //! What the CUDA door is told to do: the settings `open` and the collector's drain read,
-//! parsed from the environment by the runtime's config (README, CUDA kernel activity).
+//! parsed from the environment by the runtime's config (docs/kernels.md, CUDA kernel activity).
 
 use std::path::PathBuf;
 
-/// The CUDA door's settings (README, CUDA kernel activity).
+/// The CUDA door's settings (docs/kernels.md, CUDA kernel activity).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CuptiConfig {
     pub enabled: bool,

@@ -1,4 +1,4 @@
-//! The CUDA door's keys (README, CUDA kernel activity).
+//! The CUDA door's keys (docs/kernels.md, CUDA kernel activity).
 
 use super::settings::Settings;
 use crate::core::kernels::cupti::config::CuptiConfig;

@@ -1,5 +1,5 @@
-//! The RDMA keys: work-request accounting (README, RDMA work requests), the verbs door and
-//! the port-counter sampler (README, libibverbs fallback and RDMA port counters).
+//! The RDMA keys: work-request accounting (docs/network.md, RDMA work requests), the verbs door and
+//! the port-counter sampler (docs/network.md, libibverbs fallback and RDMA port counters).
 
 use super::settings::Settings;
 use super::Config;
