@@ -206,8 +206,20 @@ pub fn analyze_job(ranks: &[RankSeries], stages: usize, params: &SlowParams) -> 
     let median_step_s = if walls.is_empty() { 0.0 } else { select_quantile(&mut walls, 0.5) };
     let min_excess = floor_s(params.min_effect, params.min_effect_s, median_step_s);
     let mut l1: Vec<RankL1> = ranks.iter().map(|r| rank_l1(r, params, min_excess)).collect();
-    let job_regression = shared_regression(ranks, &l1, stages, min_excess);
-    if let Some(shared) = &job_regression {
+    let mut job_regression = shared_regression(ranks, &l1, stages, min_excess);
+    if let Some(shared) = &mut job_regression {
+        if !shared.finding {
+            // The job slowed alike, by less than a finding's cost: a host's load. A rank
+            // whose own regression came some steps apart but costs no more is that same
+            // load reaching it at another moment, not a finding of its own.
+            for r in &l1 {
+                let small = r.regression.as_ref().is_some_and(|g| g.mean_after_s - g.mean_before_s < 2.0 * min_excess);
+                if small && !shared.ranks.contains(&r.rank) {
+                    shared.ranks.push(r.rank);
+                }
+            }
+            shared.ranks.sort_unstable();
+        }
         for r in l1.iter_mut().filter(|r| shared.ranks.contains(&r.rank)) {
             r.regression.iter_mut().for_each(|g| g.job_wide = true);
         }

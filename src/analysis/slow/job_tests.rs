@@ -155,6 +155,31 @@ fn a_regression_every_rank_shares_is_one_event_naming_the_rank_that_caused_it() 
 }
 
 #[test]
+fn a_rank_reached_later_by_the_same_host_load_is_part_of_that_event() {
+    // A CPU hog slows seven ranks 7% from step 30 and the eighth from step 38: one load,
+    // reaching the last rank later. No finding, and the status says so (the healthy matrix
+    // under a hog saw sf slow exit 4 under a headline of no finding).
+    let load = analyze_job(
+        &job(8, 60, |step, rank| (step >= if rank == 7 { 38 } else { 30 }).then_some((0, 0.006))),
+        3,
+        &SlowParams::default(),
+    );
+    let shared = load.job_regression.as_ref().expect("one job-wide regression");
+    assert!(!shared.finding && shared.ranks.contains(&7), "{shared:?}");
+    assert!(!load.found(), "{:?}", load.l1.iter().map(|r| &r.regression).collect::<Vec<_>>());
+    // The same late rank regressing by a finding's cost is its own finding.
+    let own = analyze_job(
+        &job(8, 60, |step, rank| match rank {
+            7 => (step >= 38).then_some((0, 0.03)),
+            _ => (step >= 30).then_some((0, 0.006)),
+        }),
+        3,
+        &SlowParams::default(),
+    );
+    assert!(own.found(), "{:?}", own.job_regression);
+}
+
+#[test]
 fn a_one_rank_job_has_no_stragglers() {
     // Its own slow stage from step 30 on: a regression of the job, never a straggler.
     let report = analyze_job(&job(1, 60, |step, _| (step >= 30).then_some((0, 0.03))), 3, &SlowParams::default());
