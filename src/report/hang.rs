@@ -31,6 +31,9 @@ use crate::report::moment::{self, Judged};
 use crate::report::parallel;
 use crate::report::read_budget::RECORDS;
 
+mod device;
+use device::{device_stall_report, device_view};
+
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
 /// `max(min_stuck_s, fallback_stuck_s)` while the logs hold too few steps.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -456,86 +459,6 @@ pub(crate) fn read_live(
 /// newest complete step, how many device records there were, and how far its device
 /// evidence trails the device.
 type DeviceParts = (Option<DeviceState>, Vec<(u32, String)>, Vec<StepVector>, u64, u64);
-
-/// The device's view of a rank: its newest `device_state`, its oldest unfinished kernel
-/// named and placed in a stage, and the collectives its host launched per communicator.
-fn device_view(parts: &DeviceParts, input: &RankInput, stage_names: &[Option<String>]) -> Option<DeviceView> {
-    let (state, kernel_names, newest_step, _, evidence_lag_ns) = parts;
-    // A rank without a device state is a member that shows nothing: it keeps the devices
-    // from naming a culprit in a collective it is part of.
-    let Some(state) = *state else {
-        let launched = launched(input);
-        return Some(DeviceView {
-            rank: input.rank,
-            now_ns: input.now_ns,
-            oldest: None,
-            changed_ns: 0,
-            sync_since_ns: 0,
-            launched,
-            evidence_lag_ns: *evidence_lag_ns,
-        });
-    };
-    let oldest = state.oldest.map(|o| Unfinished {
-        kernel: kernel_names.iter().rev().find(|(id, _)| *id == o.name_id).map(|(_, name)| name.clone()),
-        stage: stage_at(newest_step, o.t_launch_ns, stage_names),
-        t_launch_ns: o.t_launch_ns,
-        collective: o.op.map(|op| (o.comm_id, o.seq, op)),
-    });
-    Some(DeviceView {
-        rank: input.rank,
-        now_ns: input.now_ns,
-        oldest,
-        changed_ns: state.t_ns,
-        sync_since_ns: state.sync_since_ns,
-        launched: launched(input),
-        evidence_lag_ns: *evidence_lag_ns,
-    })
-}
-
-/// Collectives the host launched per communicator: the live table's count, or the newest
-/// collective call's sequence where the records say more (a table gone with its process).
-fn launched(input: &RankInput) -> Vec<(u64, u64)> {
-    let mut launched: Vec<(u64, u64)> = input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect();
-    for c in input.calls.iter().filter(|c| c.op.is_collective() && c.seq > 0) {
-        match launched.iter_mut().find(|(comm, _)| *comm == c.comm_id) {
-            Some((_, n)) => *n = (*n).max(c.seq),
-            None => launched.push((c.comm_id, c.seq)),
-        }
-    }
-    launched
-}
-
-/// The stage an instant falls in: within the newest complete step, the stage there; in
-/// the step after it (the one under way), the stage at the same offset into the step.
-fn stage_at(newest: &[StepVector], t_ns: u64, names: &[Option<String>]) -> Option<String> {
-    let first = newest.first()?;
-    let end = first.t_begin_ns.saturating_add(first.wall_ns);
-    let offset = if t_ns >= end { t_ns - end } else { t_ns.checked_sub(first.t_begin_ns)? };
-    let mut at = 0u64;
-    let stages = newest.iter().flat_map(|p| p.stages());
-    for (id, ns) in stages {
-        at = at.saturating_add(ns);
-        if offset < at {
-            return names.get(id as usize).cloned().flatten();
-        }
-    }
-    None
-}
-
-fn device_stall_report(s: DeviceStall) -> DeviceStallReport {
-    DeviceStallReport {
-        rank: s.rank,
-        kernel: s.kernel,
-        stage: s.stage,
-        t_launch_ns: s.t_launch_ns,
-        unfinished_s: seconds(s.unfinished_ns),
-        syncing_s: (s.syncing_ns > 0).then(|| seconds(s.syncing_ns)),
-        comm_id: s.comm_id,
-        comm_seq: s.seq,
-        op: s.op,
-        waiting_ranks: s.waiting_ranks,
-    }
-}
 
 pub(crate) fn report(
     dir: &Dirs,
