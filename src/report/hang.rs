@@ -378,7 +378,7 @@ pub(crate) fn read_live(
         std::mem::take(&mut history.kernel_names),
         std::mem::take(&mut history.newest_step),
         history.device_records,
-        history.evidence_lag_ns,
+        history.evidence_lag_ns(),
     );
     let (here, now, process) = (at.same_clock, at.clock, at.process);
     let age_ns = heartbeat_age_ns(here, live.heartbeat_mono_ns, live.heartbeat_wall_ns, now);

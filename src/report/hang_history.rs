@@ -47,6 +47,8 @@ pub(crate) struct History {
     /// The longest a completed NCCL kernel (`device_coll`) waited for the next
     /// `device_state`, which counts it: how far the device evidence trails the device.
     pub(super) evidence_lag_ns: u64,
+    /// How often the CUDA door reads CUPTI's buffers (`cupti_status`); 0 when unknown.
+    pub(super) flush_ms: u32,
     /// The earliest end of the NCCL kernels read since the last `device_state`.
     pub(super) uncounted_end_ns: Option<u64>,
     /// Kernel names by id (`kernel_name`), to name the unfinished kernel.
@@ -56,6 +58,16 @@ pub(crate) struct History {
 }
 
 impl History {
+    /// How far the device evidence may trail the device: the longest lag seen, and never
+    /// less than two of the door's buffer reads. Early in a job few kernels were counted
+    /// yet, and the lag seen may be far below what the next read brings (a kernel that
+    /// completed just after a read waits a whole period, and the collector's round that
+    /// writes the state may come one more late on a loaded host; the kernel windows
+    /// allow the same two periods).
+    pub(super) fn evidence_lag_ns(&self) -> u64 {
+        self.evidence_lag_ns.max(2 * u64::from(self.flush_ms) * 1_000_000)
+    }
+
     /// Streams the log's records (never all of them at once): the newest `CALLS_KEPT`
     /// calls, every low-rate record, and the newest window of each QP; and what NCCL's
     /// profiler saw of the calls in flight. At most `budget` event records are read (the
@@ -155,6 +167,7 @@ impl Kept {
             device_state: None,
             device_records: 0,
             evidence_lag_ns: 0,
+            flush_ms: 0,
             uncounted_end_ns: None,
             kernel_names: Vec::new(),
             newest_step: Vec::new(),
@@ -188,6 +201,7 @@ impl Kept {
             RecordBody::Injection(i) => history.injections.push(i),
             RecordBody::HangEvidence(h) => history.hang_evidence.push(h),
             RecordBody::Drops(d) => history.newest_drop_ns = Some(d.t_ns),
+            RecordBody::CuptiStatus(s) => history.flush_ms = s.flush_ms,
             RecordBody::DeviceState(d) => {
                 history.device_records += 1;
                 if let Some(end_ns) = history.uncounted_end_ns.take() {

@@ -50,6 +50,10 @@ pub struct CuptiStatus {
     pub buffer_bytes: u32,
     /// Whether runtime API records are recorded too (SF_CUPTI_CORRELATION=1).
     pub correlation: bool,
+    /// How often the door reads CUPTI's buffers (`SF_CUPTI_FLUSH_MS`): a kernel's record
+    /// reaches the log up to this long after it completed. 0 in logs written before the
+    /// field existed.
+    pub flush_ms: u32,
 }
 
 pub(super) fn encode(s: &CuptiStatus, w: &mut Encoder) {
@@ -61,6 +65,7 @@ pub(super) fn encode(s: &CuptiStatus, w: &mut Encoder) {
     }
     w.u8(s.state as u8);
     w.u8(s.correlation as u8);
+    w.u32(s.flush_ms);
 }
 
 pub(super) fn decode(r: &mut Decoder) -> Option<CuptiStatus> {
@@ -80,6 +85,8 @@ pub(super) fn decode(r: &mut Decoder) -> Option<CuptiStatus> {
         pool_buffers,
         buffer_bytes,
         correlation: r.u8()? != 0,
+        // Appended later: older logs end before it.
+        flush_ms: r.u32().unwrap_or(0),
     })
 }
 
@@ -104,14 +111,17 @@ mod tests {
             pool_buffers: 16,
             buffer_bytes: 1 << 20,
             correlation: true,
+            flush_ms: 500,
         };
         let body = RecordBody::CuptiStatus(status);
         assert_eq!(body.kind(), kind::CUPTI_STATUS);
         let mut payload = [0u8; PAYLOAD_CAPACITY];
         let len = body.encode(&mut payload);
         assert_eq!(RecordBody::decode(kind::CUPTI_STATUS, &payload[..len]), Some(body));
-        assert_eq!(RecordBody::decode(kind::CUPTI_STATUS, &payload[..len - 1]), None, "short payload");
-        payload[len - 2] = 9;
+        let older = RecordBody::CuptiStatus(CuptiStatus { flush_ms: 0, ..status });
+        assert_eq!(RecordBody::decode(kind::CUPTI_STATUS, &payload[..len - 4]), Some(older), "a log before flush_ms");
+        assert_eq!(RecordBody::decode(kind::CUPTI_STATUS, &payload[..len - 5]), None, "short payload");
+        payload[len - 6] = 9;
         assert_eq!(RecordBody::decode(kind::CUPTI_STATUS, &payload[..len]), None, "unknown state");
         let json = serde_json::to_value(body).unwrap();
         assert_eq!((json["kind"].as_str(), json["state"].as_str()), (Some("cupti_status"), Some("no_kernel_mode")));

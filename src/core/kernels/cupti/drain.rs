@@ -48,7 +48,7 @@ impl CuptiDrain {
         let refusals = session.map_or(0, |s| s.pool.refused());
         let now = (state, self.dropped_by_cupti, refusals);
         if self.written != Some(now) || std::mem::take(&mut self.closing) {
-            writer.append(&RecordBody::CuptiStatus(self.status(state, session, refusals)));
+            writer.append(&RecordBody::CuptiStatus(self.status(state, session, refusals, config.flush_ms)));
             self.written = Some(now);
         }
     }
@@ -96,7 +96,7 @@ impl CuptiDrain {
         }
     }
 
-    fn status(&self, state: CuptiState, session: Option<&Session>, refusals: u64) -> CuptiStatus {
+    fn status(&self, state: CuptiState, session: Option<&Session>, refusals: u64, flush_ms: u64) -> CuptiStatus {
         CuptiStatus {
             t_ns: monotonic_ns(),
             state,
@@ -110,6 +110,7 @@ impl CuptiDrain {
             pool_buffers: session.map_or(0, |s| s.pool.count() as u32),
             buffer_bytes: session.map_or(0, |s| s.pool.buffer_bytes() as u32),
             correlation: session.is_some_and(|s| s.correlation),
+            flush_ms: u32::try_from(flush_ms).unwrap_or(u32::MAX),
         }
     }
 }
