@@ -355,7 +355,11 @@ fn nvtx_ranges_without_the_injection_variable_are_named() {
     // job's own ranges are missing.
     assert!(ok(sf(&["steps", dir])).contains("inferred.before_first_collective"));
     for command in ["frontier", "slow"] {
-        let out = ok(sf(&[command, dir]));
+        // What is asked here is the note, not the verdict: 5 steps of a few ms on a loaded
+        // host can leave one detector's lead (exit 4); the healthy matrix judges those.
+        let out = sf(&[command, dir]);
+        assert!(matches!(out.status.code(), Some(0 | 4)), "sf {command}: {out:?}");
+        let out = String::from_utf8(out.stdout).expect("UTF-8");
         assert!(out.contains("stages inferred from the NCCL schedule"), "sf {command}: {out}");
         assert!(out.contains("NVTX_INJECTION64_PATH was not set"), "sf {command}: {out}");
     }

@@ -273,14 +273,25 @@ fn blocking_calls_still_carry_the_waits() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A gloo job: rank 2's backward runs long, and no door saw a collective. Its peers may
+/// have waited for it inside their stages (DDP's allreduce runs in C++), or it for them:
+/// leads, never a finding.
 #[test]
-fn a_job_without_collectives_says_so() {
-    let dir = write_job("gloo", Shape::NoCollective, 0.0, 0.0);
+fn a_job_without_collectives_says_so_and_gives_leads_not_findings() {
+    let dir = write_job("gloo", Shape::NoCollective, 15.0, 0.0);
     let f = frontier_of(&dir);
     assert_eq!(f.waits_from, Some(WaitsFrom::None));
     assert_eq!(f.waits_from_reason, Some("none: no collective was recorded"));
+    assert!(f.windows.iter().all(|w| w.culprits.is_empty()));
+    assert!(
+        f.windows.iter().any(|w| w.leads.iter().any(|l| l.rank == 2 && l.stage == BWD)),
+        "{:?}",
+        f.windows[0].leads
+    );
     let s = slow_of(&dir);
     assert_eq!(s.waits_from_reason, "none: no collective was recorded");
+    assert!(s.slow_ranks.is_empty() && !s.found, "{:?}", s.slow_ranks);
+    assert_eq!((s.leads[0].rank, s.leads[0].stage.as_str()), (2, BWD));
     assert_eq!(crate::report::ls::build(&Dirs::one(&dir)).unwrap().waits_from_reason, s.waits_from_reason);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -128,7 +128,8 @@ pub struct WindowReport {
     /// The window's blame table, (rank, stage) -> seconds of other ranks' waiting caused,
     /// largest first, at most `frontier_waits::BLAME_CELLS` cells.
     pub blame: Vec<BlameEntry>,
-    /// When the waits could not be seen (`waits_from` none in an asynchronous job): the
+    /// When the waits could not be seen (`waits_from` none: no device evidence of an
+    /// asynchronous job, or no collective recorded in a job of several ranks): the
     /// ranks that lead the top stage's comparison, a lead, not a finding.
     pub leads: Vec<LeadEntry>,
 }
@@ -244,7 +245,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
     }
     let sync_wait = frontier_waits::sync_wait(waits.as_ref(), &options.sync_wait);
     let windows = analyze(&table, options, &sync_wait.stages).map_err(|e| fail(e.to_string()))?;
-    let unseen = waits_from.is_some_and(|(_, why)| why == Why::AsynchronousCalls);
+    let unseen = waits_from.is_some_and(|(_, why)| why.waits_unseen(table.world().len()));
     Ok(FrontierReport {
         file,
         waits_from: waits_from.map(|(from, _)| from),

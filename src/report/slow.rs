@@ -304,15 +304,16 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
     report.waits_start_at_step = waits_start_at;
     report.waits_from = waits_from.0;
     report.waits_from_reason = waits_from.1.describe();
-    if waits_from.1 == Why::AsynchronousCalls {
+    if waits_from.1.waits_unseen(report.world.max(report.ranks)) {
         unseen_waits(&mut report);
     }
     Ok(report)
 }
 
-/// The waits could not be seen (asynchronous NCCL calls, no device evidence): a rank the
-/// detectors single out may be a waiter (its host waited in its synchronizations, which
-/// its stage times hold), so no rank is a finding: each is a lead.
+/// The waits could not be seen (asynchronous NCCL calls with no device evidence, or no
+/// collective recorded at all): a rank the detectors single out may be a waiter (its host
+/// waited in its synchronizations or in collectives no door saw, which its stage times
+/// hold), so no rank is a finding: each is a lead.
 fn unseen_waits(report: &mut SlowReport) {
     report.leads = std::mem::take(&mut report.slow_ranks);
     report.found = false;

@@ -44,6 +44,20 @@ impl Why {
     }
 }
 
+impl Why {
+    /// Whether a rank's stage times may hold waits no door saw, so a rank the detectors
+    /// single out may have been waiting: asynchronous calls with no device evidence, or no
+    /// collective recorded in a job of several ranks (gloo's collectives, DDP's allreduce
+    /// among them, run in C++ where no door sees them). A single rank waits for nobody.
+    pub fn waits_unseen(self, world: usize) -> bool {
+        match self {
+            Why::AsynchronousCalls => true,
+            Why::NoCollective => world > 1,
+            Why::DeviceKernels | Why::BlockingCalls => false,
+        }
+    }
+}
+
 /// What the logs show of the job's collectives.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Evidence {
