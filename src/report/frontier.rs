@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use crate::analysis::blame::waits_from::{WaitsFrom, Why};
+use crate::analysis::blame::waits_from::WaitsFrom;
 use crate::analysis::frontier::csv::{self, StageTable};
 use crate::analysis::frontier::{ranked, Analyzer, Context, Window, DEFAULT_FORWARD_STAGE};
 use serde::ser::{Serialize, SerializeMap, Serializer};

@@ -1,7 +1,7 @@
 //! `sf slow`: L1 jitter and regression per rank, L2 stragglers per group and stage, and
 //! VenusTrace's expected-time tracking, over a job directory's step vectors.
 
-use crate::analysis::blame::waits_from::{WaitsFrom, Why};
+use crate::analysis::blame::waits_from::WaitsFrom;
 use crate::analysis::slow::change_point::ChangePointParams;
 use crate::analysis::slow::expected_time::ExpectedTimeParams;
 use crate::analysis::slow::jitter::JitterParams;
