@@ -283,3 +283,97 @@ fn os_exit_1_on_one_rank_is_named_the_first_to_go() {
     let text = String::from_utf8_lossy(&hang.stdout);
     assert!(text.contains("rank 1 exited first (status 1)"), "{text}");
 }
+
+/// `sf hang --json` on `dir`: its exit status and report.
+fn sf_hang(dir: &Path) -> (Option<i32>, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sf")).arg("hang").arg(dir).arg("--json").output().unwrap();
+    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+}
+
+/// The median wall time of a rank log's steps, in seconds.
+fn median_step_s(log: &Path) -> f64 {
+    let mut walls: Vec<u64> = records(log)
+        .into_iter()
+        .filter_map(|r| match r.body {
+            RecordBody::StepVector(v) if v.part == 0 => Some(v.wall_ns),
+            _ => None,
+        })
+        .collect();
+    walls.sort_unstable();
+    walls[walls.len() / 2] as f64 / 1e9
+}
+
+/// A rank of a gloo DDP job falls asleep forever before its optimizer step at step 12;
+/// the others go on into step 13 and wait for it in DDP's gradient allreduce, which runs
+/// in C++ where no door sees it. No NCCL call, no device: step and stage progress names
+/// rank 2 (exit 3) within 10 steps' time of its last marker, and again post-mortem once
+/// the job is torn down. Before, every poll said "not hung".
+#[test]
+fn a_rank_asleep_forever_in_a_gloo_job_is_named_from_progress_live_and_post_mortem() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-asleep");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "asleep", "--"]);
+    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
+    cmd.arg(repo("tests/torch/ddp_job.py"));
+    cmd.args([
+        "--steps",
+        "200",
+        "--eval-every",
+        "1000",
+        "--compute-ms",
+        "30",
+        "--sleep-rank",
+        "2",
+        "--sleep-step",
+        "12",
+    ]);
+    let mut job = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let dir = root.join("asleep");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let live = loop {
+        let (code, report) = sf_hang(&dir);
+        if code == Some(3) {
+            break report;
+        }
+        // Until every rank has its log (torchrun and torch take seconds to start), nothing
+        // to judge; after, "not hung" until rank 2 falls asleep.
+        if rank_logs(&root, "asleep").len() == 3 {
+            assert_eq!(code, Some(0), "{report}");
+        }
+        assert!(std::time::Instant::now() < deadline, "never named: {report}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let stall = &live["progress_stall"];
+    assert_eq!(live["hang_evidence"], "progress", "{live}");
+    assert_eq!((&stall["behind_ranks"], &stall["step"]), (&serde_json::json!([2]), &12.into()), "{live}");
+    assert_eq!(stall["ahead_step"], 13, "{live}");
+    let step_s = median_step_s(&dir.join("rank-00000.sflog"));
+    let idle_s = stall["idle_s"].as_f64().unwrap();
+    assert!(
+        idle_s <= 10.0 * step_s,
+        "named {idle_s:.3} s after rank 2's last marker; 10 steps take {:.3} s",
+        10.0 * step_s
+    );
+    let human = Command::new(env!("CARGO_BIN_EXE_sf")).arg("hang").arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.starts_with("HUNG (from step and stage progress): rank 2 "), "{text}");
+    assert!(text.contains("hang evidence: step and stage progress"), "{text}");
+
+    let pid = libc::pid_t::try_from(job.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    job.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let gone = loop {
+        let (code, report) = sf_hang(&dir);
+        let ranks = report["ranks"].as_array().map_or(0, |r| r.iter().filter(|r| r["liveness"] != "live").count());
+        if ranks == 3 {
+            assert_eq!(code, Some(3), "{report}");
+            break report;
+        }
+        assert!(std::time::Instant::now() < deadline, "the ranks never read as gone: {report}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(gone["progress_stall"]["behind_ranks"], serde_json::json!([2]), "{gone}");
+}

@@ -10,6 +10,7 @@
 
 use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
 use crate::analysis::hang::device::{device_stall, device_threshold_ns, DeviceStall, DeviceView, Unfinished};
+use crate::analysis::hang::progress::{self, ProgressStall, RankProgress};
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
@@ -84,6 +85,68 @@ pub struct HangReport {
     /// A rank whose device is stuck behind other work while its peers' devices wait for
     /// it in a collective every host launched (`analysis::hang::device`).
     pub device_stall: Option<DeviceStallReport>,
+    /// No rank advanced (step or stage marker) for longer than the progress threshold,
+    /// and some are behind the others (`analysis::hang::progress`): the hang of a job
+    /// whose collectives no door saw, or a rank stuck outside any call.
+    pub progress_stall: Option<ProgressStallReport>,
+    /// The evidence the verdict came from, tried in this order: `host_calls` (NCCL calls
+    /// and their live tables), `device` (the devices' unfinished work), `progress` (step
+    /// and stage markers); `none` when the job is not hung.
+    pub hang_evidence: HangEvidenceUsed,
+}
+
+/// Which evidence `sf hang`'s verdict came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HangEvidenceUsed {
+    HostCalls,
+    Device,
+    Progress,
+    None,
+}
+
+impl HangEvidenceUsed {
+    /// How the headline says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            HangEvidenceUsed::HostCalls => "host NCCL calls",
+            HangEvidenceUsed::Device => "the devices' unfinished work",
+            HangEvidenceUsed::Progress => "step and stage progress",
+            HangEvidenceUsed::None => "none",
+        }
+    }
+}
+
+/// The ranks behind when the whole job stopped advancing.
+#[derive(Debug, Serialize)]
+pub struct ProgressStallReport {
+    /// The ranks behind (the culprits), ascending; the first is the headline's.
+    pub behind_ranks: Vec<i32>,
+    pub step: Option<u64>,
+    pub stage: Option<String>,
+    /// How long the first rank behind has not advanced.
+    pub idle_s: f64,
+    /// Where most of the others stand.
+    pub ahead_step: Option<u64>,
+    pub ahead_stage: Option<String>,
+    pub ahead_ranks: Vec<i32>,
+    /// How long no rank has advanced.
+    pub job_idle_s: f64,
+}
+
+impl From<ProgressStall> for ProgressStallReport {
+    fn from(s: ProgressStall) -> ProgressStallReport {
+        ProgressStallReport {
+            behind_ranks: s.behind_ranks,
+            step: s.step,
+            stage: s.stage,
+            idle_s: seconds(s.idle_ns),
+            ahead_step: s.ahead_step,
+            ahead_stage: s.ahead_stage,
+            ahead_ranks: s.ahead_ranks,
+            job_idle_s: seconds(s.job_idle_ns),
+        }
+    }
 }
 
 /// The culprit of a hang the host counts cannot show.
@@ -155,6 +218,12 @@ pub struct ThresholdReport {
     pub factor: f64,
     pub min_stuck_s: f64,
     pub fallback_stuck_s: f64,
+    /// What a stall of progress is judged by: `max(min_stuck_s, factor x the longest
+    /// recent step)` from the ranks' step markers, or the fallback with fewer than 3 steps
+    /// measured (the first two of the job left out); absent without markers.
+    pub progress_threshold_s: Option<f64>,
+    pub progress_longest_step_s: Option<f64>,
+    pub progress_steps_measured: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -219,6 +288,9 @@ pub struct RankReport {
     pub liveness: Liveness,
     pub heartbeat_age_s: Option<f64>,
     pub silent_s: Option<f64>,
+    /// Since its newest step or stage marker (as of its last heartbeat when gone); null
+    /// without markers.
+    pub idle_s: Option<f64>,
     pub host: String,
     pub pid: u32,
     pub file: String,
@@ -277,6 +349,8 @@ pub(crate) struct Extra {
     device: Option<DeviceView>,
     /// What the records show of the waits (`analysis::blame::waits_from`).
     evidence: Evidence,
+    /// Where its step and stage markers put it, and since when.
+    progress: Option<RankProgress>,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -353,6 +427,7 @@ impl Extra {
             last_heard_wall_ns: 0,
             device: None,
             evidence: Evidence::default(),
+            progress: None,
         }
     }
 }
@@ -427,11 +502,21 @@ pub(crate) fn read_live(
                 .collect()
         },
     };
+    // A rank that is gone stopped advancing at its last heartbeat at the latest.
+    let as_of_ns = rank_now.filter(|_| liveness == Liveness::Live).unwrap_or(live.heartbeat_mono_ns);
+    let progress = RankProgress {
+        rank: h.global_rank,
+        step,
+        stage: input.stage.clone(),
+        idle_ns: log.progress_mono_ns().filter(|&t| t >= calibrated).map(|t| as_of_ns.saturating_sub(t)),
+        recent_steps: std::mem::take(&mut history.recent_steps).into(),
+    };
     let device = device_view(&device_parts, &input, &stage_names);
     let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
     let extra = Extra {
         device,
         evidence,
+        progress: Some(progress),
         host: h.host.clone(),
         pid: h.pid,
         file: log.path().display().to_string(),
@@ -481,19 +566,42 @@ pub(crate) fn report(
         .map(|(v, e)| RankEnd::of(v.rank, e.liveness, e.end, e.last_heard_wall_ns, 0))
         .collect();
     let first_end = first_end(&ends);
-    let ranks: Vec<RankReport> = d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect();
+    let marked: Vec<RankProgress> = extras.iter().filter_map(|e| e.progress.clone()).collect();
+    let progress_threshold = marked
+        .iter()
+        .any(|p| p.idle_ns.is_some())
+        .then(|| progress::threshold(&marked, t.factor, t.min_stuck_ns, t.fallback_stuck_ns));
+    let mut ranks: Vec<RankReport> = d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect();
     let post_mortem = d
         .post_mortem
         .map(post_mortem_report)
         .or_else(|| first_end.as_ref().and_then(|first| torn_down_while_waiting(first, &ranks)));
+    let hang_evidence = if d.hung || post_mortem.is_some() {
+        HangEvidenceUsed::HostCalls
+    } else if stall.is_some() {
+        HangEvidenceUsed::Device
+    } else {
+        HangEvidenceUsed::None
+    };
+    // Progress is the last resort: asked only when neither the calls nor the devices
+    // show a hang.
+    let progress_stall = progress_threshold
+        .filter(|_| hang_evidence == HangEvidenceUsed::None)
+        .and_then(|pt| progress::stall(&marked, pt.threshold_ns));
+    let hang_evidence = if progress_stall.is_some() { HangEvidenceUsed::Progress } else { hang_evidence };
+    if let Some(s) = &progress_stall {
+        mark_progress_stall(&mut ranks, s);
+    }
     HangReport {
         waits_from,
         waits_from_reason: why.describe(),
         device_stall: stall.clone().map(device_stall_report),
+        progress_stall: progress_stall.map(ProgressStallReport::from),
+        hang_evidence,
         dir: dir.display().to_string(),
         source: "logs",
         now_mono_ns,
-        hung: d.hung || post_mortem.is_some() || stall.is_some(),
+        hung: hang_evidence != HangEvidenceUsed::None,
         threshold: ThresholdReport {
             threshold_s: seconds(t.threshold_ns),
             device_threshold_s,
@@ -507,6 +615,9 @@ pub(crate) fn report(
             factor: t.factor,
             min_stuck_s: seconds(t.min_stuck_ns),
             fallback_stuck_s: seconds(t.fallback_stuck_ns),
+            progress_threshold_s: progress_threshold.map(|p| seconds(p.threshold_ns)),
+            progress_longest_step_s: progress_threshold.and_then(|p| p.longest_step_ns).map(seconds),
+            progress_steps_measured: progress_threshold.map(|p| p.steps_measured),
         },
         quiet_s: d.quiet_ns.map(seconds),
         communicators: d.communicators.into_iter().map(comm_report).collect(),
@@ -514,6 +625,24 @@ pub(crate) fn report(
         errors,
         post_mortem,
         first_end,
+    }
+}
+
+/// The ranks' parts in a hang seen from progress: the ranks behind are its culprits, the
+/// others wait for them; each stuck for as long as it has not advanced.
+fn mark_progress_stall(ranks: &mut [RankReport], s: &ProgressStall) {
+    for r in ranks.iter_mut().filter(|r| r.role == State::Ok) {
+        let (part, waiting_for) = if s.behind_ranks.contains(&r.rank) {
+            (State::Behind, Vec::new())
+        } else {
+            (State::Waiting, s.behind_ranks.clone())
+        };
+        r.role = part;
+        if r.state == State::Ok {
+            r.state = part;
+        }
+        r.waiting_for = waiting_for;
+        r.stuck_s = r.stuck_s.or(r.idle_s);
     }
 }
 
@@ -616,6 +745,7 @@ fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
         liveness: extra.liveness,
         heartbeat_age_s: extra.heartbeat_age_ns.map(seconds),
         silent_s: v.silent_ns.map(seconds),
+        idle_s: extra.progress.as_ref().and_then(|p| p.idle_ns).map(seconds),
         host: extra.host,
         pid: extra.pid,
         file: extra.file,

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use crate::analysis::hang::progress::STEPS_PACED;
 use crate::core::log::format::Region;
 use crate::core::log::reader::{CommLive, RankLog, ScanStats};
 use crate::core::log::records::{
@@ -55,6 +56,8 @@ pub(crate) struct History {
     pub(super) kernel_names: Vec<(u32, String)>,
     /// The newest complete step's parts, to place the unfinished kernel in a stage.
     pub(super) newest_step: Vec<StepVector>,
+    /// The newest complete steps' (step, wall time), at most `progress::STEPS_PACED`.
+    pub(super) recent_steps: VecDeque<(u64, u64)>,
 }
 
 impl History {
@@ -171,6 +174,7 @@ impl Kept {
             uncounted_end_ns: None,
             kernel_names: Vec::new(),
             newest_step: Vec::new(),
+            recent_steps: VecDeque::new(),
         };
         Kept {
             history,
@@ -216,11 +220,19 @@ impl Kept {
                 history.uncounted_end_ns = Some(history.uncounted_end_ns.map_or(c.t_end_ns, |t| t.min(c.t_end_ns)));
             }
             RecordBody::KernelName(k) => history.kernel_names.push((k.name_id, k.name())),
-            RecordBody::StepVector(v) => match history.newest_step.first() {
-                Some(kept) if kept.step > v.step => {}
-                Some(kept) if kept.step == v.step => history.newest_step.push(v),
-                _ => history.newest_step = vec![v],
-            },
+            RecordBody::StepVector(v) => {
+                if v.part == 0 {
+                    if history.recent_steps.len() == STEPS_PACED {
+                        history.recent_steps.pop_front();
+                    }
+                    history.recent_steps.push_back((v.step, v.wall_ns));
+                }
+                match history.newest_step.first() {
+                    Some(kept) if kept.step > v.step => {}
+                    Some(kept) if kept.step == v.step => history.newest_step.push(v),
+                    _ => history.newest_step = vec![v],
+                }
+            }
             // Kinds the hang analysis does not use.
             _ => {}
         }

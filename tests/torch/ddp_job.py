@@ -1,7 +1,7 @@
 """A small, unmodified-style DDP training job for the real-PyTorch test tier: gloo on CPU,
 a DataLoader with 2 forked workers, gradient accumulation 2, an evaluation loop, and an
-optional planted fault on one rank. It contains no stagefrontier marker: under `sf run`
-its stages come from the Python door alone.
+optional planted fault on one rank (a slow stage, or a rank asleep forever). It contains
+no stagefrontier marker: under `sf run` its stages come from the Python door alone.
 
     torchrun --nproc-per-node 2 tests/torch/ddp_job.py --steps 30 \
         --slow-rank 1 --slow-stage data --slow-ms 40
@@ -54,13 +54,17 @@ class SlowBackward(torch.autograd.Function):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, backward_delay_s):
+    def __init__(self, backward_delay_s, compute_s):
         super().__init__()
         self.hidden = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU())
         self.out = torch.nn.Linear(64, 1)
         self.backward_delay_s = backward_delay_s
+        self.compute_s = compute_s
 
     def forward(self, x):
+        if self.compute_s:
+            # The forward pass of a model worth training takes time on every rank.
+            time.sleep(self.compute_s)
         h = self.hidden(x)
         if self.backward_delay_s:
             h = SlowBackward.apply(h, self.backward_delay_s)
@@ -89,6 +93,11 @@ def main():
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-stage", choices=["data", "backward"], default="data")
     parser.add_argument("--slow-ms", type=float, default=0.0)
+    parser.add_argument("--compute-ms", type=float, default=0.0,
+                        help="every rank's forward pass takes this much longer")
+    parser.add_argument("--sleep-rank", type=int, default=-1,
+                        help="this rank falls asleep forever before its optimizer step at --sleep-step")
+    parser.add_argument("--sleep-step", type=int, default=-1)
     parser.add_argument("--nvtx", action="store_true",
                         help="mark steps and stages with NVTX ranges (torch.cuda.nvtx), as ddp_smoke.py does")
     args = parser.parse_args()
@@ -99,7 +108,8 @@ def main():
     slow = rank == args.slow_rank
     delay_s = args.slow_ms / 1000.0 if slow else 0.0
     sample_delay = delay_s / BATCH if args.slow_stage == "data" else 0.0
-    model = DistributedDataParallel(Model(delay_s if args.slow_stage == "backward" else 0.0))
+    model = DistributedDataParallel(
+        Model(delay_s if args.slow_stage == "backward" else 0.0, args.compute_ms / 1000.0))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.MSELoss()
 
@@ -121,6 +131,9 @@ def main():
                             loss.backward()
                     else:
                         loss.backward()
+            if rank == args.sleep_rank and step == args.sleep_step:
+                print("rank %d asleep at step %d" % (rank, step), flush=True)
+                time.sleep(3600)
             with stage("optim.step_cpu_wall"):
                 optimizer.step()
             with stage("callbacks.cpu_wall"):

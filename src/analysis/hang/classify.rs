@@ -499,7 +499,8 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
                 let liveness = ranks[rank].liveness;
                 let state = if liveness == Liveness::Live { part.role.state() } else { State::of_liveness(liveness) };
                 let list = match state {
-                    State::Ok => continue,
+                    // Progress names its culprits after classification, never here.
+                    State::Ok | State::Behind => continue,
                     State::Slow => &mut v.slow_ranks,
                     State::Waiting => &mut v.waiting_ranks,
                     State::Missing => &mut v.missing_ranks,

@@ -26,6 +26,7 @@ pub mod device;
 mod facts;
 mod mismatch;
 mod post_mortem;
+pub mod progress;
 mod qp;
 #[cfg(test)]
 mod testkit;
@@ -133,6 +134,9 @@ pub enum State {
     StuckQp,
     /// Recording stopped after an internal error: its log says nothing after that.
     Disabled,
+    /// Behind the others when no rank has advanced for the progress threshold (step and
+    /// stage markers, `progress`): the culprit of a hang no call shows.
+    Behind,
 }
 
 impl State {

@@ -357,6 +357,8 @@ STATE of each rank:
   slow      others are stuck waiting for it, but it still makes NCCL calls: behind, not hung
   exited    exited through exit()
   disabled  recording stopped after an internal error; its log says nothing since
+  behind    no rank has advanced for the progress threshold, and it is behind the others
+            (an earlier step, or another stage than the rest): the culprit (EVIDENCE below)
   ok        not part of anything stuck
 ROLE says what a rank that stopped was doing when it stopped: a job killed while hung
 still shows who held it up, and once every rank is gone the first line, HUNG
@@ -369,6 +371,19 @@ were still inside a call as it went, it is the post-mortem's culprit even though
 teardown took milliseconds (`first_end` in --json, `post_mortem.named_by`). STUCK: how long it has waited in its call (waiting, wedged)
 or gone without a call (missing, dead, stalled). STEP and STAGE come from the job's
 step and stage markers, when it records them.
+
+EVIDENCE, tried in this order, named by the `hang evidence:` line (--json `hang_evidence`):
+host NCCL calls (above); the devices' unfinished work (CUDA door: every host launched the
+collective, and one device is stuck behind other work); step and stage progress, for any
+backend (a gloo job's collectives run where no door sees them; a rank asleep in Python
+makes no call): when no rank has advanced (a step or stage marker) for longer than the
+progress threshold, max(--min-stuck-s, --factor x the longest of the ranks' recent steps,
+the first two steps of the job left out; --fallback-stuck-s with fewer than 3 measured),
+the ranks behind the others hold the job up: an earlier step, or, at one step, the few in
+another stage than the rest. `HUNG (from step and stage progress): rank 2 has not
+advanced for 12.0s, at step 29 between stages; ranks 0-1, 3 are ahead, most at step 30 in
+model.backward_cpu_wall; ...` (--json `progress_stall`, each rank's `idle_s`). Every rank
+at the same place names nobody: a long phase and a hang they share look alike.
 
 Also listed: collective mismatches (one sequence number issued with another op, count,
 dtype, root or reduction on some rank), SF_INJECT injections, and the hang evidence the
@@ -386,6 +401,8 @@ Example: 8 ranks of sf-trainer-sim, rank 5 stopped before its 42nd collective
 (SF_INJECT=hang:rank=5,op=allreduce,seq=42):
   $ sf hang /dev/shm/stagefrontier-$(id -u)/job-42
   HUNG: rank 5 never entered allreduce #42 on 0xe5bcd4f4e5c81503; 7 ranks have waited 5.0s
+  hang evidence: host NCCL calls
+  waits from: host calls (the NCCL calls block until every peer arrives)
   threshold 0.250s, the --min-stuck-s floor, over 1.5 x the longest of: step 0.124s (5 collectives per step \
 on 0xe5bcd4f4e5c81503), call 0.007s, gap between calls 0.061s
 

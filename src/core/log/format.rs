@@ -179,6 +179,10 @@ pub mod live {
     pub const END_MONO_NS: usize = 624;
     pub const END_WALL_NS: usize = 632;
     pub const END_HOW: usize = 640;
+    /// Raw ticks of the newest step or stage marker: when the rank last advanced, which
+    /// `sf hang` compares across ranks when no collective says who holds the job up; 0
+    /// before the first marker.
+    pub const PROGRESS_TICKS: usize = 648;
 }
 
 /// The stage-name table, inside the header page: hooks intern a stage name once, and

@@ -167,6 +167,9 @@ pub struct LiveState {
     pub doors: Option<Doors>,
     /// How the process ended, if it recorded its end (`records_end`).
     pub end: Option<ProcessEnd>,
+    /// Raw `PROGRESS_TICKS` word; `progress_mono_ns` converts it.
+    #[serde(skip)]
+    pub progress_ticks: u64,
 }
 
 /// A communicator's live state from the log's table.
@@ -348,7 +351,7 @@ impl RankLog {
     }
 
     pub fn live(&self) -> LiveState {
-        let mut w = [0u8; live::END_HOW + 8 - live::COMMITTED];
+        let mut w = [0u8; live::PROGRESS_TICKS + 8 - live::COMMITTED];
         self.read_stable(live::COMMITTED, &mut w);
         let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
@@ -367,6 +370,7 @@ impl RankLog {
             nccl_polls: field(live::NCCL_POLLS),
             markers_unnamed: field(live::MARKERS_UNNAMED),
             end: ProcessEnd::from_words(field(live::END_MONO_NS), field(live::END_WALL_NS), field(live::END_HOW)),
+            progress_ticks: field(live::PROGRESS_TICKS),
         }
     }
 
@@ -379,6 +383,15 @@ impl RankLog {
             .chunks_exact(SLOT_SIZE)
             .map(|slot| (bytes::get_u64(slot, 0) > WRITING).then(|| bytes::get_str(slot, NAME_OFFSET, NAME_CAPACITY)))
             .collect()
+    }
+
+    /// When the rank last advanced (its newest step or stage marker), on its
+    /// `CLOCK_MONOTONIC`; `None` before its first marker.
+    pub fn progress_mono_ns(&self) -> Option<u64> {
+        let ticks = self.live().progress_ticks;
+        (ticks != 0).then(|| {
+            ticks_to_mono_ns(ticks, self.header.base_ticks, self.header.base_mono_ns, self.live().ticks_per_sec)
+        })
     }
 
     /// The logical step and stage the rank is in now, from its step and stage markers.

@@ -1,6 +1,7 @@
 //! The step and stage API behind the C functions, NVTX ranges and the Python helper:
 //! one clock read, one interned name lookup and one ring push per call; the current step
-//! and stage also go to the log's live header, where `sf hang` finds them on a wedged rank.
+//! and stage, and when the rank last moved between them, also go to the log's live
+//! header, where `sf hang` finds them on a wedged rank.
 
 use std::sync::atomic::Ordering;
 
@@ -10,7 +11,12 @@ use crate::core::log::format::live;
 use crate::core::record::clock::now_ticks;
 
 fn push(rt: &Runtime, kind: MarkerKind, step: u64, name: u16, value: f64) {
-    rt.ring.push(Event::Marker(Marker { kind, ticks: now_ticks(), step, name, value }));
+    let ticks = now_ticks();
+    if kind != MarkerKind::Value {
+        // A value is no progress: it may be logged from anywhere, a stuck loop included.
+        rt.live(live::PROGRESS_TICKS).store(ticks, Ordering::Relaxed);
+    }
+    rt.ring.push(Event::Marker(Marker { kind, ticks, step, name, value }));
 }
 
 /// Opens logical step `step`, or the one after the last when `step` is negative.

@@ -10,7 +10,8 @@ use stagefrontier::core::net::proxy_progress::ProxyLink;
 use super::human::{age, first_end_line, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};
 use stagefrontier::report::hang::{
-    CommReport, DeviceStallReport, HangReport, InjectionReport, PostMortemReport, RankReport,
+    CommReport, DeviceStallReport, HangEvidenceUsed, HangReport, InjectionReport, PostMortemReport,
+    ProgressStallReport, RankReport,
 };
 
 /// The report as a person reads it.
@@ -156,7 +157,9 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     let t = &report.threshold;
     // A teardown faster than the threshold leaves no stuck wait: the post-mortem says it;
     // a device stall has its own lines.
-    if lines.len() == hung && report.post_mortem.is_none() && report.device_stall.is_none() {
+    if let Some(s) = &report.progress_stall {
+        lines.push(progress_stall_line(s));
+    } else if lines.len() == hung && report.post_mortem.is_none() && report.device_stall.is_none() {
         lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
     }
     if let Some(first) = &report.first_end {
@@ -168,6 +171,9 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     // The device's culprit first: the host counts agree, so nothing above names it.
     if let Some(s) = &report.device_stall {
         lines.insert(0, device_stall_line(s));
+    }
+    if report.hang_evidence != HangEvidenceUsed::None {
+        lines.push(format!("hang evidence: {}", report.hang_evidence.describe()));
     }
     lines.push(format!("waits from: {}", report.waits_from_reason));
     // The same nanoseconds on both sides when the floor decides.
@@ -192,7 +198,60 @@ fn hang_head(report: &HangReport) -> Vec<String> {
         _ if floor => format!("threshold {:.3}s, the --min-stuck-s floor: {}", t.threshold_s, untimed(report)),
         _ => format!("threshold {:.3}s (--fallback-stuck-s): {}", t.threshold_s, untimed(report)),
     });
+    if let Some(line) = progress_threshold_line(report) {
+        lines.push(line);
+    }
     lines
+}
+
+/// The progress threshold, when the job has no collective cadence to pace the other or
+/// progress named the hang.
+fn progress_threshold_line(report: &HangReport) -> Option<String> {
+    let t = &report.threshold;
+    let threshold = t.progress_threshold_s?;
+    if t.step_s.is_some() && report.progress_stall.is_none() {
+        return None;
+    }
+    Some(match t.progress_longest_step_s {
+        Some(step) => format!(
+            "progress threshold {threshold:.3}s = max(--min-stuck-s, {} x the longest of {} recent steps, {step:.3}s)",
+            t.factor,
+            t.progress_steps_measured.unwrap_or(0)
+        ),
+        None => {
+            format!("progress threshold {threshold:.3}s (--fallback-stuck-s): fewer than 3 steps past the first two")
+        }
+    })
+}
+
+/// `HUNG: rank 2 has not advanced for 12.3 s, at step 29 ...`: the culprit step and stage
+/// progress names when no call or device shows the hang.
+fn progress_stall_line(s: &ProgressStallReport) -> String {
+    let place = |step: Option<u64>, stage: &Option<String>| {
+        let step = step.map_or("before its first step".to_string(), |n| format!("at step {n}"));
+        match stage {
+            Some(stage) => format!("{step} in {stage}"),
+            None => format!("{step} between stages"),
+        }
+    };
+    let others = if s.ahead_ranks.is_empty() {
+        String::new()
+    } else {
+        let verb = if s.ahead_ranks.len() == 1 { "is" } else { "are" };
+        format!("; {} {verb} ahead, most {}", rank_noun(&s.ahead_ranks), place(s.ahead_step, &s.ahead_stage))
+    };
+    let also = match s.behind_ranks.len() {
+        1 => String::new(),
+        _ => format!(" (behind with it: {})", rank_noun(&s.behind_ranks[1..])),
+    };
+    format!(
+        "HUNG (from step and stage progress): rank {} has not advanced for {}, {}{also}{others}; no rank has \
+         advanced for {}",
+        s.behind_ranks[0],
+        age(s.idle_s),
+        place(s.step, &s.stage),
+        age(s.job_idle_s)
+    )
 }
 
 /// Why the logs give no step time to pace the threshold by.
