@@ -102,6 +102,41 @@ fn torchrun_under_sf_run_names_the_slow_data_stage_and_rank_with_no_marker_in_th
     assert!(top1.starts_with("data.next_wait"), "{top1}: {window}");
     assert_eq!(window["leader_ranks"][top1], serde_json::json!([2]), "{window}");
     assert!(stderr.contains("led by rank 2"), "--report's frontier headline: {stderr}");
+    // The other ranks wait for rank 2 inside their backward (gloo's allreduce, unseen):
+    // no command's first verdict line may name another rank, and none is a finding.
+    for command in ["slow", "frontier", "hang"] {
+        let (code, verdict) = first_verdict(command, &root.join("ddp"));
+        assert_eq!(code, Some(0), "sf {command}: {verdict:?}");
+        if let Some(line) = verdict {
+            assert!(line.contains("rank 2 "), "sf {command}: {line}");
+        }
+    }
+}
+
+/// `sf COMMAND DIR`'s exit status and its first verdict line (SLOW, LEAD, CULPRIT, HUNG).
+fn first_verdict(command: &str, dir: &Path) -> (Option<i32>, Option<String>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sf")).arg(command).arg(dir).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let verdict = text.lines().find(|l| ["SLOW ", "LEAD ", "CULPRIT ", "HUNG"].iter().any(|v| l.starts_with(v)));
+    (out.status.code(), verdict.map(str::to_string))
+}
+
+/// A healthy 3-rank gloo DDP job on a 2-core machine (9 processes with the DataLoader
+/// workers): no command finds anything.
+#[test]
+fn a_healthy_gloo_job_gives_no_finding_from_any_command() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-healthy");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "healthy", "--"]);
+    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
+    cmd.arg(repo("tests/torch/ddp_job.py")).args(["--steps", "24", "--eval-every", "8"]);
+    run_ok(&mut cmd);
+    for command in ["ls", "slow", "frontier", "hang"] {
+        let (code, verdict) = first_verdict(command, &root.join("healthy"));
+        assert_eq!(code, Some(0), "sf {command}: {verdict:?}");
+        assert!(verdict.as_ref().is_none_or(|l| l.starts_with("LEAD ")), "sf {command}: {verdict:?}");
+    }
 }
 
 #[test]

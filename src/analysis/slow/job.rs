@@ -162,6 +162,9 @@ pub struct SlowRank {
     /// Whether the rank's own L1 regression or jitter grew in this stage.
     pub l1_regression: bool,
     pub l1_jitter: bool,
+    /// Seconds per step the stage ran over its comparison (over the group's mean for L2,
+    /// over T_expect for expected time): the larger, what ranks leads of equal support.
+    pub excess_s: f64,
 }
 
 impl SlowRank {
@@ -396,11 +399,15 @@ fn combine(l1: &[RankL1], l2: &[GroupStage], expected: &[SlowSteps]) -> Vec<Slow
     let mut found: BTreeMap<(u32, usize), SlowRank> = BTreeMap::new();
     for g in l2 {
         for s in &g.stragglers {
-            slot(&mut found, &g.group, s.rank, g.stage).l2 = Some((s.z, g.assessment.cv));
+            let hit = slot(&mut found, &g.group, s.rank, g.stage);
+            hit.l2 = Some((s.z, g.assessment.cv));
+            hit.excess_s = hit.excess_s.max(s.mean_s - g.assessment.mean);
         }
     }
     for e in expected {
-        slot(&mut found, &e.group, e.rank, e.stage).expected = Some((e.steps.len(), e.observed_steps));
+        let hit = slot(&mut found, &e.group, e.rank, e.stage);
+        hit.expected = Some((e.steps.len(), e.observed_steps));
+        hit.excess_s = hit.excess_s.max(e.excess_s);
     }
     // L1 corroborates a rank already named; alone it names every rank of a synchronous job.
     for r in l1 {
@@ -414,7 +421,15 @@ fn combine(l1: &[RankL1], l2: &[GroupStage], expected: &[SlowSteps]) -> Vec<Slow
         }
     }
     let mut list: Vec<SlowRank> = found.into_values().collect();
-    list.sort_by(|a, b| b.detectors().cmp(&a.detectors()).then(a.rank.cmp(&b.rank)).then(a.stage.cmp(&b.stage)));
+    // Most support first; of equal support, the costliest: a lead of one detector that
+    // costs a whole stage per step outranks scheduling noise on another rank.
+    list.sort_by(|a, b| {
+        b.detectors()
+            .cmp(&a.detectors())
+            .then(b.excess_s.total_cmp(&a.excess_s))
+            .then(a.rank.cmp(&b.rank))
+            .then(a.stage.cmp(&b.stage))
+    });
     list
 }
 
@@ -428,5 +443,6 @@ fn slot<'a>(found: &'a mut BTreeMap<(u32, usize), SlowRank>, group: &str, rank: 
         expected: None,
         l1_regression: false,
         l1_jitter: false,
+        excess_s: 0.0,
     })
 }
