@@ -353,6 +353,10 @@ fn a_hung_kernel_in_an_async_job_is_named_live_within_twice_the_threshold() {
     let stall = &report["device_stall"];
     assert_eq!(stall["rank"], 1, "{report}");
     assert_eq!(report["waits_from"], "device", "{report}");
+    assert_eq!(report["hang_evidence"], "device", "{report}");
+    // The table says it too: the culprit stuck behind its kernel, the others waiting for it.
+    assert_eq!((state_of(&report, 1).as_str(), state_of(&report, 0).as_str()), ("stuck_kernel", "waiting"), "{report}");
+    assert_eq!(report["ranks"][2]["waiting_for"], serde_json::json!([1]), "{report}");
     let launched_ns = stall["t_launch_ns"].as_u64().expect("the stuck kernel's launch time");
     // A device stall is judged by the threshold raised to how far the device evidence
     // trails the device (CUPTI's buffers are read every SF_CUPTI_FLUSH_MS, 500 ms).

@@ -299,8 +299,10 @@ fn a_job_without_collectives_says_so_and_gives_leads_not_findings() {
 /// Every host launched allreduce #41 (the host counts agree) and returned; rank 3's
 /// device is stuck behind a backward kernel that never ends, so the others' devices spin
 /// in #41 and every host waits in the loss's synchronization. Step 10 began `stuck_ms`
-/// before the heartbeat; `flush_ms` is the door's buffer-read period its status gives.
-fn write_stuck_kernel_job(name: &str, stuck_ms: u64, flush_ms: Option<u32>) -> PathBuf {
+/// before the heartbeat; `flush_ms` is the door's buffer-read period its status gives;
+/// `launch_stage` the stage index (in `STAGES`) the library saw the stuck kernel launched
+/// in, `None` for a log written before launches carried it.
+fn write_stuck_kernel_job(name: &str, stuck_ms: u64, flush_ms: Option<u32>, launch_stage: Option<usize>) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sf-device-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -352,10 +354,19 @@ fn write_stuck_kernel_job(name: &str, stuck_ms: u64, flush_ms: Option<u32>) -> P
         let launch_41 = step_begin(10) + 65 * MS;
         w.append(&RecordBody::NcclCall(allreduce(COMM, 41, launch_41, launch_41 + 20_000)));
         let oldest = if rank == 3 {
-            Unfinished { name_id: 1, t_launch_ns: step_begin(10) + 35 * MS, stream: 1, comm_id: 0, seq: 0, op: None }
+            let stage = launch_stage.map_or(0, |i| ids[i] + 1);
+            Unfinished {
+                name_id: 1,
+                t_launch_ns: step_begin(10) + 35 * MS,
+                stream: 1,
+                comm_id: 0,
+                seq: 0,
+                op: None,
+                stage,
+            }
         } else {
             let op = Some(NcclOp::AllReduce);
-            Unfinished { name_id: 2, t_launch_ns: launch_41, stream: 2, comm_id: COMM, seq: 41, op }
+            Unfinished { name_id: 2, t_launch_ns: launch_41, stream: 2, comm_id: COMM, seq: 41, op, stage: 0 }
         };
         w.append(&RecordBody::DeviceState(DeviceState {
             // Its last change: the last launch, before every host blocked.
@@ -373,7 +384,7 @@ fn write_stuck_kernel_job(name: &str, stuck_ms: u64, flush_ms: Option<u32>) -> P
 
 #[test]
 fn a_stuck_compute_kernel_is_named_by_sf_hang_though_the_host_counts_agree() {
-    let dir = write_stuck_kernel_job("hang", 10_000, Some(500));
+    let dir = write_stuck_kernel_job("hang", 10_000, Some(500), None);
     let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(report.waits_from, WaitsFrom::Device);
@@ -392,15 +403,28 @@ fn a_stuck_compute_kernel_is_named_by_sf_hang_though_the_host_counts_agree() {
 /// threshold stays the cadence's.
 #[test]
 fn a_state_younger_than_two_buffer_reads_is_not_a_stall_yet() {
-    let dir = write_stuck_kernel_job("young", 700, Some(500));
+    let dir = write_stuck_kernel_job("young", 700, Some(500), None);
     let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert!(report.device_stall.is_none(), "{:?}", report.device_stall);
     assert_eq!(report.threshold.device_threshold_s, Some(1.0));
     std::fs::remove_dir_all(&dir).unwrap();
-    let dir = write_stuck_kernel_job("young-old-log", 700, None);
+    let dir = write_stuck_kernel_job("young-old-log", 700, None, None);
     let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(report.device_stall.map(|s| s.rank), Some(3));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The library saw the stuck kernel launched in the forward stage (a launch at a stage
+/// boundary, or a step whose stages ran shorter than the last complete one's): the stall
+/// names that stage, not the one the offset into the step would guess (backward here).
+#[test]
+fn a_stuck_kernel_is_named_in_the_stage_its_launch_was_seen_in() {
+    let dir = write_stuck_kernel_job("launch-stage", 10_000, Some(500), Some(1));
+    let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let stall = report.device_stall.as_ref().expect("the device names the culprit");
+    assert_eq!((stall.rank, stall.stage.as_deref()), (3, Some(STAGES[1])));
     std::fs::remove_dir_all(&dir).unwrap();
 }

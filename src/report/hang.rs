@@ -590,7 +590,10 @@ pub(crate) fn report(
         .and_then(|pt| progress::stall(&marked, pt.threshold_ns));
     let hang_evidence = if progress_stall.is_some() { HangEvidenceUsed::Progress } else { hang_evidence };
     if let Some(s) = &progress_stall {
-        mark_progress_stall(&mut ranks, s);
+        mark_culprits(&mut ranks, &s.behind_ranks, State::Behind);
+    }
+    if let Some(s) = &stall {
+        mark_culprits(&mut ranks, &[s.rank], State::StuckKernel);
     }
     HangReport {
         waits_from,
@@ -628,15 +631,13 @@ pub(crate) fn report(
     }
 }
 
-/// The ranks' parts in a hang seen from progress: the ranks behind are its culprits, the
-/// others wait for them; each stuck for as long as it has not advanced.
-fn mark_progress_stall(ranks: &mut [RankReport], s: &ProgressStall) {
+/// The ranks' parts in a hang the calls do not show (seen from progress or the devices):
+/// `culprits` are in state `as_culprit`, the others wait for them; each stuck for as long
+/// as it has not advanced.
+fn mark_culprits(ranks: &mut [RankReport], culprits: &[i32], as_culprit: State) {
     for r in ranks.iter_mut().filter(|r| r.role == State::Ok) {
-        let (part, waiting_for) = if s.behind_ranks.contains(&r.rank) {
-            (State::Behind, Vec::new())
-        } else {
-            (State::Waiting, s.behind_ranks.clone())
-        };
+        let (part, waiting_for) =
+            if culprits.contains(&r.rank) { (as_culprit, Vec::new()) } else { (State::Waiting, culprits.to_vec()) };
         r.role = part;
         if r.state == State::Ok {
             r.state = part;

@@ -499,8 +499,8 @@ pub(super) fn classify(ranks: &[RankInput], facts: &[Facts], threshold_ns: u64) 
                 let liveness = ranks[rank].liveness;
                 let state = if liveness == Liveness::Live { part.role.state() } else { State::of_liveness(liveness) };
                 let list = match state {
-                    // Progress names its culprits after classification, never here.
-                    State::Ok | State::Behind => continue,
+                    // Progress and the devices name their culprits after classification.
+                    State::Ok | State::Behind | State::StuckKernel => continue,
                     State::Slow => &mut v.slow_ranks,
                     State::Waiting => &mut v.waiting_ranks,
                     State::Missing => &mut v.missing_ranks,

@@ -137,6 +137,9 @@ pub enum State {
     /// Behind the others when no rank has advanced for the progress threshold (step and
     /// stage markers, `progress`): the culprit of a hang no call shows.
     Behind,
+    /// Its device is stuck behind other work (a kernel that never ends) while its peers'
+    /// devices wait for it in a collective every host launched (`device`): the culprit.
+    StuckKernel,
 }
 
 impl State {

@@ -357,6 +357,8 @@ STATE of each rank:
   slow      others are stuck waiting for it, but it still makes NCCL calls: behind, not hung
   exited    exited through exit()
   disabled  recording stopped after an internal error; its log says nothing since
+  stuck_kernel  its device is stuck behind a kernel that never ends while its peers'
+            devices wait for it in a collective every host launched: the culprit
   behind    no rank has advanced for the progress threshold, and it is behind the others
             (an earlier step, or another stage than the rest): the culprit (EVIDENCE below)
   ok        not part of anything stuck

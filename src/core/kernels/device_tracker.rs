@@ -34,6 +34,7 @@ struct Pending {
     name: [u8; Launch::NAME_BYTES],
     name_len: u8,
     name_cut: bool,
+    stage: u16,
 }
 
 impl Pending {
@@ -111,6 +112,7 @@ impl DeviceTracker {
             name: launch.name,
             name_len: launch.name_len,
             name_cut: launch.name_cut,
+            stage: launch.stage,
         };
         if let Some(completion) = self.early.remove(&launch.correlation) {
             return self.completed_launch(&pending, &completion);
@@ -271,6 +273,7 @@ impl DeviceTracker {
                 comm_id: call.map_or(0, |(l, _)| l.comm_id),
                 seq: call.map_or(0, |(l, _)| l.seq),
                 op: call.map(|(_, op)| op),
+                stage: p.stage,
             }
         });
         emit(&RecordBody::DeviceState(DeviceState {

@@ -21,6 +21,8 @@ fn launch(correlation: u32, ticks: u64, name: &str, nccl: NcclLink) -> DeviceEve
         name_len: name.len() as u8,
         name_cut: false,
         name: bytes,
+        // Every launch of these tests comes from the stage with id 1.
+        stage: 2,
     })
 }
 
@@ -96,7 +98,7 @@ fn the_oldest_unfinished_launch_is_the_state_until_it_completes() {
     let [RecordBody::KernelName(name), RecordBody::DeviceState(state)] = out.as_slice() else { panic!("{out:?}") };
     assert_eq!(name.name(), "sim_bwd_0");
     let oldest = state.oldest.expect("two launches, no completion");
-    assert_eq!((oldest.name_id, oldest.t_launch_ns, oldest.op), (name.name_id, 500, None));
+    assert_eq!((oldest.name_id, oldest.t_launch_ns, oldest.op, oldest.stage), (name.name_id, 500, None, 2));
     assert_eq!((state.launched, state.completed), (2, 0));
     assert!(round(&mut tracker, &mut names, false).is_empty(), "unchanged: nothing written");
     let again = round(&mut tracker, &mut names, true);

@@ -54,6 +54,9 @@ pub struct Launch {
     pub name_len: u8,
     pub name_cut: bool,
     pub name: [u8; Launch::NAME_BYTES],
+    /// The stage its host was in (stage-name id + 1; 0 outside any stage): a stuck
+    /// kernel is named in the stage that launched it, not one guessed from offsets.
+    pub stage: u16,
 }
 
 impl Launch {

@@ -89,6 +89,9 @@ pub struct Unfinished {
     pub comm_id: u64,
     pub seq: u64,
     pub op: Option<NcclOp>,
+    /// The stage its host launched it in: the stage-name id + 1, 0 when outside any stage
+    /// (and in logs written before the field).
+    pub stage: u16,
 }
 
 /// Kind 25: the collector's view of the device, written when it changes (at most once a
@@ -153,13 +156,22 @@ pub(super) fn encode_device_state(s: &DeviceState, w: &mut Encoder) {
     }
     w.u8(s.sync.map_or(0, |k| k as u8));
     w.u8(s.oldest.is_some() as u8);
-    let o = s.oldest.unwrap_or(Unfinished { name_id: 0, t_launch_ns: 0, stream: 0, comm_id: 0, seq: 0, op: None });
+    let o = s.oldest.unwrap_or(Unfinished {
+        name_id: 0,
+        t_launch_ns: 0,
+        stream: 0,
+        comm_id: 0,
+        seq: 0,
+        op: None,
+        stage: 0,
+    });
     w.u32(o.name_id);
     w.u32(o.stream);
     for v in [o.t_launch_ns, o.comm_id, o.seq] {
         w.u64(v);
     }
     w.u16(o.op.map_or(0, |op| op as u16));
+    w.u16(o.stage);
 }
 
 pub(super) fn decode_device_state(r: &mut Decoder) -> Option<DeviceState> {
@@ -178,7 +190,9 @@ pub(super) fn decode_device_state(r: &mut Decoder) -> Option<DeviceState> {
         0 => None,
         raw => Some(NcclOp::from_u16(raw)?),
     };
-    let oldest = has_oldest.then_some(Unfinished { name_id, t_launch_ns, stream, comm_id, seq, op });
+    // Appended later: older logs end before it.
+    let stage = r.u16().unwrap_or(0);
+    let oldest = has_oldest.then_some(Unfinished { name_id, t_launch_ns, stream, comm_id, seq, op, stage });
     Some(DeviceState { t_ns, launched, completed, oldest, sync_since_ns, sync })
 }
 
@@ -231,7 +245,7 @@ mod tests {
 
     #[test]
     fn device_state_round_trips_with_and_without_an_oldest_launch() {
-        let stuck = Unfinished { name_id: 3, t_launch_ns: 77, stream: 2, comm_id: 0, seq: 0, op: None };
+        let stuck = Unfinished { name_id: 3, t_launch_ns: 77, stream: 2, comm_id: 0, seq: 0, op: None, stage: 0 };
         let state = DeviceState {
             t_ns: 100,
             launched: 12,

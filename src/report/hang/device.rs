@@ -27,7 +27,12 @@ pub(super) fn device_view(
     };
     let oldest = state.oldest.map(|o| Unfinished {
         kernel: kernel_names.iter().rev().find(|(id, _)| *id == o.name_id).map(|(_, name)| name.clone()),
-        stage: stage_at(newest_step, o.t_launch_ns, stage_names),
+        // The stage its host launched it in, as the library saw it; for a log written
+        // before launches carried it, the stage at the same offset into the step.
+        stage: match o.stage.checked_sub(1) {
+            Some(id) => stage_names.get(usize::from(id)).cloned().flatten(),
+            None => stage_at(newest_step, o.t_launch_ns, stage_names),
+        },
         t_launch_ns: o.t_launch_ns,
         collective: o.op.map(|op| (o.comm_id, o.seq, op)),
     });

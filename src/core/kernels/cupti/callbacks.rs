@@ -11,6 +11,7 @@ use cudarc::cupti::sys::{
 
 use crate::core::live::event::{DeviceEvent, Event, Launch, SyncCall};
 use crate::core::live::runtime;
+use crate::core::log::format::live;
 use crate::core::log::records::SyncKind;
 use crate::core::record::clock::now_ticks;
 use crate::core::record::thread_state;
@@ -95,7 +96,10 @@ pub fn on_api(what: Traced, call: &ApiCall) -> bool {
     } else {
         let Some((nccl, tid)) = thread_state::cuda_api_enter() else { return false };
         match what {
-            Traced::Launch => DeviceEvent::Launch(launch(call, nccl)),
+            Traced::Launch => {
+                let stage = rt.live(live::CURRENT_STAGE).load(std::sync::atomic::Ordering::Relaxed);
+                DeviceEvent::Launch(launch(call, nccl, u16::try_from(stage).unwrap_or(0)))
+            }
             Traced::Sync(sync) => DeviceEvent::Sync(SyncCall {
                 ticks: now_ticks(),
                 correlation: call.correlation,
@@ -109,7 +113,7 @@ pub fn on_api(what: Traced, call: &ApiCall) -> bool {
 }
 
 #[inline]
-fn launch(call: &ApiCall, nccl: thread_state::NcclLink) -> Launch {
+fn launch(call: &ApiCall, nccl: thread_state::NcclLink, stage: u16) -> Launch {
     let kept = call.symbol.len().min(Launch::NAME_BYTES);
     let mut name = [0u8; Launch::NAME_BYTES];
     name[..kept].copy_from_slice(&call.symbol[..kept]);
@@ -121,6 +125,7 @@ fn launch(call: &ApiCall, nccl: thread_state::NcclLink) -> Launch {
         name_len: kept as u8,
         name_cut: call.symbol.len() > kept,
         name,
+        stage,
     }
 }
 
@@ -144,9 +149,9 @@ mod tests {
     fn a_long_name_is_cut_and_says_so() {
         let long = [b'k'; Launch::NAME_BYTES + 1];
         let call = ApiCall { exit: false, correlation: 7, symbol: &long, stream_handle: 0x10 };
-        let l = launch(&call, thread_state::NcclLink::NONE);
+        let l = launch(&call, thread_state::NcclLink::NONE, 3);
         assert!(l.name_cut && l.name().len() == Launch::NAME_BYTES);
-        let short = launch(&ApiCall { symbol: b"gemm", ..call }, thread_state::NcclLink::NONE);
+        let short = launch(&ApiCall { symbol: b"gemm", ..call }, thread_state::NcclLink::NONE, 0);
         assert!(!short.name_cut && short.name() == b"gemm" && short.correlation == 7 && short.stream_handle == 0x10);
     }
 }
