@@ -28,7 +28,8 @@ pub struct Unfinished {
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceView {
     pub rank: i32,
-    /// The reader's now on the rank's clock.
+    /// When the view holds, on the rank's clock: the reader's now, or the rank's last
+    /// heartbeat if earlier (its state is no fresher than the collector's last round).
     pub now_ns: Option<u64>,
     pub oldest: Option<Unfinished>,
     /// When the device's state last changed (a launch or a completion seen): a device

@@ -11,13 +11,20 @@ pub(super) fn device_view(
     stage_names: &[Option<String>],
 ) -> Option<DeviceView> {
     let (state, kernel_names, newest_step, _, evidence_lag_ns) = parts;
+    // The device's state is as fresh as the collector's last round, which its heartbeat
+    // follows: judged at the reader's now, a healthy rank whose collector a loaded host
+    // held back for a second reads as a device stuck for that long.
+    let as_of_ns = match input.heartbeat_mono_ns {
+        0 => input.now_ns,
+        beat => input.now_ns.map(|now| now.min(beat)),
+    };
     // A rank without a device state is a member that shows nothing: it keeps the devices
     // from naming a culprit in a collective it is part of.
     let Some(state) = *state else {
         let launched = launched(input);
         return Some(DeviceView {
             rank: input.rank,
-            now_ns: input.now_ns,
+            now_ns: as_of_ns,
             oldest: None,
             changed_ns: 0,
             sync_since_ns: 0,
@@ -38,7 +45,7 @@ pub(super) fn device_view(
     });
     Some(DeviceView {
         rank: input.rank,
-        now_ns: input.now_ns,
+        now_ns: as_of_ns,
         oldest,
         changed_ns: state.t_ns,
         sync_since_ns: state.sync_since_ns,
