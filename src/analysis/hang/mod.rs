@@ -38,11 +38,14 @@ pub use mismatch::{FieldValue, Findings, Gather, Mismatch, MismatchField, Said, 
 pub use post_mortem::PostMortem;
 pub use qp::StuckQp;
 
+use std::collections::BTreeMap;
+
 use crate::analysis::comms::grow::Aliases;
+use crate::analysis::comms::members;
 use crate::analysis::log::liveness::Liveness;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::CommLive;
-use crate::core::log::records::{CommCreated, NcclCall};
+use crate::core::log::records::{CommCreated, CommOrigin, NcclCall};
 
 /// Stuck means older than `factor` steps: the longest a healthy rank waits in a collective
 /// is the skew between ranks, and the longest it goes without an NCCL call is its longest
@@ -257,16 +260,54 @@ pub struct Diagnosis {
 pub fn diagnose(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
     // A grown communicator is one communicator on every member, whatever it called it.
     let aliases = Aliases::of(ranks.iter().flat_map(|r| &r.created));
-    if aliases.is_empty() {
+    let split = split_ranks(ranks);
+    if aliases.is_empty() && split.is_empty() {
         return diagnose_named(ranks, settings);
     }
-    let renamed: Vec<RankInput> = ranks.iter().map(|r| renamed(r, &aliases)).collect();
-    diagnose_named(&renamed, settings)
+    let prepared: Vec<RankInput> =
+        ranks.iter().map(|r| renamed(with_split_ranks(r.clone(), &split), &aliases)).collect();
+    diagnose_named(&prepared, settings)
+}
+
+/// Global rank → communicator rank of every communicator `ncclCommSplit` made whose ranks
+/// no log recorded (NCCL reports them only when asked) but follow from its members' keys
+/// (`members::complete_ranks`): without them a send/recv's peer, a communicator rank,
+/// names nobody, and a rank that never posted its half of an exchange goes unnamed.
+fn split_ranks(ranks: &[RankInput]) -> BTreeMap<u64, BTreeMap<u32, i32>> {
+    if !ranks.iter().flat_map(|r| &r.created).any(|c| c.rank < 0 && c.origin == CommOrigin::Split) {
+        return BTreeMap::new();
+    }
+    let logs = ranks.iter().filter_map(|r| Some((u32::try_from(r.rank).ok()?, r.created.as_slice())));
+    let mut known = members::complete_ranks(&members::collect(logs));
+    known.retain(|id, _| ranks.iter().flat_map(|r| &r.created).any(|c| c.comm_id == *id && c.rank < 0));
+    known
+}
+
+/// A rank's input with the communicator ranks `split_ranks` found filled in.
+fn with_split_ranks(mut r: RankInput, split: &BTreeMap<u64, BTreeMap<u32, i32>>) -> RankInput {
+    let Ok(global) = u32::try_from(r.rank) else { return r };
+    let place = |comm_id: u64| {
+        let members = split.get(&comm_id)?;
+        Some((*members.get(&global)?, i32::try_from(members.len()).ok()?))
+    };
+    for c in r.created.iter_mut().filter(|c| c.rank < 0) {
+        if let Some((rank, nranks)) = place(c.comm_id) {
+            (c.rank, c.nranks) = (rank, nranks);
+        }
+    }
+    for row in r.comms.iter_mut().filter(|row| row.rank < 0) {
+        if let Some((rank, nranks)) = place(row.comm_id) {
+            (row.rank, row.nranks) = (rank, nranks);
+        }
+    }
+    r
 }
 
 /// A rank's input with every communicator named as the reports name it.
-fn renamed(r: &RankInput, aliases: &Aliases) -> RankInput {
-    let mut r = r.clone();
+fn renamed(mut r: RankInput, aliases: &Aliases) -> RankInput {
+    if aliases.is_empty() {
+        return r;
+    }
     r.created = aliases.memberships(&r.created);
     for c in &mut r.calls {
         c.comm_id = aliases.canonical(c.comm_id);

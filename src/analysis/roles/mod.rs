@@ -26,16 +26,15 @@
 //! that role; pp is its stage in its pipeline.
 
 mod flow;
-mod members;
 mod traffic;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::analysis::comms::members::{self, CommMembers};
 use crate::core::log::records::CommCreated;
 pub use flow::Flow;
-use members::CommMembers;
 pub use traffic::{Call, Traffic};
 
 /// Above this share of the stretches between pipeline exchanges holding its calls, an

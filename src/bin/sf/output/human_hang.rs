@@ -54,9 +54,30 @@ fn rank_noun(ranks: &[i32]) -> String {
     format!("{} {}", if ranks.len() == 1 { "rank" } else { "ranks" }, ranges(ranks))
 }
 
+/// A stuck communicator whose missing ranks are all waiting in other calls themselves:
+/// they did not enter because something else holds them, not of themselves.
+fn chained(c: &CommReport, report: &HangReport) -> bool {
+    !c.missing_ranks.is_empty()
+        && c.missing_ranks.iter().all(|m| report.ranks.iter().any(|r| r.rank == *m && json_name(&r.role) == "waiting"))
+}
+
+/// The send/recv calls ranks wait in on a communicator: `rank 6's recv #25`.
+fn p2p_waits(c: &CommReport, report: &HangReport) -> Vec<String> {
+    report
+        .ranks
+        .iter()
+        .filter(|r| c.waiting_ranks.contains(&r.rank) && r.comm_id == Some(c.comm_id) && r.in_flight)
+        .filter_map(|r| Some(format!("rank {}'s {} #{}", r.rank, r.op?.name(), r.comm_seq?)))
+        .collect()
+}
+
 /// One sentence per stuck communicator: who holds it up, and who waits.
-fn comm_verdict(c: &CommReport, source: &str) -> String {
+fn comm_verdict(c: &CommReport, report: &HangReport) -> String {
+    let source = report.source;
     let call = stuck_call(c);
+    // A send/recv: the half a missing peer never posted, and the call waiting for it.
+    let waits = if c.stuck_p2p && c.stuck_seq.is_none() { p2p_waits(c, report) } else { Vec::new() };
+    let call = if waits.is_empty() { call } else { format!("the send/recv matching {}", waits.join(", ")) };
     let mut causes = Vec::new();
     for q in &c.stuck_qps {
         // A link of proxy steps (stock NCCL) is no QP: name its channel, direction and peer.
@@ -150,10 +171,24 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     let mut lines =
         mismatch_lines(report.communicators.iter().map(|c| (c.comm_id, &c.mismatches[..], c.mismatches_total)));
     let hung = lines.len();
-    lines.extend(stuck_comms(report).map(|c| {
-        let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
-        format!("{verdict}: {}", comm_verdict(c, report.source))
-    }));
+    // The communicators a culprit holds up first; those whose missing ranks wait
+    // themselves elsewhere (a chain back to the culprit) in one line after them.
+    let (root, chained): (Vec<&CommReport>, Vec<&CommReport>) = stuck_comms(report).partition(|c| !chained(c, report));
+    let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
+    lines.extend(root.iter().map(|c| format!("{verdict}: {}", comm_verdict(c, report))));
+    if !chained.is_empty() && !root.is_empty() {
+        let mut behind: Vec<i32> = chained.iter().flat_map(|c| c.missing_ranks.iter().copied()).collect();
+        behind.sort_unstable();
+        behind.dedup();
+        let (n, s) = (chained.len(), if chained.len() == 1 { "" } else { "s" });
+        lines.push(format!(
+            "{n} more communicator{s} held up in a chain: {} never entered their calls there because they wait \
+             themselves (the table below)",
+            rank_noun(&behind)
+        ));
+    } else {
+        lines.extend(chained.iter().map(|c| format!("{verdict}: {}", comm_verdict(c, report))));
+    }
     let t = &report.threshold;
     // A teardown faster than the threshold leaves no stuck wait: the post-mortem says it;
     // a device stall has its own lines.

@@ -100,6 +100,30 @@ pub fn local_ranks(comms: &BTreeMap<u64, CommMembers>) -> BTreeMap<u64, BTreeMap
     resolved
 }
 
+/// Global rank → communicator rank, per communicator whose every member's log is here:
+/// one whose members number the size they recorded, or a split of such a one (a colour's
+/// members are those of the parent that chose it, and each recorded its split). Nothing
+/// for a communicator some of whose members may be missing: a rank ordered without them
+/// could be another member's.
+pub fn complete_ranks(comms: &BTreeMap<u64, CommMembers>) -> BTreeMap<u64, BTreeMap<u32, i32>> {
+    let locals = local_ranks(comms);
+    let mut complete: BTreeSet<u64> = BTreeSet::new();
+    for _ in 0..comms.len().max(1) {
+        let before = complete.len();
+        for comm in comms.values() {
+            let whole = usize::try_from(comm.nranks).is_ok_and(|n| n == comm.members.len());
+            let of_whole = comm.origin == CommOrigin::Split && complete.contains(&comm.parent_id);
+            if (whole || of_whole) && locals.contains_key(&comm.comm_id) {
+                complete.insert(comm.comm_id);
+            }
+        }
+        if complete.len() == before {
+            break;
+        }
+    }
+    complete.into_iter().map(|id| (id, locals[&id].iter().map(|(&local, &global)| (global, local)).collect())).collect()
+}
+
 fn resolve(comm: &CommMembers, resolved: &BTreeMap<u64, BTreeMap<i32, u32>>) -> Option<BTreeMap<i32, u32>> {
     if comm.members.iter().all(|m| m.rank >= 0) {
         return Some(comm.members.iter().map(|m| (m.rank, m.global_rank)).collect());
@@ -138,6 +162,24 @@ mod tests {
         let locals = local_ranks(&comms);
         assert_eq!(locals[&2], BTreeMap::from([(0, 3), (1, 1)]), "key 5 (rank 3) comes first");
         assert_eq!(locals[&1][&2], 2);
+    }
+
+    #[test]
+    fn only_splits_of_communicators_whose_every_member_is_here_are_complete() {
+        let world: Vec<Vec<CommCreated>> =
+            (0..4).map(|r| vec![created(1, 0, r, 4, -1, CommOrigin::InitRank)]).collect();
+        let mut logs = world.clone();
+        logs[1].push(created(2, 1, -1, -1, 9, CommOrigin::Split));
+        logs[3].push(created(2, 1, -1, -1, 5, CommOrigin::Split));
+        let comms = collect(logs.iter().enumerate().map(|(r, c)| (r as u32, c.as_slice())));
+        let complete = complete_ranks(&comms);
+        assert_eq!(complete[&2], BTreeMap::from([(3, 0), (1, 1)]));
+        assert_eq!(complete[&1].len(), 4);
+        // Rank 2's log is missing: the world is not whole, and a member of the split could
+        // be missing too.
+        logs.remove(2);
+        let comms = collect([0u32, 1, 3].into_iter().zip(logs.iter().map(|c| c.as_slice())));
+        assert!(complete_ranks(&comms).is_empty(), "{:?}", complete_ranks(&comms));
     }
 
     #[test]

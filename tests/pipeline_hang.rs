@@ -1,0 +1,85 @@
+//! Pipeline hangs: a rank of an 8-rank TP 2 × PP 2 × DP 2 job (sf-trainer-sim, NCCL calls
+//! blocking the host) stops before posting its half of a send/recv between pipeline stages.
+//! Its peer waits in the matching call; the rest of the job piles up behind the two. With
+//! communicators made by `ncclCommSplit` (which records no rank) or from unique ids, and
+//! send/recv batched on the pipeline communicator or on a 2-rank one per pair, `sf hang`
+//! names the rank that never posted, the peer waiting for it, and the call it waits in.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn sf_hang(dir: &Path) -> (Option<i32>, Value) {
+    let out = Command::new(artifact("sf")).arg("hang").arg(dir).arg("--json").output().expect("run sf hang");
+    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+}
+
+fn rank_field<'a>(report: &'a Value, rank: u64, field: &str) -> &'a Value {
+    let ranks = report["ranks"].as_array().expect("ranks");
+    &ranks.iter().find(|r| r["rank"] == rank).expect("the rank")[field]
+}
+
+/// Rank = tp + 2·dp + 4·pp (Megatron's order): rank 2 is pipeline stage 0 (tp 0, dp 1),
+/// rank 6 the stage-1 rank it sends activations to.
+fn hangs_at_the_exchange(test: &str, comm_create: &str, p2p: &str, inject: &str, culprit: u64, peer: u64) {
+    let _serial = one_at_a_time();
+    let root = log_root(test);
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--steps", "100000"])
+        .args(["--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1", "--launch", "blocking"])
+        .args(["--comm-create", comm_create, "--p2p", p2p])
+        .env("SF_INJECT", inject)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Killed(cmd.spawn().expect("start sf-trainer-sim"));
+    let dir = root.join("job");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let report = loop {
+        let (code, report) = sf_hang(&dir);
+        // Every wait of the pile-up past the threshold: the culprit's peer among them.
+        if code == Some(3) && rank_field(&report, peer, "state") == "waiting" {
+            break report;
+        }
+        assert!(Instant::now() < deadline, "{comm_create}/{p2p}: never diagnosed: {report}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let case = format!("{comm_create}/{p2p} {inject}");
+    assert_eq!(rank_field(&report, culprit, "state"), "missing", "{case}: {report}");
+    assert_eq!(rank_field(&report, peer, "waiting_for"), &serde_json::json!([culprit]), "{case}: {report}");
+    let op = rank_field(&report, peer, "op").as_str().unwrap_or_default().to_string();
+    assert!(op == "send" || op == "recv", "{case}: the peer waits in a send/recv: {report}");
+    let exchange = report["communicators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["stuck_p2p"] == true && c["waiting_ranks"] == serde_json::json!([peer]))
+        .unwrap_or_else(|| panic!("{case}: no stuck send/recv: {report}"));
+    assert_eq!(exchange["missing_ranks"], serde_json::json!([culprit]), "{case}: {exchange}");
+    assert_eq!(exchange["nranks"], 2, "{case}: the split's size follows from its members: {exchange}");
+
+    let human = Command::new(artifact("sf")).arg("hang").arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    let wanted = format!("rank {culprit} never entered the send/recv matching rank {peer}'s {op} #");
+    assert!(text.lines().take_while(|l| l.starts_with("HUNG")).any(|l| l.contains(&wanted)), "{case}:\n{text}");
+    assert!(text.lines().all(|l| !l.contains("wedged")), "{case}: nobody is wedged:\n{text}");
+}
+
+#[test]
+fn a_rank_that_never_sends_its_activations_is_named_with_split_communicators() {
+    hangs_at_the_exchange("pp-hang-split-batched", "split", "batched", "hang:rank=2,op=send,step=3", 2, 6);
+}
+
+#[test]
+fn a_rank_that_never_sends_its_activations_is_named_with_pair_communicators() {
+    hangs_at_the_exchange("pp-hang-new-pairs", "new", "pairs", "hang:rank=2,op=send,step=3", 2, 6);
+}
+
+#[test]
+fn a_rank_that_never_posts_its_receive_is_named() {
+    hangs_at_the_exchange("pp-hang-split-recv", "split", "batched", "hang:rank=6,op=recv,step=3", 6, 2);
+}
