@@ -40,6 +40,15 @@ int sf_recording(void);
 int sf_declare_rank(int rank, int world_size);
 /* 1 once NVTX ranges (NVTX_INJECTION64_PATH) have opened a step in this process, else 0. */
 int sf_nvtx_steps(void);
+/* For the Python door: collectives and send/recv issued from Python on a process group
+ * NCCL does not run (gloo), recorded as NCCL's are. `group` is the door's number for the
+ * group, `group_id` the same on every member; `op` numbers calls as the log's nccl_call
+ * records do, `dtype` as NCCL's ncclDataType_t (-1 unknown), `peer` a group rank (-1 none).
+ * sf_py_call_begin returns 1 when the call is recorded; sf_py_call_end then follows on the
+ * same thread once it returns. */
+void sf_py_group(unsigned long long group, unsigned long long group_id, int rank, int size);
+int sf_py_call_begin(unsigned long long group, int op, unsigned long long count, int dtype, int peer);
+void sf_py_call_end(void);
 
 #ifdef __cplusplus
 }

@@ -147,6 +147,10 @@ class _Door:
         except Exception as error:  # the steps are still worth recording
             sys.stderr.write("stagefrontier: init_process_group is not watched: %s\n" % (error,))
         try:
+            _Collectives(torch, lib).install()
+        except Exception as error:  # likewise
+            sys.stderr.write("stagefrontier: collectives from Python are not recorded: %s\n" % (error,))
+        try:
             self._hook_data_loader()
             self._hook_backward()
             self._hook_optimizer()
@@ -352,3 +356,157 @@ class _Door:
                 door.forward(module)
 
         module.register_forward_pre_hook(pre)
+
+
+# NCCL's numbering of calls, as the log's nccl_call records carry it (src/core/log/nccl_op.rs).
+_ALL_REDUCE, _BROADCAST, _REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL = 16, 17, 19, 20, 21, 22
+_SEND, _RECV, _GATHER, _SCATTER = 23, 24, 25, 26
+
+# The torch.distributed functions recorded: (op, the argument naming the root or peer).
+# A barrier is an allreduce of one element, as NCCL runs it.
+_RECORDED = {
+    "all_reduce": (_ALL_REDUCE, None),
+    "barrier": (_ALL_REDUCE, None),
+    "broadcast": (_BROADCAST, "src"),
+    "reduce": (_REDUCE, "dst"),
+    "all_gather": (_ALL_GATHER, None),
+    "all_gather_into_tensor": (_ALL_GATHER, None),
+    "reduce_scatter": (_REDUCE_SCATTER, None),
+    "reduce_scatter_tensor": (_REDUCE_SCATTER, None),
+    "all_to_all": (_ALL_TO_ALL, None),
+    "all_to_all_single": (_ALL_TO_ALL, None),
+    "gather": (_GATHER, "dst"),
+    "scatter": (_SCATTER, "src"),
+    "send": (_SEND, "dst"),
+    "isend": (_SEND, "dst"),
+    "recv": (_RECV, "src"),
+    "irecv": (_RECV, "src"),
+}
+
+# torch dtype name -> ncclDataType_t.
+_DTYPES = {
+    "int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
+    "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9,
+}
+
+
+class _Collectives:
+    """Records the collectives and send/recv a program issues from Python on a process
+    group NCCL does not run (gloo): NCCL's own are recorded by the preload door, and
+    recording them twice would count each wait twice. batch_isend_irecv runs through the
+    isend/irecv it is given, recorded as such. Not seen: DDP's gradient allreduce and
+    buffer broadcast (issued from C++), and functional collectives (DTensor,
+    torch.compile), which bypass these functions.
+
+    Per call: a signature bind, a group lookup and two ctypes calls (docs/recording.md
+    has the measured cost)."""
+
+    def __init__(self, torch, lib):
+        self.torch = torch
+        self.lib = lib
+        self.local = __import__("threading").local()
+        # id(group) -> (group, number or None when not recorded); the group is kept so
+        # that its id is not reused.
+        self.groups = {}
+
+    def install(self):
+        distributed = self.torch.distributed
+        if not distributed.is_available():
+            return
+        if getattr(self.lib, "sf_py_call_begin", None) is None:  # an older library
+            return
+        self.lib.sf_py_group.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int]
+        self.lib.sf_py_group.restype = None
+        self.lib.sf_py_call_begin.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_int, ctypes.c_int]
+        self.lib.sf_py_call_begin.restype = ctypes.c_int
+        self.lib.sf_py_call_end.argtypes = []
+        self.lib.sf_py_call_end.restype = None
+        c10d = importlib.import_module("torch.distributed.distributed_c10d")
+        import inspect
+        for name, (op, root) in _RECORDED.items():
+            real = getattr(c10d, name, None)
+            if real is None:
+                continue
+            wrapped = self._wrap(real, op, root, inspect.signature(real))
+            setattr(c10d, name, wrapped)
+            if getattr(distributed, name, None) is real:
+                setattr(distributed, name, wrapped)
+
+    def _wrap(self, real, op, root, signature):
+        collectives = self
+
+        @functools.wraps(real)
+        def recorded(*args, **kwargs):
+            local = collectives.local
+            if getattr(local, "inside", False):  # a collective built of others
+                return real(*args, **kwargs)
+            local.inside = True
+            try:
+                entered = collectives._begin(op, root, signature, args, kwargs)
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    if entered:
+                        collectives.lib.sf_py_call_end()
+            finally:
+                local.inside = False
+
+        return recorded
+
+    def _begin(self, op, root, signature, args, kwargs):
+        """Reports the call's entry; whether the library recorded it."""
+        try:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            distributed = self.torch.distributed
+            group = bound.get("group") or distributed.distributed_c10d._get_default_group()
+            tensor = self._tensor(bound)
+            number = self._group(group, tensor)
+            if number is None:
+                return False
+            peer = -1
+            if root is not None and bound.get(root) is not None:
+                peer = distributed.get_group_rank(group, bound[root])
+            count, dtype = (tensor.numel(), _DTYPES.get(str(tensor.dtype).replace("torch.", ""), -1)) \
+                if tensor is not None else (1, -1)
+            return bool(self.lib.sf_py_call_begin(number, op, count, dtype, peer))
+        except Exception:  # never the program's problem
+            return False
+
+    def _tensor(self, bound):
+        """The call's first tensor argument (the first of a list of them)."""
+        Tensor = self.torch.Tensor
+        for value in bound.values():
+            if isinstance(value, Tensor):
+                return value
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], Tensor):
+                return value[0]
+        return None
+
+    def _group(self, group, tensor):
+        """The group's number, reporting it the first time; None for a group NCCL runs
+        (for this tensor's device) or one this process is not in."""
+        known = self.groups.get(id(group))
+        if known is None:
+            if not self.lib.sf_recording():
+                # No rank yet: a group reported now would be lost; ask again next call.
+                return None
+            number = None
+            distributed = self.torch.distributed
+            backend = str(distributed.get_backend(group)).lower()
+            rank = distributed.get_rank(group)
+            if rank >= 0 and not (backend == "nccl" or (tensor is not None and tensor.is_cuda and "nccl" in backend)):
+                ranks = distributed.get_process_group_ranks(group)
+                name = getattr(group, "group_name", "")
+                number = len(self.groups) + 1
+                self.lib.sf_py_group(number, _fnv1a64("%s:%s" % (name, ranks)), rank, len(ranks))
+            known = (group, number)
+            self.groups[id(group)] = known
+        return known[1]
+
+
+def _fnv1a64(text):
+    """The same 64-bit id on every member of a group."""
+    value = 0xCBF29CE484222325
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return value

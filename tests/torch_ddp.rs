@@ -412,3 +412,69 @@ fn a_rank_asleep_forever_in_a_gloo_job_is_named_from_progress_live_and_post_mort
     };
     assert_eq!(gone["progress_stall"]["behind_ranks"], serde_json::json!([2]), "{gone}");
 }
+
+/// FSDP-style collectives issued from Python on gloo (tests/torch/collectives_job.py: the
+/// parameters gathered in forward, their gradients reduce-scattered in backward): the
+/// Python door records them as NCCL's calls are recorded, so the waits are read from
+/// them. Rank 1's forward runs 30 ms long: sf slow names it with the waits it caused
+/// (exit 4), and sf frontier as the culprit.
+#[test]
+fn collectives_issued_from_python_on_gloo_carry_the_waits() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-collectives");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "fsdp", "--"]);
+    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
+    cmd.arg(repo("tests/torch/collectives_job.py")).args(["--steps", "30", "--slow-rank", "1", "--slow-ms", "30"]);
+    let out = run_ok(&mut cmd);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("collectives_job: ok ranks=3 steps=30"));
+    let dir = root.join("fsdp");
+    let slow = Command::new(env!("CARGO_BIN_EXE_sf")).arg("slow").arg(&dir).arg("--json").output().unwrap();
+    let report: Value = serde_json::from_slice(&slow.stdout).unwrap();
+    assert_eq!(report["waits_from"], "host_calls", "{report}");
+    assert_eq!(slow.status.code(), Some(4), "{report}");
+    let first = &report["slow_ranks"][0];
+    assert_eq!((&first["rank"], &first["stage"]), (&1.into(), &"model.fwd_loss_cpu_wall".into()), "{report}");
+    let (code, verdict) = first_verdict("frontier", &dir);
+    assert!(matches!(code, Some(0 | 4)), "{verdict:?}");
+    assert!(
+        verdict.as_deref().is_some_and(|l| l.starts_with("CULPRIT rank 1 in model.fwd_loss_cpu_wall")),
+        "{verdict:?}"
+    );
+}
+
+/// Rank 2 of the same job stops before its forward's gather at step 15: sf hang names it
+/// from the collectives the Python door recorded (exit 3), the others waiting in the
+/// allgather it never entered.
+#[test]
+fn a_rank_missing_a_collective_issued_from_python_is_named_by_sf_hang() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-collectives-hang");
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "stop", "--"]);
+    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
+    cmd.arg(repo("tests/torch/collectives_job.py")).args(["--steps", "1000", "--hang-rank", "2", "--hang-step", "15"]);
+    let mut job = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let dir = root.join("stop");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let report = loop {
+        let (code, report) = sf_hang(&dir);
+        if code == Some(3) {
+            break report;
+        }
+        assert!(std::time::Instant::now() < deadline, "never named: {report}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let pid = libc::pid_t::try_from(job.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    job.wait().unwrap();
+    assert_eq!(report["hang_evidence"], "python_collectives", "{report}");
+    let stuck = report["communicators"].as_array().unwrap().iter().find(|c| !c["stuck_s"].is_null()).expect("stuck");
+    assert_eq!(
+        (&stuck["missing_ranks"], &stuck["stuck_op"]),
+        (&serde_json::json!([2]), &"allgather".into()),
+        "{stuck}"
+    );
+    assert_eq!(stuck["waiting_ranks"], serde_json::json!([0, 1]), "{stuck}");
+}

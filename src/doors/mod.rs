@@ -8,6 +8,7 @@ pub mod comms;
 pub mod kernels;
 pub mod net;
 pub mod process_exit;
+pub mod python_collectives;
 mod real_symbol;
 pub mod steps;
 mod traced;

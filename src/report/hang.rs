@@ -20,7 +20,7 @@ use crate::analysis::log::liveness::{classify, with_end, Liveness};
 use crate::core::log::host as local_host;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
-use crate::core::log::records::{hex_u64, DeviceState, HangEvidence, Injection, ProcessEnd, StepVector};
+use crate::core::log::records::{hex_u64, CommOrigin, DeviceState, HangEvidence, Injection, ProcessEnd, StepVector};
 use crate::core::record::clock::monotonic_ns;
 use serde::{Serialize, Serializer};
 
@@ -90,8 +90,9 @@ pub struct HangReport {
     /// whose collectives no door saw, or a rank stuck outside any call.
     pub progress_stall: Option<ProgressStallReport>,
     /// The evidence the verdict came from, tried in this order: `host_calls` (NCCL calls
-    /// and their live tables), `device` (the devices' unfinished work), `progress` (step
-    /// and stage markers); `none` when the job is not hung.
+    /// and their live tables), `device` (the devices' unfinished work),
+    /// `python_collectives` (host calls all issued from Python on gloo process groups),
+    /// `progress` (step and stage markers); `none` when the job is not hung.
     pub hang_evidence: HangEvidenceUsed,
 }
 
@@ -101,6 +102,9 @@ pub struct HangReport {
 pub enum HangEvidenceUsed {
     HostCalls,
     Device,
+    /// Host calls too, every stuck one a collective the Python door saw issued on a gloo
+    /// process group.
+    PythonCollectives,
     Progress,
     None,
 }
@@ -111,6 +115,7 @@ impl HangEvidenceUsed {
         match self {
             HangEvidenceUsed::HostCalls => "host NCCL calls",
             HangEvidenceUsed::Device => "the devices' unfinished work",
+            HangEvidenceUsed::PythonCollectives => "collectives issued from Python (torch.distributed on gloo)",
             HangEvidenceUsed::Progress => "step and stage progress",
             HangEvidenceUsed::None => "none",
         }
@@ -351,6 +356,8 @@ pub(crate) struct Extra {
     evidence: Evidence,
     /// Where its step and stage markers put it, and since when.
     progress: Option<RankProgress>,
+    /// Its communicators that are `torch.distributed` process groups (the Python door's).
+    process_groups: Vec<u64>,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -428,6 +435,7 @@ impl Extra {
             device: None,
             evidence: Evidence::default(),
             progress: None,
+            process_groups: Vec::new(),
         }
     }
 }
@@ -511,12 +519,15 @@ pub(crate) fn read_live(
         idle_ns: log.progress_mono_ns().filter(|&t| t >= calibrated).map(|t| as_of_ns.saturating_sub(t)),
         recent_steps: std::mem::take(&mut history.recent_steps).into(),
     };
+    let process_groups =
+        input.created.iter().filter(|c| c.origin == CommOrigin::ProcessGroup).map(|c| c.comm_id).collect();
     let device = device_view(&device_parts, &input, &stage_names);
     let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
     let extra = Extra {
         device,
         evidence,
         progress: Some(progress),
+        process_groups,
         host: h.host.clone(),
         pid: h.pid,
         file: log.path().display().to_string(),
@@ -558,6 +569,7 @@ pub(crate) fn report(
     let device_threshold_s =
         views.iter().any(|v| v.changed_ns > 0).then(|| seconds(device_threshold_ns(&views, d.threshold.threshold_ns)));
     let t = &d.threshold;
+    let process_groups: Vec<u64> = extras.iter().flat_map(|e| e.process_groups.iter().copied()).collect();
     let ends: Vec<RankEnd> = d
         .ranks
         .iter()
@@ -576,7 +588,11 @@ pub(crate) fn report(
         .post_mortem
         .map(post_mortem_report)
         .or_else(|| first_end.as_ref().and_then(|first| torn_down_while_waiting(first, &ranks)));
-    let hang_evidence = if d.hung || post_mortem.is_some() {
+    let stuck_in_python =
+        d.communicators.iter().filter(|c| c.stuck_ns.is_some()).all(|c| process_groups.contains(&c.comm_id));
+    let hang_evidence = if (d.hung || post_mortem.is_some()) && stuck_in_python && !process_groups.is_empty() {
+        HangEvidenceUsed::PythonCollectives
+    } else if d.hung || post_mortem.is_some() {
         HangEvidenceUsed::HostCalls
     } else if stall.is_some() {
         HangEvidenceUsed::Device

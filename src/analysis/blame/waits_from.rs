@@ -26,6 +26,10 @@ pub enum Why {
     DeviceKernels,
     BlockingCalls,
     NoCollective,
+    /// Collectives were recorded, but in under half of the steps: the waits of the others
+    /// ran where no door sees them (a gloo job's C++ collectives, DDP's allreduce among
+    /// them, beside a barrier or evaluation collective the Python door recorded).
+    StepsWithoutCollectives,
     AsynchronousCalls,
 }
 
@@ -34,8 +38,12 @@ impl Why {
     pub fn describe(self) -> &'static str {
         match self {
             Why::DeviceKernels => "device (NCCL kernels)",
-            Why::BlockingCalls => "host calls (the NCCL calls block until every peer arrives)",
+            Why::BlockingCalls => "host calls (the collective calls block until every peer arrives)",
             Why::NoCollective => "none: no collective was recorded",
+            Why::StepsWithoutCollectives => {
+                "none: collectives were recorded in under half of the steps (the others' ran where no door sees \
+                 them: gloo's C++ collectives, DDP's allreduce), so no rank is charged with another's waiting"
+            }
             Why::AsynchronousCalls => {
                 "none: the NCCL calls return at once (asynchronous launches) and the logs hold no device evidence \
                  (the CUDA door was shut), so no rank is charged with another's waiting"
@@ -51,7 +59,7 @@ impl Why {
     /// among them, run in C++ where no door sees them). A single rank waits for nobody.
     pub fn waits_unseen(self, world: usize) -> bool {
         match self {
-            Why::AsynchronousCalls => true,
+            Why::AsynchronousCalls | Why::StepsWithoutCollectives => true,
             Why::NoCollective => world > 1,
             Why::DeviceKernels | Why::BlockingCalls => false,
         }
@@ -68,6 +76,10 @@ pub struct Evidence {
     /// The largest share of a rank's time, from its first collective call to its last, it
     /// spent inside them.
     pub call_share: f64,
+    /// Complete steps the calls read cover, over all ranks, and how many of them hold a
+    /// collective call (0 and 0 where the steps are not known: `sf hang`, `sf ls`).
+    pub steps: u64,
+    pub steps_with_calls: u64,
 }
 
 /// Below this share of every rank's time spent inside collective calls, the calls do
@@ -83,6 +95,8 @@ pub fn waits_from(e: &Evidence) -> (WaitsFrom, Why) {
         (WaitsFrom::Device, Why::DeviceKernels)
     } else if e.collective_calls == 0 {
         (WaitsFrom::None, Why::NoCollective)
+    } else if e.steps_with_calls * 2 < e.steps {
+        (WaitsFrom::None, Why::StepsWithoutCollectives)
     } else if e.call_share < ASYNC_CALL_SHARE {
         (WaitsFrom::None, Why::AsynchronousCalls)
     } else {
@@ -102,6 +116,8 @@ impl Evidence {
             device_kernels: device_records,
             collective_calls: calls.len() as u64,
             call_share: if span == 0 { 0.0 } else { inside as f64 / span as f64 },
+            steps: 0,
+            steps_with_calls: 0,
         }
     }
 
@@ -120,6 +136,8 @@ impl Evidence {
             device_kernels: job.device_kernels + e.device_kernels,
             collective_calls: job.collective_calls + e.collective_calls,
             call_share: job.call_share.max(e.call_share),
+            steps: job.steps + e.steps,
+            steps_with_calls: job.steps_with_calls + e.steps_with_calls,
         })
     }
 }
@@ -130,12 +148,22 @@ mod tests {
 
     #[test]
     fn device_kernels_win_blocking_calls_carry_waits_and_short_calls_do_not() {
-        let e =
-            |device_kernels, collective_calls, call_share| Evidence { device_kernels, collective_calls, call_share };
+        let e = |device_kernels, collective_calls, call_share| Evidence {
+            device_kernels,
+            collective_calls,
+            call_share,
+            ..Evidence::default()
+        };
         assert_eq!(waits_from(&e(10, 10, 0.001)).0, WaitsFrom::Device);
         assert_eq!(waits_from(&e(0, 10, 0.3)), (WaitsFrom::HostCalls, Why::BlockingCalls));
         assert_eq!(waits_from(&e(0, 10, 0.004)), (WaitsFrom::None, Why::AsynchronousCalls));
         assert_eq!(waits_from(&e(0, 0, 0.0)), (WaitsFrom::None, Why::NoCollective));
+        // A barrier at the end of a gloo DDP job: blocking, but in none of the 30 steps.
+        let barrier_only = Evidence { steps: 30, steps_with_calls: 0, ..e(0, 1, 1.0) };
+        assert_eq!(waits_from(&barrier_only), (WaitsFrom::None, Why::StepsWithoutCollectives));
+        assert!(Why::StepsWithoutCollectives.waits_unseen(1));
+        let in_most = Evidence { steps: 30, steps_with_calls: 29, ..e(0, 90, 0.3) };
+        assert_eq!(waits_from(&in_most).0, WaitsFrom::HostCalls);
         assert!(Why::NoCollective.describe().contains("no collective was recorded"));
         let rank = Evidence::of_rank(0, &[(0, 10), (990, 1000)]);
         assert!((rank.call_share - 0.02).abs() < 1e-12 && rank.collective_calls == 2);

@@ -404,7 +404,7 @@ Example: 8 ranks of sf-trainer-sim, rank 5 stopped before its 42nd collective
   $ sf hang /dev/shm/stagefrontier-$(id -u)/job-42
   HUNG: rank 5 never entered allreduce #42 on 0xe5bcd4f4e5c81503; 7 ranks have waited 5.0s
   hang evidence: host NCCL calls
-  waits from: host calls (the NCCL calls block until every peer arrives)
+  waits from: host calls (the collective calls block until every peer arrives)
   threshold 0.250s, the --min-stuck-s floor, over 1.5 x the longest of: step 0.124s (5 collectives per step \
 on 0xe5bcd4f4e5c81503), call 0.007s, gap between calls 0.061s
 

@@ -6,4 +6,5 @@
 
 pub mod comm_identity;
 pub mod early;
+pub mod python_calls;
 pub mod tracer;

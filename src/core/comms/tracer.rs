@@ -308,6 +308,27 @@ fn register(rt: &'static Runtime, handle: u64, created: CommCreated) -> Option<&
     }
 }
 
+/// A `torch.distributed` process group the Python door reports, as a communicator:
+/// `handle` its number in this process (`python_calls` keeps it clear of `ncclComm_t`
+/// values), `comm_id` the same on every member.
+pub fn register_process_group(rt: &'static Runtime, handle: u64, comm_id: u64, rank: i32, nranks: i32) {
+    if rt.comms.find(handle).is_some() {
+        return;
+    }
+    let created = CommCreated {
+        t_ns: now_ticks(),
+        comm_id,
+        parent_id: 0,
+        rank,
+        nranks,
+        global_rank: rt.global_rank(),
+        color: -1,
+        key: -1,
+        origin: CommOrigin::ProcessGroup,
+    };
+    register(rt, handle, created);
+}
+
 /// How a new communicator relates to the job, as the init hooks know it.
 #[derive(Clone)]
 pub enum NewComm {

@@ -79,6 +79,9 @@ pub enum CommOrigin {
     Shrink = 7,
     /// `ncclCommGrow` (2.29.2): a parent plus new ranks.
     Grow = 8,
+    /// A `torch.distributed` process group of a backend other than NCCL (gloo), whose
+    /// collectives the Python door records as it records NCCL's.
+    ProcessGroup = 9,
 }
 
 impl CommOrigin {
@@ -92,6 +95,7 @@ impl CommOrigin {
             Self::InitRankScalable,
             Self::Shrink,
             Self::Grow,
+            Self::ProcessGroup,
         ]
         .into_iter()
         .find(|o| *o as u8 == raw)

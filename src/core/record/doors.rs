@@ -20,6 +20,8 @@ pub const CUDA: u64 = 1 << 3;
 pub const PROFILER: u64 = 1 << 4;
 /// The libibverbs door (SF_VERBS=1).
 pub const VERBS: u64 = 1 << 5;
+/// `torch.distributed` collectives issued from Python on a non-NCCL process group.
+pub const PYTHON: u64 = 1 << 6;
 
 /// Set in the environment of the process at its start.
 pub const NVTX_PATH_SET: u64 = 1 << 32;
@@ -29,13 +31,14 @@ pub const PROFILER_PLUGIN_SET: u64 = 1 << 34;
 pub const KNOWN: u64 = 1 << 63;
 
 /// Doors and their names, in the order `sf` lists them.
-pub const NAMES: [(u64, &str); 6] = [
+pub const NAMES: [(u64, &str); 7] = [
     (PRELOAD, "preload"),
     (MARKERS, "markers"),
     (NVTX, "nvtx"),
     (CUDA, "cuda"),
     (PROFILER, "profiler"),
     (VERBS, "verbs"),
+    (PYTHON, "python"),
 ];
 
 static OPENED: AtomicU64 = AtomicU64::new(0);

@@ -1,0 +1,46 @@
+//! Collectives and send/recv a program issues from Python on a `torch.distributed`
+//! process group that NCCL does not run (gloo): the Python door reports each group once
+//! and brackets each call, and they are recorded as NCCL's are (`nccl_call` records, the
+//! live communicator table), so the wait attribution and `sf hang` read them alike. A
+//! call's entry and return come through two C calls, so its record waits in between in
+//! this thread's slot; Python never nests them (the door passes nested calls through).
+
+use std::cell::RefCell;
+
+use crate::core::comms::tracer::{self, CallArgs, Pending};
+use crate::core::live::runtime;
+use crate::core::log::nccl_op::NcclOp;
+use crate::core::record::thread_state::ReentrancyGuard;
+
+/// Set in every handle the door's groups get: user-space pointers (an `ncclComm_t`) never
+/// have the top bit, so a group's number never names a communicator of NCCL's.
+const GROUP_HANDLE: u64 = 1 << 63;
+
+thread_local! {
+    /// The call this thread is inside, between `begin` and `end`.
+    static OPEN: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+/// Group `group` of this process is communicator `comm_id` (the same on every member),
+/// where this process is `rank` of `nranks`.
+pub fn group(group: u64, comm_id: u64, rank: i32, nranks: i32) {
+    if let Some(rt) = runtime::active() {
+        tracer::register_process_group(rt, GROUP_HANDLE | group, comm_id, rank, nranks);
+    }
+}
+
+/// Enters a call on `group`; whether it is recorded (then `end` records its return).
+pub fn begin(group: u64, op: NcclOp, count: u64, dtype: i32, peer: i32) -> bool {
+    let Some(guard) = ReentrancyGuard::enter() else { return false };
+    let args = CallArgs { op, comm: GROUP_HANDLE | group, count, dtype, redop: -1, peer, stream: 0 };
+    let Some(pending) = tracer::begin(&args, &guard) else { return false };
+    OPEN.with(|open| *open.borrow_mut() = Some(pending));
+    true
+}
+
+/// The return of the call `begin` entered on this thread.
+pub fn end() {
+    if let Some(pending) = OPEN.with(|open| open.borrow_mut().take()) {
+        tracer::end(pending, 0);
+    }
+}
