@@ -398,8 +398,8 @@ class _Collectives:
     buffer broadcast (issued from C++), and functional collectives (DTensor,
     torch.compile), which bypass these functions.
 
-    Per call: a signature bind, a group lookup and two ctypes calls (docs/recording.md
-    has the measured cost)."""
+    Per call: a few argument lookups, a group lookup and two ctypes calls
+    (tests/torch/bench_collectives.py measures it; docs/recording.md has the figure)."""
 
     def __init__(self, torch, lib):
         self.torch = torch
@@ -434,6 +434,36 @@ class _Collectives:
 
     def _wrap(self, real, op, root, signature):
         collectives = self
+        # Where its group, root and tensors come: named or at their position (a
+        # signature bind per call cost more than the rest of the wrapper).
+        names = list(signature.parameters)
+        at = {name: i for i, name in enumerate(names)}
+        tensors = [name for name in names[:2] if name not in ("group", "src", "dst")]
+
+        def argument(name, args, kwargs):
+            if name in kwargs:
+                return kwargs[name]
+            i = at.get(name)
+            return args[i] if i is not None and i < len(args) else None
+
+        def begin(args, kwargs):
+            """Reports the call's entry; whether the library recorded it."""
+            try:
+                group = argument("group", args, kwargs)
+                tensor = collectives._tensor([argument(name, args, kwargs) for name in tensors])
+                number = collectives._group(group, tensor)
+                if number is None:
+                    return False
+                peer = -1
+                if root is not None:
+                    where = argument(root, args, kwargs)
+                    if where is not None:
+                        peer = collectives.torch.distributed.get_group_rank(collectives._resolve(group), where)
+                count, dtype = (tensor.numel(), _DTYPES.get(str(tensor.dtype)[6:], -1)) if tensor is not None \
+                    else (1, -1)
+                return bool(collectives.lib.sf_py_call_begin(number, op, count, dtype, peer))
+            except Exception:  # never the program's problem
+                return False
 
         @functools.wraps(real)
         def recorded(*args, **kwargs):
@@ -442,7 +472,7 @@ class _Collectives:
                 return real(*args, **kwargs)
             local.inside = True
             try:
-                entered = collectives._begin(op, root, signature, args, kwargs)
+                entered = begin(args, kwargs)
                 try:
                     return real(*args, **kwargs)
                 finally:
@@ -453,39 +483,27 @@ class _Collectives:
 
         return recorded
 
-    def _begin(self, op, root, signature, args, kwargs):
-        """Reports the call's entry; whether the library recorded it."""
-        try:
-            bound = signature.bind_partial(*args, **kwargs).arguments
-            distributed = self.torch.distributed
-            group = bound.get("group") or distributed.distributed_c10d._get_default_group()
-            tensor = self._tensor(bound)
-            number = self._group(group, tensor)
-            if number is None:
-                return False
-            peer = -1
-            if root is not None and bound.get(root) is not None:
-                peer = distributed.get_group_rank(group, bound[root])
-            count, dtype = (tensor.numel(), _DTYPES.get(str(tensor.dtype).replace("torch.", ""), -1)) \
-                if tensor is not None else (1, -1)
-            return bool(self.lib.sf_py_call_begin(number, op, count, dtype, peer))
-        except Exception:  # never the program's problem
-            return False
-
-    def _tensor(self, bound):
-        """The call's first tensor argument (the first of a list of them)."""
+    def _tensor(self, values):
+        """The first tensor among `values` (the first of a list of them)."""
         Tensor = self.torch.Tensor
-        for value in bound.values():
+        for value in values:
             if isinstance(value, Tensor):
                 return value
             if isinstance(value, (list, tuple)) and value and isinstance(value[0], Tensor):
                 return value[0]
         return None
 
+    def _resolve(self, group):
+        return group if group is not None else self.torch.distributed.distributed_c10d._get_default_group()
+
     def _group(self, group, tensor):
         """The group's number, reporting it the first time; None for a group NCCL runs
-        (for this tensor's device) or one this process is not in."""
+        (for this tensor's device) or one this process is not in. `group` None is the
+        default group."""
         known = self.groups.get(id(group))
+        if known is None:
+            group = self._resolve(group)
+            known = self.groups.get(id(group))
         if known is None:
             if not self.lib.sf_recording():
                 # No rank yet: a group reported now would be lost; ask again next call.
@@ -501,6 +519,8 @@ class _Collectives:
                 self.lib.sf_py_group(number, _fnv1a64("%s:%s" % (name, ranks)), rank, len(ranks))
             known = (group, number)
             self.groups[id(group)] = known
+            if group is self._resolve(None):
+                self.groups[id(None)] = known
         return known[1]
 
 
