@@ -39,6 +39,16 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// `sf run` on 3-rank `torchrun` of the tier's `script` as job `job` in `root`; the
+/// script's own arguments go after.
+fn sf_run_torchrun(python: &Path, root: &Path, job: &str, script: &str) -> Command {
+    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), python);
+    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", job, "--"]);
+    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
+    cmd.arg(repo(script));
+    cmd
+}
+
 /// Per rank log: the stage names of each step vector, in order.
 fn step_stages(log: &Path) -> Vec<Vec<String>> {
     let reader = RankLog::open(log).unwrap();
@@ -127,10 +137,8 @@ fn first_verdict(command: &str, dir: &Path) -> (Option<i32>, Option<String>) {
 fn a_healthy_gloo_job_gives_no_finding_from_any_command() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-healthy");
-    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
-    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "healthy", "--"]);
-    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
-    cmd.arg(repo("tests/torch/ddp_job.py")).args(["--steps", "24", "--eval-every", "8"]);
+    let mut cmd = sf_run_torchrun(&python, &root, "healthy", "tests/torch/ddp_job.py");
+    cmd.args(["--steps", "24", "--eval-every", "8"]);
     run_ok(&mut cmd);
     for command in ["ls", "slow", "frontier", "hang"] {
         let (code, verdict) = first_verdict(command, &root.join("healthy"));
@@ -347,10 +355,7 @@ fn median_step_s(log: &Path) -> f64 {
 fn a_rank_asleep_forever_in_a_gloo_job_is_named_from_progress_live_and_post_mortem() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-asleep");
-    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
-    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "asleep", "--"]);
-    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
-    cmd.arg(repo("tests/torch/ddp_job.py"));
+    let mut cmd = sf_run_torchrun(&python, &root, "asleep", "tests/torch/ddp_job.py");
     cmd.args([
         "--steps",
         "200",
@@ -422,10 +427,8 @@ fn a_rank_asleep_forever_in_a_gloo_job_is_named_from_progress_live_and_post_mort
 fn collectives_issued_from_python_on_gloo_carry_the_waits() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-collectives");
-    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
-    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "fsdp", "--"]);
-    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
-    cmd.arg(repo("tests/torch/collectives_job.py")).args(["--steps", "30", "--slow-rank", "1", "--slow-ms", "30"]);
+    let mut cmd = sf_run_torchrun(&python, &root, "fsdp", "tests/torch/collectives_job.py");
+    cmd.args(["--steps", "30", "--slow-rank", "1", "--slow-ms", "30"]);
     let out = run_ok(&mut cmd);
     assert!(String::from_utf8_lossy(&out.stdout).contains("collectives_job: ok ranks=3 steps=30"));
     let dir = root.join("fsdp");
@@ -450,10 +453,8 @@ fn collectives_issued_from_python_on_gloo_carry_the_waits() {
 fn a_rank_missing_a_collective_issued_from_python_is_named_by_sf_hang() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-collectives-hang");
-    let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), &python);
-    cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", "stop", "--"]);
-    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
-    cmd.arg(repo("tests/torch/collectives_job.py")).args(["--steps", "1000", "--hang-rank", "2", "--hang-step", "15"]);
+    let mut cmd = sf_run_torchrun(&python, &root, "stop", "tests/torch/collectives_job.py");
+    cmd.args(["--steps", "1000", "--hang-rank", "2", "--hang-step", "15"]);
     let mut job = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
     let dir = root.join("stop");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);

@@ -149,14 +149,19 @@ mod tests {
         CommCreated { t_ns: 0, comm_id, parent_id, rank, nranks, global_rank: 0, color: 0, key, origin }
     }
 
-    #[test]
-    fn split_ranks_follow_key_then_parent_rank() {
-        // World 0..4 with global rank == world rank; a split of {1, 3} keyed in reverse.
-        let world: Vec<Vec<CommCreated>> =
+    /// World 0..4 (communicator 1) with global rank == world rank, and communicator 2 a
+    /// split of {1, 3} keyed in reverse.
+    fn split_of_world() -> Vec<Vec<CommCreated>> {
+        let mut logs: Vec<Vec<CommCreated>> =
             (0..4).map(|r| vec![created(1, 0, r, 4, -1, CommOrigin::InitRank)]).collect();
-        let mut logs = world.clone();
         logs[1].push(created(2, 1, -1, -1, 9, CommOrigin::Split));
         logs[3].push(created(2, 1, -1, -1, 5, CommOrigin::Split));
+        logs
+    }
+
+    #[test]
+    fn split_ranks_follow_key_then_parent_rank() {
+        let logs = split_of_world();
         let comms = collect(logs.iter().enumerate().map(|(r, c)| (r as u32, c.as_slice())));
         assert_eq!(comms[&2].global_ranks(), [1, 3]);
         let locals = local_ranks(&comms);
@@ -166,11 +171,7 @@ mod tests {
 
     #[test]
     fn only_splits_of_communicators_whose_every_member_is_here_are_complete() {
-        let world: Vec<Vec<CommCreated>> =
-            (0..4).map(|r| vec![created(1, 0, r, 4, -1, CommOrigin::InitRank)]).collect();
-        let mut logs = world.clone();
-        logs[1].push(created(2, 1, -1, -1, 9, CommOrigin::Split));
-        logs[3].push(created(2, 1, -1, -1, 5, CommOrigin::Split));
+        let mut logs = split_of_world();
         let comms = collect(logs.iter().enumerate().map(|(r, c)| (r as u32, c.as_slice())));
         let complete = complete_ranks(&comms);
         assert_eq!(complete[&2], BTreeMap::from([(3, 0), (1, 1)]));
