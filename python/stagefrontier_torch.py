@@ -34,6 +34,10 @@ Repeated forward/backward in one step (gradient accumulation) are expanded by th
 (@0, @1, ...). A forward under torch.no_grad() or in eval() mode, and a DataLoader read
 under no_grad, belong to no step: evaluation passes are not training steps.
 
+Collectives: on a process group NCCL does not run (gloo), the collectives and send/recv
+the program issues from Python are recorded as the library records NCCL's (`_Collectives`
+below), so their waits and hangs are seen; NCCL's own are left to the preload door.
+
 Cost: a global module hook would run on every call of every module (and can disturb
 torch.compile). The door installs one only until the first backward, to learn which
 module is the outermost one called in training mode; it then hooks that one module and
@@ -399,7 +403,7 @@ class _Collectives:
     torch.compile), which bypass these functions.
 
     Per call: a few argument lookups, a group lookup and two ctypes calls
-    (tests/torch/bench_collectives.py measures it; docs/recording.md has the figure)."""
+    (tests/torch/bench_collectives.py measures it; docs/running.md has the figure)."""
 
     def __init__(self, torch, lib):
         self.torch = torch
