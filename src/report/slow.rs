@@ -237,6 +237,8 @@ pub struct RegressionReport {
     pub stage_delta_s: Option<f64>,
     /// Part of `job_regression`.
     pub job_wide: bool,
+    /// A finding of its own: not job-wide, and at least twice the effect floor.
+    pub finding: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -436,6 +438,7 @@ fn report(
                     stage,
                     stage_delta_s,
                     job_wide: g.job_wide,
+                    finding: job.own_regression_found(g),
                 }
             }),
         })

@@ -258,15 +258,29 @@ pub struct Diagnosis {
 }
 
 pub fn diagnose(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
-    // A grown communicator is one communicator on every member, whatever it called it.
+    diagnose_named(ranks, settings, None)
+}
+
+/// [`diagnose`] with the job's cadence given: [`cadence::estimate`] over these ranks'
+/// calls, which a caller that sees the same calls again (the exporter) keeps.
+pub fn diagnose_paced(ranks: &[RankInput], settings: &Settings, cadence: Option<Cadence>) -> Diagnosis {
+    diagnose_named(ranks, settings, Some(cadence))
+}
+
+/// Judges the ranks with every communicator named and numbered as the reports name them
+/// (a grown communicator is one on every member, whatever it called it; a split's ranks
+/// filled in), paced by `cadence`, else by the cadence of their calls.
+fn diagnose_named(ranks: &[RankInput], settings: &Settings, cadence: Option<Option<Cadence>>) -> Diagnosis {
     let aliases = Aliases::of(ranks.iter().flat_map(|r| &r.created));
     let split = split_ranks(ranks);
-    if aliases.is_empty() && split.is_empty() {
-        return diagnose_named(ranks, settings);
-    }
-    let prepared: Vec<RankInput> =
-        ranks.iter().map(|r| renamed(with_split_ranks(r.clone(), &split), &aliases)).collect();
-    diagnose_named(&prepared, settings)
+    let prepared: Option<Vec<RankInput>> = (!aliases.is_empty() || !split.is_empty())
+        .then(|| ranks.iter().map(|r| renamed(with_split_ranks(r.clone(), &split), &aliases)).collect());
+    let ranks = prepared.as_deref().unwrap_or(ranks);
+    let cadence = cadence.unwrap_or_else(|| {
+        let calls: Vec<&[NcclCall]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
+        cadence::estimate(&calls)
+    });
+    judge(ranks, settings, cadence)
 }
 
 /// Global rank → communicator rank of every communicator `ncclCommSplit` made whose ranks
@@ -318,14 +332,7 @@ fn renamed(mut r: RankInput, aliases: &Aliases) -> RankInput {
     r
 }
 
-fn diagnose_named(ranks: &[RankInput], settings: &Settings) -> Diagnosis {
-    let calls: Vec<&[NcclCall]> = ranks.iter().map(|r| r.calls.as_slice()).collect();
-    diagnose_paced(ranks, settings, cadence::estimate(&calls))
-}
-
-/// [`diagnose`] with the job's cadence given: [`cadence::estimate`] over these ranks'
-/// calls, which a caller that sees the same calls again (the exporter) keeps.
-pub fn diagnose_paced(ranks: &[RankInput], settings: &Settings, cadence: Option<Cadence>) -> Diagnosis {
+fn judge(ranks: &[RankInput], settings: &Settings, cadence: Option<Cadence>) -> Diagnosis {
     let threshold = Threshold::new(cadence, settings);
     let facts: Vec<facts::Facts> = ranks.iter().map(facts::Facts::of).collect();
     let mut verdict = classify::classify(ranks, &facts, threshold.threshold_ns);

@@ -199,7 +199,15 @@ impl JobSlow {
     pub fn found(&self) -> bool {
         !self.slow_ranks.is_empty()
             || self.job_regression.as_ref().is_some_and(|g| g.finding)
-            || self.l1.iter().any(|r| r.regression.as_ref().is_some_and(|g| !g.job_wide))
+            || self.l1.iter().any(|r| r.regression.as_ref().is_some_and(|g| self.own_regression_found(g)))
+    }
+
+    /// A rank's own regression, which no other rank shares, is a finding when it costs at
+    /// least twice the effect floor: seen by L1 alone, a smaller one is what a host's
+    /// scheduling does to one process now and then (a quiet healthy run of the matrix saw
+    /// one rank's own step time rise x1.06, 1.1 floors).
+    pub fn own_regression_found(&self, g: &RegressionFinding) -> bool {
+        !g.job_wide && g.mean_after_s - g.mean_before_s >= 2.0 * self.floor_s
     }
 }
 

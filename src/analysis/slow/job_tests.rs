@@ -2,7 +2,7 @@
 //! last stage, as DDP ranks wait in the backward allreduce, so every rank's iterations slow
 //! down and only the frontier-aware detectors can name the late one.
 
-use super::job::{analyze_job, RankSeries, SlowParams};
+use super::job::{analyze_job, RankSeries, RegressionFinding, SlowParams};
 use super::l1::L1Class;
 use crate::core::rng::SplitMix64;
 
@@ -177,6 +177,26 @@ fn a_rank_reached_later_by_the_same_host_load_is_part_of_that_event() {
         &SlowParams::default(),
     );
     assert!(own.found(), "{:?}", own.job_regression);
+}
+
+#[test]
+fn a_ranks_own_regression_under_twice_the_floor_is_no_finding() {
+    // What the quiet healthy run of the matrix saw: one rank's own step time up x1.06,
+    // 1.1 effect floors, L1 alone. Twice the floor is a finding.
+    let report = analyze_job(&job(8, 60, |_, _| None), 3, &SlowParams::default());
+    let own = |excess_s: f64| RegressionFinding {
+        step: 30,
+        mean_before_s: 0.09,
+        mean_after_s: 0.09 + excess_s,
+        ratio: (0.09 + excess_s) / 0.09,
+        cv_before: 0.01,
+        cv_after: 0.01,
+        stage: None,
+        job_wide: false,
+    };
+    assert!(!report.own_regression_found(&own(1.1 * report.floor_s)));
+    assert!(report.own_regression_found(&own(2.0 * report.floor_s)));
+    assert!(!report.own_regression_found(&RegressionFinding { job_wide: true, ..own(3.0 * report.floor_s) }));
 }
 
 #[test]

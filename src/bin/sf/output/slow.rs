@@ -80,9 +80,22 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
         // The finding is a rank's own regression, which no other detector placed in a
         // stage: the headline names it, as the exit status (4) says a finding.
         for l in &r.l1 {
-            if let Some(g) = l.regression.as_ref().filter(|g| !g.job_wide) {
+            if let Some(g) = l.regression.as_ref().filter(|g| g.finding) {
                 human_line!(out, "{}", own_regression_line(l.rank, g))?;
             }
+        }
+    }
+    for l in &r.l1 {
+        if let Some(g) = l.regression.as_ref().filter(|g| !g.job_wide && !g.finding) {
+            human_line!(
+                out,
+                "note: rank {}'s own step time rose x{:.2} from step {} ({:.4} s per step), L1 alone and under twice \
+                 the effect floor: not a finding",
+                l.rank,
+                g.ratio,
+                g.step,
+                g.mean_after_s - g.mean_before_s
+            )?;
         }
     }
     if r.slow_ranks.is_empty() && r.l1.iter().any(|l| l.jitter.iter().any(|j| j.effective_first_step.is_some())) {
@@ -365,6 +378,7 @@ mod tests {
             stage: Some("fwd".into()),
             stage_delta_s: Some(0.05),
             job_wide: false,
+            finding: true,
         };
         let line = own_regression_line(2, &g);
         assert!(line.starts_with("SLOW rank 2: its own step time"), "{line}");
