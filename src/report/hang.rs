@@ -10,7 +10,7 @@
 
 use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
 use crate::analysis::hang::device::{device_stall, device_threshold_ns, DeviceStall, DeviceView, Unfinished};
-use crate::analysis::hang::progress::{self, ProgressStall, RankProgress};
+use crate::analysis::hang::progress::RankProgress;
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
 };
@@ -33,7 +33,10 @@ use crate::report::parallel;
 use crate::report::read_budget::RECORDS;
 
 mod device;
+mod evidence;
 use device::{device_stall_report, device_view};
+use evidence::{mark_culprits, progress_verdict};
+pub use evidence::{HangEvidenceUsed, ProgressStallReport};
 
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
 /// `max(min_stuck_s, fallback_stuck_s)` while the logs hold too few steps.
@@ -94,64 +97,6 @@ pub struct HangReport {
     /// `python_collectives` (host calls all issued from Python on gloo process groups),
     /// `progress` (step and stage markers); `none` when the job is not hung.
     pub hang_evidence: HangEvidenceUsed,
-}
-
-/// Which evidence `sf hang`'s verdict came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HangEvidenceUsed {
-    HostCalls,
-    Device,
-    /// Host calls too, every stuck one a collective the Python door saw issued on a gloo
-    /// process group.
-    PythonCollectives,
-    Progress,
-    None,
-}
-
-impl HangEvidenceUsed {
-    /// How the headline says it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            HangEvidenceUsed::HostCalls => "host NCCL calls",
-            HangEvidenceUsed::Device => "the devices' unfinished work",
-            HangEvidenceUsed::PythonCollectives => "collectives issued from Python (torch.distributed on gloo)",
-            HangEvidenceUsed::Progress => "step and stage progress",
-            HangEvidenceUsed::None => "none",
-        }
-    }
-}
-
-/// The ranks behind when the whole job stopped advancing.
-#[derive(Debug, Serialize)]
-pub struct ProgressStallReport {
-    /// The ranks behind (the culprits), ascending; the first is the headline's.
-    pub behind_ranks: Vec<i32>,
-    pub step: Option<u64>,
-    pub stage: Option<String>,
-    /// How long the first rank behind has not advanced.
-    pub idle_s: f64,
-    /// Where most of the others stand.
-    pub ahead_step: Option<u64>,
-    pub ahead_stage: Option<String>,
-    pub ahead_ranks: Vec<i32>,
-    /// How long no rank has advanced.
-    pub job_idle_s: f64,
-}
-
-impl From<ProgressStall> for ProgressStallReport {
-    fn from(s: ProgressStall) -> ProgressStallReport {
-        ProgressStallReport {
-            behind_ranks: s.behind_ranks,
-            step: s.step,
-            stage: s.stage,
-            idle_s: seconds(s.idle_ns),
-            ahead_step: s.ahead_step,
-            ahead_stage: s.ahead_stage,
-            ahead_ranks: s.ahead_ranks,
-            job_idle_s: seconds(s.job_idle_ns),
-        }
-    }
 }
 
 /// The culprit of a hang the host counts cannot show.
@@ -579,10 +524,6 @@ pub(crate) fn report(
         .collect();
     let first_end = first_end(&ends);
     let marked: Vec<RankProgress> = extras.iter().filter_map(|e| e.progress.clone()).collect();
-    let progress_threshold = marked
-        .iter()
-        .any(|p| p.idle_ns.is_some())
-        .then(|| progress::threshold(&marked, t.factor, t.min_stuck_ns, t.fallback_stuck_ns));
     let mut ranks: Vec<RankReport> = d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect();
     let post_mortem = d
         .post_mortem
@@ -599,11 +540,7 @@ pub(crate) fn report(
     } else {
         HangEvidenceUsed::None
     };
-    // Progress is the last resort: asked only when neither the calls nor the devices
-    // show a hang.
-    let progress_stall = progress_threshold
-        .filter(|_| hang_evidence == HangEvidenceUsed::None)
-        .and_then(|pt| progress::stall(&marked, pt.threshold_ns));
+    let (progress_threshold, progress_stall) = progress_verdict(&marked, t, hang_evidence == HangEvidenceUsed::None);
     let hang_evidence = if progress_stall.is_some() { HangEvidenceUsed::Progress } else { hang_evidence };
     if let Some(s) = &progress_stall {
         mark_culprits(&mut ranks, &s.behind_ranks, State::Behind);
@@ -644,22 +581,6 @@ pub(crate) fn report(
         errors,
         post_mortem,
         first_end,
-    }
-}
-
-/// The ranks' parts in a hang the calls do not show (seen from progress or the devices):
-/// `culprits` are in state `as_culprit`, the others wait for them; each stuck for as long
-/// as it has not advanced.
-fn mark_culprits(ranks: &mut [RankReport], culprits: &[i32], as_culprit: State) {
-    for r in ranks.iter_mut().filter(|r| r.role == State::Ok) {
-        let (part, waiting_for) =
-            if culprits.contains(&r.rank) { (as_culprit, Vec::new()) } else { (State::Waiting, culprits.to_vec()) };
-        r.role = part;
-        if r.state == State::Ok {
-            r.state = part;
-        }
-        r.waiting_for = waiting_for;
-        r.stuck_s = r.stuck_s.or(r.idle_s);
     }
 }
 

@@ -388,9 +388,9 @@ impl RankLog {
     /// When the rank last advanced (its newest step or stage marker), on its
     /// `CLOCK_MONOTONIC`; `None` before its first marker.
     pub fn progress_mono_ns(&self) -> Option<u64> {
-        let ticks = self.live().progress_ticks;
-        (ticks != 0).then(|| {
-            ticks_to_mono_ns(ticks, self.header.base_ticks, self.header.base_mono_ns, self.live().ticks_per_sec)
+        let live = self.live();
+        (live.progress_ticks != 0).then(|| {
+            ticks_to_mono_ns(live.progress_ticks, self.header.base_ticks, self.header.base_mono_ns, live.ticks_per_sec)
         })
     }
 
