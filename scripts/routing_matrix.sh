@@ -9,9 +9,12 @@
 # Then the unmarked matrix (stages inferred from the NCCL schedule): sf-trainer-sim with
 # --markers none and one stage of one random rank of 8 planted slow with --slow (20% and
 # 100% of the ~100 ms step); `sf frontier` must name the rank and the inferred phase the
-# stage runs in (data, fwd: inferred.before_first_collective; bwd: between the bucket
-# allreduces, inferred.between_collectives; optim: before the loss allgather,
-# inferred.between_collectives) on >= 95% of the cases, and name nothing on healthy runs.
+# stage runs in on >= 95% of the cases, and name nothing on healthy runs. With blocking
+# calls: data, fwd: inferred.before_first_collective; bwd: between the bucket allreduces,
+# and optim: before the loss allgather, inferred.between_collectives. With asynchronous
+# launches the step turns where the hosts wait for the device: data, fwd and bwd (slowed
+# on the device, --slow-kernel) are inferred.between_collectives, optim
+# inferred.before_first_collective.
 #
 #   scripts/routing_matrix.sh                  # 5 scenarios x {8, 32} ranks x 5 seeds;
 #                                              # unmarked: 4 stages x 2 sizes x 5 seeds + 4 healthy
@@ -131,21 +134,36 @@ sys.exit(1 if sf_top2_misses else 0)
 PY
 }
 
-# Unmarked matrix: stage | the inferred phase it runs in (see the header).
-unmarked=(
-  "data|inferred.before_first_collective"
-  "fwd|inferred.before_first_collective"
-  "bwd|inferred.between_collectives"
-  "optim|inferred.between_collectives"
-)
+# Unmarked matrix: stage | the inferred phase it runs in | how it is slowed (see the header).
+# With blocking calls the step turns after the loss allgather (the longest gap: data and
+# forward); with asynchronous launches after the last bucket allreduce, where the hosts
+# wait for the device in callbacks, so data and forward run between the allgather and
+# the allreduces, and optim before the step's first collective. There a slower host in
+# backward hides behind the device it is ahead of (no effect, nothing to find): backward
+# is slowed on the device (--slow-kernel).
+if [ "$launch" = async ]; then
+  unmarked=(
+    "data|inferred.between_collectives|--slow"
+    "fwd|inferred.between_collectives|--slow"
+    "bwd|inferred.between_collectives|--slow-kernel"
+    "optim|inferred.before_first_collective|--slow"
+  )
+else
+  unmarked=(
+    "data|inferred.before_first_collective|--slow"
+    "fwd|inferred.before_first_collective|--slow"
+    "bwd|inferred.between_collectives|--slow"
+    "optim|inferred.between_collectives|--slow"
+  )
+fi
 unmarked_matrix() {
   local rows=$root/unmarked.jsonl case=0 seeds_u=(1 2 3 4 5) healthy=(1 2 3 4)
   [ "${SF_MATRIX_QUICK:-0}" = 1 ] && { seeds_u=(1); healthy=(1); }
-  run_case() {  # name hidden stage ms truth
+  run_case() {  # name hidden stage ms truth fault-flag
     local dir=$root/unmarked-$1
     env "${device_env[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job \
       target/release/sf-trainer-sim --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none --launch "$launch" \
-      --stage-ms "$stage_ms" ${3:+--slow "$2:$3:$4@2-$((steps - 1))"} \
+      --stage-ms "$stage_ms" ${3:+"$6" "$2:$3:$4@2-$((steps - 1))"} \
       >/dev/null 2>&1
     local status=0
     "$sf" frontier "$dir/job" --json >"$dir/frontier.json" || status=$?
@@ -159,13 +177,13 @@ unmarked_matrix() {
   local stage_ms=data=20,fwd=30,bwd=40,callbacks=2,optim=10
   for seed in "${seeds_u[@]}"; do
     for entry in "${unmarked[@]}"; do
-      IFS='|' read -r stage truth <<<"$entry"
+      IFS='|' read -r stage truth fault <<<"$entry"
       for ms in 20 100; do
         case=$((case + 1))
         # Quick mode: one size per stage, alternating.
         [ "${SF_MATRIX_QUICK:-0}" = 1 ] && [ $(( ((case - 1) / 2 + (ms == 100)) % 2 )) = 1 ] && continue
         hidden=$(( (case * 5 + seed * 3 + 1) % 8 ))  # every rank, 0 included, over the matrix
-        run_case "$stage-$ms-$seed" "$hidden" "$stage" "$ms" "$truth"
+        run_case "$stage-$ms-$seed" "$hidden" "$stage" "$ms" "$truth" "$fault"
       done
     done
   done

@@ -175,11 +175,12 @@ fn stage_rules_in_an_unmarked_job_say_once_per_rank_that_they_never_fire() {
 
 /// The async twin of the slow data stage: the NCCL calls return at once, so the host's
 /// call times still give the schedule (the same 5 collectives a step, every rank on the
-/// pattern) and the phases mark the host's progress through it, while the waiting moves
-/// to the host's synchronizations, inside the phases, and to the devices. Whatever the
-/// answer, no rank but the slow one is named.
+/// pattern), and the step turns where the hosts wait for the device (the loss `.item()`
+/// after the last bucket allreduce): data runs between the allgather and the allreduces.
+/// The waits are read from the device over the inferred phases: the slow rank is named
+/// in `inferred.between_collectives` by both commands, and no other rank is named.
 #[test]
-fn an_async_unmarked_job_is_cut_by_its_hosts_calls_and_names_no_other_rank() {
+fn an_async_unmarked_job_names_the_slow_rank_in_its_phase_from_the_device() {
     let _serial = one_at_a_time();
     let root = log_root("inferred-async");
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
@@ -194,10 +195,17 @@ fn an_async_unmarked_job_is_cut_by_its_hosts_calls_and_names_no_other_rank() {
     let inferred = &frontier["inferred"];
     assert_eq!(inferred["collectives_per_step"], 5, "{inferred}");
     assert_eq!(inferred["ranks_off_pattern"], serde_json::json!([]), "{inferred}");
-    for w in frontier["windows"].as_array().unwrap() {
-        assert!(w["culprits"].as_array().unwrap().iter().all(|c| c["rank"] == 2), "{frontier}");
-    }
+    let culprits: Vec<(u64, &str)> = frontier["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["culprits"].as_array().unwrap())
+        .map(|c| (c["rank"].as_u64().unwrap(), c["stage"].as_str().unwrap()))
+        .collect();
+    assert_eq!(culprits, [(2, "inferred.between_collectives")], "{frontier}");
     let (_, slow) = slow_json(&dir);
     assert_eq!(slow["waits_from"], "device", "{slow}");
     assert!(slow["slow_ranks"].as_array().unwrap().iter().all(|s| s["rank"] == 2), "{slow}");
+    let first = &slow["slow_ranks"][0];
+    assert_eq!((&first["rank"], &first["stage"]), (&2.into(), &"inferred.between_collectives".into()), "{slow}");
 }

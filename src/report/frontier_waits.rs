@@ -49,7 +49,7 @@ pub fn own_time_table(dir: &Dirs) -> Result<OwnTimeTable, Failure> {
     let stages = table.schema().stages().to_vec();
     let waits_from = timelines.waits_from();
     let (attribution, inferred) =
-        inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
+        inferred::attribution(inferred, timelines, |t| waits::attribution(t, &names, &stages, window.as_ref()));
     let waits = Waits::take_out(&mut table, waits::seen(attribution, waits_from.0));
     Ok(OwnTimeTable { table, waits, inferred, history_starts_at, call_window: window, waits_start_at, waits_from })
 }
@@ -161,9 +161,11 @@ pub fn blame_window(report: &mut WindowReport, w: &Window, waits: &Waits) {
             wait_s[at] += s;
         }
     }
-    report.wait_s = StageMap(names.iter().cloned().zip(wait_s).collect());
     let table = blame_table(a, w.first_step, w.last_step);
-    let step_s = if w.steps > 0 { w.exposed_s / w.steps as f64 } else { 0.0 };
+    // A step's time with its waits, as `sf slow` measures steps by their wall time: the
+    // exposed own time leaves out every host synchronization of an asynchronous job.
+    let waited_s: f64 = wait_s.iter().sum::<f64>() / (w.ranks * w.steps).max(1) as f64;
+    let step_s = if w.steps > 0 { w.exposed_s / w.steps as f64 + waited_s } else { 0.0 };
     report.culprits = culprits(&table, w.ranks, w.steps, step_s, &CulpritParams::default())
         .into_iter()
         .map(|c| CulpritEntry {
@@ -175,6 +177,7 @@ pub fn blame_window(report: &mut WindowReport, w: &Window, waits: &Waits) {
             wait_share: c.wait_share,
         })
         .collect();
+    report.wait_s = StageMap(names.iter().cloned().zip(wait_s).collect());
     report.blame = table
         .cells
         .iter()

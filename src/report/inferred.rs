@@ -2,7 +2,7 @@
 //! phases inferred from the NCCL schedule (`analysis::inferred`), with the same wait
 //! attribution as marked stages.
 
-use crate::analysis::blame::{attribute, Attribution, RankTimeline};
+use crate::analysis::blame::{attribute, Attribution, RankTimeline, StageSpan};
 use crate::analysis::comms::grow::Aliases;
 use crate::analysis::inferred::{infer, Call, RankCalls, Signature, PHASES};
 use crate::core::log::nccl_op::dtype_name;
@@ -12,7 +12,7 @@ use crate::core::record::doors::no_markers_note;
 use serde::Serialize;
 
 use super::step_vectors::{RankStep, RankSteps, StageNames};
-use super::waits::{align_hosts, calls_and_aliases, clock_of, collective_key, rename_grown};
+use super::waits::{align_hosts, calls_and_aliases, clock_of, collective_key, rename_grown, Timelines};
 use super::Failure;
 use crate::report::discover::{self, Dirs};
 
@@ -81,19 +81,23 @@ impl InferredSummary {
 /// Inferred stages and their waits.
 pub struct Inferred {
     pub summary: InferredSummary,
-    /// Waits and caused waits, stages indexed as [`PHASES`].
+    /// Waits and caused waits from the host's calls, stages indexed as [`PHASES`].
     pub attribution: Attribution,
+    /// Each rank's inferred phases on its own clock, for waits read from the device.
+    spans: Vec<(u32, Vec<StageSpan>)>,
 }
 
-/// The job's wait attribution: the inferred phases' when `inferred`, else the marked
-/// stages' (`marked`); and the inference's summary.
+/// The job's wait attribution: the inferred phases' when `inferred` (from the device when
+/// `timelines` read the waits there: asynchronous launches return before any wait, so the
+/// host's calls hold none), else the marked stages' (`marked`); and the inference's summary.
 pub fn attribution(
     inferred: Option<Inferred>,
-    marked: impl FnOnce() -> Attribution,
+    timelines: Timelines,
+    marked: impl FnOnce(Timelines) -> Attribution,
 ) -> (Attribution, Option<InferredSummary>) {
     match inferred {
-        Some(i) => (i.attribution, Some(i.summary)),
-        None => (marked(), None),
+        Some(i) => (timelines.device_attribution_over(&i.spans).unwrap_or(i.attribution), Some(i.summary)),
+        None => (marked(timelines), None),
     }
 }
 
@@ -123,7 +127,7 @@ pub fn fill(
         }
         collectives.push(RankCalls { rank: rank as u32, calls: collectives_of(&log) });
         let calls = calls_and_aliases(&log, &mut aliases);
-        timelines.push(RankTimeline { rank: rank as u32, calls, spans: Vec::new() });
+        timelines.push(RankTimeline { rank: rank as u32, calls, spans: Vec::new(), waits: Vec::new() });
         clocks.push(clock_of(&log));
     }
     // A grown communicator is one communicator on all its members (`analysis::comms::grow`).
@@ -169,7 +173,8 @@ pub fn fill(
         markers_note: no_markers_note(ranks.iter().filter_map(|r| r.doors.as_ref())),
     };
     align_hosts(&mut timelines, &clocks);
-    Ok(Some(Inferred { summary, attribution: attribute(&timelines) }))
+    let spans = inference.ranks.iter().map(|r| (r.rank, r.spans.clone())).collect();
+    Ok(Some(Inferred { summary, attribution: attribute(&timelines), spans }))
 }
 
 /// The log's completed collectives with a communicator and sequence, in enter order.

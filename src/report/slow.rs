@@ -292,7 +292,7 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
     let params = params_of(options);
     let waits_from = timelines.waits_from();
     let (attribution, summary) =
-        inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
+        inferred::attribution(inferred, timelines, |t| waits::attribution(t, &names, &stages, window.as_ref()));
     let waits = slow_waits::take_out_waits(waits::seen(attribution, waits_from.0), &mut series);
     let job = analyze_job(&series, stages.len(), &params);
     let blamed = slow_waits::blamed(waits, &series, &stages, &job);

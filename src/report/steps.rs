@@ -100,7 +100,7 @@ pub fn build(dir: &Dirs) -> Result<StepsReport, Failure> {
         }
     }
     let (attribution, _) =
-        inferred::attribution(inferred, || waits::attribution(timelines, &names, &stages, window.as_ref()));
+        inferred::attribution(inferred, timelines, |t| waits::attribution(t, &names, &stages, window.as_ref()));
     // The attribution's entries of a rank's step, by stage name in the vector's order.
     let entries = |table: &StageSeconds, rank: u32, step: &step_vectors::RankStep| {
         let at = |name: &str| stages.iter().position(|s| s == name);

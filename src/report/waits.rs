@@ -30,6 +30,20 @@ impl Timelines {
     pub fn waits_from(&self) -> (WaitsFrom, Why) {
         waits_from(&self.evidence)
     }
+
+    /// The device's waits over other stage spans than the logs' (each rank's inferred
+    /// phases, on its own clock), when the waits come from the device.
+    pub fn device_attribution_over(mut self, spans: &[(u32, Vec<StageSpan>)]) -> Option<Attribution> {
+        if self.waits_from().0 != WaitsFrom::Device {
+            return None;
+        }
+        for d in &mut self.device {
+            d.spans = spans.iter().find(|(rank, _)| *rank == d.rank).map(|(_, s)| s.clone()).unwrap_or_default();
+            // Device time per marked stage means nothing for other stages.
+            d.device.clear();
+        }
+        Some(attribute_device(&self.device))
+    }
 }
 
 /// Takes the calls out of `ranks` (read by `step_vectors::read_ranks`) and lays their
@@ -215,5 +229,5 @@ fn timeline(r: &mut RankSteps) -> RankTimeline {
         }
     }
     spans.sort_by_key(|s| s.begin_ns);
-    RankTimeline { rank: r.rank, calls: std::mem::take(&mut r.calls), spans }
+    RankTimeline { rank: r.rank, calls: std::mem::take(&mut r.calls), spans, waits: Vec::new() }
 }

@@ -1,5 +1,6 @@
 //! Waits placed in the waiters' stages, and caused waits charged to the late ranks' stages.
 
+use super::carry::{blend, inherited_share, normalized, Carried, Carries};
 use super::collective::{for_each_collective, CallTiming, Collective, Participant};
 use super::stage_seconds::StageSeconds;
 
@@ -21,6 +22,10 @@ pub struct RankTimeline {
     pub calls: Vec<CallTiming>,
     /// Its steps' stages, in time order, not overlapping.
     pub spans: Vec<StageSpan>,
+    /// Where its host waited outside the calls (synchronizations with the device, for
+    /// asynchronous launches), as (begin, end) in time order: taken out of its own time,
+    /// as the waits inside blocking calls are.
+    pub waits: Vec<(u64, u64)>,
 }
 
 /// The job's waits and who caused them, keyed by (rank, step, stage).
@@ -46,11 +51,14 @@ impl Attribution {
 
 /// The part of a late participant's caused wait that its device made, not its host
 /// (`device::attribute_device`): `share` (0 to 1) of it, charged over its stage spans
-/// (indexes into its timeline's spans) in proportion to their weights.
+/// (indexes into its timeline's spans) in proportion to their weights; and `host_late_s`,
+/// how much later than its peers its host launched the collective, which it carries on to
+/// its next launches (see [`carry`](super::carry)).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeviceCharge {
     pub share: f64,
     pub spans: Vec<(usize, f64)>,
+    pub host_late_s: f64,
 }
 
 /// Matches every rank's collectives and attributes their waits, one collective at a time
@@ -83,6 +91,8 @@ pub(super) fn attribute_split(
     let mut sums: Vec<SpanSums> = ranks.iter().map(|r| SpanSums::new(r.spans.len())).collect();
     let mut a = Attribution::default();
     let mut scratch = Scratch::default();
+    let carries = (since == Since::PreviousEnter).then(|| Carries::new(ranks.len()));
+    let mut split = Split { since, carries, device: &mut device };
     for_each_collective(&calls, |c| {
         a.collectives += 1;
         for p in &c.participants {
@@ -93,7 +103,7 @@ pub(super) fn attribute_split(
                 }
             }
         }
-        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch, &mut Split { since, device: &mut device });
+        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch, &mut split);
     });
     let (mut waits, mut caused) = (Vec::new(), Vec::new());
     for ((r, sums), rank_spans) in ranks.iter().zip(&sums).zip(&spans) {
@@ -143,6 +153,8 @@ struct Scratch {
 /// How `charge` splits a late participant's caused wait between its host and its device.
 struct Split<'d> {
     since: Since,
+    /// Lateness carried between launches; `None` for blocking calls, which absorb it.
+    carries: Option<Carries>,
     device: &'d mut dyn FnMut(&Collective, &Participant) -> Option<DeviceCharge>,
 }
 
@@ -169,7 +181,9 @@ fn charge(
             Since::PreviousExit => r.calls[i].exit_ns.min(enter),
             Since::PreviousEnter => r.calls[i].enter_ns.min(enter),
         });
+        let from = s.own.len();
         spans[p.rank].own_time(start, enter, &mut s.own);
+        spans[p.rank].take_out_waits(&r.waits, start, enter, &mut s.own[from..]);
         s.ends.push(s.own.len());
     }
     // The participants' median own time per stage (a stage is compared by its index
@@ -202,11 +216,13 @@ fn charge(
         }
     }
     for (i, p) in c.participants.iter().enumerate() {
+        let carried = split.carries.as_mut().and_then(|k| k.take(p.rank, c.comm_id));
         if p.caused_s <= 0.0 {
             continue;
         }
         let mut caused_s = p.caused_s;
-        if let Some(d) = (split.device)(c, p) {
+        let device = (split.device)(c, p);
+        if let Some(d) = &device {
             let caused = &mut sums[p.rank].caused;
             let spans = || d.spans.iter().filter(|&&(span, w)| span < caused.len() && w > 0.0);
             let weight: f64 = spans().map(|&(_, w)| w).sum();
@@ -222,21 +238,60 @@ fn charge(
             continue;
         }
         let segment = &s.own[if i == 0 { 0 } else { s.ends[i - 1] }..s.ends[i]];
-        let rank_spans = spans[p.rank].spans;
-        let overrun = |&(span, own): &(usize, f64)| (span, (own - s.medians[rank_spans[span].stage]).max(0.0));
-        let total: f64 = segment.iter().map(overrun).map(|(_, o)| o).filter(|&o| o > 0.0).sum();
+        let over = host_overrun(segment, spans[p.rank].spans, &s.medians);
+        let over_s: f64 = over.iter().map(|&(_, o)| o).sum();
+        let new = Some(normalized(over))
+            .filter(|o| !o.is_empty())
+            .or_else(|| spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns).map(|span| vec![(span, 1.0)]));
         let caused = &mut sums[p.rank].caused;
-        if total > 0.0 {
-            for (span, over) in segment.iter().map(overrun).filter(|&(_, o)| o > 0.0) {
-                caused[span] += caused_s * over / total;
-            }
-        } else {
-            match spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns) {
-                Some(span) => caused[span] += caused_s,
-                None => *unstaged_s += caused_s,
-            }
+        let (Some(carries), Some(late_s)) = (split.carries.as_mut(), device.map(|d| d.host_late_s)) else {
+            charge_over(caused, new.as_deref(), caused_s, unstaged_s);
+            continue;
+        };
+        // What of the host's lateness its segment does not explain, it carried in: that
+        // part goes where the carried lateness went.
+        let carried = carried.map(|k| Carried { spans: valid(k.spans, caused.len()), ..k }).unwrap_or_default();
+        let unexplained_s = (late_s - over_s).max(0.0);
+        let share = if carried.spans.is_empty() { 0.0 } else { inherited_share(carried.late_s, unexplained_s, late_s) };
+        charge_over(caused, Some(&carried.spans), caused_s * share, unstaged_s);
+        charge_over(caused, new.as_deref(), caused_s * (1.0 - share), unstaged_s);
+        if late_s > 0.0 {
+            let spans = blend(&carried.spans, share, new.as_deref().unwrap_or_default());
+            carries.put(p.rank, c.comm_id, Carried { late_s, spans });
         }
     }
+}
+
+/// Each span of a segment whose own time ran over the participants' median, by how much.
+fn host_overrun(segment: &[(usize, f64)], rank_spans: &[StageSpan], medians: &[f64]) -> Vec<(usize, f64)> {
+    segment
+        .iter()
+        .map(|&(span, own)| (span, own - medians[rank_spans[span].stage]))
+        // Under the clocks' nanosecond it is the rounding of the waits taken out.
+        .filter(|&(_, o)| o > 1e-9)
+        .collect()
+}
+
+/// Adds `amount` over `spans` (normalized weights) to `caused`; with no span, to the
+/// unstaged sum.
+fn charge_over(caused: &mut [f64], spans: Option<&[(usize, f64)]>, amount: f64, unstaged_s: &mut f64) {
+    if amount <= 0.0 {
+        return;
+    }
+    match spans.filter(|s| !s.is_empty()) {
+        Some(spans) => {
+            for &(span, w) in spans {
+                caused[span] += amount * w;
+            }
+        }
+        None => *unstaged_s += amount,
+    }
+}
+
+/// `spans` that index one of `len` spans, normalized again.
+fn valid(mut spans: Vec<(usize, f64)>, len: usize) -> Vec<(usize, f64)> {
+    spans.retain(|&(span, w)| span < len && w > 0.0);
+    normalized(spans)
 }
 
 /// One rank's spans with a cursor: collectives come in key order, which for one
@@ -307,6 +362,22 @@ impl<'a> Spans<'a> {
     }
 }
 
+impl Spans<'_> {
+    /// Takes the parts of `waits` inside [start, end) out of `own` (what
+    /// [`Spans::own_time`] gave for that segment).
+    fn take_out_waits(&self, waits: &[(u64, u64)], start: u64, end: u64, own: &mut [(usize, f64)]) {
+        let first = waits.partition_point(|&(_, until)| until <= start);
+        for &(begin, until) in waits[first..].iter().take_while(|&&(begin, _)| begin < end) {
+            let (begin, until) = (begin.max(start), until.min(end));
+            for (span, t) in own.iter_mut() {
+                let s = &self.spans[*span];
+                let overlap = s.end_ns.min(until).saturating_sub(s.begin_ns.max(begin));
+                *t = (*t - overlap as f64 / 1e9).max(0.0);
+            }
+        }
+    }
+}
+
 fn median(values: &mut [f64]) -> f64 {
     if values.is_empty() {
         return 0.0;
@@ -339,7 +410,8 @@ mod tests {
         let enter = t - 1 + delay_ms;
         spans.last_mut().unwrap().end_ns = (exit_ms + 1) * MS;
         let set_up = CallTiming::new(None, 0, 0);
-        RankTimeline { rank, calls: vec![set_up, CallTiming::new(Some((1, 1)), enter * MS, exit_ms * MS)], spans }
+        let calls = vec![set_up, CallTiming::new(Some((1, 1)), enter * MS, exit_ms * MS)];
+        RankTimeline { rank, calls, spans, waits: Vec::new() }
     }
 
     fn close(a: f64, b: f64) -> bool {

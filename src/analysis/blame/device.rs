@@ -62,21 +62,28 @@ pub fn attribute_device(ranks: &[DeviceRank]) -> Attribution {
     // Each rank's kernels in the order of its timeline's calls.
     let kernels: Vec<Vec<DeviceKernel>> = ranks.iter().map(launch_ordered).collect();
     let mut a = attribute_split(&timelines, Since::PreviousEnter, |c, late| {
-        let queued = |i: usize| {
+        let kernel = |i: usize| {
             let p = &c.participants[i];
-            let k = kernels[p.rank][p.call];
-            k.start_ns.saturating_sub(k.launch_ns) as f64 / 1e9
+            kernels[p.rank][p.call]
         };
+        let queued = |i: usize| kernel(i).start_ns.saturating_sub(kernel(i).launch_ns) as f64 / 1e9;
+        // From launch to end: the kernels end together, so the shortest was launched last.
+        let launch_to_end = |i: usize| kernel(i).end_ns.saturating_sub(kernel(i).launch_ns) as f64 / 1e9;
         let at = c.participants.iter().position(|p| p.rank == late.rank && p.call == late.call)?;
-        let mut others: Vec<f64> = (0..c.participants.len()).filter(|&i| i != at).map(queued).collect();
+        let others_of = |f: &dyn Fn(usize) -> f64| {
+            let mut v: Vec<f64> = (0..c.participants.len()).filter(|&i| i != at).map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let others = others_of(&queued);
         let longest_wait = c.participants.iter().map(|p| p.wait_s).fold(0.0, f64::max);
         if others.is_empty() || longest_wait <= 0.0 {
             return None;
         }
-        others.sort_by(f64::total_cmp);
         // Queued longer than its peers: the device was busy when the launch came.
         let excess_s = queued(at) - others[others.len() / 2];
         let share = (excess_s / longest_wait).clamp(0.0, 1.0);
+        let host_late_s = others_of(&launch_to_end)[others.len() / 2] - launch_to_end(at);
         let launch = kernels[late.rank][late.call].launch_ns;
         let step = step_at(&timelines[late.rank].spans, launch)?;
         let participants = c.participants.iter().map(|p| p.rank);
@@ -86,17 +93,18 @@ pub fn attribute_device(ranks: &[DeviceRank]) -> Attribution {
             // placed in stages by when they ran puts backward's in callbacks on every
             // rank): the device was busy with the work launched before this kernel, in
             // the stage that launched it.
-            let at_launch = timelines[late.rank].spans.iter().position(|s| s.begin_ns <= launch && launch < s.end_ns);
-            spans.extend(at_launch.map(|i| (i, 1.0)));
+            let since = late.call.checked_sub(1).map_or(0, |i| kernels[late.rank][i].launch_ns);
+            spans.extend(launched_in(&timelines[late.rank].spans, since, launch).map(|i| (i, 1.0)));
         }
-        Some(DeviceCharge { share, spans })
+        Some(DeviceCharge { share, spans, host_late_s })
     });
     a.waits = sync_waits(ranks);
     a
 }
 
 /// A rank's kernels as calls on the host's timeline: at their launch, lasting what they
-/// lasted on the device.
+/// lasted on the device; its synchronizations are its host's waits. (A slow kernel before
+/// an `.item()` makes its host wait longer too: that shows as its device's overrun.)
 fn timeline(r: &DeviceRank) -> RankTimeline {
     let calls = launch_ordered(r)
         .iter()
@@ -105,7 +113,9 @@ fn timeline(r: &DeviceRank) -> RankTimeline {
             CallTiming::new(Some(k.key), k.launch_ns, k.launch_ns.saturating_add(lasted))
         })
         .collect();
-    RankTimeline { rank: r.rank, calls, spans: r.spans.clone() }
+    let mut waits = r.syncs.clone();
+    waits.sort_unstable();
+    RankTimeline { rank: r.rank, calls, spans: r.spans.clone(), waits }
 }
 
 fn launch_ordered(r: &DeviceRank) -> Vec<DeviceKernel> {
@@ -113,6 +123,22 @@ fn launch_ordered(r: &DeviceRank) -> Vec<DeviceKernel> {
     kernels.sort_by_key(|k| k.launch_ns);
     kernels
 }
+
+/// The span whose work the device was busy with when a kernel launched at `launch` (the
+/// rank's previous NCCL launch at `since`) queued: the one holding the launch, unless that
+/// one began under [`LAUNCH_SPAN_MIN_NS`] before it (an inferred phase that opens with the
+/// NCCL call itself), then the one before it, if it began after `since`.
+fn launched_in(spans: &[StageSpan], since: u64, launch: u64) -> Option<usize> {
+    let at = spans.iter().position(|s| s.begin_ns <= launch && launch < s.end_ns)?;
+    let opened_just_before = launch - spans[at].begin_ns < LAUNCH_SPAN_MIN_NS;
+    match at.checked_sub(1) {
+        Some(before) if opened_just_before && spans[before].end_ns > since => Some(before),
+        _ => Some(at),
+    }
+}
+
+/// See [`launched_in`]: less host time than any stage that launched device work spends.
+const LAUNCH_SPAN_MIN_NS: u64 = 1_000_000;
 
 /// The step of the span holding `t`.
 fn step_at(spans: &[StageSpan], t: u64) -> Option<u64> {
@@ -197,8 +223,16 @@ mod tests {
             let mut t = base;
             for (stage, &ms) in STAGES_MS.iter().enumerate() {
                 let ms = if stage == BWD { plan.host_bwd_ms } else { ms };
-                r.spans.push(StageSpan { step, stage, begin_ns: t, end_ns: t + ms * MS });
-                t += ms * MS;
+                let mut end = t + ms * MS;
+                if stage == CALLBACKS {
+                    // callbacks' .item(): from its start until the device is done, then
+                    // its own host work.
+                    let synced = t.max(base + end_ms * MS);
+                    r.syncs.push((t, synced));
+                    end = synced + ms * MS;
+                }
+                r.spans.push(StageSpan { step, stage, begin_ns: t, end_ns: end });
+                t = end;
             }
             let bwd_begin = base + 30 * MS;
             r.kernels.push(DeviceKernel {
@@ -210,9 +244,6 @@ mod tests {
             for (stage, ms) in [(1, 20), (BWD, plan.bwd_device_ms)] {
                 r.device.push(StageDeviceTime { step, stage, device_s: ms as f64 / 1e3 });
             }
-            // callbacks' .item(): from its start until the device is done, within the stage.
-            let callbacks = r.spans.iter().rev().find(|s| s.stage == CALLBACKS).unwrap();
-            r.syncs.push((callbacks.begin_ns, (base + end_ms * MS).clamp(callbacks.begin_ns, callbacks.end_ns)));
         }
         r
     }
@@ -298,6 +329,57 @@ mod tests {
         assert_eq!(rank1.iter().map(|&(s, _)| s).collect::<Vec<_>>(), [BWD], "{rank1:?}");
         assert!((rank1[0].1 - 5.0 * 3.0 * 0.014).abs() < 1e-9, "{rank1:?}");
         for waiter in [0, 2, 3] {
+            assert!(caused_by_stage(&a, waiter).is_empty(), "rank {waiter}: {:?}", a.caused);
+        }
+    }
+
+    #[test]
+    fn a_host_late_from_its_data_stage_is_charged_there_for_every_allreduce_it_launches_late() {
+        // Stages data, fwd, bwd, callbacks; four bucket allreduces launched 10 ms apart in
+        // backward, each starting 1 ms after its launch and lasting 1 ms of work. Rank 3's
+        // data takes 40 ms instead of 20: its host launches all four 20 ms late, and the
+        // peers' kernels wait 20 ms in each, until the callbacks' .item() lines them up.
+        let ranks: Vec<DeviceRank> = (0..4u32)
+            .map(|rank| {
+                let data_ms = if rank == 3 { 40 } else { 20 };
+                let mut r = DeviceRank { rank, ..DeviceRank::default() };
+                // The parameters' broadcast at start-up, the same on every rank.
+                r.kernels.push(DeviceKernel { key: (8, 1), launch_ns: 0, start_ns: MS, end_ns: 2 * MS });
+                for step in 0..3u64 {
+                    let base = (step + 1) * STEP_MS * MS;
+                    let bwd = base + (data_ms + 10) * MS;
+                    let late_bwd = base + 50 * MS;
+                    for k in 1..=4u64 {
+                        let launch = bwd + 10 * k * MS;
+                        let late_end = late_bwd + (10 * k + 2) * MS;
+                        let key = (9, step * 4 + k);
+                        r.kernels.push(DeviceKernel {
+                            key,
+                            launch_ns: launch,
+                            start_ns: launch + MS,
+                            end_ns: late_end,
+                        });
+                    }
+                    let done = late_bwd + 44 * MS;
+                    let spans = [(0, base, base + data_ms * MS), (1, bwd - 10 * MS, bwd), (2, bwd, bwd + 40 * MS)];
+                    for (stage, begin_ns, end_ns) in spans {
+                        r.spans.push(StageSpan { step, stage, begin_ns, end_ns });
+                    }
+                    r.spans.push(StageSpan { step, stage: CALLBACKS, begin_ns: bwd + 40 * MS, end_ns: done + 2 * MS });
+                    r.syncs.push((bwd + 40 * MS, done));
+                    for stage in [1, 2] {
+                        r.device.push(StageDeviceTime { step, stage, device_s: 0.004 });
+                    }
+                }
+                r
+            })
+            .collect();
+        let a = attribute_device(&ranks);
+        assert_eq!(a.collectives, 13);
+        let rank3 = caused_by_stage(&a, 3);
+        assert_eq!(rank3.iter().map(|&(s, _)| s).collect::<Vec<_>>(), [0], "all to data: {rank3:?}");
+        assert!((rank3[0].1 - 12.0 * 3.0 * 0.020).abs() < 1e-9, "{rank3:?}");
+        for waiter in 0..3 {
             assert!(caused_by_stage(&a, waiter).is_empty(), "rank {waiter}: {:?}", a.caused);
         }
     }

@@ -23,6 +23,7 @@
 //! - [`waits_from`]: which of the two the logs can show, if either.
 
 mod attribute;
+mod carry;
 mod collective;
 mod culprits;
 pub mod device;

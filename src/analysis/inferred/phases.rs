@@ -50,8 +50,12 @@ pub fn infer(ranks: &[RankCalls]) -> Option<Inference> {
     // Each rank's calls by key: the same collective on every rank.
     let indices: Vec<HashMap<(u64, u64), usize>> =
         ranks.iter().map(|r| r.calls.iter().enumerate().map(|(i, c)| (c.key, i)).collect()).collect();
-    let (turn, step_gap_ns) = step_turn(ranks, &indices, reference, &period)?;
+    let (turn, step_gap_ns, typical) = step_turn(ranks, &indices, reference, &period)?;
     let step_order: Vec<Signature> = (0..q).map(|j| pattern[(turn + 1 + j) % q]).collect();
+    // The steps are cut on a rank whose own step gap is the median one: the rank with the
+    // most calls may be a slow one whose gap sits elsewhere (a slow forward on a rank
+    // whose peers wait at their synchronization, with asynchronous launches).
+    let reference = &ranks[typical];
     let blocks = reference_blocks(&reference.calls, &step_order, step_gap_ns);
     let out: Vec<RankInference> =
         ranks.iter().zip(&indices).map(|(r, index)| steps_of(r, index, reference, &blocks, q)).collect();
@@ -63,18 +67,18 @@ pub fn infer(ranks: &[RankCalls]) -> Option<Inference> {
 
 /// The pattern position whose following gap is the step gap: per rank the median gap
 /// after each position over the reference's unbroken run (the same collectives on every
-/// rank, by key), then the median over ranks, so one slow rank cannot move it. Returns it
-/// and that median gap.
+/// rank, by key), then the median over ranks, so one slow rank cannot move it. Returns it,
+/// that median gap, and a rank (its index) whose own gap there is the median's or nearest it.
 fn step_turn(
     ranks: &[RankCalls],
     indices: &[HashMap<(u64, u64), usize>],
     reference: &RankCalls,
     period: &Period,
-) -> Option<(usize, u64)> {
+) -> Option<(usize, u64, usize)> {
     let q = period.length;
     let run = &reference.calls[period.start..period.end.min(period.start + SEARCH_CALLS)];
-    let mut per_position: Vec<Vec<u64>> = vec![Vec::new(); q];
-    for (r, index) in ranks.iter().zip(indices) {
+    let mut per_position: Vec<Vec<(u64, usize)>> = vec![Vec::new(); q];
+    for (at_rank, (r, index)) in ranks.iter().zip(indices).enumerate() {
         let mut columns: Vec<Vec<u64>> = vec![Vec::new(); q];
         for (i, call) in run.iter().enumerate() {
             if let Some(&at) = index.get(&call.key) {
@@ -83,13 +87,27 @@ fn step_turn(
         }
         for (j, column) in columns.iter_mut().enumerate() {
             if !column.is_empty() {
-                per_position[j].push(median(column));
+                per_position[j].push((median(column), at_rank));
             }
         }
     }
-    let medians: Vec<u64> = per_position.iter_mut().map(|c| if c.is_empty() { 0 } else { median(c) }).collect();
-    let turn = (0..q).max_by_key(|&j| (medians[j], std::cmp::Reverse(j)))?;
-    Some((turn, medians[turn]))
+    let medians: Vec<(u64, usize)> = per_position
+        .iter_mut()
+        .map(|c| {
+            c.sort_unstable();
+            c.get(c.len() / 2).copied().unwrap_or((0, 0))
+        })
+        .collect();
+    let turn = (0..q).max_by_key(|&j| (medians[j].0, std::cmp::Reverse(j)))?;
+    let gap = medians[turn].0;
+    // Of the ranks holding as many calls as the reference (the steps are numbered on one
+    // that lost none), the one whose gap there is nearest the median.
+    let typical = per_position[turn]
+        .iter()
+        .filter(|&&(_, at)| ranks[at].calls.len() == reference.calls.len())
+        .min_by_key(|&&(own, at)| (own.abs_diff(gap), at))
+        .map_or(medians[turn].1, |&(_, at)| at);
+    Some((turn, gap, typical))
 }
 
 fn median(values: &mut [u64]) -> u64 {

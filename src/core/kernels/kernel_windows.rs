@@ -179,11 +179,17 @@ impl KernelWindows {
         }
     }
 
+    /// A kernel launch seen by the CUDA door's launch callback: its kernel's device time
+    /// goes to the stage that launched it.
+    pub fn launched(&mut self, correlation: u32, t_ns: u64) {
+        self.stages.launched(correlation, t_ns);
+    }
+
     /// Takes one activity record; `name` is the kernel's name, valid only during the call.
     pub fn feed(&mut self, activity: &Activity, name: Option<&[u8]>) {
         self.started = true;
         match activity.kind {
-            ActivityKind::Runtime { .. } => self.stages.runtime(activity),
+            ActivityKind::Runtime { .. } => self.stages.launched(activity.correlation, activity.start_ns),
             ActivityKind::Memcpy { .. } | ActivityKind::Synchronization { .. } => {}
             ActivityKind::Kernel => {
                 let id = match name {

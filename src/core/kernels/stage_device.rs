@@ -121,10 +121,11 @@ impl StageDeviceTimes {
         self.next_kernel = (self.next_kernel + 1) % Self::KERNEL_RING;
     }
 
-    /// A CUDA runtime call: where its correlation id was launched from.
-    pub fn runtime(&mut self, a: &Activity) {
-        if a.correlation != 0 {
-            self.correlations[a.correlation as usize % Self::CORRELATION_SLOTS] = (a.correlation, a.start_ns);
+    /// A launch with CUPTI correlation id `correlation` at host time `t_ns` (a runtime
+    /// call's activity record, or the launch callback's ENTER).
+    pub fn launched(&mut self, correlation: u32, t_ns: u64) {
+        if correlation != 0 {
+            self.correlations[correlation as usize % Self::CORRELATION_SLOTS] = (correlation, t_ns);
         }
     }
 

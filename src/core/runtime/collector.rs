@@ -9,7 +9,7 @@ use crate::core::comms::early;
 use crate::core::kernels::cupti::{self, CuptiDrain};
 use crate::core::kernels::device_tracker::DeviceTracker;
 use crate::core::kernels::kernel_windows::KernelWindows;
-use crate::core::live::event::Event;
+use crate::core::live::event::{DeviceEvent, Event};
 use crate::core::live::runtime::{self, Runtime};
 use crate::core::log::format::{live, WriterState, COMM_SLOTS};
 use crate::core::log::nccl_op::NcclOp;
@@ -72,7 +72,12 @@ impl Collector {
         while let Some(event) = (written < rt.ring.capacity()).then(|| rt.ring.pop()).flatten() {
             match event {
                 Event::Record(record) => self.writer.append(&record.to_nanoseconds(&rt.calibration)),
-                Event::Device(event) => self.device.event(&event, &rt.calibration, cupti::sync_activity()),
+                Event::Device(event) => {
+                    if let DeviceEvent::Launch(launch) = &event {
+                        self.kernels.launched(launch.correlation, rt.calibration.to_mono_ns(launch.ticks));
+                    }
+                    self.device.event(&event, &rt.calibration, cupti::sync_activity())
+                }
                 Event::Marker(marker) => {
                     let (writer, recent_steps) = (&mut self.writer, &mut self.recent_steps);
                     self.steps.feed(&marker, &rt.calibration, rt.stage_names, |record| {
