@@ -205,7 +205,10 @@ fn an_async_unmarked_job_names_the_slow_rank_in_its_phase_from_the_device() {
     assert_eq!(culprits, [(2, "inferred.between_collectives")], "{frontier}");
     let (_, slow) = slow_json(&dir);
     assert_eq!(slow["waits_from"], "device", "{slow}");
-    assert!(slow["slow_ranks"].as_array().unwrap().iter().all(|s| s["rank"] == 2), "{slow}");
     let first = &slow["slow_ranks"][0];
     assert_eq!((&first["rank"], &first["stage"]), (&2.into(), &"inferred.between_collectives".into()), "{slow}");
+    // No other rank is charged with the waiting (a rank's own descheduled step on a loaded
+    // host may still be listed after it, as its own time).
+    let mut others = slow["slow_ranks"].as_array().unwrap().iter().filter(|s| s["rank"] != 2);
+    assert!(others.all(|s| s["culprit"].is_null()), "{slow}");
 }

@@ -52,4 +52,16 @@ fn a_hung_kernel_leaves_every_rank_blocked_after_the_same_nccl_calls() {
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(nccl_call_counts(&root), vec![expected as usize; ranks as usize], "every rank, the same calls");
     assert!(job.0.try_wait().expect("try_wait").is_none(), "the job ended although a kernel never completes");
+
+    // With the CUDA door shut no log holds the device: sf hang cannot name the stuck
+    // kernel, blames nobody, and says that such a stall cannot be seen.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sf"))
+        .args(["hang", "--min-stuck-s", "0.5"])
+        .arg(root.join("job"))
+        .output()
+        .expect("run sf hang");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("not hung"), "{text}");
+    assert!(text.contains("a kernel stuck on a device looks the same"), "{text}");
 }

@@ -3,6 +3,7 @@
 
 use std::io::{self, Write};
 
+use stagefrontier::analysis::blame::waits_from::Why;
 use stagefrontier::analysis::hang::Mismatch;
 use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
@@ -457,9 +458,17 @@ fn hang_tail(report: &HangReport) -> Vec<String> {
     lines.extend(super::human_hang_profiler::lines(report));
     // The devices tell what the quiet hosts cannot: the stall named first.
     if let Some(quiet) = report.quiet_s.filter(|_| report.device_stall.is_none()) {
+        // With launches that return at once and no device records, a stuck kernel leaves
+        // the hosts exactly so: say that it could not be seen.
+        let device_unseen = if report.waits_from_reason == Why::AsynchronousCalls.describe() {
+            "; the NCCL calls return at once and the CUDA door was shut, so a kernel stuck on a device \
+             looks the same (sf run opens the door)"
+        } else {
+            ""
+        };
         lines.push(format!(
             "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
-             phase without collectives (checkpoint, evaluation); the logs cannot tell which",
+             phase without collectives (checkpoint, evaluation); the logs cannot tell which{device_unseen}",
             age(quiet)
         ));
     }
