@@ -239,14 +239,27 @@ fn charge(
         }
         let segment = &s.own[if i == 0 { 0 } else { s.ends[i - 1] }..s.ends[i]];
         let over = host_overrun(segment, spans[p.rank].spans, &s.medians);
-        let over_s: f64 = over.iter().map(|&(_, o)| o).sum();
-        let new = Some(normalized(over))
-            .filter(|o| !o.is_empty())
-            .or_else(|| spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns).map(|span| vec![(span, 1.0)]));
+        let over_s: f64 = over.clone().map(|(_, o)| o).sum();
+        // With no overrun it was late because it left its previous call late: the stage
+        // it entered the call from.
+        let entered = || spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns);
         let caused = &mut sums[p.rank].caused;
         let (Some(carries), Some(late_s)) = (split.carries.as_mut(), device.map(|d| d.host_late_s)) else {
-            charge_over(caused, new.as_deref(), caused_s, unstaged_s);
+            // Blocking calls: nothing carried, and nothing allocated per participant.
+            if over_s > 0.0 {
+                over.for_each(|(span, o)| caused[span] += caused_s * o / over_s);
+            } else {
+                match entered() {
+                    Some(span) => caused[span] += caused_s,
+                    None => *unstaged_s += caused_s,
+                }
+            }
             continue;
+        };
+        let new = if over_s > 0.0 {
+            Some(over.map(|(span, o)| (span, o / over_s)).collect::<Vec<_>>())
+        } else {
+            entered().map(|span| vec![(span, 1.0)])
         };
         // What of the host's lateness its segment does not explain, it carried in: that
         // part goes where the carried lateness went.
@@ -263,13 +276,16 @@ fn charge(
 }
 
 /// Each span of a segment whose own time ran over the participants' median, by how much.
-fn host_overrun(segment: &[(usize, f64)], rank_spans: &[StageSpan], medians: &[f64]) -> Vec<(usize, f64)> {
+fn host_overrun<'a>(
+    segment: &'a [(usize, f64)],
+    rank_spans: &'a [StageSpan],
+    medians: &'a [f64],
+) -> impl Iterator<Item = (usize, f64)> + Clone + 'a {
     segment
         .iter()
         .map(|&(span, own)| (span, own - medians[rank_spans[span].stage]))
         // Under the clocks' nanosecond it is the rounding of the waits taken out.
         .filter(|&(_, o)| o > 1e-9)
-        .collect()
 }
 
 /// Adds `amount` over `spans` (normalized weights) to `caused`; with no span, to the
