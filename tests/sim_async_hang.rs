@@ -34,6 +34,9 @@ fn a_hung_kernel_leaves_every_rank_blocked_after_the_same_nccl_calls() {
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
     cmd.args(trainer_args(ranks, 50))
         .args(["--launch", "async", "--buckets", &buckets.to_string(), "--hang-kernel", &format!("1:{hung_step}")])
+        // Stages of a few milliseconds, as a job's are: time inside the returning calls is
+        // then the small share that tells asynchronous launches from blocking ones.
+        .args(["--stage-ms", "data=20,fwd=10,bwd=20,callbacks=2,optim=5"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut job = Killed(cmd.spawn().expect("start sf-trainer-sim"));
