@@ -376,9 +376,7 @@ impl<'a> Spans<'a> {
                 .map(|(i, s)| (first + i, s.end_ns.min(end).saturating_sub(s.begin_ns.max(start)) as f64 / 1e9)),
         );
     }
-}
 
-impl Spans<'_> {
     /// Takes the parts of `waits` inside [start, end) out of `own` (what
     /// [`Spans::own_time`] gave for that segment).
     fn take_out_waits(&self, waits: &[(u64, u64)], start: u64, end: u64, own: &mut [(usize, f64)]) {

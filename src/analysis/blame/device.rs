@@ -13,7 +13,8 @@
 //!   device was still busy with earlier work): that share goes to the stages whose device
 //!   time (`stage_device`) in the step ran over every other participant's by a part of
 //!   that extra queueing, or, with none, to the stage that launched the kernel. The rest
-//!   its host made, launching late, and is charged as host calls are.
+//!   its host made, launching late, and is charged as host calls are, with the lateness
+//!   it carried from its earlier launches ([`carry`](super::carry)).
 //! - The host's own waiting is its synchronization with the device (`host_sync`): each is
 //!   a wait in the stages it overlapped, taken out of own time as in-call waits are. The
 //!   device waits are not: the host did not spend them, and its synchronizations hold the
@@ -70,20 +71,14 @@ pub fn attribute_device(ranks: &[DeviceRank]) -> Attribution {
         // From launch to end: the kernels end together, so the shortest was launched last.
         let launch_to_end = |i: usize| kernel(i).end_ns.saturating_sub(kernel(i).launch_ns) as f64 / 1e9;
         let at = c.participants.iter().position(|p| p.rank == late.rank && p.call == late.call)?;
-        let others_of = |f: &dyn Fn(usize) -> f64| {
-            let mut v: Vec<f64> = (0..c.participants.len()).filter(|&i| i != at).map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v
-        };
-        let others = others_of(&queued);
         let longest_wait = c.participants.iter().map(|p| p.wait_s).fold(0.0, f64::max);
-        if others.is_empty() || longest_wait <= 0.0 {
+        if c.participants.len() < 2 || longest_wait <= 0.0 {
             return None;
         }
         // Queued longer than its peers: the device was busy when the launch came.
-        let excess_s = queued(at) - others[others.len() / 2];
+        let excess_s = queued(at) - median_of_others(c.participants.len(), at, queued);
         let share = (excess_s / longest_wait).clamp(0.0, 1.0);
-        let host_late_s = others_of(&launch_to_end)[others.len() / 2] - launch_to_end(at);
+        let host_late_s = median_of_others(c.participants.len(), at, launch_to_end) - launch_to_end(at);
         let launch = kernels[late.rank][late.call].launch_ns;
         let step = step_at(&timelines[late.rank].spans, launch)?;
         let participants = c.participants.iter().map(|p| p.rank);
@@ -124,10 +119,17 @@ fn launch_ordered(r: &DeviceRank) -> Vec<DeviceKernel> {
     kernels
 }
 
+/// The upper median of `f` over participants `0..n` but `at` (`n` at least 2).
+fn median_of_others(n: usize, at: usize, f: impl Fn(usize) -> f64) -> f64 {
+    let mut others: Vec<f64> = (0..n).filter(|&i| i != at).map(f).collect();
+    others.sort_by(f64::total_cmp);
+    others[others.len() / 2]
+}
+
 /// The span whose work the device was busy with when a kernel launched at `launch` (the
 /// rank's previous NCCL launch at `since`) queued: the one holding the launch, unless that
 /// one began under [`LAUNCH_SPAN_MIN_NS`] before it (an inferred phase that opens with the
-/// NCCL call itself), then the one before it, if it began after `since`.
+/// NCCL call itself), then the one before it, if that one ended after `since`.
 fn launched_in(spans: &[StageSpan], since: u64, launch: u64) -> Option<usize> {
     let at = spans.iter().position(|s| s.begin_ns <= launch && launch < s.end_ns)?;
     let opened_just_before = launch - spans[at].begin_ns < LAUNCH_SPAN_MIN_NS;
