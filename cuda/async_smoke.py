@@ -8,19 +8,24 @@ long before the spin kernel ends; the host then waits in the `.item()`'s stream
 synchronization. Rank 0 writes {"spin_ms", "call_ms"} (the median host time of the
 allreduce calls) to --out.
 
-With --stall-after N, every rank launches, at step N, a spin kernel of --stall-s seconds
-before its allreduce and then synchronizes: the job stands still behind that kernel (the
-device stall `sf hang` must name) until it ends.
+With --late-rank R, rank R's spin kernel lasts --late-ms longer each step: its host
+returns from the allreduce as early as the others', and the others' NCCL kernels wait on
+the device for rank R's (the late rank `sf slow` must name from the device).
+
+With --stall-after N, at step N a spin kernel of --stall-s seconds runs before the
+allreduce on every rank, or on --stall-rank alone, and each rank then synchronizes: the
+job stands still behind that kernel (the device stall `sf hang` must name) until it ends.
 """
 
 import argparse
 import json
-import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+
+from shared_gpu import bind_rank_to_gpu
 
 
 def cycles_for(ms):
@@ -40,18 +45,20 @@ def main():
     parser.add_argument("--spin-ms", type=float, default=50.0)
     parser.add_argument("--stall-after", type=int, default=-1)
     parser.add_argument("--stall-s", type=float, default=60.0)
+    parser.add_argument("--stall-rank", type=int, default=-1, help="default: every rank")
+    parser.add_argument("--late-rank", type=int, default=-1)
+    parser.add_argument("--late-ms", type=float, default=30.0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
-    local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
+    bind_rank_to_gpu()
     dist.init_process_group("nccl")
     rank = dist.get_rank()
-    spin = cycles_for(args.spin_ms)
+    spin = cycles_for(args.spin_ms + (args.late_ms if rank == args.late_rank else 0.0))
     tensor = torch.ones(1 << 20, device="cuda")
     calls = []
     for step in range(args.steps):
-        stall = step == args.stall_after
+        stall = step == args.stall_after and args.stall_rank in (-1, rank)
         torch.cuda._sleep(cycles_for(args.stall_s * 1000.0) if stall else spin)
         begin = time.perf_counter()
         dist.all_reduce(tensor)

@@ -13,7 +13,6 @@ no data set: batches are random tensors made on the GPU.
 
 import argparse
 import json
-import os
 import time
 
 import torch
@@ -21,6 +20,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.cuda import nvtx
 from torch.nn.parallel import DistributedDataParallel
+
+from shared_gpu import bind_rank_to_gpu
 
 
 def stage(name):
@@ -45,14 +46,13 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
-    local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
+    device = bind_rank_to_gpu()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
 
     model = nn.Sequential(*[nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()) for _ in range(6)]).cuda()
-    ddp = DistributedDataParallel(model, device_ids=[local_rank])
+    ddp = DistributedDataParallel(model, device_ids=[device])
     optim = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
 

@@ -376,6 +376,9 @@ fn write_stuck_kernel_job(name: &str, stuck_ms: u64, flush_ms: Option<u32>, laun
             oldest: Some(oldest),
             sync_since_ns: step_begin(10) + 75 * MS,
             sync: Some(SyncKind::Stream),
+            changed_ns: Some(launch_41 + MS),
+            // A forced flush just before: the picture is complete.
+            complete_ns: Some(now - MS),
         }));
         w.heartbeat(now, wall_now, 1e9);
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use crate::analysis::kernels::cross_rank::{compare_kernels, L3Params};
 use crate::analysis::kernels::mixture::Z_99;
 use crate::core::kernels::kde::Cluster;
-use crate::core::kernels::kernel_activity::is_nccl_kernel;
+use crate::core::kernels::kernel_activity::{is_nccl_kernel, readable_kernel_name};
 use crate::core::log::reader::RankLog;
 use crate::core::log::records::RecordBody;
 use serde::Serialize;
@@ -243,7 +243,7 @@ fn read_rank(log: &RankLog) -> (RankKernels, RankInput) {
     let mut names: BTreeMap<u16, String> = BTreeMap::new();
     for r in &records {
         if let RecordBody::KernelName(n) = &r.body {
-            names.insert(n.name_id.min(0x0fff) as u16, n.name());
+            names.insert(n.name_id.min(0x0fff) as u16, readable_kernel_name(&n.name()).to_string());
         }
     }
     let mut stats = RankKernels {

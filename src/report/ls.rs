@@ -532,7 +532,16 @@ mod tests {
     #[test]
     fn evidence_is_named_in_order_and_bookkeeping_is_none() {
         use crate::core::log::records::{DeviceState, Drops};
-        let state = DeviceState { t_ns: 1, launched: 1, completed: 0, oldest: None, sync_since_ns: 0, sync: None };
+        let state = DeviceState {
+            t_ns: 1,
+            launched: 1,
+            completed: 0,
+            oldest: None,
+            sync_since_ns: 0,
+            sync: None,
+            changed_ns: Some(1),
+            complete_ns: Some(0),
+        };
         let drops = Drops { t_ns: 1, dropped_total: 0, ring_capacity: 8, profiler_dropped: 0 };
         assert_eq!(evidence_bit(&RecordBody::Drops(drops)), 0);
         let bits = evidence_bit(&RecordBody::DeviceState(state)) | evidence_bit(&RecordBody::NcclCall(sample_call()));

@@ -8,6 +8,7 @@ use std::io;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
+use crate::core::kernels::kernel_activity::readable_kernel_name;
 use crate::core::log::format::Region;
 use crate::core::log::reader::RankLog;
 use crate::core::log::records::{NcclCall, RecordBody, StepVector};
@@ -296,7 +297,7 @@ fn rank_events(
             }
         }
         RecordBody::KernelName(k) => {
-            kernel_names.insert(k.name_id, k.name());
+            kernel_names.insert(k.name_id, readable_kernel_name(&k.name()).to_string());
         }
         _ => {}
     });

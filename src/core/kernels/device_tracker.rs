@@ -91,6 +91,12 @@ pub struct DeviceTracker {
     said: Option<Said>,
     /// The oldest unfinished launch's correlation and kernel-name id, once interned.
     oldest_name: Option<(u32, u32)>,
+    /// When what `said` holds last changed.
+    changed_ns: u64,
+    /// When CUPTI last handed over every record (`complete_at`), and the value the last
+    /// `device_state` carried.
+    complete_ns: u64,
+    said_complete_ns: u64,
 }
 
 impl DeviceTracker {
@@ -193,6 +199,18 @@ impl DeviceTracker {
         }
     }
 
+    /// A flush at `t_ns` made CUPTI hand over every record, unfinished ones too: what is
+    /// unfinished after this round's completions was unfinished then.
+    pub fn complete_at(&mut self, t_ns: u64) {
+        self.complete_ns = t_ns;
+    }
+
+    /// When the host synchronization in progress longest entered: the host has waited on
+    /// its device since then.
+    pub fn host_waiting_since_ns(&self) -> Option<u64> {
+        self.open_syncs.iter().map(|s| s.since_ns).min()
+    }
+
     /// Drops the launches queued on `handle` before `correlation` (which just completed).
     fn retire_before(&mut self, handle: u64, correlation: u32) {
         let Some(queue) = self.streams.get_mut(&handle) else { return };
@@ -252,10 +270,13 @@ impl DeviceTracker {
             oldest: oldest.map(|(c, _)| c),
             sync_since_ns: sync.map_or(0, |s| s.since_ns),
         };
-        if self.said == Some(now) && !at_exit {
+        if self.said != Some(now) {
+            self.changed_ns = t_ns;
+        } else if self.said_complete_ns == self.complete_ns && !at_exit {
             return;
         }
         self.said = Some(now);
+        self.said_complete_ns = self.complete_ns;
         let oldest = oldest.map(|(correlation, p)| {
             let name_id = match self.oldest_name {
                 Some((c, id)) if c == correlation => id,
@@ -283,6 +304,8 @@ impl DeviceTracker {
             oldest,
             sync_since_ns: now.sync_since_ns,
             sync: sync.map(|s| s.sync),
+            changed_ns: Some(self.changed_ns),
+            complete_ns: Some(self.complete_ns),
         }));
     }
 }

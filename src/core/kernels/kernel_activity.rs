@@ -91,14 +91,36 @@ impl KernelNames {
         self.names.get(id as usize).map(|n| &**n)
     }
 
-    /// NCCL's kernels are named `ncclKernel_*` or `ncclDevKernel_*`.
     pub fn is_nccl(&self, id: u32) -> bool {
         self.get(id).is_some_and(is_nccl_kernel)
     }
 }
 
+/// NCCL's kernels are the global functions `ncclKernel_*` (before 2.19) and
+/// `ncclDevKernel_*`, which CUPTI names as the compiler mangled them: on a GPU, NCCL
+/// 2.28's allreduce is `_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE`.
+/// A name cut short (the launch callback keeps 64 bytes) still starts with the function's.
 pub fn is_nccl_kernel(name: &str) -> bool {
-    name.starts_with("ncclKernel") || name.starts_with("ncclDevKernel")
+    let function = mangled_global_function(name).map_or(name, |(start, _)| &name[start..]);
+    function.starts_with("ncclKernel") || function.starts_with("ncclDevKernel")
+}
+
+/// The name people read: a mangled global function's own name, without the encoded
+/// parameter types (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`); any other name as it is.
+pub fn readable_kernel_name(name: &str) -> &str {
+    match mangled_global_function(name) {
+        Some((start, len)) => start.checked_add(len).and_then(|end| name.get(start..end)).unwrap_or(&name[start..]),
+        None => name,
+    }
+}
+
+/// Where the function name of an Itanium-mangled global function starts in `name`
+/// (`_Z` <length> <name>), and the length the mangling gives it (the name may be cut).
+fn mangled_global_function(name: &str) -> Option<(usize, usize)> {
+    let rest = name.strip_prefix("_Z")?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let len = rest[..digits].parse::<usize>().ok().filter(|&len| len > 0)?;
+    Some((2 + digits, len))
 }
 
 #[cfg(test)]
@@ -117,5 +139,26 @@ mod tests {
         }
         assert_eq!(names.intern(b"one too many"), (KernelNames::OVERFLOW, false));
         assert_eq!(names.get(1), Some("gemm"));
+    }
+
+    #[test]
+    fn nccl_kernels_are_known_by_their_mangled_names_as_cupti_gives_them() {
+        // Names as CUPTI reported them for PyTorch 2.11 with NCCL 2.28.9 on an H200.
+        let allreduce = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE";
+        assert!(is_nccl_kernel(allreduce));
+        assert!(is_nccl_kernel("_Z31ncclDevKernel_AllGather_RING_LL24ncclDevKernelArgsStorageILm..."));
+        assert!(is_nccl_kernel("_Z38ncclKernel_AllReduce_RING_LL_Sum_floatP11ncclDevCommmP8ncclWork"));
+        assert!(is_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+        assert!(is_nccl_kernel("_Z39ncclDevKernel_AllRe"), "cut inside the function name");
+        assert_eq!(readable_kernel_name(allreduce), "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+        let spin = "_ZN2at4cuda40_GLOBAL__N__758183f4_8_Sleep_cu_088d913f11spin_kernelEl";
+        assert!(!is_nccl_kernel(spin));
+        assert_eq!(readable_kernel_name(spin), spin, "nested names stay as they are");
+        assert!(!is_nccl_kernel("_Z11scal_kernelIffLi1ELb1ELi6ELi5ELi5ELi3EEv21cublasTransposePar"));
+        assert_eq!(readable_kernel_name("_Z11scal_kernelIffLi1EEv"), "scal_kernel");
+        for odd in ["_Z", "_Z0x", "_Z99999999999999999999999x", "_Z18446744073709551615x", "_Z5ab", "gemm"] {
+            assert!(!is_nccl_kernel(odd), "{odd}");
+            let _ = readable_kernel_name(odd);
+        }
     }
 }

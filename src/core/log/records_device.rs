@@ -108,6 +108,16 @@ pub struct DeviceState {
     pub sync_since_ns: u64,
     /// What that synchronization waits for; `None` when none is in progress.
     pub sync: Option<SyncKind>,
+    /// When the launches, completions, oldest unfinished kernel or synchronization last
+    /// changed (a record is also written when only `complete_ns` moved); `None` in logs
+    /// written before the field, whose records were written on a change only (`t_ns`).
+    pub changed_ns: Option<u64>,
+    /// When the picture was last complete: the last flush that made CUPTI hand over every
+    /// record, so each launch still unfinished here was unfinished then. CUPTI's plain
+    /// flush keeps back whole buffers behind one running kernel, so without such a flush
+    /// an unfinished launch may long have ended. 0 before the first; `None` in logs written
+    /// before the field.
+    pub complete_ns: Option<u64>,
 }
 
 pub(super) fn encode_host_sync(s: &HostSync, w: &mut Encoder) {
@@ -172,6 +182,8 @@ pub(super) fn encode_device_state(s: &DeviceState, w: &mut Encoder) {
     }
     w.u16(o.op.map_or(0, |op| op as u16));
     w.u16(o.stage);
+    w.u64(s.changed_ns.unwrap_or(s.t_ns));
+    w.u64(s.complete_ns.unwrap_or(0));
 }
 
 pub(super) fn decode_device_state(r: &mut Decoder) -> Option<DeviceState> {
@@ -190,10 +202,11 @@ pub(super) fn decode_device_state(r: &mut Decoder) -> Option<DeviceState> {
         0 => None,
         raw => Some(NcclOp::from_u16(raw)?),
     };
-    // Appended later: older logs end before it.
+    // Appended later, each: older logs end before it.
     let stage = r.u16().unwrap_or(0);
+    let (changed_ns, complete_ns) = (r.u64(), r.u64());
     let oldest = has_oldest.then_some(Unfinished { name_id, t_launch_ns, stream, comm_id, seq, op, stage });
-    Some(DeviceState { t_ns, launched, completed, oldest, sync_since_ns, sync })
+    Some(DeviceState { t_ns, launched, completed, oldest, sync_since_ns, sync, changed_ns, complete_ns })
 }
 
 #[cfg(test)]
@@ -253,8 +266,19 @@ mod tests {
             oldest: Some(stuck),
             sync_since_ns: 90,
             sync: Some(SyncKind::Stream),
+            changed_ns: Some(95),
+            complete_ns: Some(98),
         };
         let json = round_trip(RecordBody::DeviceState(state));
+        assert_eq!((json["changed_ns"].as_u64(), json["complete_ns"].as_u64()), (Some(95), Some(98)));
+        let mut payload = [0u8; PAYLOAD_CAPACITY];
+        let len = RecordBody::DeviceState(state).encode(&mut payload);
+        let before_the_times = RecordBody::decode(kind::DEVICE_STATE, &payload[..len - 16]);
+        assert_eq!(
+            before_the_times,
+            Some(RecordBody::DeviceState(DeviceState { changed_ns: None, complete_ns: None, ..state })),
+            "a log written before the two times"
+        );
         assert_eq!((json["oldest"]["name_id"].as_u64(), json["sync"].as_str()), (Some(3), Some("stream")));
         assert!(json["oldest"]["op"].is_null());
         let nccl = Unfinished { comm_id: 9, seq: 4, op: Some(NcclOp::Send), ..stuck };

@@ -44,7 +44,12 @@ pub struct Collector {
     qps: QpMonitor,
     /// RDMA port counters from sysfs (SF_IB_SAMPLE_MS).
     ports: PortSampler,
+    /// When `device_overdue` last asked for a forced CUPTI flush.
+    last_forced_flush_ns: u64,
 }
+
+/// The shortest host wait on the device that makes the CUDA door force CUPTI's flush.
+const FORCED_FLUSH_AFTER_NS: u64 = 2_000_000_000;
 
 impl Collector {
     pub fn new(writer: LogWriter, config: &'static Config) -> Collector {
@@ -60,6 +65,7 @@ impl Collector {
             device: DeviceTracker::default(),
             qps: QpMonitor::default(),
             ports: PortSampler::default(),
+            last_forced_flush_ns: 0,
         }
     }
 
@@ -108,12 +114,16 @@ impl Collector {
             self.writer.append(&drops.to_nanoseconds(&rt.calibration));
             self.drops_written = dropped;
         }
+        let force = self.device_overdue();
         let (kernels, device) = (&mut self.kernels, &mut self.device);
         let config = self.config;
-        self.cupti.round(&config.cupti, &mut self.writer, &mut |activity, name| {
+        let forced = self.cupti.round(&config.cupti, &mut self.writer, force, &mut |activity, name| {
             kernels.feed(activity, name);
             device.activity(activity);
         });
+        if let Some(t_ns) = forced {
+            self.device.complete_at(t_ns);
+        }
         self.kernels.round(rt, config.kernel_window_ms, &config.cupti, &mut self.writer);
         self.write_device(false);
         self.qps.round(rt, &self.qp_settings(), &mut self.writer);
@@ -140,6 +150,22 @@ impl Collector {
             degraded: c.wr_degraded,
             sample_ms: c.net_sample_ms,
         }
+    }
+
+    /// Whether this round's CUPTI flush must hand over unfinished records too: a host has
+    /// waited on its device for longer than two steps (at least `FORCED_FLUSH_AFTER_NS`),
+    /// and no forced flush came within as long. A healthy step's synchronizations end
+    /// sooner, so the unfinished records a forced flush gives up (those never come again)
+    /// are few; a device stuck behind a kernel shows its true oldest work within seconds.
+    fn device_overdue(&mut self) -> bool {
+        let now = monotonic_ns();
+        let after = self.recent_steps.median_ns().map_or(0, |m| 2 * m).max(FORCED_FLUSH_AFTER_NS);
+        let waited = self.device.host_waiting_since_ns().is_some_and(|since| now.saturating_sub(since) >= after);
+        let due = waited && now.saturating_sub(self.last_forced_flush_ns) >= after;
+        if due {
+            self.last_forced_flush_ns = now;
+        }
+        due
     }
 
     /// max(SF_HANG_FACTOR x median step time, SF_HANG_MIN_S); just the minimum until steps

@@ -32,6 +32,13 @@ pub(super) fn device_view(
             evidence_lag_ns: *evidence_lag_ns,
         });
     };
+    // What is unfinished is known only as of CUPTI's last complete hand-over: later, a
+    // kernel long ended may still read as unfinished (its record kept back in a buffer
+    // behind another one still running). A log written before the field: its state.
+    let as_of_ns = match state.complete_ns {
+        Some(complete_ns) => as_of_ns.map(|now| now.min(complete_ns)),
+        None => as_of_ns,
+    };
     let oldest = state.oldest.map(|o| Unfinished {
         kernel: kernel_names.iter().rev().find(|(id, _)| *id == o.name_id).map(|(_, name)| name.clone()),
         // The stage its host launched it in, as the library saw it; for a log written
@@ -47,7 +54,7 @@ pub(super) fn device_view(
         rank: input.rank,
         now_ns: as_of_ns,
         oldest,
-        changed_ns: state.t_ns,
+        changed_ns: state.changed_ns.unwrap_or(state.t_ns),
         sync_since_ns: state.sync_since_ns,
         launched: launched(input),
         evidence_lag_ns: *evidence_lag_ns,

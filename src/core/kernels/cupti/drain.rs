@@ -34,16 +34,29 @@ pub struct CuptiDrain {
 impl CuptiDrain {
     /// One collector round, CUPTI flushed every `config.flush_ms`. `sink` gets every
     /// activity, with a kernel's name bytes valid only during the call.
+    ///
+    /// `force`: the flush this round hands over every buffer, also those holding records
+    /// of kernels still queued or running. A plain flush keeps back any buffer with such a
+    /// record, so while a kernel runs forever, no completion behind it in its buffer ever
+    /// arrives and the device's state stays as it was before (seen on an H200 with CUPTI
+    /// 13.0: a stalled rank's completions stopped for the whole stall). The records
+    /// handed over unfinished come without an end and are never delivered again: they
+    /// are counted in `skipped`, and their launches stay unfinished until a later
+    /// completion on their stream retires them. Returns when the forced flush was made,
+    /// if one was (every record up to then was handed over and parsed).
     pub fn round(
         &mut self,
         config: &CuptiConfig,
         writer: &mut LogWriter,
+        force: bool,
         sink: &mut dyn FnMut(&Activity, Option<&[u8]>),
-    ) {
-        let Some(state) = state() else { return };
+    ) -> Option<u64> {
+        let state = state()?;
         let session = session();
+        let mut forced = None;
         if let Some(session) = session.filter(|_| state == CuptiState::Enabled && runtime::is_active()) {
-            self.collect(config.flush_ms, session, sink);
+            forced = force.then(monotonic_ns);
+            self.collect(config.flush_ms, force, session, sink);
         }
         let refusals = session.map_or(0, |s| s.pool.refused());
         let now = (state, self.dropped_by_cupti, refusals);
@@ -51,6 +64,7 @@ impl CuptiDrain {
             writer.append(&RecordBody::CuptiStatus(self.status(state, session, refusals, config.flush_ms)));
             self.written = Some(now);
         }
+        forced
     }
 
     /// At exit, before the last round: CUPTI hands over every buffer, even those with
@@ -63,11 +77,17 @@ impl CuptiDrain {
         }
     }
 
-    fn collect(&mut self, flush_ms: u64, session: &Session, sink: &mut dyn FnMut(&Activity, Option<&[u8]>)) {
+    fn collect(
+        &mut self,
+        flush_ms: u64,
+        force: bool,
+        session: &Session,
+        sink: &mut dyn FnMut(&Activity, Option<&[u8]>),
+    ) {
         let now = monotonic_ns();
-        if self.time.is_none() || now.saturating_sub(self.last_flush_ns) >= flush_ms * 1_000_000 {
+        if force || self.time.is_none() || now.saturating_sub(self.last_flush_ns) >= flush_ms * 1_000_000 {
             self.time = time_base(session).or(self.time);
-            let _ = session.cupti.flush_all(false);
+            let _ = session.cupti.flush_all(force);
             self.last_flush_ns = now;
         }
         let time = self.time.unwrap_or(TimeBase { offset_ns: 0 });
