@@ -59,3 +59,19 @@ fn the_asynchronous_script_is_valid_python_and_spins_before_its_allreduce() {
     assert!(spin < allreduce, "the spin kernel goes before the allreduce on the stream");
     assert!(text.contains(".item()"), "the host synchronizes as training loops do");
 }
+
+#[test]
+fn the_two_ranks_on_one_gpu_script_parses_skips_without_a_gpu_and_gives_each_rank_a_host() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu_pair_smoke.sh");
+    assert!(Command::new("bash").arg("-n").arg(&path).output().unwrap().status.success());
+    let out = Command::new("bash").arg(&path).env("SF_SMOKE_NO_GPU", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no GPU: skipped"), "{out:?}");
+    let dry = Command::new("bash").arg(&path).arg("--dry-run").output().unwrap();
+    let text = String::from_utf8_lossy(&dry.stdout);
+    assert!(dry.status.success() && text.contains("SF_SMOKE_HOSTID_PER_RANK=1"), "{text}");
+    assert!(text.contains("--nproc-per-node 2") && text.contains("--late-rank 1"), "{text}");
+    // NCCL refuses two ranks on one device unless their host hashes differ (NCCL_HOSTID).
+    let helper = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/shared_gpu.py")).unwrap();
+    assert!(helper.contains("NCCL_HOSTID") && helper.contains("SF_SMOKE_HOSTID_PER_RANK"), "{helper}");
+}

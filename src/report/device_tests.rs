@@ -368,17 +368,21 @@ fn write_stuck_kernel_job(name: &str, stuck_ms: u64, flush_ms: Option<u32>, laun
             let op = Some(NcclOp::AllReduce);
             Unfinished { name_id: 2, t_launch_ns: launch_41, stream: 2, comm_id: COMM, seq: 41, op, stage: 0 }
         };
+        let sync_since_ns = step_begin(10) + 75 * MS;
+        // A log of today (the CUPTI period written) holds the collector's forced flushes,
+        // one a second while a host waits on its device; an older one neither time.
+        let waited_s = (now - sync_since_ns) / (1_000 * MS);
+        let complete_ns = if waited_s == 0 { 0 } else { sync_since_ns + waited_s * 1_000 * MS };
         w.append(&RecordBody::DeviceState(DeviceState {
-            // Its last change: the last launch, before every host blocked.
-            t_ns: launch_41 + MS,
+            t_ns: complete_ns.max(launch_41 + MS),
             launched: 500,
             completed: 480,
             oldest: Some(oldest),
-            sync_since_ns: step_begin(10) + 75 * MS,
+            sync_since_ns,
             sync: Some(SyncKind::Stream),
-            changed_ns: Some(launch_41 + MS),
-            // A forced flush just before: the picture is complete.
-            complete_ns: Some(now - MS),
+            // Its last progress: the last launch, before every host blocked.
+            changed_ns: flush_ms.map(|_| launch_41 + MS),
+            complete_ns: flush_ms.map(|_| complete_ns),
         }));
         w.heartbeat(now, wall_now, 1e9);
     }
@@ -400,22 +404,31 @@ fn a_stuck_compute_kernel_is_named_by_sf_hang_though_the_host_counts_agree() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Kernel records reach the log once per buffer read (500 ms): an unfinished kernel
-/// younger than two reads may have ended unseen, though no lag was measured yet (CI's
-/// false stall, early in a job on a loaded host). Without the period (an older log), the
-/// threshold stays the cadence's.
+/// CUPTI keeps back every buffer behind a kernel still running: until the collector forced
+/// a flush (once a host has waited on its device for a second), an unfinished kernel may
+/// long have ended unseen, and nothing is a stall yet (CI's false stall, early in a job on
+/// a loaded host, was one). An older log, without the flush's time, is judged as before.
 #[test]
 fn a_state_younger_than_two_buffer_reads_is_not_a_stall_yet() {
     let dir = write_stuck_kernel_job("young", 700, Some(500), None);
     let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert!(report.device_stall.is_none(), "{:?}", report.device_stall);
-    assert_eq!(report.threshold.device_threshold_s, Some(1.0));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let dir = write_stuck_kernel_job("after-a-forced-flush", 1_200, Some(500), None);
+    let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(
+        report.device_stall.map(|s| s.rank),
+        Some(3),
+        "complete as of the flush, a second into the wait: {:?}",
+        report.threshold
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     let dir = write_stuck_kernel_job("young-old-log", 700, None, None);
     let report = crate::report::hang::build(&Dirs::one(&dir), &crate::report::hang::DEFAULT_HANG)
         .unwrap_or_else(|e| panic!("{e:?}"));
-    assert_eq!(report.device_stall.map(|s| s.rank), Some(3));
+    assert_eq!(report.device_stall.as_ref().map(|s| s.rank), Some(3), "{:?}", report.threshold);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

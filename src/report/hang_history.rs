@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 
 use crate::analysis::hang::progress::STEPS_PACED;
-use crate::core::kernels::kernel_activity::readable_kernel_name;
 use crate::core::log::format::Region;
 use crate::core::log::reader::{CommLive, RankLog, ScanStats};
 use crate::core::log::records::{
@@ -220,9 +219,7 @@ impl Kept {
                 history.device_records += 1;
                 history.uncounted_end_ns = Some(history.uncounted_end_ns.map_or(c.t_end_ns, |t| t.min(c.t_end_ns)));
             }
-            RecordBody::KernelName(k) => {
-                history.kernel_names.push((k.name_id, readable_kernel_name(&k.name()).to_string()))
-            }
+            RecordBody::KernelName(k) => history.kernel_names.push((k.name_id, k.name())),
             RecordBody::StepVector(v) => {
                 if v.part == 0 {
                     if history.recent_steps.len() == STEPS_PACED {

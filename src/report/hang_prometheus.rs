@@ -187,6 +187,8 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
             launched: input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect(),
             // The metrics do not carry it: the exporters' threshold stands alone.
             evidence_lag_ns: 0,
+            // The exporters judged their ranks' evidence; the metrics show what they found.
+            complete_ns: None,
         });
     }
     let threshold_s = threshold.first().map_or(options.fallback_stuck_s, value);

@@ -133,12 +133,15 @@ pub fn culprits(
     let peers = (ranks - 1) as f64;
     let min_steps = MIN_CULPRIT_STEPS.max((params.min_step_fraction * steps as f64).ceil() as usize);
     let held_up = |rank: u32, stage: usize| table.steps_where(rank, stage, |caused| caused / peers >= floor);
-    // The median rank's caused wait in a stage, ranks that caused none included.
-    let typical = |stage: usize| {
-        let mut all: Vec<f64> = table.cells.iter().filter(|c| c.stage == stage).map(|c| c.caused_s).collect();
-        all.resize(ranks.max(all.len()), 0.0);
-        all.sort_by(f64::total_cmp);
-        all[all.len() / 2]
+    // The caused wait in a stage of the median of the other ranks, those that caused none
+    // included: with the rank itself counted, the median of two ranks is the larger, and a
+    // two-rank job's culprit could never stand out against itself.
+    let typical = |rank: u32, stage: usize| {
+        let mut others: Vec<f64> =
+            table.cells.iter().filter(|c| c.stage == stage && c.rank != rank).map(|c| c.caused_s).collect();
+        others.resize((ranks - 1).max(others.len()), 0.0);
+        others.sort_by(f64::total_cmp);
+        others[others.len() / 2]
     };
     let mut found: Vec<Culprit> = Vec::new();
     // Cells are largest first, so a rank's first passing cell is its largest.
@@ -148,7 +151,7 @@ pub fn culprits(
         }
         let delay_per_step_s = c.caused_s / steps as f64 / peers;
         if delay_per_step_s < floor
-            || c.caused_s < params.dominance * typical(c.stage)
+            || c.caused_s < params.dominance * typical(c.rank, c.stage)
             || held_up(c.rank, c.stage) < min_steps
         {
             continue;
@@ -265,6 +268,20 @@ mod tests {
         let a = attribution(&even);
         let t = blame_table(&a, 0, 9);
         assert!(culprits(&t, 8, 10, 0.1, &CulpritParams::default()).is_empty(), "even blame is noise");
+    }
+
+    #[test]
+    fn the_late_one_of_two_ranks_is_a_culprit_and_two_alike_are_not() {
+        // As on an H200 with two ranks: rank 1's device reaches every allreduce 40 ms after
+        // rank 0's, in steps of 86 ms. The median with itself counted was its own blame.
+        let a = attribution(&(0..27).map(|step| ((1, step, 0), 0.04)).collect::<Vec<_>>());
+        let t = blame_table(&a, 0, 26);
+        let found = culprits(&t, 2, 27, 0.086, &CulpritParams::default());
+        assert_eq!(found.iter().map(|c| (c.rank, c.stage)).collect::<Vec<_>>(), [(1, 0)], "{found:?}");
+        let alike: Vec<_> = (0..27).flat_map(|step| [((0, step, 0), 0.004), ((1, step, 0), 0.005)]).collect();
+        let a = attribution(&alike);
+        let t = blame_table(&a, 0, 26);
+        assert!(culprits(&t, 2, 27, 0.086, &CulpritParams::default()).is_empty(), "two ranks alike");
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct DeviceView {
     /// kernel waited for the `device_state` that counted it (the CUDA door reads CUPTI's
     /// buffers every `SF_CUPTI_FLUSH_MS`); 0 when unknown.
     pub evidence_lag_ns: u64,
+    /// When what is unfinished was last known to be (CUPTI handed over every record); a
+    /// stall is judged as of then, its ages shown as of `now_ns`. `None`: judged at now.
+    pub complete_ns: Option<u64>,
 }
 
 /// A rank whose device is stuck behind other work while its peers wait for it in a
@@ -67,6 +70,12 @@ pub struct DeviceStall {
 impl DeviceView {
     fn age_ns(&self, t_ns: u64) -> Option<u64> {
         Some(self.now_ns?.saturating_sub(t_ns))
+    }
+
+    /// The age of `t_ns` as far as the evidence is complete.
+    pub fn known_age_ns(&self, t_ns: u64) -> Option<u64> {
+        let now = self.now_ns?;
+        Some(self.complete_ns.map_or(now, |c| c.min(now)).saturating_sub(t_ns))
     }
 
     fn launched_on(&self, comm_id: u64) -> Option<u64> {
@@ -95,7 +104,7 @@ pub fn device_stall(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceSta
     let stuck_in = |v: &DeviceView| {
         let oldest = v.oldest.as_ref()?;
         let (comm, seq, op) = oldest.collective?;
-        (v.age_ns(oldest.t_launch_ns)? >= threshold_ns).then_some((comm, seq, op))
+        (v.known_age_ns(oldest.t_launch_ns)? >= threshold_ns).then_some((comm, seq, op))
     };
     // The collective most stuck devices are in (the lowest sequence on a tie).
     let mut counts: Vec<((u64, u64, NcclOp), usize)> = Vec::new();
@@ -119,8 +128,9 @@ pub fn device_stall(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceSta
         // A later collective of the same communicator is no other work: its device got
         // past the one its peers' states show (theirs lag: kernel records come in batches).
         let other_work = oldest.collective.is_none_or(|(c, _, _)| c != comm_id);
-        let still = v.age_ns(v.changed_ns)? >= threshold_ns;
-        (other_work && still && unfinished_ns >= threshold_ns).then_some(unfinished_ns)
+        let still = v.known_age_ns(v.changed_ns)? >= threshold_ns;
+        let stuck = v.known_age_ns(oldest.t_launch_ns)? >= threshold_ns;
+        (other_work && still && stuck).then_some(unfinished_ns)
     };
     // Every other member waits in the collective: one that does neither is somewhere the
     // states do not show (starting up, or its state behind), and nothing is certain.
@@ -168,6 +178,7 @@ mod tests {
             sync_since_ns: if syncing { 91 * SEC } else { 0 },
             launched: vec![(COMM, seq)],
             evidence_lag_ns: 0,
+            complete_ns: None,
         }
     }
 
@@ -189,6 +200,25 @@ mod tests {
         assert_eq!(stall.unfinished_ns, 11 * SEC);
         assert_eq!(stall.syncing_ns, 9 * SEC, "its host waits on it too, in a sync");
         assert_eq!(stall.waiting_ranks, [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_stall_is_judged_as_of_the_last_complete_hand_over_and_shown_as_of_now() {
+        let mut views: Vec<DeviceView> = (0..4).map(|r| in_collective(r, 41, true)).collect();
+        views[3].oldest =
+            Some(Unfinished { kernel: Some("sim_bwd_0".into()), stage: None, t_launch_ns: 89 * SEC, collective: None });
+        // CUPTI last handed over everything before the kernel had run a second: it may
+        // have ended since, its record kept back behind another kernel's.
+        for v in &mut views {
+            v.complete_ns = Some(89 * SEC + SEC / 2);
+        }
+        assert_eq!(device_stall(&views, SEC), None);
+        // A forced flush later: still unfinished then, and 11 s old now.
+        for v in &mut views {
+            v.complete_ns = Some(95 * SEC);
+        }
+        let stall = device_stall(&views, SEC).expect("stuck as of the flush");
+        assert_eq!((stall.rank, stall.unfinished_ns), (3, 11 * SEC));
     }
 
     #[test]

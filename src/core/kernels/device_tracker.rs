@@ -91,8 +91,9 @@ pub struct DeviceTracker {
     said: Option<Said>,
     /// The oldest unfinished launch's correlation and kernel-name id, once interned.
     oldest_name: Option<(u32, u32)>,
-    /// When what `said` holds last changed.
-    changed_ns: u64,
+    /// When the device last made progress: the newest launch or kernel end seen, by when
+    /// it happened (not when CUPTI handed its record over).
+    progress_ns: u64,
     /// When CUPTI last handed over every record (`complete_at`), and the value the last
     /// `device_state` carried.
     complete_ns: u64,
@@ -111,6 +112,7 @@ impl DeviceTracker {
 
     fn launch(&mut self, launch: &Launch, t_launch_ns: u64) {
         self.launched += 1;
+        self.progress_ns = self.progress_ns.max(t_launch_ns);
         let pending = Pending {
             t_launch_ns,
             stream_handle: launch.stream_handle,
@@ -163,6 +165,7 @@ impl DeviceTracker {
         match activity.kind {
             ActivityKind::Kernel => {
                 self.completed += 1;
+                self.progress_ns = self.progress_ns.max(activity.end_ns);
                 match self.pending.remove(&activity.correlation) {
                     Some(pending) => {
                         self.retire_before(pending.stream_handle, activity.correlation);
@@ -270,9 +273,7 @@ impl DeviceTracker {
             oldest: oldest.map(|(c, _)| c),
             sync_since_ns: sync.map_or(0, |s| s.since_ns),
         };
-        if self.said != Some(now) {
-            self.changed_ns = t_ns;
-        } else if self.said_complete_ns == self.complete_ns && !at_exit {
+        if self.said == Some(now) && self.said_complete_ns == self.complete_ns && !at_exit {
             return;
         }
         self.said = Some(now);
@@ -304,7 +305,7 @@ impl DeviceTracker {
             oldest,
             sync_since_ns: now.sync_since_ns,
             sync: sync.map(|s| s.sync),
-            changed_ns: Some(self.changed_ns),
+            changed_ns: Some(self.progress_ns),
             complete_ns: Some(self.complete_ns),
         }));
     }

@@ -3,6 +3,8 @@
 //! The CUPTI door produces these from activity buffers; the kernel-window summaries
 //! consume them.
 
+use std::borrow::Cow;
+
 use crate::core::fnv::fnv1a;
 
 /// What kind of GPU activity a record describes.
@@ -105,13 +107,31 @@ pub fn is_nccl_kernel(name: &str) -> bool {
     function.starts_with("ncclKernel") || function.starts_with("ncclDevKernel")
 }
 
-/// The name people read: a mangled global function's own name, without the encoded
-/// parameter types (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`); any other name as it is.
-pub fn readable_kernel_name(name: &str) -> &str {
-    match mangled_global_function(name) {
-        Some((start, len)) => start.checked_add(len).and_then(|end| name.get(start..end)).unwrap_or(&name[start..]),
-        None => name,
+/// The name people read: a mangled function's qualified name, without the encoded
+/// parameter types: `ncclDevKernel_AllReduce_Sum_f32_RING_LL`, and for PyTorch's
+/// `_ZN2at4cuda40_GLOBAL__N__758183f4_8_Sleep_cu_088d913f11spin_kernelEl`,
+/// `at::cuda::(anonymous namespace)::spin_kernel`. A name this cannot read (templates,
+/// a cut inside the qualified name) stays as it is.
+pub fn readable_kernel_name(name: &str) -> Cow<'_, str> {
+    if let Some((start, len)) = mangled_global_function(name) {
+        return Cow::Borrowed(start.checked_add(len).and_then(|end| name.get(start..end)).unwrap_or(&name[start..]));
     }
+    nested_function(name).map_or(Cow::Borrowed(name), Cow::Owned)
+}
+
+/// The qualified name of an Itanium-mangled function in namespaces (`_ZN` <length>
+/// <name>... `E`), when every part is a plain name.
+fn nested_function(name: &str) -> Option<String> {
+    let mut rest = name.strip_prefix("_ZN")?;
+    let mut parts: Vec<&str> = Vec::new();
+    while !rest.starts_with('E') {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let len = rest[..digits].parse::<usize>().ok().filter(|&len| len > 0)?;
+        let part = rest.get(digits..digits.checked_add(len)?)?;
+        parts.push(if part.starts_with("_GLOBAL__N") { "(anonymous namespace)" } else { part });
+        rest = &rest[digits + len..];
+    }
+    (!parts.is_empty()).then(|| parts.join("::"))
 }
 
 /// Where the function name of an Itanium-mangled global function starts in `name`
@@ -153,7 +173,11 @@ mod tests {
         assert_eq!(readable_kernel_name(allreduce), "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
         let spin = "_ZN2at4cuda40_GLOBAL__N__758183f4_8_Sleep_cu_088d913f11spin_kernelEl";
         assert!(!is_nccl_kernel(spin));
-        assert_eq!(readable_kernel_name(spin), spin, "nested names stay as they are");
+        assert_eq!(readable_kernel_name(spin), "at::cuda::(anonymous namespace)::spin_kernel");
+        let cut = "_ZN2at4cuda40_GLOBAL__N__758183f4_8_Sleep_cu_088d913f11spin_kern...";
+        assert_eq!(readable_kernel_name(cut), cut, "cut inside the qualified name");
+        let template = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEEEEviT0_T1_";
+        assert_eq!(readable_kernel_name(template), template, "a template stays as it is");
         assert!(!is_nccl_kernel("_Z11scal_kernelIffLi1ELb1ELi6ELi5ELi5ELi3EEv21cublasTransposePar"));
         assert_eq!(readable_kernel_name("_Z11scal_kernelIffLi1EEv"), "scal_kernel");
         for odd in ["_Z", "_Z0x", "_Z99999999999999999999999x", "_Z18446744073709551615x", "_Z5ab", "gemm"] {

@@ -48,8 +48,10 @@ pub struct Collector {
     last_forced_flush_ns: u64,
 }
 
-/// The shortest host wait on the device that makes the CUDA door force CUPTI's flush.
-const FORCED_FLUSH_AFTER_NS: u64 = 2_000_000_000;
+/// The shortest host wait on the device that makes the CUDA door force CUPTI's flush:
+/// twice the default flush period, so a device stall is named about a second after its
+/// host began to wait (tests/hang_live.rs allows for it).
+const FORCED_FLUSH_AFTER_NS: u64 = 1_000_000_000;
 
 impl Collector {
     pub fn new(writer: LogWriter, config: &'static Config) -> Collector {

@@ -2,6 +2,7 @@
 //! launched, and the stall report, from the CUDA door's records.
 
 use super::*;
+use crate::core::kernels::kernel_activity::readable_kernel_name;
 
 /// The device's view of a rank: its newest `device_state`, its oldest unfinished kernel
 /// named and placed in a stage, and the collectives its host launched per communicator.
@@ -30,17 +31,15 @@ pub(super) fn device_view(
             sync_since_ns: 0,
             launched,
             evidence_lag_ns: *evidence_lag_ns,
+            complete_ns: None,
         });
     };
-    // What is unfinished is known only as of CUPTI's last complete hand-over: later, a
-    // kernel long ended may still read as unfinished (its record kept back in a buffer
-    // behind another one still running). A log written before the field: its state.
-    let as_of_ns = match state.complete_ns {
-        Some(complete_ns) => as_of_ns.map(|now| now.min(complete_ns)),
-        None => as_of_ns,
-    };
     let oldest = state.oldest.map(|o| Unfinished {
-        kernel: kernel_names.iter().rev().find(|(id, _)| *id == o.name_id).map(|(_, name)| name.clone()),
+        kernel: kernel_names
+            .iter()
+            .rev()
+            .find(|(id, _)| *id == o.name_id)
+            .map(|(_, name)| whole_name(name, kernel_names)),
         // The stage its host launched it in, as the library saw it; for a log written
         // before launches carried it, the stage at the same offset into the step.
         stage: match o.stage.checked_sub(1) {
@@ -57,8 +56,23 @@ pub(super) fn device_view(
         changed_ns: state.changed_ns.unwrap_or(state.t_ns),
         sync_since_ns: state.sync_since_ns,
         launched: launched(input),
-        evidence_lag_ns: *evidence_lag_ns,
+        // Judged as of a complete hand-over, the state trails nothing.
+        evidence_lag_ns: if state.complete_ns.is_some() { 0 } else { *evidence_lag_ns },
+        // What is unfinished is known only as of CUPTI's last complete hand-over: later, a
+        // kernel long ended may still read as unfinished (its record kept back in a buffer
+        // behind another one still running). A log written before the field: at now.
+        complete_ns: state.complete_ns,
     })
+}
+
+/// The name to show for a launch's kernel name: a name the launch callback cut short
+/// (`...` after it) is the whole name of a kernel that completed before, when one starts
+/// so; then as people read it (`readable_kernel_name`).
+fn whole_name(name: &str, kernel_names: &[(u32, String)]) -> String {
+    let whole = name
+        .strip_suffix("...")
+        .and_then(|cut| kernel_names.iter().map(|(_, n)| n).find(|n| n.starts_with(cut) && !n.ends_with("...")));
+    readable_kernel_name(whole.map_or(name, |n| n)).into_owned()
 }
 
 /// Collectives the host launched per communicator: the live table's count, or the newest

@@ -309,7 +309,8 @@ fn device_stall_line(s: &DeviceStallReport) -> String {
     let waiting = if s.waiting_ranks.is_empty() {
         String::new()
     } else {
-        format!("; {} wait in it on the device", rank_noun(&s.waiting_ranks))
+        let verb = if s.waiting_ranks.len() == 1 { "waits" } else { "wait" };
+        format!("; {} {verb} in it on the device", rank_noun(&s.waiting_ranks))
     };
     format!(
         "HUNG: rank {} is stuck behind kernel {kernel} (launched{stage} {} ago, unfinished for {}): {} #{} on \
