@@ -67,8 +67,15 @@ impl History {
     /// completed just after a read waits a whole period, and the collector's round that
     /// writes the state may come one more late on a loaded host; the kernel windows
     /// allow the same two periods).
+    ///
+    /// A state complete as of a forced flush (`complete_ns`) trails the device by that
+    /// flush's delay alone: the collector forces it two buffer reads into a host's wait.
     pub(super) fn evidence_lag_ns(&self) -> u64 {
-        self.evidence_lag_ns.max(2 * u64::from(self.flush_ms) * 1_000_000)
+        let two_reads_ns = 2 * u64::from(self.flush_ms) * 1_000_000;
+        match self.device_state.and_then(|s| s.complete_ns) {
+            Some(_) => two_reads_ns,
+            None => self.evidence_lag_ns.max(two_reads_ns),
+        }
     }
 
     /// Streams the log's records (never all of them at once): the newest `CALLS_KEPT`

@@ -70,8 +70,8 @@ fn evidence(ranks: &[RankSteps]) -> Evidence {
     let each: Vec<Evidence> = ranks
         .iter()
         .map(|r| {
-            let keyed: Vec<(u64, u64)> =
-                r.calls.iter().filter(|c| c.key.is_some()).map(|c| (c.enter_ns, c.exit_ns)).collect();
+            let keyed: Vec<(u64, u64, u64)> =
+                r.calls.iter().filter_map(|c| Some((c.key?.0, c.enter_ns, c.exit_ns))).collect();
             let (steps, steps_with_calls) = steps_with_calls(r, &keyed);
             Evidence { steps, steps_with_calls, ..Evidence::of_rank(r.kernels.len() as u64, &keyed) }
         })
@@ -81,12 +81,12 @@ fn evidence(ranks: &[RankSteps]) -> Evidence {
 
 /// The rank's steps its held calls cover (all of them, or those after the budget's cut),
 /// and how many of them a collective call (`keyed`, in enter order) entered in.
-fn steps_with_calls(r: &RankSteps, keyed: &[(u64, u64)]) -> (u64, u64) {
+fn steps_with_calls(r: &RankSteps, keyed: &[(u64, u64, u64)]) -> (u64, u64) {
     let from = r.held.from_ns.unwrap_or(0);
     let covered = r.steps.iter().filter(|s| s.t_begin_ns >= from);
     covered.fold((0, 0), |(steps, with), s| {
-        let first = keyed.partition_point(|&(enter, _)| enter < s.t_begin_ns);
-        let inside = keyed.get(first).is_some_and(|&(enter, _)| enter <= s.t_begin_ns.saturating_add(s.wall_ns));
+        let first = keyed.partition_point(|&(_, enter, _)| enter < s.t_begin_ns);
+        let inside = keyed.get(first).is_some_and(|&(_, enter, _)| enter <= s.t_begin_ns.saturating_add(s.wall_ns));
         (steps + 1, with + u64::from(inside))
     })
 }

@@ -48,11 +48,6 @@ pub struct Collector {
     last_forced_flush_ns: u64,
 }
 
-/// The shortest host wait on the device that makes the CUDA door force CUPTI's flush:
-/// twice the default flush period, so a device stall is named about a second after its
-/// host began to wait (tests/hang_live.rs allows for it).
-const FORCED_FLUSH_AFTER_NS: u64 = 1_000_000_000;
-
 impl Collector {
     pub fn new(writer: LogWriter, config: &'static Config) -> Collector {
         Collector {
@@ -155,13 +150,15 @@ impl Collector {
     }
 
     /// Whether this round's CUPTI flush must hand over unfinished records too: a host has
-    /// waited on its device for longer than two steps (at least `FORCED_FLUSH_AFTER_NS`),
+    /// waited on its device for longer than two steps, and at least two of the door's
+    /// buffer reads (`SF_CUPTI_FLUSH_MS`: the delay `sf hang` allows the device evidence),
     /// and no forced flush came within as long. A healthy step's synchronizations end
     /// sooner, so the unfinished records a forced flush gives up (those never come again)
-    /// are few; a device stuck behind a kernel shows its true oldest work within seconds.
+    /// are few; a device stuck behind a kernel shows its true oldest work a second in.
     fn device_overdue(&mut self) -> bool {
         let now = monotonic_ns();
-        let after = self.recent_steps.median_ns().map_or(0, |m| 2 * m).max(FORCED_FLUSH_AFTER_NS);
+        let two_reads_ns = 2 * self.config.cupti.flush_ms * 1_000_000;
+        let after = self.recent_steps.median_ns().map_or(0, |m| 2 * m).max(two_reads_ns);
         let waited = self.device.host_waiting_since_ns().is_some_and(|since| now.saturating_sub(since) >= after);
         let due = waited && now.saturating_sub(self.last_forced_flush_ns) >= after;
         if due {

@@ -56,8 +56,7 @@ pub(super) fn device_view(
         changed_ns: state.changed_ns.unwrap_or(state.t_ns),
         sync_since_ns: state.sync_since_ns,
         launched: launched(input),
-        // Judged as of a complete hand-over, the state trails nothing.
-        evidence_lag_ns: if state.complete_ns.is_some() { 0 } else { *evidence_lag_ns },
+        evidence_lag_ns: *evidence_lag_ns,
         // What is unfinished is known only as of CUPTI's last complete hand-over: later, a
         // kernel long ended may still read as unfinished (its record kept back in a buffer
         // behind another one still running). A log written before the field: at now.
