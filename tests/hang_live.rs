@@ -406,3 +406,38 @@ fn an_async_job_torn_down_1_s_after_a_kernel_hung_is_reported_post_mortem_with_t
     let first = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
     assert!(first.contains("rank 1 "), "{first}\n{report}");
 }
+
+/// One rank whose kernel never completes: no peer waits for it in a collective, so nothing
+/// names a culprit (not hung, exit 0), but sf hang says what the device shows: the host has
+/// waited in its synchronization, behind that kernel (seen on an H200 with a spin kernel).
+#[test]
+fn a_lone_rank_waiting_on_a_stuck_kernel_is_said_not_blamed() {
+    let _serial = one_at_a_time();
+    let root = log_root("hang-live-lone");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "1", "--steps", "100000", "--stage-ms", "data=4,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .args(["--launch", "async", "--hang-kernel", "0:2"])
+        .env("CUDA_INJECTION64_PATH", library())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Killed(cmd.spawn().expect("start sf-trainer-sim"));
+    let dir = root.join("job");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let report = loop {
+        let (code, report) = sf_hang(&dir);
+        assert_ne!(code, Some(3), "one rank blames nobody: {report}");
+        if report["device_waits"].as_array().is_some_and(|w| w.first().is_some_and(|w| !w["kernel"].is_null())) {
+            break report;
+        }
+        assert!(Instant::now() < deadline, "the wait was never seen: {report}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let wait = &report["device_waits"][0];
+    assert_eq!((wait["rank"].as_i64(), wait["kernel"].as_str()), (Some(0), Some("sim_bwd_0")), "{report}");
+    let human = Command::new(artifact("sf")).arg("hang").arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.contains("rank 0's host has waited") && text.contains("behind kernel sim_bwd_0"),
+        "the note says where the host waits:\n{text}"
+    );
+}

@@ -9,7 +9,9 @@
 //! heartbeats, steps and stages, injections, watchdog evidence.
 
 use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
-use crate::analysis::hang::device::{device_stall, device_threshold_ns, DeviceStall, DeviceView, Unfinished};
+use crate::analysis::hang::device::{
+    device_stall, device_threshold_ns, device_waits, DeviceStall, DeviceView, DeviceWait, Unfinished,
+};
 use crate::analysis::hang::progress::RankProgress;
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
@@ -88,6 +90,10 @@ pub struct HangReport {
     /// A rank whose device is stuck behind other work while its peers' devices wait for
     /// it in a collective every host launched (`analysis::hang::device`).
     pub device_stall: Option<DeviceStallReport>,
+    /// With no stall named: ranks whose hosts have waited on their devices for longer than
+    /// the device threshold, longest first (what is seen, not a verdict: a one-rank job, a
+    /// long kernel, a wait no peer's collective explains).
+    pub device_waits: Vec<DeviceWaitReport>,
     /// No rank advanced (step or stage marker) for longer than the progress threshold,
     /// and some are behind the others (`analysis::hang::progress`): the hang of a job
     /// whose collectives no door saw, or a rank stuck outside any call.
@@ -97,6 +103,28 @@ pub struct HangReport {
     /// `python_collectives` (host calls all issued from Python on gloo process groups),
     /// `progress` (step and stage markers); `none` when the job is not hung.
     pub hang_evidence: HangEvidenceUsed,
+}
+
+/// A host waiting on its device: `device_waits`.
+#[derive(Debug, Serialize)]
+pub struct DeviceWaitReport {
+    pub rank: i32,
+    /// Inside a host synchronization this long.
+    pub syncing_s: f64,
+    /// The device's oldest unfinished kernel and how long ago it was launched, when the
+    /// evidence shows it unfinished for longer than the threshold too.
+    pub kernel: Option<String>,
+    pub unfinished_s: Option<f64>,
+}
+
+impl From<DeviceWait> for DeviceWaitReport {
+    fn from(w: DeviceWait) -> DeviceWaitReport {
+        let (kernel, unfinished_s) = match w.kernel {
+            Some((kernel, unfinished_ns)) => (kernel, Some(seconds(unfinished_ns))),
+            None => (None, None),
+        };
+        DeviceWaitReport { rank: w.rank, syncing_s: seconds(w.syncing_ns), kernel, unfinished_s }
+    }
 }
 
 /// The culprit of a hang the host counts cannot show.
@@ -511,6 +539,7 @@ pub(crate) fn report(
     let (waits_from, why) = waits_from(&Evidence::of_job(extras.iter().map(|e| &e.evidence)));
     let views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
     let stall = device_stall(&views, d.threshold.threshold_ns);
+    let waits = if stall.is_none() { device_waits(&views, d.threshold.threshold_ns) } else { Vec::new() };
     let device_threshold_s =
         views.iter().any(|v| v.changed_ns > 0).then(|| seconds(device_threshold_ns(&views, d.threshold.threshold_ns)));
     let t = &d.threshold;
@@ -552,6 +581,7 @@ pub(crate) fn report(
         waits_from,
         waits_from_reason: why.describe(),
         device_stall: stall.clone().map(device_stall_report),
+        device_waits: waits.into_iter().map(DeviceWaitReport::from).collect(),
         progress_stall: progress_stall.map(ProgressStallReport::from),
         hang_evidence,
         dir: dir.display().to_string(),

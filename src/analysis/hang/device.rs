@@ -67,6 +67,38 @@ pub struct DeviceStall {
     pub waiting_ranks: Vec<i32>,
 }
 
+/// A host that has waited on its device for longer than the threshold, with no peer's
+/// collective to tell whether the device is stuck or busy: what is seen, not a verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceWait {
+    pub rank: i32,
+    /// Inside a host synchronization since this long.
+    pub syncing_ns: u64,
+    /// The device's oldest unfinished kernel, when the evidence shows it unfinished for
+    /// longer than the threshold too (name, how long unfinished, as of now).
+    pub kernel: Option<(Option<String>, u64)>,
+}
+
+/// The ranks whose hosts have waited in a synchronization for longer than `threshold_ns`
+/// (the device threshold: `device_threshold_ns`), oldest wait first.
+pub fn device_waits(views: &[DeviceView], threshold_ns: u64) -> Vec<DeviceWait> {
+    let threshold_ns = device_threshold_ns(views, threshold_ns);
+    let mut waits: Vec<DeviceWait> = views
+        .iter()
+        .filter(|v| v.sync_since_ns > 0)
+        .filter_map(|v| {
+            let syncing_ns = v.age_ns(v.sync_since_ns).filter(|&age| age >= threshold_ns)?;
+            let kernel = v.oldest.as_ref().and_then(|o| {
+                let known = v.known_age_ns(o.t_launch_ns)? >= threshold_ns;
+                known.then(|| (o.kernel.clone(), v.age_ns(o.t_launch_ns).unwrap_or(0)))
+            });
+            Some(DeviceWait { rank: v.rank, syncing_ns, kernel })
+        })
+        .collect();
+    waits.sort_by_key(|w| (std::cmp::Reverse(w.syncing_ns), w.rank));
+    waits
+}
+
 impl DeviceView {
     fn age_ns(&self, t_ns: u64) -> Option<u64> {
         Some(self.now_ns?.saturating_sub(t_ns))
@@ -219,6 +251,23 @@ mod tests {
         }
         let stall = device_stall(&views, SEC).expect("stuck as of the flush");
         assert_eq!((stall.rank, stall.unfinished_ns), (3, 11 * SEC));
+    }
+
+    #[test]
+    fn a_host_waiting_long_on_its_device_is_seen_with_the_kernel_when_the_evidence_is_complete() {
+        // One rank, its host in a synchronization for 9 s behind a kernel launched 11 s ago.
+        let mut view = in_collective(0, 41, true);
+        view.oldest =
+            Some(Unfinished { kernel: Some("spin".into()), stage: None, t_launch_ns: 89 * SEC, collective: None });
+        view.complete_ns = Some(99 * SEC);
+        let waits = device_waits(std::slice::from_ref(&view), SEC);
+        assert_eq!(waits, [DeviceWait { rank: 0, syncing_ns: 9 * SEC, kernel: Some((Some("spin".into()), 11 * SEC)) }]);
+        // No complete hand-over since the launch: the host's wait is known, the kernel not.
+        view.complete_ns = Some(0);
+        assert_eq!(device_waits(std::slice::from_ref(&view), SEC)[0].kernel, None);
+        // A short wait is no observation.
+        view.sync_since_ns = 99 * SEC + SEC / 2;
+        assert!(device_waits(&[view], SEC).is_empty());
     }
 
     #[test]

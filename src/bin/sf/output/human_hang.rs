@@ -11,7 +11,7 @@ use stagefrontier::core::net::proxy_progress::ProxyLink;
 use super::human::{age, first_end_line, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};
 use stagefrontier::report::hang::{
-    CommReport, DeviceStallReport, HangEvidenceUsed, HangReport, InjectionReport, PostMortemReport,
+    CommReport, DeviceStallReport, DeviceWaitReport, HangEvidenceUsed, HangReport, InjectionReport, PostMortemReport,
     ProgressStallReport, RankReport,
 };
 
@@ -467,16 +467,45 @@ fn hang_tail(report: &HangReport) -> Vec<String> {
         } else {
             ""
         };
-        lines.push(format!(
-            "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
-             phase without collectives (checkpoint, evaluation); the logs cannot tell which{device_unseen}",
-            age(quiet)
-        ));
+        match report.device_waits.first() {
+            // The device says where the hosts wait: in a synchronization, behind a kernel.
+            Some(w) => lines.push(format!(
+                "note: every live rank has been outside NCCL for {}; {}: a device busy this long with one kernel \
+                 is stuck or very slow, and no peer waits for it in a collective to tell which",
+                age(quiet),
+                device_wait_clause(w, report.device_waits.len())
+            )),
+            None => lines.push(format!(
+                "note: every live rank has been outside NCCL for {}: the job is stuck outside NCCL or in a long \
+                 phase without collectives (checkpoint, evaluation); the logs cannot tell which{device_unseen}",
+                age(quiet)
+            )),
+        }
     }
     if !lines.is_empty() {
         lines.insert(0, String::new());
     }
     lines
+}
+
+/// `rank 0's host has waited 31.9s in a synchronization behind kernel K (launched 32.0s
+/// ago)`, and how many other ranks wait so.
+fn device_wait_clause(w: &DeviceWaitReport, waiting: usize) -> String {
+    let behind = match (&w.kernel, w.unfinished_s) {
+        (kernel, Some(unfinished)) => {
+            format!(
+                " behind kernel {} (launched {} ago)",
+                kernel.as_deref().unwrap_or("an unnamed kernel"),
+                age(unfinished)
+            )
+        }
+        _ => String::new(),
+    };
+    let others = match waiting {
+        0 | 1 => String::new(),
+        n => format!(" ({} more rank{} wait so)", n - 1, if n == 2 { "" } else { "s" }),
+    };
+    format!("rank {}'s host has waited {} in a synchronization on its device{behind}{others}", w.rank, age(w.syncing_s))
 }
 
 /// `MISMATCH on 0x.. #21: count differs: 1048576 on ranks 0-1, 3; 524288 on rank 2`, one
