@@ -68,3 +68,44 @@ fn a_hung_kernel_leaves_every_rank_blocked_after_the_same_nccl_calls() {
     assert!(text.starts_with("not hung"), "{text}");
     assert!(text.contains("a kernel stuck on a device looks the same"), "{text}");
 }
+
+/// The same hang with NCCL's profiler door open and the CUDA door shut: the profiler's
+/// KernelCh starts show rank 0's and 2's devices inside step 2's first allreduce and rank
+/// 1's never beginning it, so sf hang names rank 1 from the profiler alone, and says what
+/// it is stuck behind cannot be seen.
+#[test]
+fn a_hung_kernel_is_named_through_the_profiler_with_the_cuda_door_shut() {
+    let root = log_root("sim-async-hang-profiler");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(trainer_args(3, 100_000))
+        .args(["--launch", "async", "--hang-kernel", "1:2"])
+        .args(["--stage-ms", "data=4,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .env("NCCL_PROFILER_PLUGIN", library())
+        .env("FAKENCCL_PROFILER_VERSION", "7")
+        .env("SF_PROFILER_KERNEL_CH", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Killed(cmd.spawn().expect("start sf-trainer-sim"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (text, json) = loop {
+        let run = |json: bool| {
+            let mut sf = std::process::Command::new(env!("CARGO_BIN_EXE_sf"));
+            sf.arg("hang").arg(root.join("job")).args(json.then_some("--json"));
+            sf.output().expect("run sf hang")
+        };
+        let out = run(false);
+        if out.status.code() == Some(3) {
+            let json: serde_json::Value = serde_json::from_slice(&run(true).stdout).unwrap();
+            break (String::from_utf8_lossy(&out.stdout).to_string(), json);
+        }
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(Instant::now() < deadline, "never named: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(text.starts_with("HUNG: rank 1's device never began AllReduce #"), "{text}");
+    assert!(text.contains("ranks 0, 2 began it and wait"), "{text}");
+    assert!(text.contains("the CUDA door was shut"), "{text}");
+    assert_eq!(json["hang_evidence"], "profiler", "{json}");
+    assert_eq!(json["profiler_stall"]["rank"], 1, "{json}");
+    assert_eq!(json["profiler_stall"]["waiting_ranks"], serde_json::json!([0, 2]), "{json}");
+}

@@ -12,6 +12,7 @@ use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
 use crate::analysis::hang::device::{
     device_stall, device_threshold_ns, device_waits, DeviceStall, DeviceView, DeviceWait, Unfinished,
 };
+use crate::analysis::hang::kernel_ch::{kernel_ch_stall, KernelChStall, KernelChView};
 use crate::analysis::hang::progress::RankProgress;
 use crate::analysis::hang::{
     self, CommVerdict, Diagnosis, Member, Mismatch, PostMortem, RankInput, RankVerdict, Settings, State, StuckQp,
@@ -23,6 +24,7 @@ use crate::core::log::host as local_host;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
 use crate::core::log::records::{hex_u64, CommOrigin, DeviceState, HangEvidence, Injection, ProcessEnd, StepVector};
+use crate::core::net::profiler::func_name;
 use crate::core::record::clock::monotonic_ns;
 use serde::{Serialize, Serializer};
 
@@ -90,6 +92,9 @@ pub struct HangReport {
     /// A rank whose device is stuck behind other work while its peers' devices wait for
     /// it in a collective every host launched (`analysis::hang::device`).
     pub device_stall: Option<DeviceStallReport>,
+    /// With the CUDA door shut: the rank whose device never began the collective its
+    /// peers' devices began and wait in, from NCCL's profiler (`hang_evidence: profiler`).
+    pub profiler_stall: Option<ProfilerStallReport>,
     /// With no stall named: ranks whose hosts have waited on their devices for longer than
     /// the device threshold, longest first (what is seen, not a verdict: a one-rank job, a
     /// long kernel, a wait no peer's collective explains).
@@ -103,6 +108,34 @@ pub struct HangReport {
     /// `python_collectives` (host calls all issued from Python on gloo process groups),
     /// `progress` (step and stage markers); `none` when the job is not hung.
     pub hang_evidence: HangEvidenceUsed,
+}
+
+/// A hang seen through NCCL's profiler alone: `profiler_stall`.
+#[derive(Debug, Serialize)]
+pub struct ProfilerStallReport {
+    pub rank: i32,
+    /// The collective the others wait in, as NCCL's profiler names it: its function, its
+    /// per-function sequence number on the communicator (`nccl_seq` of `prof_op` records),
+    /// and the communicator's hash folded to 14 bits.
+    pub func: &'static str,
+    pub nccl_seq: u64,
+    pub comm_tag: u16,
+    pub waiting_ranks: Vec<i32>,
+    /// The longest any of them has waited since its device began it.
+    pub waiting_s: f64,
+}
+
+impl From<KernelChStall> for ProfilerStallReport {
+    fn from(s: KernelChStall) -> ProfilerStallReport {
+        ProfilerStallReport {
+            rank: s.rank,
+            func: func_name(s.waited.func),
+            nccl_seq: s.waited.seq,
+            comm_tag: s.waited.comm_tag,
+            waiting_ranks: s.waiting_ranks,
+            waiting_s: seconds(s.waiting_ns),
+        }
+    }
 }
 
 /// A host waiting on its device: `device_waits`.
@@ -325,6 +358,8 @@ pub(crate) struct Extra {
     last_heard_wall_ns: u64,
     /// The device's view (`device_state`; none seen: nothing unfinished shown).
     device: Option<DeviceView>,
+    /// What the profiler door says of the device (its KernelCh words).
+    kernel_ch: KernelChView,
     /// What the records show of the waits (`analysis::blame::waits_from`).
     evidence: Evidence,
     /// Where its step and stage markers put it, and since when.
@@ -406,6 +441,8 @@ impl Extra {
             end: None,
             last_heard_wall_ns: 0,
             device: None,
+            // The metrics do not carry the KernelCh words: no rank, nothing judged.
+            kernel_ch: KernelChView { rank: -1, now_ns: None, started: None, stopped: None },
             evidence: Evidence::default(),
             progress: None,
             process_groups: Vec::new(),
@@ -496,8 +533,18 @@ pub(crate) fn read_live(
         input.created.iter().filter(|c| c.origin == CommOrigin::ProcessGroup).map(|c| c.comm_id).collect();
     let device = device_view(&device_parts, &input, &stage_names);
     let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
+    let kernel_ch = log.kernel_ch();
+    let kernel_ch = KernelChView {
+        rank: h.global_rank,
+        // The profiler door writes these words itself, as fresh as the read; a rank that
+        // is gone stopped at its last heartbeat.
+        now_ns: Some(as_of_ns),
+        started: kernel_ch.started.filter(|&(_, since)| since >= calibrated),
+        stopped: kernel_ch.stopped,
+    };
     let extra = Extra {
         device,
+        kernel_ch,
         evidence,
         progress: Some(progress),
         process_groups,
@@ -540,8 +587,11 @@ pub(crate) fn report(
     let views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
     let stall = device_stall(&views, d.threshold.threshold_ns);
     let waits = if stall.is_none() { device_waits(&views, d.threshold.threshold_ns) } else { Vec::new() };
-    let device_threshold_s =
-        views.iter().any(|v| v.changed_ns > 0).then(|| seconds(device_threshold_ns(&views, d.threshold.threshold_ns)));
+    // Through NCCL's profiler, only where no device state was seen.
+    let device_seen = views.iter().any(|v| v.changed_ns > 0);
+    let kernel_ch_views: Vec<KernelChView> = extras.iter().map(|e| e.kernel_ch).filter(|v| v.rank >= 0).collect();
+    let profiler_stall = if device_seen { None } else { kernel_ch_stall(&kernel_ch_views, d.threshold.threshold_ns) };
+    let device_threshold_s = device_seen.then(|| seconds(device_threshold_ns(&views, d.threshold.threshold_ns)));
     let t = &d.threshold;
     let process_groups: Vec<u64> = extras.iter().flat_map(|e| e.process_groups.iter().copied()).collect();
     let ends: Vec<RankEnd> = d
@@ -566,6 +616,8 @@ pub(crate) fn report(
         HangEvidenceUsed::HostCalls
     } else if stall.is_some() {
         HangEvidenceUsed::Device
+    } else if profiler_stall.is_some() {
+        HangEvidenceUsed::Profiler
     } else {
         HangEvidenceUsed::None
     };
@@ -577,11 +629,16 @@ pub(crate) fn report(
     if let Some(s) = &stall {
         mark_culprits(&mut ranks, &[s.rank], State::StuckKernel);
     }
+    let profiler_stall = profiler_stall.filter(|_| hang_evidence == HangEvidenceUsed::Profiler);
+    if let Some(s) = &profiler_stall {
+        mark_culprits(&mut ranks, &[s.rank], State::StuckKernel);
+    }
     HangReport {
         waits_from,
         waits_from_reason: why.describe(),
         device_stall: stall.clone().map(device_stall_report),
         device_waits: waits.into_iter().map(DeviceWaitReport::from).collect(),
+        profiler_stall: profiler_stall.map(ProfilerStallReport::from),
         progress_stall: progress_stall.map(ProgressStallReport::from),
         hang_evidence,
         dir: dir.display().to_string(),

@@ -24,6 +24,7 @@ mod classify;
 mod classify_tests;
 pub mod device;
 mod facts;
+pub mod kernel_ch;
 mod mismatch;
 mod post_mortem;
 pub mod progress;

@@ -183,6 +183,14 @@ pub mod live {
     /// `sf hang` compares across ranks when no collective says who holds the job up; 0
     /// before the first marker.
     pub const PROGRESS_TICKS: usize = 648;
+    /// The profiler door's newest KernelCh start and stop: the collective whose kernel the
+    /// device last began a channel of, and last finished one of (`kernel_ch::word`; 0:
+    /// none yet, and in logs of older libraries), and the start's raw ticks. NCCL reports
+    /// a KernelCh event to the plugin only as it stops, so a kernel that never starts, or
+    /// never ends, shows here alone.
+    pub const KERNEL_CH_STARTED: usize = 656;
+    pub const KERNEL_CH_STARTED_TICKS: usize = 664;
+    pub const KERNEL_CH_STOPPED: usize = 672;
 }
 
 /// The stage-name table, inside the header page: hooks intern a stage name once, and

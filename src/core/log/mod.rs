@@ -9,6 +9,7 @@ pub mod copy;
 pub mod format;
 pub mod host;
 pub mod identity;
+pub mod kernel_ch;
 pub mod mapping;
 pub mod nccl_op;
 pub(crate) mod pread;

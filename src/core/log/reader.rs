@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::format::{self, bytes, caps, comm, header, live, Region, WriterState};
+use super::kernel_ch::KernelChKey;
 use super::pread;
 use super::records::{hex_u64, ProcessEnd, RecordBody};
 use crate::core::log::nccl_op::NcclOp;
@@ -170,6 +171,22 @@ pub struct LiveState {
     /// Raw `PROGRESS_TICKS` word; `progress_mono_ns` converts it.
     #[serde(skip)]
     pub progress_ticks: u64,
+    /// Raw KernelCh words (`kernel_ch::KernelChKey::of_word`); `kernel_ch` resolves them.
+    #[serde(skip)]
+    pub kernel_ch_started: u64,
+    #[serde(skip)]
+    pub kernel_ch_started_ticks: u64,
+    #[serde(skip)]
+    pub kernel_ch_stopped: u64,
+}
+
+/// The profiler door's newest KernelCh start and stop on a rank (`live::KERNEL_CH_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelChLive {
+    /// The collective whose kernel the device last began a channel of, and when.
+    pub started: Option<(KernelChKey, u64)>,
+    /// The collective whose kernel it last finished a channel of.
+    pub stopped: Option<KernelChKey>,
 }
 
 /// A communicator's live state from the log's table.
@@ -351,7 +368,7 @@ impl RankLog {
     }
 
     pub fn live(&self) -> LiveState {
-        let mut w = [0u8; live::PROGRESS_TICKS + 8 - live::COMMITTED];
+        let mut w = [0u8; live::KERNEL_CH_STOPPED + 8 - live::COMMITTED];
         self.read_stable(live::COMMITTED, &mut w);
         let field = |at: usize| bytes::get_u64(&w, at - live::COMMITTED);
         LiveState {
@@ -371,6 +388,9 @@ impl RankLog {
             markers_unnamed: field(live::MARKERS_UNNAMED),
             end: ProcessEnd::from_words(field(live::END_MONO_NS), field(live::END_WALL_NS), field(live::END_HOW)),
             progress_ticks: field(live::PROGRESS_TICKS),
+            kernel_ch_started: field(live::KERNEL_CH_STARTED),
+            kernel_ch_started_ticks: field(live::KERNEL_CH_STARTED_TICKS),
+            kernel_ch_stopped: field(live::KERNEL_CH_STOPPED),
         }
     }
 
@@ -392,6 +412,17 @@ impl RankLog {
         (live.progress_ticks != 0).then(|| {
             ticks_to_mono_ns(live.progress_ticks, self.header.base_ticks, self.header.base_mono_ns, live.ticks_per_sec)
         })
+    }
+
+    /// The newest KernelCh start (with its `CLOCK_MONOTONIC` time) and stop; `None` where
+    /// the profiler door saw none (or the log is older than the words).
+    pub fn kernel_ch(&self) -> KernelChLive {
+        let live = self.live();
+        let at = |ticks| ticks_to_mono_ns(ticks, self.header.base_ticks, self.header.base_mono_ns, live.ticks_per_sec);
+        KernelChLive {
+            started: KernelChKey::of_word(live.kernel_ch_started).map(|k| (k, at(live.kernel_ch_started_ticks))),
+            stopped: KernelChKey::of_word(live.kernel_ch_stopped),
+        }
     }
 
     /// The logical step and stage the rank is in now, from its step and stage markers.

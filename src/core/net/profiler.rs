@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 
 use crate::core::live::event::Event;
 use crate::core::live::runtime;
-use crate::core::log::format::PAYLOAD_CAPACITY;
+use crate::core::log::format::{live, PAYLOAD_CAPACITY};
+use crate::core::log::kernel_ch::KernelChKey;
 use crate::core::log::records::{kind, ProfNet, ProfOp, ProfProxy, RecordBody};
 use crate::core::log::records_net::WrSource;
 use crate::core::net::proxy_progress;
@@ -163,6 +164,8 @@ pub struct Slot {
     trans_size: AtomicU64,
     /// Whether this event's recordEventState calls carry `transSize` (see `start`).
     sized_states: AtomicBool,
+    /// A KernelCh event's collective (`KernelChKey::word`), 0 for any other event.
+    kernel_ch: AtomicU64,
 }
 
 impl Slot {
@@ -185,6 +188,7 @@ impl Slot {
             t_states: [const { AtomicU64::new(0) }; 3],
             trans_size: AtomicU64::new(0),
             sized_states: AtomicBool::new(false),
+            kernel_ch: AtomicU64::new(0),
         }
     }
 }
@@ -324,6 +328,7 @@ pub fn start(
     let parent = event(parent).filter(Handle::current).map(|h| h.index);
     let (mut comm_hash, mut seq) = (context.map_or(0, |c| c.comm_hash.load(Ordering::Relaxed)), u64::MAX);
     let mut linked = None;
+    let mut kernel_ch = 0;
     if let Some(p) = parent {
         let p_slot = &SLOT_POOL[p];
         // A live parent is kept alive by this child; a parent already stopped and freed
@@ -411,6 +416,17 @@ pub fn start(
             })
         }
         Start::KernelCh { channel } => {
+            // The device began a channel of this collective: said in the live header at
+            // once, since NCCL hands the event over only as it stops.
+            let func = parent.and_then(|p| pending(&SLOT_POOL[p])).map_or(0, |b| match b {
+                RecordBody::ProfOp(op) => op.func,
+                _ => 0,
+            });
+            kernel_ch = KernelChKey::new(comm_hash, func, seq).word();
+            if let Some(rt) = runtime::active() {
+                rt.live(live::KERNEL_CH_STARTED_TICKS).store(t_start, Ordering::Relaxed);
+                rt.live(live::KERNEL_CH_STARTED).store(kernel_ch, Ordering::Release);
+            }
             RecordBody::ProfProxy(proxy_started(t_start, comm_hash, seq, ProfProxy::KERNEL_CH, channel))
         }
         Start::Net { plugin_id, qp } => {
@@ -457,6 +473,7 @@ pub fn start(
     }
     slot.trans_size.store(0, Ordering::Relaxed);
     slot.sized_states.store(sized_states, Ordering::Relaxed);
+    slot.kernel_ch.store(kernel_ch, Ordering::Relaxed);
     slot.chain.store(chain, Ordering::Relaxed);
     slot.chain_mask.store(chain_mask, Ordering::Relaxed);
     slot.foreign.store(foreign, Ordering::Relaxed);
@@ -513,6 +530,10 @@ pub fn stop(handle: Handle) -> bool {
         return false;
     }
     if let (Some(body), Some(rt)) = (pending(slot), runtime::active()) {
+        let kernel_ch = slot.kernel_ch.load(Ordering::Relaxed);
+        if kernel_ch != 0 {
+            rt.live(live::KERNEL_CH_STOPPED).store(kernel_ch, Ordering::Release);
+        }
         let states = slot.states.load(Ordering::Relaxed);
         let transitions = slot.transitions.load(Ordering::Relaxed);
         let body = match body {

@@ -21,6 +21,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
+use crate::core::log::kernel_ch::{comm_tag, COMM_TAG_BITS};
 use crate::core::log::records_net::WrSource;
 use crate::core::net::profiler::SLOTS;
 use crate::core::net::work_requests::{self, QpKey};
@@ -42,12 +43,9 @@ pub struct ProxyLink {
     pub peer: u32,
 }
 
-const COMM_TAG_BITS: u32 = 14;
-
 impl ProxyLink {
     pub fn new(comm_hash: u64, channel: u8, is_send: bool, peer: u32) -> ProxyLink {
-        let folded = comm_hash ^ comm_hash >> 14 ^ comm_hash >> 28 ^ comm_hash >> 42 ^ comm_hash >> 56;
-        ProxyLink { comm_tag: (folded & ((1 << COMM_TAG_BITS) - 1)) as u16, channel, is_send, peer }
+        ProxyLink { comm_tag: comm_tag(comm_hash), channel, is_send, peer }
     }
 
     /// The table key: the device field carries channel (bits 0-7), direction (bit 8) and

@@ -12,6 +12,9 @@ use crate::analysis::hang::progress::{self, ProgressStall, ProgressThreshold};
 pub enum HangEvidenceUsed {
     HostCalls,
     Device,
+    /// NCCL's profiler alone (the CUDA door shut): which collective each rank's device
+    /// last began and finished (`analysis::hang::kernel_ch`).
+    Profiler,
     /// Host calls too, every stuck one a collective the Python door saw issued on a gloo
     /// process group.
     PythonCollectives,
@@ -25,6 +28,7 @@ impl HangEvidenceUsed {
         match self {
             HangEvidenceUsed::HostCalls => "host NCCL calls",
             HangEvidenceUsed::Device => "the devices' unfinished work",
+            HangEvidenceUsed::Profiler => "NCCL's profiler: the kernels each device began and finished",
             HangEvidenceUsed::PythonCollectives => "collectives issued from Python (torch.distributed on gloo)",
             HangEvidenceUsed::Progress => "step and stage progress",
             HangEvidenceUsed::None => "none",

@@ -12,7 +12,7 @@ use super::human::{age, first_end_line, json_name, plural, ranges, snapshot_note
 use super::table::{self, Align};
 use stagefrontier::report::hang::{
     CommReport, DeviceStallReport, DeviceWaitReport, HangEvidenceUsed, HangReport, InjectionReport, PostMortemReport,
-    ProgressStallReport, RankReport,
+    ProfilerStallReport, ProgressStallReport, RankReport,
 };
 
 /// The report as a person reads it.
@@ -195,7 +195,11 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     // a device stall has its own lines.
     if let Some(s) = &report.progress_stall {
         lines.push(progress_stall_line(s));
-    } else if lines.len() == hung && report.post_mortem.is_none() && report.device_stall.is_none() {
+    } else if lines.len() == hung
+        && report.post_mortem.is_none()
+        && report.device_stall.is_none()
+        && report.profiler_stall.is_none()
+    {
         lines.push(format!("not hung: no rank has been stuck for more than {:.3}s", t.threshold_s));
     }
     if let Some(first) = &report.first_end {
@@ -207,6 +211,9 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     // The device's culprit first: the host counts agree, so nothing above names it.
     if let Some(s) = &report.device_stall {
         lines.insert(0, device_stall_line(s));
+    }
+    if let Some(s) = &report.profiler_stall {
+        lines.insert(0, profiler_stall_line(s));
     }
     if report.hang_evidence != HangEvidenceUsed::None {
         lines.push(format!("hang evidence: {}", report.hang_evidence.describe()));
@@ -299,6 +306,23 @@ fn untimed(report: &HangReport) -> &'static str {
 }
 
 const NO_COLLECTIVE: &str = "no collective was recorded";
+
+/// `HUNG: rank 1's device never began AllReduce #5 ...`: the culprit NCCL's profiler shows
+/// with the CUDA door shut.
+fn profiler_stall_line(s: &ProfilerStallReport) -> String {
+    let verb = if s.waiting_ranks.len() == 1 { "began it and waits" } else { "began it and wait" };
+    format!(
+        "HUNG: rank {}'s device never began {} #{} (NCCL's numbering, communicator tag {:#06x}); {} {verb} \
+         {} on the device; what rank {} is stuck behind is unknown: the CUDA door was shut (sf run opens it)",
+        s.rank,
+        s.func,
+        s.nccl_seq,
+        s.comm_tag,
+        rank_noun(&s.waiting_ranks),
+        age(s.waiting_s),
+        s.rank
+    )
+}
 
 /// `HUNG: rank 3's device is stuck behind kernel sim_bwd_0 ...`: the culprit the devices
 /// name when every host launched the collective.
