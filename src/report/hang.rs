@@ -38,7 +38,8 @@ use crate::report::read_budget::RECORDS;
 
 mod device;
 mod evidence;
-use device::{device_stall_report, device_view};
+use device::{device_stall_report, device_view, kernel_ch_view, profiler_stall, DeviceParts};
+pub use device::{DeviceStallReport, DeviceWaitReport, ProfilerStallReport};
 use evidence::{mark_culprits, progress_verdict};
 pub use evidence::{HangEvidenceUsed, ProgressStallReport};
 
@@ -108,76 +109,6 @@ pub struct HangReport {
     /// `python_collectives` (host calls all issued from Python on gloo process groups),
     /// `progress` (step and stage markers); `none` when the job is not hung.
     pub hang_evidence: HangEvidenceUsed,
-}
-
-/// A hang seen through NCCL's profiler alone: `profiler_stall`.
-#[derive(Debug, Serialize)]
-pub struct ProfilerStallReport {
-    pub rank: i32,
-    /// The collective the others wait in, as NCCL's profiler names it: its function, its
-    /// per-function sequence number on the communicator (`nccl_seq` of `prof_op` records),
-    /// and the communicator's hash folded to 14 bits.
-    pub func: &'static str,
-    pub nccl_seq: u64,
-    pub comm_tag: u16,
-    pub waiting_ranks: Vec<i32>,
-    /// The longest any of them has waited since its device began it.
-    pub waiting_s: f64,
-}
-
-impl From<KernelChStall> for ProfilerStallReport {
-    fn from(s: KernelChStall) -> ProfilerStallReport {
-        ProfilerStallReport {
-            rank: s.rank,
-            func: func_name(s.waited.func),
-            nccl_seq: s.waited.seq,
-            comm_tag: s.waited.comm_tag,
-            waiting_ranks: s.waiting_ranks,
-            waiting_s: seconds(s.waiting_ns),
-        }
-    }
-}
-
-/// A host waiting on its device: `device_waits`.
-#[derive(Debug, Serialize)]
-pub struct DeviceWaitReport {
-    pub rank: i32,
-    /// Inside a host synchronization this long.
-    pub syncing_s: f64,
-    /// The device's oldest unfinished kernel and how long ago it was launched, when the
-    /// evidence shows it unfinished for longer than the threshold too.
-    pub kernel: Option<String>,
-    pub unfinished_s: Option<f64>,
-}
-
-impl From<DeviceWait> for DeviceWaitReport {
-    fn from(w: DeviceWait) -> DeviceWaitReport {
-        let (kernel, unfinished_s) = match w.kernel {
-            Some((kernel, unfinished_ns)) => (kernel, Some(seconds(unfinished_ns))),
-            None => (None, None),
-        };
-        DeviceWaitReport { rank: w.rank, syncing_s: seconds(w.syncing_ns), kernel, unfinished_s }
-    }
-}
-
-/// The culprit of a hang the host counts cannot show.
-#[derive(Debug, Serialize)]
-pub struct DeviceStallReport {
-    pub rank: i32,
-    /// The kernel its device is stuck behind, the stage it was launched in, and how long
-    /// ago it was launched (unfinished since).
-    pub kernel: Option<String>,
-    pub stage: Option<String>,
-    pub t_launch_ns: u64,
-    pub unfinished_s: f64,
-    /// Its host has waited in a synchronization this long (null: not in one).
-    pub syncing_s: Option<f64>,
-    /// The collective its peers' devices wait in.
-    #[serde(serialize_with = "hex_u64")]
-    pub comm_id: u64,
-    pub comm_seq: u64,
-    pub op: NcclOp,
-    pub waiting_ranks: Vec<i32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -533,18 +464,9 @@ pub(crate) fn read_live(
         input.created.iter().filter(|c| c.origin == CommOrigin::ProcessGroup).map(|c| c.comm_id).collect();
     let device = device_view(&device_parts, &input, &stage_names);
     let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
-    let kernel_ch = log.kernel_ch();
-    let kernel_ch = KernelChView {
-        rank: h.global_rank,
-        // The profiler door writes these words itself, as fresh as the read; a rank that
-        // is gone stopped at its last heartbeat.
-        now_ns: Some(as_of_ns),
-        started: kernel_ch.started.filter(|&(_, since)| since >= calibrated),
-        stopped: kernel_ch.stopped,
-    };
     let extra = Extra {
         device,
-        kernel_ch,
+        kernel_ch: kernel_ch_view(log, as_of_ns, calibrated),
         evidence,
         progress: Some(progress),
         process_groups,
@@ -571,11 +493,6 @@ pub(crate) fn read_live(
     (input, extra)
 }
 
-/// What a log's records hold of its device: the newest `device_state`, kernel names, the
-/// newest complete step, how many device records there were, and how far its device
-/// evidence trails the device.
-type DeviceParts = (Option<DeviceState>, Vec<(u32, String)>, Vec<StepVector>, u64, u64);
-
 pub(crate) fn report(
     dir: &Dirs,
     now_mono_ns: u64,
@@ -589,8 +506,7 @@ pub(crate) fn report(
     let waits = if stall.is_none() { device_waits(&views, d.threshold.threshold_ns) } else { Vec::new() };
     // Through NCCL's profiler, only where no device state was seen.
     let device_seen = views.iter().any(|v| v.changed_ns > 0);
-    let kernel_ch_views: Vec<KernelChView> = extras.iter().map(|e| e.kernel_ch).filter(|v| v.rank >= 0).collect();
-    let profiler_stall = if device_seen { None } else { kernel_ch_stall(&kernel_ch_views, d.threshold.threshold_ns) };
+    let profiler_stall = (!device_seen).then(|| profiler_stall(&extras, d.threshold.threshold_ns)).flatten();
     let device_threshold_s = device_seen.then(|| seconds(device_threshold_ns(&views, d.threshold.threshold_ns)));
     let t = &d.threshold;
     let process_groups: Vec<u64> = extras.iter().flat_map(|e| e.process_groups.iter().copied()).collect();

@@ -4,6 +4,100 @@
 use super::*;
 use crate::core::kernels::kernel_activity::readable_kernel_name;
 
+/// A hang seen through NCCL's profiler alone: `profiler_stall`.
+#[derive(Debug, Serialize)]
+pub struct ProfilerStallReport {
+    pub rank: i32,
+    /// The collective the others wait in, as NCCL's profiler names it: its function, its
+    /// per-function sequence number on the communicator (`nccl_seq` of `prof_op` records),
+    /// and the communicator's hash folded to 14 bits.
+    pub func: &'static str,
+    pub nccl_seq: u64,
+    pub comm_tag: u16,
+    pub waiting_ranks: Vec<i32>,
+    /// The longest any of them has waited since its device began it.
+    pub waiting_s: f64,
+}
+
+impl From<KernelChStall> for ProfilerStallReport {
+    fn from(s: KernelChStall) -> ProfilerStallReport {
+        ProfilerStallReport {
+            rank: s.rank,
+            func: func_name(s.waited.func),
+            nccl_seq: s.waited.seq,
+            comm_tag: s.waited.comm_tag,
+            waiting_ranks: s.waiting_ranks,
+            waiting_s: seconds(s.waiting_ns),
+        }
+    }
+}
+
+/// A host waiting on its device: `device_waits`.
+#[derive(Debug, Serialize)]
+pub struct DeviceWaitReport {
+    pub rank: i32,
+    /// Inside a host synchronization this long.
+    pub syncing_s: f64,
+    /// The device's oldest unfinished kernel and how long ago it was launched, when the
+    /// evidence shows it unfinished for longer than the threshold too.
+    pub kernel: Option<String>,
+    pub unfinished_s: Option<f64>,
+}
+
+impl From<DeviceWait> for DeviceWaitReport {
+    fn from(w: DeviceWait) -> DeviceWaitReport {
+        let (kernel, unfinished_s) = match w.kernel {
+            Some((kernel, unfinished_ns)) => (kernel, Some(seconds(unfinished_ns))),
+            None => (None, None),
+        };
+        DeviceWaitReport { rank: w.rank, syncing_s: seconds(w.syncing_ns), kernel, unfinished_s }
+    }
+}
+
+/// The culprit of a hang the host counts cannot show.
+#[derive(Debug, Serialize)]
+pub struct DeviceStallReport {
+    pub rank: i32,
+    /// The kernel its device is stuck behind, the stage it was launched in, and how long
+    /// ago it was launched (unfinished since).
+    pub kernel: Option<String>,
+    pub stage: Option<String>,
+    pub t_launch_ns: u64,
+    pub unfinished_s: f64,
+    /// Its host has waited in a synchronization this long (null: not in one).
+    pub syncing_s: Option<f64>,
+    /// The collective its peers' devices wait in.
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    pub comm_seq: u64,
+    pub op: NcclOp,
+    pub waiting_ranks: Vec<i32>,
+}
+
+/// What a log's records hold of its device: the newest `device_state`, kernel names, the
+/// newest complete step, how many device records there were, and how far its device
+/// evidence trails the device.
+pub(super) type DeviceParts = (Option<DeviceState>, Vec<(u32, String)>, Vec<StepVector>, u64, u64);
+
+/// What the profiler door's live words say of a rank's device, judged at `as_of_ns` (the
+/// door writes them itself, as fresh as the read; a rank that is gone stopped at its last
+/// heartbeat); a start before the clock's calibration is no time at all.
+pub(super) fn kernel_ch_view(log: &RankLog, as_of_ns: u64, calibrated: u64) -> KernelChView {
+    let words = log.kernel_ch();
+    KernelChView {
+        rank: log.header.global_rank,
+        now_ns: Some(as_of_ns),
+        started: words.started.filter(|&(_, since)| since >= calibrated),
+        stopped: words.stopped,
+    }
+}
+
+/// The stall NCCL's profiler shows across the ranks (`analysis::hang::kernel_ch`).
+pub(super) fn profiler_stall(extras: &[Extra], threshold_ns: u64) -> Option<KernelChStall> {
+    let views: Vec<KernelChView> = extras.iter().map(|e| e.kernel_ch).filter(|v| v.rank >= 0).collect();
+    kernel_ch_stall(&views, threshold_ns)
+}
+
 /// The device's view of a rank: its newest `device_state`, its oldest unfinished kernel
 /// named and placed in a stage, and the collectives its host launched per communicator.
 pub(super) fn device_view(
