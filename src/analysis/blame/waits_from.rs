@@ -119,12 +119,9 @@ impl Evidence {
                 None => firsts.push((comm, enter)),
             }
         }
-        let later =
-            |&&(comm, enter, _): &&(u64, u64, u64)| firsts.iter().all(|&(c, first)| c != comm || first != enter);
-        let counted: Vec<&(u64, u64, u64)> = match calls.iter().filter(later).count() {
-            0 => calls.iter().collect(),
-            _ => calls.iter().filter(later).collect(),
-        };
+        let later: Vec<&(u64, u64, u64)> =
+            calls.iter().filter(|&&(comm, enter, _)| !firsts.contains(&(comm, enter))).collect();
+        let counted = if later.is_empty() { calls.iter().collect() } else { later };
         let first = counted.iter().map(|c| c.1).min().unwrap_or(0);
         let last = counted.iter().map(|c| c.2).max().unwrap_or(0);
         let inside: u64 = counted.iter().map(|&&(_, enter, exit)| exit.saturating_sub(enter)).sum();

@@ -3,14 +3,14 @@
 //! device begins that channel and stopped when it ends it, and the profiler door keeps the
 //! newest start and stop of each rank in its live header (`core::log::kernel_ch`). When the
 //! hosts agree (every rank launched the same collectives) and some ranks' devices began a
-//! collective long ago and never finished it, the member whose device finished the one
-//! before on that communicator and never began this one is holding them: its device is
-//! stuck behind other work, which the profiler cannot name.
+//! collective long ago and never finished it, a rank whose device finished everything it
+//! began and began nothing since is holding them: its device is stuck behind other work,
+//! which the profiler cannot name.
 
 use crate::core::log::kernel_ch::KernelChKey;
 
-/// What one rank's profiler door says of its device, with the reader's now (or the rank's
-/// last heartbeat, if earlier) on the rank's clock.
+/// What one rank's profiler door says of its device, with the time it is judged at on the
+/// rank's clock (the reader's now for a live rank, its last heartbeat for one that is gone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelChView {
     pub rank: i32,

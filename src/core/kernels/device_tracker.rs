@@ -65,6 +65,7 @@ struct Said {
     completed: u64,
     oldest: Option<u32>,
     sync_since_ns: u64,
+    complete_ns: u64,
 }
 
 #[derive(Default)]
@@ -94,10 +95,8 @@ pub struct DeviceTracker {
     /// When the device last made progress: the newest launch or kernel end seen, by when
     /// it happened (not when CUPTI handed its record over).
     progress_ns: u64,
-    /// When CUPTI last handed over every record (`complete_at`), and the value the last
-    /// `device_state` carried.
+    /// When CUPTI last handed over every record (`complete_at`).
     complete_ns: u64,
-    said_complete_ns: u64,
 }
 
 impl DeviceTracker {
@@ -272,12 +271,12 @@ impl DeviceTracker {
             completed: self.completed,
             oldest: oldest.map(|(c, _)| c),
             sync_since_ns: sync.map_or(0, |s| s.since_ns),
+            complete_ns: self.complete_ns,
         };
-        if self.said == Some(now) && self.said_complete_ns == self.complete_ns && !at_exit {
+        if self.said == Some(now) && !at_exit {
             return;
         }
         self.said = Some(now);
-        self.said_complete_ns = self.complete_ns;
         let oldest = oldest.map(|(correlation, p)| {
             let name_id = match self.oldest_name {
                 Some((c, id)) if c == correlation => id,
@@ -306,7 +305,7 @@ impl DeviceTracker {
             sync_since_ns: now.sync_since_ns,
             sync: sync.map(|s| s.sync),
             changed_ns: Some(self.progress_ns),
-            complete_ns: Some(self.complete_ns),
+            complete_ns: Some(now.complete_ns),
         }));
     }
 }

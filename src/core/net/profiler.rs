@@ -317,9 +317,10 @@ pub fn start(
     chain_mask: u64,
     foreign: bool,
 ) -> usize {
-    if matches!(what, Start::Other) || runtime::active().is_none() {
+    if matches!(what, Start::Other) {
         return 0;
     }
+    let Some(rt) = runtime::active() else { return 0 };
     let Some(index) = claim_or_count() else { return 0 };
     let t_start = now_ticks();
     let slot = &SLOT_POOL[index];
@@ -423,10 +424,8 @@ pub fn start(
                 _ => 0,
             });
             kernel_ch = KernelChKey::new(comm_hash, func, seq).word();
-            if let Some(rt) = runtime::active() {
-                rt.live(live::KERNEL_CH_STARTED_TICKS).store(t_start, Ordering::Relaxed);
-                rt.live(live::KERNEL_CH_STARTED).store(kernel_ch, Ordering::Release);
-            }
+            rt.live(live::KERNEL_CH_STARTED_TICKS).store(t_start, Ordering::Relaxed);
+            rt.live(live::KERNEL_CH_STARTED).store(kernel_ch, Ordering::Release);
             RecordBody::ProfProxy(proxy_started(t_start, comm_hash, seq, ProfProxy::KERNEL_CH, channel))
         }
         Start::Net { plugin_id, qp } => {
