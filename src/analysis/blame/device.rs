@@ -7,7 +7,10 @@
 //!   rank's (rank-local differences, as [`attribute`](super::attribute) reads host calls),
 //!   and the last kernel to start caused it: [`attribute_split`] matches the kernels and
 //!   shares the waiting over the arrival stretches as it does for host calls, each kernel
-//!   standing at its launch on the host's timeline with the device's duration.
+//!   standing at its launch on the host's timeline with the device's duration. Within a
+//!   step, a wait counts only by what it adds to the rank's wait in its previous
+//!   collective on the communicator ([`new_lateness`]): the device computes on while an
+//!   NCCL kernel spins, so how far a rank stands behind is not the sum of its spins.
 //! - The late rank's caused wait goes to the stage that made it late. Its device ran over
 //!   when its kernel sat in the stream after its launch longer than its peers' did (the
 //!   device was still busy with earlier work): that share goes to the stages whose device
@@ -18,7 +21,10 @@
 //! - The host's own waiting is its synchronization with the device (`host_sync`): each is
 //!   a wait in the stages it overlapped, taken out of own time as in-call waits are. The
 //!   device waits are not: the host did not spend them, and its synchronizations hold the
-//!   part of them it saw.
+//!   part of them it saw. Where a late rank lost its time is read with its own stage's
+//!   device work left in its synchronizations ([`waits_less_own_device`]).
+
+use std::collections::HashMap;
 
 use super::attribute::{attribute_split, Attribution, DeviceCharge, RankTimeline, Since, StageSpan};
 use super::collective::CallTiming;
@@ -59,9 +65,11 @@ pub struct DeviceRank {
 /// The job's waits from the device: `waits` the host synchronizations per stage, `caused`
 /// the device waits charged to the late ranks' stages.
 pub fn attribute_device(ranks: &[DeviceRank]) -> Attribution {
-    let timelines: Vec<RankTimeline> = ranks.iter().map(timeline).collect();
     // Each rank's kernels in the order of its timeline's calls.
     let kernels: Vec<Vec<DeviceKernel>> = ranks.iter().map(launch_ordered).collect();
+    let lasted = new_lateness(ranks, &kernels);
+    let timelines: Vec<RankTimeline> =
+        ranks.iter().zip(&kernels).zip(&lasted).map(|((r, k), lasted)| timeline(r, k, lasted)).collect();
     let mut a = attribute_split(&timelines, Since::PreviousEnter, |c, late| {
         let kernel = |i: usize| {
             let p = &c.participants[i];
@@ -97,20 +105,101 @@ pub fn attribute_device(ranks: &[DeviceRank]) -> Attribution {
     a
 }
 
-/// A rank's kernels as calls on the host's timeline: at their launch, lasting what they
-/// lasted on the device; its synchronizations are its host's waits. (A slow kernel before
-/// an `.item()` makes its host wait longer too: that shows as its device's overrun.)
-fn timeline(r: &DeviceRank) -> RankTimeline {
-    let calls = launch_ordered(r)
+/// A rank's kernels as calls on the host's timeline: at their launch, lasting `lasted`
+/// (see [`new_lateness`]); its host's waits are its synchronizations less its own
+/// stages' device work ([`waits_less_own_device`]).
+fn timeline(r: &DeviceRank, kernels: &[DeviceKernel], lasted: &[u64]) -> RankTimeline {
+    let calls = kernels
         .iter()
-        .map(|k| {
-            let lasted = k.end_ns.saturating_sub(k.start_ns);
-            CallTiming::new(Some(k.key), k.launch_ns, k.launch_ns.saturating_add(lasted))
+        .zip(lasted)
+        .map(|(k, &lasted)| CallTiming::new(Some(k.key), k.launch_ns, k.launch_ns.saturating_add(lasted)))
+        .collect();
+    RankTimeline { rank: r.rank, calls, spans: r.spans.clone(), waits: waits_less_own_device(r) }
+}
+
+/// A rank's host synchronizations less the part of each spent on its own stage's device
+/// work, as (begin, end) in time order: what its host waited for, when where it lost time
+/// is looked for. A host synchronizing in a stage waits for everything queued; the
+/// kernels its stage launched come last in that queue, so up to the stage's device time
+/// (`stage_device`) at the end of the stage's synchronizations is its own work: a rank
+/// whose gradient-norm kernel runs 5 ms long syncs 5 ms longer and launches its next
+/// collective 5 ms late, and the optimizer is where it lost the time. The rest (the
+/// device catching up on earlier stages' work, or spinning in a collective) it waited.
+/// (The waits shown per stage are the whole synchronizations: a host waiting for its
+/// device is not running its own stage's code.)
+fn waits_less_own_device(r: &DeviceRank) -> Vec<(u64, u64)> {
+    let mut syncs = r.syncs.clone();
+    syncs.sort_unstable();
+    let mut waits = Vec::with_capacity(syncs.len());
+    // Each span's device time not yet found in a synchronization, spent from the last.
+    let mut own: Vec<u64> = r
+        .spans
+        .iter()
+        .map(|s| {
+            let device_s: f64 =
+                r.device.iter().filter(|d| d.step == s.step && d.stage == s.stage).map(|d| d.device_s).sum();
+            (device_s.max(0.0) * 1e9) as u64
         })
         .collect();
-    let mut waits = r.syncs.clone();
+    for &(enter, exit) in syncs.iter().rev() {
+        let mut end = exit;
+        for (i, span) in r.spans.iter().enumerate().rev().filter(|(_, s)| s.begin_ns < exit && enter < s.end_ns) {
+            let (begin, until) = (span.begin_ns.max(enter), span.end_ns.min(exit).min(end));
+            let mine = own[i].min(until.saturating_sub(begin));
+            own[i] -= mine;
+            if until - mine > begin {
+                waits.push((begin, until - mine));
+            }
+            end = begin;
+        }
+    }
     waits.sort_unstable();
-    RankTimeline { rank: r.rank, calls, spans: r.spans.clone(), waits }
+    waits
+}
+
+/// How long each kernel (of `kernels[rank]`, launch-ordered) counts as lasting: the
+/// shortest rank's duration plus the lateness it newly met, not all it waited.
+///
+/// A device does not stop while one of its NCCL kernels spins: a rank 20 ms ahead after
+/// its data stage spins 20 ms in its first bucket's allreduce while its compute stream
+/// runs the rest of backward, then spins in each later bucket's allreduce while the late
+/// rank computes that bucket, as every rank's NCCL stream idles then in a healthy step.
+/// Summed, those waits charge the late rank 20 ms plus most of backward for a step that
+/// grew by 20 ms. So within one step a rank's wait in a collective counts only by what it
+/// adds to the wait in its previous collective on the communicator (how far behind its
+/// peers it stands can only grow by what a later kernel meets anew); a step's first
+/// collective counts whole, as a synchronization at the step's end lines the ranks up.
+fn new_lateness(ranks: &[DeviceRank], kernels: &[Vec<DeviceKernel>]) -> Vec<Vec<u64>> {
+    let lasted = |k: &DeviceKernel| k.end_ns.saturating_sub(k.start_ns);
+    let mut shortest: HashMap<(u64, u64), u64> = HashMap::new();
+    for k in kernels.iter().flatten() {
+        let d = shortest.entry(k.key).or_insert(u64::MAX);
+        *d = (*d).min(lasted(k));
+    }
+    ranks
+        .iter()
+        .zip(kernels)
+        .map(|(r, kernels)| {
+            // Per communicator: the step of the previous collective and the wait in it.
+            let mut previous: HashMap<u64, (u64, u64)> = HashMap::new();
+            kernels
+                .iter()
+                .map(|k| {
+                    let base = shortest[&k.key];
+                    let wait = lasted(k) - base;
+                    let Some(step) = step_at(&r.spans, k.launch_ns) else {
+                        previous.remove(&k.key.0);
+                        return base + wait;
+                    };
+                    let new = match previous.insert(k.key.0, (step, wait)) {
+                        Some((before, waited)) if before == step => wait.saturating_sub(waited),
+                        _ => wait,
+                    };
+                    base + new
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn launch_ordered(r: &DeviceRank) -> Vec<DeviceKernel> {
@@ -139,8 +228,11 @@ fn launched_in(spans: &[StageSpan], since: u64, launch: u64) -> Option<usize> {
     }
 }
 
-/// See [`launched_in`]: less host time than any stage that launched device work spends.
-const LAUNCH_SPAN_MIN_NS: u64 = 1_000_000;
+/// See [`launched_in`]: from a call's enter to its kernel's launch callback inside it takes
+/// microseconds; a marked stage that launched its own kernel before the collective (a
+/// backward slice, then its bucket's allreduce) began longer ago than that, even when the
+/// stage's host part is a fraction of a millisecond.
+const LAUNCH_SPAN_MIN_NS: u64 = 200_000;
 
 /// The step of the span holding `t`.
 fn step_at(spans: &[StageSpan], t: u64) -> Option<u64> {
@@ -336,11 +428,12 @@ mod tests {
     }
 
     #[test]
-    fn a_host_late_from_its_data_stage_is_charged_there_for_every_allreduce_it_launches_late() {
+    fn a_host_late_from_its_data_stage_is_charged_there_once_a_step_for_all_it_launches_late() {
         // Stages data, fwd, bwd, callbacks; four bucket allreduces launched 10 ms apart in
         // backward, each starting 1 ms after its launch and lasting 1 ms of work. Rank 3's
         // data takes 40 ms instead of 20: its host launches all four 20 ms late, and the
         // peers' kernels wait 20 ms in each, until the callbacks' .item() lines them up.
+        // Each peer stands 20 ms behind rank 3 once per step, not four times.
         let ranks: Vec<DeviceRank> = (0..4u32)
             .map(|rank| {
                 let data_ms = if rank == 3 { 40 } else { 20 };
@@ -380,7 +473,7 @@ mod tests {
         assert_eq!(a.collectives, 13);
         let rank3 = caused_by_stage(&a, 3);
         assert_eq!(rank3.iter().map(|&(s, _)| s).collect::<Vec<_>>(), [0], "all to data: {rank3:?}");
-        assert!((rank3[0].1 - 12.0 * 3.0 * 0.020).abs() < 1e-9, "{rank3:?}");
+        assert!((rank3[0].1 - 3.0 * 3.0 * 0.020).abs() < 1e-9, "{rank3:?}");
         for waiter in 0..3 {
             assert!(caused_by_stage(&a, waiter).is_empty(), "rank {waiter}: {:?}", a.caused);
         }
@@ -396,5 +489,20 @@ mod tests {
         let a = attribute_device(&[r]);
         assert!((a.wait(7, 3, 0) - 0.005).abs() < 1e-12 && (a.wait(7, 3, 1) - 0.003).abs() < 1e-12, "{:?}", a.waits);
         assert_eq!(a.collectives, 0);
+    }
+
+    #[test]
+    fn a_stage_that_syncs_keeps_its_own_device_work_at_the_end_of_its_syncs_as_its_own_time() {
+        // Optim (stage 4) syncs over 10-18 ms and 20-21 ms and launched 3 ms of device work;
+        // callbacks (3) syncs over 2-9 ms and launched 1 ms.
+        let span = |stage, begin_ms, end_ms| StageSpan { step: 1, stage, begin_ns: begin_ms * MS, end_ns: end_ms * MS };
+        let device = |stage, ms: f64| StageDeviceTime { step: 1, stage, device_s: ms / 1e3 };
+        let r = DeviceRank {
+            spans: vec![span(3, 0, 10), span(4, 10, 30)],
+            device: vec![device(3, 1.0), device(4, 3.0)],
+            syncs: vec![(20 * MS, 21 * MS), (10 * MS, 18 * MS), (2 * MS, 9 * MS)],
+            ..Default::default()
+        };
+        assert_eq!(waits_less_own_device(&r), [(2 * MS, 8 * MS), (10 * MS, 16 * MS)]);
     }
 }

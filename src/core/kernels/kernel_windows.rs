@@ -202,8 +202,13 @@ impl KernelWindows {
                     }
                     None => activity.name_id,
                 };
-                self.stages.kernel(activity);
-                self.kernel(activity, id);
+                // A stage's device time is its own work: an NCCL kernel spins while its
+                // peers are late, and the waits are read from `device_coll` instead.
+                let nccl = self.names.is_nccl(id);
+                if !nccl {
+                    self.stages.kernel(activity);
+                }
+                self.kernel(activity, id, nccl);
             }
         }
     }
@@ -214,7 +219,7 @@ impl KernelWindows {
         self.names.intern(name)
     }
 
-    fn kernel(&mut self, a: &Activity, name: u32) {
+    fn kernel(&mut self, a: &Activity, name: u32, nccl: bool) {
         let first = self.settings.window_of(a.start_ns);
         if self.written_through.is_some_and(|w| first <= w) {
             self.late = self.late.saturating_add(1);
@@ -245,7 +250,7 @@ impl KernelWindows {
             }
             None => window.untracked = window.untracked.saturating_add(1),
         }
-        if self.names.is_nccl(name) {
+        if nccl {
             let start = self.settings.start_of(first);
             let window = &mut self.open[w];
             if window.nccl.len() < NCCL_PER_WINDOW {

@@ -7,7 +7,8 @@
 //! records runtime calls; otherwise the stage window holding the kernel's own start (GPU
 //! time), which charges a kernel queued in one stage and run in the next to the next.
 //! Kernels of the step outside every explicit stage go to the residual stage. A stage's
-//! device time is the union of its kernels' intervals over all the rank's streams.
+//! device time is the union of its kernels' intervals over all the rank's streams; NCCL
+//! kernels are not fed in (their time is mostly waiting for peers when any are late).
 //!
 //! Kernels arrive late (after the CUDA door's buffer flush), so the collector keeps the
 //! last steps' windows and the last kernels in fixed rings and writes a step once its
