@@ -90,12 +90,47 @@ fn exporter(node: &Path, port: u16) -> Killed {
     Killed(child)
 }
 
+/// A Prometheus server in `work` scraping the exporters on `ports` every second, with the
+/// shipped rules, once every target is up: the server and its port.
+fn prometheus(work: &Path, ports: &[u16]) -> (Killed, u16) {
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/stagefrontier-rules.yml");
+    let targets: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: stagefrontier\n    static_configs:\n      - targets: [{}]\n",
+        rules.display(),
+        targets.join(", ")
+    );
+    std::fs::write(work.join("prometheus.yml"), config).unwrap();
+    let port = free_port();
+    let server = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", work.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", work.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let up = || (query(port, "up == 1").len() == ports.len()).then_some(());
+    wait_for("every target up", Duration::from_secs(120), up);
+    (server, port)
+}
+
+fn no_prometheus(test: &str) -> bool {
+    if Command::new("prometheus").arg("--version").output().is_ok() {
+        return false;
+    }
+    // scripts/install-deps installs it; a machine without it cannot run this test.
+    skip(test, "no prometheus binary (scripts/install-deps installs Debian's)");
+    true
+}
+
 #[test]
 fn a_hang_and_a_slow_rank_reach_prometheus_with_their_rank_labels() {
     let _serial = one_at_a_time();
-    if Command::new("prometheus").arg("--version").output().is_err() {
-        // scripts/install-deps installs it; a machine without it cannot run this test.
-        return skip("exporter_prometheus", "no prometheus binary (scripts/install-deps installs Debian's)");
+    if no_prometheus("exporter_prometheus") {
+        return;
     }
     let root = log_root("exporter-prometheus");
     let work = TempDir::new("prometheus");
@@ -106,27 +141,8 @@ fn a_hang_and_a_slow_rank_reach_prometheus_with_their_rank_labels() {
     for port in ports {
         wait_for("the exporter", Duration::from_secs(30), || get(port, "/metrics").filter(|(s, _)| *s == 200));
     }
-    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/stagefrontier-rules.yml");
-    let config = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: stagefrontier\n    static_configs:\n      - targets: ['127.0.0.1:{}', '127.0.0.1:{}']\n",
-        rules.display(),
-        ports[0],
-        ports[1]
-    );
-    std::fs::write(work.join("prometheus.yml"), config).unwrap();
-    let prom_port = free_port();
-    let _prometheus = Killed(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", work.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", work.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_prometheus, prom_port) = prometheus(&work.0, &ports);
     let timeout = Duration::from_secs(120);
-    wait_for("both targets up", timeout, || (query(prom_port, "up == 1").len() == 2).then_some(()));
 
     // The slow rank: the largest data stage, through Prometheus, is rank 3's.
     let slow = wait_for("rank 3's data stage", timeout, || {
@@ -388,4 +404,59 @@ fn an_async_hung_kernel_reaches_the_exporters_hang_and_device_metrics() {
     }
     let stuck: f64 = oldest(&text, 1).unwrap().rsplit(' ').next().unwrap().parse().unwrap();
     assert!(stuck > 0.25, "rank 1 stuck for {stuck} s\n{text}");
+}
+
+/// The profiler's twin across nodes: rank 1's backward kernel of step 2 never completes
+/// and only the profiler door sees the devices (the CUDA door shut). NCCL hands a KernelCh
+/// event over only as it stops, so the stall is in the live words alone: the exporter
+/// publishes them, and `sf hang --prometheus` names rank 1 from them as `sf hang` does
+/// from the logs.
+#[test]
+fn a_stall_only_the_profiler_saw_is_named_through_prometheus() {
+    let _serial = one_at_a_time();
+    if no_prometheus("exporter_prometheus profiler stall") {
+        return;
+    }
+    let root = log_root("exporter-prometheus-kernel-ch");
+    let work = TempDir::new("prometheus-kernel-ch");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "3", "--steps", "100000", "--stage-ms", "data=4,fwd=4,bwd=8,callbacks=1,optim=2"])
+        .args(["--launch", "async", "--hang-kernel", "1:2"])
+        .env("NCCL_PROFILER_PLUGIN", library())
+        .env("FAKENCCL_PROFILER_VERSION", "7")
+        .env("SF_PROFILER_KERNEL_CH", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Killed(cmd.spawn().unwrap());
+    let port = free_port();
+    let _exporter = exporter(&root, port);
+    wait_for("the exporter", Duration::from_secs(30), || get(port, "/metrics").filter(|(s, _)| *s == 200));
+    let (_prometheus, prom_port) = prometheus(&work.0, &[port]);
+    let timeout = Duration::from_secs(120);
+    wait_for("the hang in Prometheus", timeout, || (query(prom_port, "sf_hang_hung == 1").len() == 1).then_some(()));
+    let started = query(prom_port, "sf_device_kernel_ch_started_seconds");
+    assert_eq!(ranks_of(&started), ["0", "1", "2"], "{started:?}");
+    // Ranks 0 and 2 began the allreduce rank 1's device never reached.
+    let began = |rank: &str| started.iter().find(|s| s["metric"]["rank"] == rank).unwrap()["metric"]["func"].clone();
+    assert_eq!((began("0"), began("2")), ("AllReduce".into(), "AllReduce".into()), "{started:?}");
+
+    let url = format!("http://127.0.0.1:{prom_port}");
+    let sf_hang = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(artifact("sf")).arg("hang").arg("--json").args(args).output().unwrap();
+        (out.status.code(), serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null))
+    };
+    let from_metrics = wait_for("sf hang --prometheus naming rank 1", timeout, || {
+        let (code, report) = sf_hang(&["--prometheus".as_ref(), url.as_ref(), "--job".as_ref(), "job".as_ref()]);
+        (code == Some(3) && report["profiler_stall"]["rank"] == 1).then_some(report)
+    });
+    assert_eq!(from_metrics["hang_evidence"], "profiler", "{from_metrics}");
+    assert_eq!(from_metrics["profiler_stall"]["waiting_ranks"], serde_json::json!([0, 2]), "{from_metrics}");
+    let (code, from_logs) = sf_hang(&[root.as_os_str()]);
+    assert_eq!(code, Some(3), "{from_logs}");
+    for field in ["rank", "waiting_ranks", "func", "nccl_seq"] {
+        assert_eq!(
+            from_metrics["profiler_stall"][field], from_logs["profiler_stall"][field],
+            "{field}: {from_metrics}"
+        );
+    }
 }

@@ -32,6 +32,9 @@ use super::hang::HangOptions;
 use super::hang::{hang_reads, read_live, report as hang_report, History};
 use super::step_vectors::is_complete_step;
 use crate::analysis::hang::device::DeviceView;
+use crate::analysis::hang::kernel_ch::KernelChView;
+use crate::core::log::kernel_ch::KernelChKey;
+use crate::core::net::profiler::func_name;
 use crate::report::discover::{self, Dirs};
 use crate::report::metric_families::Family;
 use crate::report::moment;
@@ -469,6 +472,7 @@ fn job_metrics(
     };
     for (extra, labels) in extras.iter().zip(&labels_of) {
         device_metrics(m, extra.device(), labels);
+        kernel_ch_metrics(m, extra.kernel_ch(), labels);
     }
     let cadence = cadence.of(calls_mark(&inputs), &inputs);
     let diagnosis = hang::diagnose_paced(&inputs, &settings, cadence);
@@ -530,6 +534,27 @@ fn device_metrics(m: &mut Metrics, device: Option<&DeviceView>, labels: &[(&'sta
     }
     if v.sync_since_ns > 0 {
         m.family(DEVICE_SYNC).push(labels, now.saturating_sub(v.sync_since_ns) as f64 / 1e9);
+    }
+}
+
+/// What the profiler door's KernelCh words say of the rank's device: what `sf hang
+/// --prometheus` needs to name a stall the CUDA door did not see. The collective is in
+/// labels (`comm_tag`: NCCL's communicator hash folded as the words keep it, `func`:
+/// NCCL's function name), as NCCL's profiler numbers it (`seq`: per function).
+fn kernel_ch_metrics(m: &mut Metrics, v: &KernelChView, labels: &[(&'static str, String)]) {
+    let Some(now) = v.now_ns else { return };
+    let with_key = |key: KernelChKey| {
+        let mut l = labels.to_vec();
+        l.extend([("comm_tag", key.comm_tag.to_string()), ("func", func_name(key.func).to_string())]);
+        l
+    };
+    if let Some((key, since)) = v.started {
+        let mut l = with_key(key);
+        l.push(("seq", key.seq.to_string()));
+        m.family(KERNEL_CH_STARTED).push(&l, now.saturating_sub(since) as f64 / 1e9);
+    }
+    if let Some(key) = v.stopped {
+        m.family(KERNEL_CH_STOPPED).push(&with_key(key), key.seq as f64);
     }
 }
 

@@ -86,6 +86,18 @@ pub const DEVICE_UNCHANGED: Spec = (
 );
 pub const DEVICE_SYNC: Spec =
     ("sf_device_host_sync_seconds", Kind::Gauge, "seconds", "How long the rank's host has waited in a synchronization");
+pub const KERNEL_CH_STARTED: Spec = (
+    "sf_device_kernel_ch_started_seconds",
+    Kind::Gauge,
+    "seconds",
+    "Since the rank's device last began a channel of an NCCL kernel, as NCCL's profiler tells (its collective in labels)",
+);
+pub const KERNEL_CH_STOPPED: Spec = (
+    "sf_device_kernel_ch_stopped_seq",
+    Kind::Gauge,
+    "",
+    "NCCL's sequence of the collective whose kernel channel the rank's device last finished",
+);
 pub const FRONTIER_EXPOSED: Spec =
     ("sf_frontier_exposed_seconds", Kind::Gauge, "seconds", "Mean exposed step time over the step window");
 pub const FRONTIER_ADVANCE: Spec =
@@ -142,6 +154,8 @@ pub const ALL: &[Spec] = &[
     DEVICE_OLDEST,
     DEVICE_UNCHANGED,
     DEVICE_SYNC,
+    KERNEL_CH_STARTED,
+    KERNEL_CH_STOPPED,
     FRONTIER_EXPOSED,
     FRONTIER_ADVANCE,
     FRONTIER_SHARE,

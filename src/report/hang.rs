@@ -38,6 +38,7 @@ use crate::report::read_budget::RECORDS;
 
 mod device;
 mod evidence;
+mod extra;
 use device::{device_stall_report, device_view, kernel_ch_view, profiler_stall, DeviceParts};
 pub use device::{DeviceStallReport, DeviceWaitReport, ProfilerStallReport};
 use evidence::{mark_culprits, progress_verdict};
@@ -336,49 +337,6 @@ pub fn build(dir: &Dirs, options: &HangOptions) -> Result<HangReport, Failure> {
     hang_profiler::rename(extras.iter_mut().map(|e| &mut e.profiler), &inputs);
     let diagnosis = hang::diagnose(&inputs, &settings);
     Ok(report(dir, now_mono_ns, diagnosis, extras, errors))
-}
-
-impl Extra {
-    /// The device's view of the rank, when its log had one.
-    pub(crate) fn device(&self) -> Option<&DeviceView> {
-        self.device.as_ref()
-    }
-
-    /// The device's view the exporters' metrics tell (`sf hang --prometheus`).
-    pub(crate) fn set_device(&mut self, device: DeviceView) {
-        self.device = Some(device);
-    }
-
-    /// What the metrics of `sf exporter` tell beside the analysis input (no injections,
-    /// hang evidence or step: those are records, which metrics do not carry).
-    pub(crate) fn from_metrics(
-        host: &str,
-        pid: u32,
-        file: String,
-        liveness: Liveness,
-        heartbeat_age_ns: Option<u64>,
-    ) -> Extra {
-        Extra {
-            host: host.to_string(),
-            pid,
-            file,
-            step: None,
-            liveness,
-            heartbeat_age_ns,
-            injections: Vec::new(),
-            hang_evidence: Vec::new(),
-            snapshot_wall: None,
-            profiler: Vec::new(),
-            end: None,
-            last_heard_wall_ns: 0,
-            device: None,
-            // The metrics do not carry the KernelCh words: no rank, nothing judged.
-            kernel_ch: KernelChView { rank: -1, now_ns: None, started: None, stopped: None },
-            evidence: Evidence::default(),
-            progress: None,
-            process_groups: Vec::new(),
-        }
-    }
 }
 
 pub(crate) fn read_live(

@@ -14,11 +14,14 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::analysis::hang::device::{DeviceView, Unfinished};
+use crate::analysis::hang::kernel_ch::KernelChView;
 use crate::analysis::hang::{self, RankInput, Settings};
 use crate::analysis::log::liveness::Liveness;
+use crate::core::log::kernel_ch::KernelChKey;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::{CommLive, InFlight};
 use crate::core::log::records::NcclCall;
+use crate::core::net::profiler::func_code;
 use serde_json::Value;
 
 use super::hang::HangOptions;
@@ -190,6 +193,25 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
             // The exporters judged their ranks' evidence; the metrics show what they found.
             complete_ns: None,
         });
+    }
+    // What NCCL's profiler told each rank's profiler door: a stall the CUDA door missed.
+    let started = server.query(&format!("sf_device_kernel_ch_started_seconds{sel}"))?;
+    let stopped = server.query(&format!("sf_device_kernel_ch_stopped_seq{sel}"))?;
+    for (input, extra) in ranks.values_mut() {
+        let rank = Some(input.rank);
+        let key = |v: &Value, seq: u64| {
+            let m = &v["metric"];
+            let tag = m["comm_tag"].as_str()?.parse().ok()?;
+            let func = func_code(m["func"].as_str()?.as_bytes());
+            // The folded tag as the metric carries it, the function kept as the words keep it.
+            Some(KernelChKey { comm_tag: tag, ..KernelChKey::new(0, func, seq) })
+        };
+        let started = started.iter().find(|v| rank_of(v) == rank).and_then(|v| {
+            let seq = v["metric"]["seq"].as_str()?.parse().ok()?;
+            Some((key(v, seq)?, NOW_NS - (value(v) * 1e9) as u64))
+        });
+        let stopped = stopped.iter().find(|v| rank_of(v) == rank).and_then(|v| key(v, value(v) as u64));
+        extra.set_kernel_ch(KernelChView { rank: input.rank, now_ns: Some(NOW_NS), started, stopped });
     }
     let threshold_s = threshold.first().map_or(options.fallback_stuck_s, value);
     let settings = Settings {
