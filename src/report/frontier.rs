@@ -13,6 +13,7 @@ use serde::Serialize as DeriveSerialize;
 
 use super::call_window::CallWindow;
 use super::discover::Dirs;
+use super::frontier_groups;
 use super::frontier_waits::{self, BlameEntry, CulpritEntry, SyncWaitReport};
 use super::inferred::{self, InferredSummary};
 use super::Failure;
@@ -75,6 +76,13 @@ pub struct FrontierReport {
     /// first step whose waits are known (the earlier ones keep theirs in their stage
     /// times); null when every step's waits are known, and for a CSV.
     pub waits_start_at_step: Option<u64>,
+    /// Which ranks are compared: `job` (all: data parallelism, every rank does the same
+    /// work) or `pipeline_stage` (a pipelined job, as `sf roles` finds it: each pipeline
+    /// stage's ranks among themselves, one set of windows per stage).
+    pub compared_by: &'static str,
+    /// The job's parallel layout when `sf roles` finds more than data parallelism
+    /// (`tp=2 pp=2 dp=2`); null otherwise, and for a CSV.
+    pub layout: Option<String>,
     pub windows: Vec<WindowReport>,
 }
 
@@ -87,6 +95,9 @@ impl FrontierReport {
 
 #[derive(Debug, DeriveSerialize)]
 pub struct WindowReport {
+    /// The pipeline stage (0-based) whose ranks the window compares; null when every rank
+    /// is compared (`compared_by: job`).
+    pub pp_stage: Option<usize>,
     pub first_step: u64,
     pub last_step: u64,
     pub steps: usize,
@@ -235,7 +246,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         None => inferred::source_of_stages(table.schema().stages()),
     };
     let fail = |message: String| Failure::Message(format!("{file}: {message}"));
-    let known = table.schema().stages();
+    let known = table.schema().stages().to_vec();
     let named = options.residual.iter().chain(&options.sync_wait);
     if let Some(unknown) = named.into_iter().find(|name| !known.contains(name)) {
         return Err(fail(format!(
@@ -244,28 +255,51 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         )));
     }
     let sync_wait = frontier_waits::sync_wait(waits.as_ref(), &options.sync_wait);
-    let windows = analyze(&table, options, &sync_wait.stages).map_err(|e| fail(e.to_string()))?;
-    let unseen = waits_from.is_some_and(|(_, why)| why.waits_unseen(table.world().len()));
+    let pipeline = match &options.source {
+        FrontierSource::Logs(dir) => frontier_groups::pipeline_stages(dir)?,
+        FrontierSource::Csv(_) => None,
+    };
+    // Each group of ranks doing the same work, compared among themselves.
+    let groups: Vec<(Option<usize>, StageTable)> = match &pipeline {
+        Some(p) => p.stages.iter().map(|(stage, ranks)| (Some(*stage), table.only_ranks(ranks))).collect(),
+        None => vec![(None, table)],
+    };
+    let mut windows = Vec::new();
+    for (pp_stage, group) in &groups {
+        let analyzed = analyze(group, options, &sync_wait.stages).map_err(|e| fail(e.to_string()))?;
+        windows.extend(analyzed.into_iter().map(|w| (*pp_stage, w)));
+    }
+    let world = groups.iter().map(|(_, g)| g.world().len()).sum::<usize>();
+    let unseen = waits_from.is_some_and(|(_, why)| why.waits_unseen(world));
     Ok(FrontierReport {
         file,
         waits_from: waits_from.map(|(from, _)| from),
         waits_from_reason: waits_from.map(|(_, why)| why.describe()),
         source,
         inferred,
-        stages: known.to_vec(),
-        world: table.world().len(),
+        stages: known,
+        world,
         // Waits that could not be seen were not taken out: the times are as recorded.
         own_time: waits.is_some() && waits_from.is_none_or(|(from, _)| from != WaitsFrom::None),
         sync_wait,
         history_starts_at_step,
         call_window,
         waits_start_at_step,
+        compared_by: if pipeline.is_some() { "pipeline_stage" } else { "job" },
+        layout: pipeline.as_ref().map(|p| p.layout.clone()),
         windows: windows
             .iter()
-            .map(|w| {
+            .map(|(pp_stage, w)| {
                 let mut report = window_report(w, Some(DEFAULT_FORWARD_STAGE));
+                report.pp_stage = *pp_stage;
                 if let Some(waits) = &waits {
                     frontier_waits::blame_window(&mut report, w, waits);
+                }
+                if let (Some(stage), Some(p)) = (pp_stage, &pipeline) {
+                    // The job's waits name ranks of every stage: the window's own.
+                    let group = p.ranks_of(*stage);
+                    report.culprits.retain(|c| group.contains(&c.rank));
+                    report.blame.retain(|b| group.contains(&b.rank));
                 }
                 if unseen {
                     report.leads = leads(&report);
@@ -331,6 +365,7 @@ fn window_report(w: &Window, forward: Option<&str>) -> WindowReport {
     let b = &w.baselines;
     let top = |values: &[f64]| names[ranked(values)[0]].clone();
     WindowReport {
+        pp_stage: None,
         first_step: w.first_step,
         last_step: w.last_step,
         steps: w.steps,

@@ -12,6 +12,7 @@ pub mod dump;
 pub mod exporter;
 mod exporter_metrics;
 pub mod frontier;
+mod frontier_groups;
 mod frontier_waits;
 pub mod hang;
 mod hang_history;

@@ -643,6 +643,8 @@ pub use fast::decimal_at;
 #[path = "csv_waits.rs"]
 mod waits;
 
+#[path = "csv_group.rs"]
+mod group;
 #[path = "csv_steps.rs"]
 mod steps;
 

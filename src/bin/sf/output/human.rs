@@ -84,8 +84,14 @@ impl<W: Write> Output for Human<W> {
         if let Some(reason) = report.waits_from_reason {
             human_line!(self.out, "waits from: {reason}")?;
         }
+        if let Some(layout) = &report.layout {
+            human_line!(self.out, "layout {layout}: each pipeline stage's ranks are compared among themselves")?;
+        }
         for window in &report.windows {
             writeln!(self.out)?;
+            if let Some(stage) = window.pp_stage {
+                human_line!(self.out, "pipeline stage {stage}:")?;
+            }
             for line in window_head(window) {
                 human_line!(self.out, "{line}")?;
             }
