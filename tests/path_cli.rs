@@ -79,3 +79,23 @@ fn a_flat_job_has_no_pipeline() {
     assert_eq!(out.status.code(), Some(0));
     assert!(report["note"].as_str().is_some_and(|n| n.starts_with("no pipeline")), "{report:#}");
 }
+
+/// `--tp 2 --pp 2 --dp 1`: rank 3 (tp 1 of pipeline stage 1) runs its forward passes 20 ms
+/// long, and its tensor-parallel peer, rank 2, waits for it in the passes' allreduces, so
+/// both pipelines show the stage's forward slow. The stage's waits tell which rank held
+/// the passes up.
+#[test]
+fn a_slow_tensor_parallel_rank_is_named_as_the_one_that_held_its_stage_up() {
+    let _serial = one_at_a_time();
+    let root = log_root("path-held-by");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "4", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"])
+        .args(["--launch", "blocking", "--bucket-elems", "64", "--tp", "2", "--pp", "2", "--dp", "1"])
+        .args(["--slow", "3:fwd:20@1-5"]);
+    run_ok(&mut cmd);
+    let (out, report) = sf_path(&root.join("job"));
+    assert_eq!(out.status.code(), Some(4), "{report:#}");
+    let finding = &report["finding"];
+    assert_eq!((finding["stage"].as_u64(), finding["phase"].as_str()), (Some(1), Some("fwd")), "{report:#}");
+    assert_eq!(finding["held_by"], 3, "{finding:#}");
+}

@@ -106,6 +106,13 @@ pub struct Waits {
 }
 
 impl Waits {
+    /// Seconds of other ranks' waiting `rank` caused in `step`, over the stages `of` takes.
+    pub fn caused_by(&self, rank: u32, step: u64, of: impl Fn(&str) -> bool) -> f64 {
+        let a = &self.attribution;
+        let mine = a.caused.iter().filter(|(&(r, s, stage), _)| r == rank && s == step && of(&self.stages[stage]));
+        mine.map(|(_, &seconds)| seconds).sum()
+    }
+
     /// Turns `table` into own time with `attribution` (stages indexed as in its schema):
     /// the one path for rank logs and CSV, so both give the same numbers. W_s reads only
     /// the attribution and the stage times: it is measured on a second thread meanwhile.

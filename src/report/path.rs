@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use super::frontier_waits::{self, Waits};
 use super::ls::FileError;
 use super::roles::{self, RankRoles};
 use super::step_vectors::{self, RankSteps, StageNames};
@@ -55,6 +56,11 @@ pub struct SlowdownView {
     /// The rank that ran the pass, and its pipeline's ranks in stage order.
     pub rank: u32,
     pub pipeline: Vec<u32>,
+    /// The rank of the pass's pipeline stage (its tensor- and data-parallel peers) whose
+    /// late arrival at the stage's collectives held the pass up, by the waits it caused
+    /// in the step's passes of that phase (and microbatch): twice any peer's at least.
+    /// Null when no peer stands out (the whole stage was slow, or it has one rank).
+    pub held_by: Option<u32>,
     #[serde(flatten)]
     pub judged: Slowdown,
 }
@@ -116,7 +122,8 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
             Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
         }
     }
-    let pipelines = roles::infer(&read).pipelines;
+    let roles = roles::infer(&read);
+    let pipelines = roles.pipelines.clone();
     let mut report = PathReport {
         dir: dirs.display(),
         pipelines: pipelines.clone(),
@@ -185,11 +192,35 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
             step: step_numbers[judged.step],
             rank: pipelines[judged.pipeline][judged.stage],
             pipeline: pipelines[judged.pipeline].clone(),
+            held_by: None,
             judged,
         })
         .collect();
+    // Inside a stage, a pass waits for its slowest tensor-parallel peer: the waits tell.
+    if roles.ranks.iter().any(|r| r.tp.is_some_and(|tp| tp > 0) || r.dp.is_some_and(|dp| dp > 0)) {
+        let waits = frontier_waits::own_time_table(dirs)?.waits;
+        for s in &mut report.slow {
+            let peers: Vec<u32> = roles.ranks.iter().filter(|r| r.pp == Some(s.judged.stage)).map(|r| r.rank).collect();
+            s.held_by = held_by(&s.judged, s.step, &peers, &waits);
+        }
+    }
     report.finding = report.slow.iter().find(|s| s.judged.finding).cloned();
     Ok(report)
+}
+
+/// The one of `peers` that caused at least twice the waiting any other did in `step`'s
+/// passes of the slowdown's phase (and microbatch).
+fn held_by(judged: &Slowdown, step: u64, peers: &[u32], waits: &Waits) -> Option<u32> {
+    let of = |name: &str| {
+        pass_of(name).is_some_and(|(phase, m)| phase == judged.phase && judged.microbatch.is_none_or(|mb| mb == m))
+    };
+    let mut caused: Vec<(f64, u32)> = peers.iter().map(|&r| (waits.caused_by(r, step, of), r)).collect();
+    caused.sort_by(|a, b| b.0.total_cmp(&a.0));
+    match caused[..] {
+        [(most, rank), (next, _), ..] if most > 0.0 && most >= 2.0 * next => Some(rank),
+        [(most, rank)] if most > 0.0 => Some(rank),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

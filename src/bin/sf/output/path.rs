@@ -24,6 +24,11 @@ fn pass(s: &SlowdownView) -> String {
     format!("pipeline stage {}, {microbatch}, {phase}", s.judged.stage)
 }
 
+/// `, held up by rank 5` when a peer of the stage held the pass up.
+fn held(s: &SlowdownView) -> String {
+    s.held_by.filter(|&r| r != s.rank).map_or_else(String::new, |r| format!(", held up by rank {r}"))
+}
+
 fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
     if let Some(note) = &report.note {
         return human_line!(out, "{}: {note}", report.dir);
@@ -39,13 +44,14 @@ fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
     match &report.finding {
         Some(f) => human_line!(
             out,
-            "{head}: SLOW: {} added {} to step {} (rank {}: {} against {} expected; the step took {})",
+            "{head}: SLOW: {} added {} to step {} (rank {}: {} against {} expected{}; the step took {})",
             pass(f),
             ms(f.judged.added_ns),
             f.step,
             f.rank,
             ms(f.judged.duration_ns),
             ms(f.judged.expected_ns),
+            held(f),
             ms(f.judged.step_ns)
         )?,
         None => human_line!(out, "{head}: no slow pass on the critical path")?,
@@ -68,10 +74,11 @@ fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
         };
         human_line!(
             out,
-            "  step {} {} (rank {}): {} against {} expected, {verdict}",
+            "  step {} {} (rank {}{}): {} against {} expected, {verdict}",
             s.step,
             pass(s),
             s.rank,
+            held(s),
             ms(s.judged.duration_ns),
             ms(s.judged.expected_ns)
         )?;
