@@ -80,9 +80,9 @@ fn a_flat_job_has_no_pipeline() {
     assert!(report["note"].as_str().is_some_and(|n| n.starts_with("no pipeline")), "{report:#}");
 }
 
-/// `--tp 2 --pp 2 --dp 1`: rank 3 (tp 1 of pipeline stage 1) runs its forward passes 20 ms
-/// long, and its tensor-parallel peer, rank 2, waits for it in the passes' allreduces, so
-/// both pipelines show the stage's forward slow. The stage's waits tell which rank held
+/// `--tp 2 --pp 2 --dp 1`: rank 3 (tp 1 of pipeline stage 1) runs its forward passes of
+/// step 3 40 ms long, and its tensor-parallel peer, rank 2, waits for it in the passes'
+/// allreduces, so both pipelines show the stage's forward slow. The stage's waits tell which rank held
 /// the passes up.
 #[test]
 fn a_slow_tensor_parallel_rank_is_named_as_the_one_that_held_its_stage_up() {
@@ -91,11 +91,23 @@ fn a_slow_tensor_parallel_rank_is_named_as_the_one_that_held_its_stage_up() {
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
     cmd.args(["--ranks", "4", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"])
         .args(["--launch", "blocking", "--bucket-elems", "64", "--tp", "2", "--pp", "2", "--dp", "1"])
-        .args(["--slow", "3:fwd:20@1-5"]);
+        .args(["--slow", "3:fwd:40@3-3"]);
     run_ok(&mut cmd);
     let (out, report) = sf_path(&root.join("job"));
     assert_eq!(out.status.code(), Some(4), "{report:#}");
     let finding = &report["finding"];
     assert_eq!((finding["stage"].as_u64(), finding["phase"].as_str()), (Some(1), Some("fwd")), "{report:#}");
     assert_eq!(finding["held_by"], 3, "{finding:#}");
+
+    // sf slow and sf frontier head with the same finding, exit 4.
+    for command in ["slow", "frontier"] {
+        let out = Command::new(artifact("sf")).arg(command).arg(root.join("job")).arg("--json").output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(4), "sf {command}: {report:#}");
+        let path = &report["path_finding"];
+        assert_eq!((path["stage"].as_u64(), path["held_by"].as_u64()), (Some(1), Some(3)), "sf {command}: {path:#}");
+        let human = Command::new(artifact("sf")).arg(command).arg(root.join("job")).output().unwrap();
+        let text = String::from_utf8_lossy(&human.stdout);
+        assert!(text.contains("SLOW pipeline stage 1, "), "sf {command}: {text}");
+    }
 }

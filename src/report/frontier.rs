@@ -16,6 +16,7 @@ use super::discover::Dirs;
 use super::frontier_groups;
 use super::frontier_waits::{self, BlameEntry, CulpritEntry, SyncWaitReport};
 use super::inferred::{self, InferredSummary};
+use super::path::{self, SlowdownView};
 use super::Failure;
 
 /// What `sf frontier` analyzes and how.
@@ -83,13 +84,16 @@ pub struct FrontierReport {
     /// The job's parallel layout when `sf roles` finds more than data parallelism
     /// (`tp=2 pp=2 dp=2`); null otherwise, and for a CSV.
     pub layout: Option<String>,
+    /// A pipelined job's slow pass on the critical path (`sf path`'s finding); null when
+    /// none, or no pipeline.
+    pub path_finding: Option<SlowdownView>,
     pub windows: Vec<WindowReport>,
 }
 
 impl FrontierReport {
     /// Whether some window names a culprit: a finding (exit 4), not only accounting.
     pub fn found_culprit(&self) -> bool {
-        self.windows.iter().any(|w| !w.culprits.is_empty())
+        self.path_finding.is_some() || self.windows.iter().any(|w| !w.culprits.is_empty())
     }
 }
 
@@ -259,6 +263,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         FrontierSource::Logs(dir) => frontier_groups::pipeline_stages(dir)?,
         FrontierSource::Csv(_) => None,
     };
+
     // Each group of ranks doing the same work, compared among themselves.
     let groups: Vec<(Option<usize>, StageTable)> = match &pipeline {
         Some(p) => p.stages.iter().map(|(stage, ranks)| (Some(*stage), table.only_ranks(ranks))).collect(),
@@ -271,6 +276,11 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
     }
     let world = groups.iter().map(|(_, g)| g.world().len()).sum::<usize>();
     let unseen = waits_from.is_some_and(|(_, why)| why.waits_unseen(world));
+    // Passes timed by launches alone say nothing of the device: no finding then.
+    let path_finding = match (&options.source, &pipeline) {
+        (FrontierSource::Logs(dir), Some(_)) if !unseen => path::pipeline_finding(dir)?,
+        _ => None,
+    };
     Ok(FrontierReport {
         file,
         waits_from: waits_from.map(|(from, _)| from),
@@ -287,6 +297,7 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
         waits_start_at_step,
         compared_by: if pipeline.is_some() { "pipeline_stage" } else { "job" },
         layout: pipeline.as_ref().map(|p| p.layout.clone()),
+        path_finding,
         windows: windows
             .iter()
             .map(|(pp_stage, w)| {

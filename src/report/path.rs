@@ -71,6 +71,13 @@ impl PathReport {
     }
 }
 
+/// The pipeline's slow pass on the critical path, for `sf slow` and `sf frontier`: the
+/// answer for a pipelined job, where a stage's ranks differ from another stage's by role.
+/// `None` for a job without a pipeline, or with nothing slow on the path.
+pub fn pipeline_finding(dirs: &Dirs) -> Result<Option<SlowdownView>, Failure> {
+    Ok(build(dirs)?.finding)
+}
+
 /// (phase, microbatch) of a stage name of the contract, `@M` the microbatch (none: 0).
 fn pass_of(name: &str) -> Option<(Phase, usize)> {
     let (base, microbatch) = match name.rsplit_once('@') {

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::call_window::CallWindow;
 use super::inferred::{self, InferredSummary};
+use super::path::{self, SlowdownView};
 use super::slow_waits::{self, Blamed, CulpritReport, WaitAttribution};
 use super::step_vectors::{self, JobSteps, RankSteps, StageNames};
 use super::{waits, Failure};
@@ -109,6 +110,10 @@ pub struct SlowReport {
     /// Groups too small to compare, left out of L2 and expected time.
     pub skipped_groups: Vec<SkippedGroup>,
     pub found: bool,
+    /// A pipelined job's slow pass on the critical path (`sf path`'s finding): its first
+    /// answer, as a stage's ranks differ from another stage's by role; null when none, or
+    /// no pipeline.
+    pub path_finding: Option<SlowdownView>,
     /// A regression most ranks share, once, with the rank that caused it when the
     /// frontier names one.
     pub job_regression: Option<JobRegressionReport>,
@@ -308,6 +313,10 @@ pub fn build(dir: &Dirs, options: &SlowOptions) -> Result<SlowReport, Failure> {
     report.waits_from_reason = waits_from.1.describe();
     if waits_from.1.waits_unseen(report.world.max(report.ranks)) {
         unseen_waits(&mut report);
+    } else {
+        // Passes timed by launches alone say nothing of the device: no finding then.
+        report.path_finding = path::pipeline_finding(dir)?;
+        report.found |= report.path_finding.is_some();
     }
     Ok(report)
 }
@@ -514,6 +523,7 @@ fn report(
             .map(|(group, ranks)| SkippedGroup { group: group.clone(), ranks: *ranks })
             .collect(),
         found: job.found() || blamed.culprits,
+        path_finding: None,
         job_regression: job.job_regression.as_ref().map(|g| JobRegressionReport {
             step: g.step,
             ranks: g.ranks.clone(),

@@ -87,6 +87,9 @@ impl<W: Write> Output for Human<W> {
         if let Some(layout) = &report.layout {
             human_line!(self.out, "layout {layout}: each pipeline stage's ranks are compared among themselves")?;
         }
+        if let Some(f) = &report.path_finding {
+            human_line!(self.out, "{}", super::path::path_finding_line(f))?;
+        }
         for window in &report.windows {
             writeln!(self.out)?;
             if let Some(stage) = window.pp_stage {

@@ -24,6 +24,18 @@ fn pass(s: &SlowdownView) -> String {
     format!("pipeline stage {}, {microbatch}, {phase}", s.judged.stage)
 }
 
+/// A pipelined job's critical-path finding, as `sf slow` and `sf frontier` head with it.
+pub(super) fn path_finding_line(f: &SlowdownView) -> String {
+    format!(
+        "SLOW {}: added {} to step {} on the critical path (rank {}{}; sf path walks it)",
+        pass(f),
+        ms(f.judged.added_ns),
+        f.step,
+        f.rank,
+        held(f)
+    )
+}
+
 /// `, held up by rank 5` when a peer of the stage held the pass up.
 fn held(s: &SlowdownView) -> String {
     s.held_by.filter(|&r| r != s.rank).map_or_else(String::new, |r| format!(", held up by rank {r}"))

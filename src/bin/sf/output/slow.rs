@@ -58,6 +58,9 @@ fn human<W: Write>(out: &mut W, r: &SlowReport) -> io::Result<()> {
             plural(g.ranks as u64, "rank")
         )?;
     }
+    if let Some(f) = &r.path_finding {
+        human_line!(out, "{}", super::path::path_finding_line(f))?;
+    }
     if let Some(g) = &r.job_regression {
         human_line!(out, "{}", job_regression_line(g, r.ranks))?;
     }
