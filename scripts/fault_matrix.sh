@@ -32,7 +32,10 @@ root=$(mktemp -d /tmp/sf-matrix.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 
 # name | SF_INJECT | expected: a culprit rank for a hang, STAGE@RANK for a slow stage, - for none
-#      [| arguments added to sf-trainer-sim's]
+#      [| arguments added to sf-trainer-sim's [| SF_TRAINER_SIM_EXIT]]
+# A death (the last field: rank R ends at step S by _exit(1) or SIGKILL, and the launcher
+# tears the others down with SIGTERM within milliseconds, as torchrun does) is named post
+# mortem, by the rank that ended first.
 cases=(
   "hang-r3-s40|hang:rank=3,op=allreduce,seq=40|3"
   "hang-r0-s26|hang:rank=0,op=allgather,seq=26|0"
@@ -43,6 +46,10 @@ cases=(
 if [ "$launch" = async ] && [ -z "${SF_MATRIX_JOB:-}" ]; then
   cases+=("hangk-r3-s20|-|3|--hang-kernel 3:20")
   [ "${SF_MATRIX_QUICK:-0}" = 1 ] || cases+=("hangk-r0-s35|-|0|--hang-kernel 0:35" "hangk-r$((ranks - 1))-s50|-|$((ranks - 1))|--hang-kernel $((ranks - 1)):50")
+fi
+if [ -z "${SF_MATRIX_JOB:-}" ]; then
+  cases+=("died-r2-exit|-|2||2@30:exit1")
+  [ "${SF_MATRIX_QUICK:-0}" = 1 ] || cases+=("died-r$((ranks - 1))-kill|-|$((ranks - 1))||$((ranks - 1))@45:kill" "died-r0-exit|-|0||0@20:exit1")
 fi
 if [ "${SF_MATRIX_QUICK:-0}" != 1 ]; then
   cases+=(
@@ -66,11 +73,12 @@ except Exception:
 }
 
 run_case() {
-  local name=$1 inject=$2 dir=$root/$1 sim_args=$4
+  local name=$1 inject=$2 dir=$root/$1 sim_args=$4 exit_at=$5
   mkdir -p "$dir"
   local env=(LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_HANG_MIN_S=1)
   [ "$launch" = async ] && env+=(CUDA_INJECTION64_PATH="$lib")
   [ "$inject" != - ] && env+=(SF_INJECT="$inject")
+  [ -n "$exit_at" ] && env+=(SF_TRAINER_SIM_EXIT="$exit_at")
   env "${env[@]}" setsid bash -c "exec $job $sim_args" >"$dir/job.out" 2>&1 &
   local pid=$!
   # Let it run into its fault (or, healthy, through many steps), then diagnose live. A slow
@@ -92,8 +100,8 @@ run_case() {
 printf '%-15s %-62s %-26s %-26s %s\n' CASE INJECTED EXPECTED DIAGNOSED RESULT
 tp=0 fp=0 fn=0 failed=0
 for entry in "${cases[@]}"; do
-  IFS='|' read -r name inject expected sim_args <<<"$entry"
-  run_case "$name" "$inject" "$expected" "$sim_args"
+  IFS='|' read -r name inject expected sim_args exit_at <<<"$entry"
+  run_case "$name" "$inject" "$expected" "$sim_args" "$exit_at"
   diagnosed=$(python3 - "$root/$name" "$expected" <<'PY'
 import json, os, sys
 case, expected = sys.argv[1], sys.argv[2]
@@ -108,7 +116,11 @@ culprits = sorted({r for c in hang.get("communicators", []) for r in c.get("miss
 # oldest unfinished kernel is not the collective its peers wait in.
 if (hang.get("device_stall") or {}).get("rank") is not None:
     culprits = [hang["device_stall"]["rank"]]
-if hang.get("hung"):
+# A job that ended: the rank that held the others up, or that ended first (post mortem).
+post_mortem = hang.get("post_mortem") or {}
+if post_mortem.get("culprit_ranks"):
+    print(",".join(map(str, post_mortem["culprit_ranks"])))
+elif hang.get("hung"):
     print(",".join(map(str, culprits)) or "hung:?")
 elif "@" in expected:
     stage, rank = expected.split("@")

@@ -8,8 +8,9 @@
 # a delay of 60% of that is absorbed. Sizes are shares of the step (5% to 100%).
 #
 # Pass criteria: `sf roles` reads the layout; on-path cases exit 4 with the slow stage
-# (pipeline stage N, 0-based) in the headline in at least 90% of them; absorbed and healthy
-# cases exit 0 with no finding.
+# (pipeline stage N, 0-based) in the headline, and for a slow rank that rank (as the pass's
+# rank or the one that held it up), in at least 90% of them; absorbed and healthy cases
+# exit 0 with no finding.
 #
 #   scripts/pipeline_matrix.sh                    # 2 layouts x sizes {5,10,20,50,100}% x 2 seeds
 #   SF_MATRIX_QUICK=1 scripts/pipeline_matrix.sh  # 2 layouts x sizes {5,50}% x 1 seed (CI)
@@ -33,10 +34,11 @@ trap cleanup EXIT
 on_total=0 on_hits=0 failures=0
 
 # One run: prints a row; on-path rows count towards the hit rate, the others must be quiet.
-# Arguments: name, layout "T P D", kind (on|absorbed|healthy), expected stage, sim flags...
+# Arguments: name, layout "T P D", kind (on|absorbed|healthy), expected stage, expected
+# rank (- for a whole stage), seed, sim flags...
 run_case() {
-  local name=$1 layout=$2 kind=$3 stage=$4 seed=$5
-  shift 5
+  local name=$1 layout=$2 kind=$3 stage=$4 rank=$5 seed=$6
+  shift 6
   local t p d
   read -r t p d <<<"$layout"
   local dir=$root/$name
@@ -54,7 +56,8 @@ run_case() {
   case $kind in
     on)
       on_total=$((on_total + 1))
-      if [ "$code" = 4 ] && grep -q "SLOW: pipeline stage $stage," <<<"$headline"; then
+      if [ "$code" = 4 ] && grep -q "SLOW: pipeline stage $stage," <<<"$headline" &&
+        { [ "$rank" = - ] || grep -Eq "\(rank $rank:|held up by rank $rank;" <<<"$headline"; }; then
         on_hits=$((on_hits + 1)) result=hit
       else
         result=miss
@@ -74,17 +77,17 @@ for layout in "1 4 2" "2 2 2"; do
   last=$((p - 1))
   tag="tp$t-pp$p-dp$d"
   for seed in "${seeds[@]}"; do
-    run_case "$tag-healthy-s$seed" "$layout" healthy - "$seed"
+    run_case "$tag-healthy-s$seed" "$layout" healthy - - "$seed"
     for pct in "${sizes[@]}"; do
       ms=$((step_ms * pct / 100))
-      run_case "$tag-stage$last-bwd-$pct%-s$seed" "$layout" on "$last" "$seed" \
+      run_case "$tag-stage$last-bwd-$pct%-s$seed" "$layout" on "$last" - "$seed" \
         --slow-stage "$last:bwd:$ms@$slow_step-$slow_step#$((m / 2))"
       # One rank of the last stage, every backward pass of the step: the same share in all.
-      run_case "$tag-rank$((8 - 1))-bwd-$pct%-s$seed" "$layout" on "$last" "$seed" \
+      run_case "$tag-rank$((8 - 1))-bwd-$pct%-s$seed" "$layout" on "$last" 7 "$seed" \
         --slow "7:bwd:$((ms / m + 1))@$slow_step-$slow_step"
     done
     # Stage 0's forward of microbatch P-1 has (P-1)*b of slack: 60% of it is absorbed.
-    run_case "$tag-stage0-fwd-absorbed-s$seed" "$layout" absorbed - "$seed" \
+    run_case "$tag-stage0-fwd-absorbed-s$seed" "$layout" absorbed - - "$seed" \
       --slow-stage "0:fwd:$(((p - 1) * bwd * 6 / 10))@$slow_step-$slow_step#$last"
   done
 done
