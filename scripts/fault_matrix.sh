@@ -116,10 +116,14 @@ culprits = sorted({r for c in hang.get("communicators", []) for r in c.get("miss
 # oldest unfinished kernel is not the collective its peers wait in.
 if (hang.get("device_stall") or {}).get("rank") is not None:
     culprits = [hang["device_stall"]["rank"]]
-# A job that ended: the rank that held the others up, or that ended first (post mortem).
+# A job that ended: the rank that held the others up (post mortem), or the one that ended
+# first when the others followed in a teardown.
 post_mortem = hang.get("post_mortem") or {}
+first_end = hang.get("first_end") or {}
 if post_mortem.get("culprit_ranks"):
     print(",".join(map(str, post_mortem["culprit_ranks"])))
+elif first_end.get("teardown"):
+    print(first_end["rank"])
 elif hang.get("hung"):
     print(",".join(map(str, culprits)) or "hung:?")
 elif "@" in expected:

@@ -5,7 +5,8 @@
 # from sf: with P stages and M microbatches a step is (M + P - 1)(f + b) long; the last
 # stage's backward passes in the steady state have no slack, so a slowdown there lengthens
 # the step by itself (on path); stage 0's forward of microbatch m < P has m*b of slack, so
-# a delay of 60% of that is absorbed. Sizes are shares of the step (5% to 100%).
+# a delay of 60% of that is absorbed. Sizes are shares of the step (5% to 100%) as the
+# layout's healthy run measured it.
 #
 # Pass criteria: `sf roles` reads the layout; on-path cases exit 4 with the slow stage
 # (pipeline stage N, 0-based) in the headline, and for a slow rank that rank (as the pass's
@@ -78,8 +79,13 @@ for layout in "1 4 2" "2 2 2"; do
   tag="tp$t-pp$p-dp$d"
   for seed in "${seeds[@]}"; do
     run_case "$tag-healthy-s$seed" "$layout" healthy - - "$seed"
+    # A step as the healthy run measured it: the schedule's (M + P - 1)(f + b) plus the
+    # other stages and the exchanges, some 5% more (the share a finding must add).
+    measured_ms=$("$bin/sf" slow "$root/$tag-healthy-s$seed/job" --json 2>/dev/null |
+      python3 -c 'import json,sys; print(round(json.load(sys.stdin)["median_step_s"] * 1000))' || echo "$step_ms")
     for pct in "${sizes[@]}"; do
-      ms=$((step_ms * pct / 100))
+      # At least pct% of the measured step, rounded up.
+      ms=$(((measured_ms * pct + 99) / 100))
       run_case "$tag-stage$last-bwd-$pct%-s$seed" "$layout" on "$last" - "$seed" \
         --slow-stage "$last:bwd:$ms@$slow_step-$slow_step#$((m / 2))"
       # One rank of the last stage, every backward pass of the step: the same share in all.

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::analysis::blame::device::DeviceKernel;
+use crate::analysis::blame::waits_from::{blocks_a_host, call_share, timing};
 use crate::analysis::blame::CallTiming;
 use crate::analysis::comms::grow;
 use crate::analysis::frontier::csv::{self, StageTable};
@@ -81,6 +82,9 @@ pub struct RankSteps {
     /// attribution (`waits::timelines` takes them), and what the budget left of them.
     pub calls: Vec<CallTiming>,
     pub held: HeldCalls,
+    /// The share of its time inside the calls that block a host-blocking job, among the
+    /// same records (`analysis::blame::waits_from::call_share`).
+    pub call_share: f64,
     /// Its completed NCCL kernels linked to their calls, and its completed host
     /// synchronizations (enter, exit), among the same records: the device's waits.
     pub kernels: Vec<DeviceKernel>,
@@ -158,7 +162,7 @@ fn rank_steps(log: &RankLog, keep: u64) -> Option<(RankSteps, i32, Vec<Option<St
     }
     let world = log.header.world_size.max(rank + 1);
     let History { steps: vectors, mut device, wrapped: history_wrapped, aliases } = complete_steps(log);
-    let Newest { calls, held, kernels, syncs } = newest_calls(log, keep);
+    let Newest { calls, held, call_share, kernels, syncs } = newest_calls(log, keep);
     let steps = vectors
         .into_iter()
         // Budgeted: a step over before the oldest call read ended is no window's, nor the
@@ -189,6 +193,7 @@ fn rank_steps(log: &RankLog, keep: u64) -> Option<(RankSteps, i32, Vec<Option<St
         history_wrapped,
         calls,
         held,
+        call_share,
         kernels,
         syncs,
         aliases,
@@ -206,6 +211,7 @@ fn step_end(parts: &[StepVector]) -> u64 {
 struct Newest {
     calls: Vec<CallTiming>,
     held: HeldCalls,
+    call_share: f64,
     kernels: Vec<DeviceKernel>,
     syncs: Vec<(u64, u64)>,
 }
@@ -215,6 +221,7 @@ struct Newest {
 /// with the NCCL kernels and host synchronizations among them.
 fn newest_calls(log: &RankLog, keep: u64) -> Newest {
     let mut calls = Vec::new();
+    let mut blocking = Vec::new();
     let mut kernels = Vec::new();
     let mut syncs = Vec::new();
     let mut oldest_exit = None;
@@ -223,6 +230,9 @@ fn newest_calls(log: &RankLog, keep: u64) -> Newest {
             // Records come oldest first: the first call is the oldest held.
             oldest_exit.get_or_insert(c.t_exit_ns);
             calls.push(CallTiming::new(collective_key(&c), c.t_enter_ns, c.t_exit_ns));
+            if blocks_a_host(&c) {
+                blocking.push(timing(&c));
+            }
         }
         // A kernel only the profiler saw has no launch: it cannot say whose host was late.
         RecordBody::DeviceColl(k) if k.t_launch_ns > 0 && k.seq > 0 && k.t_end_ns >= k.t_start_ns => {
@@ -241,7 +251,7 @@ fn newest_calls(log: &RankLog, keep: u64) -> Newest {
     calls.shrink_to_fit();
     let gone = stats.not_read > 0 || stats.lost_to_wrap > 0;
     let held = HeldCalls { not_read: stats.not_read, read: stats.valid, from_ns: oldest_exit.filter(|_| gone) };
-    Newest { calls, held, kernels, syncs }
+    Newest { calls, held, call_share: call_share(&blocking), kernels, syncs }
 }
 
 /// The complete steps of `ranks` (read from `dir`), as a frontier table. The world is the

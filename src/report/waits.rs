@@ -73,7 +73,9 @@ fn evidence(ranks: &[RankSteps]) -> Evidence {
             let keyed: Vec<(u64, u64, u64)> =
                 r.calls.iter().filter_map(|c| Some((c.key?.0, c.enter_ns, c.exit_ns))).collect();
             let (steps, steps_with_calls) = steps_with_calls(r, &keyed);
-            Evidence { steps, steps_with_calls, ..Evidence::of_rank(r.kernels.len() as u64, &keyed) }
+            // The share counts the send/recv and group ends the records showed too.
+            let call_share = r.call_share;
+            Evidence { steps, steps_with_calls, call_share, ..Evidence::of_rank(r.kernels.len() as u64, &keyed) }
         })
         .collect();
     Evidence::of_job(each.iter())

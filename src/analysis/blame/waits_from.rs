@@ -74,7 +74,7 @@ pub struct Evidence {
     /// Completed collective calls over all ranks.
     pub collective_calls: u64,
     /// The largest share of a rank's time, from its first collective call to its last, it
-    /// spent inside them.
+    /// spent inside the calls that block a host-blocking job ([`blocks_a_host`]).
     pub call_share: f64,
     /// Complete steps the calls read cover, over all ranks, and how many of them hold a
     /// collective call (0 and 0 where the steps are not known: `sf hang`, `sf ls`).
@@ -107,41 +107,29 @@ pub fn waits_from(e: &Evidence) -> (WaitsFrom, Why) {
 impl Evidence {
     /// One rank's: its device records, and its completed collective calls (communicator,
     /// enter, exit), whose share of its time from the first to the last is the call share.
-    /// Each communicator's first call is left out where it has later ones: NCCL connects
-    /// the ranks at their first collective (runtime connection, the default since 2.22),
-    /// and that call blocks the host on a GPU too (74 ms of a 290 ms job on an H200, which
-    /// read as blocking calls).
     pub fn of_rank(device_records: u64, calls: &[(u64, u64, u64)]) -> Evidence {
-        let mut firsts: Vec<(u64, u64)> = Vec::new();
-        for &(comm, enter, _) in calls {
-            match firsts.iter_mut().find(|(c, _)| *c == comm) {
-                Some((_, first)) => *first = (*first).min(enter),
-                None => firsts.push((comm, enter)),
-            }
-        }
-        let later: Vec<&(u64, u64, u64)> =
-            calls.iter().filter(|&&(comm, enter, _)| !firsts.contains(&(comm, enter))).collect();
-        let counted = if later.is_empty() { calls.iter().collect() } else { later };
-        let first = counted.iter().map(|c| c.1).min().unwrap_or(0);
-        let last = counted.iter().map(|c| c.2).max().unwrap_or(0);
-        let inside: u64 = counted.iter().map(|&&(_, enter, exit)| exit.saturating_sub(enter)).sum();
-        let span = last.saturating_sub(first);
         Evidence {
             device_kernels: device_records,
             collective_calls: calls.len() as u64,
-            call_share: if span == 0 { 0.0 } else { inside as f64 / span as f64 },
+            call_share: call_share(calls),
             steps: 0,
             steps_with_calls: 0,
         }
     }
 
-    /// One rank's, from its `nccl_call` records.
-    pub fn of_nccl_calls<'a>(device_records: u64, calls: impl Iterator<Item = &'a NcclCall>) -> Evidence {
-        let keyed: Vec<(u64, u64, u64)> = calls
-            .filter(|c| c.op.is_collective() && c.seq > 0 && c.t_exit_ns >= c.t_enter_ns)
-            .map(|c| (c.comm_id, c.t_enter_ns, c.t_exit_ns))
-            .collect();
-        Evidence::of_rank(device_records, &keyed)
+    /// One rank's, from its `nccl_call` records: its collectives, and the share of its time
+    /// inside them and the send/recv and group ends that block a host-blocking job too.
+    pub fn of_nccl_calls<'a>(device_records: u64, calls: impl Iterator<Item = &'a NcclCall> + Clone) -> Evidence {
+        let completed = calls.filter(|c| c.t_exit_ns >= c.t_enter_ns);
+        let collectives = completed.clone().filter(|c| c.op.is_collective() && c.seq > 0).count();
+        let blocking: Vec<(u64, u64, u64)> = completed.filter(|c| blocks_a_host(c)).map(timing).collect();
+        Evidence {
+            device_kernels: device_records,
+            collective_calls: collectives as u64,
+            call_share: call_share(&blocking),
+            steps: 0,
+            steps_with_calls: 0,
+        }
     }
 
     /// The job's, from its ranks': counts summed, the largest share.
@@ -153,6 +141,44 @@ impl Evidence {
             steps: job.steps + e.steps,
             steps_with_calls: job.steps_with_calls + e.steps_with_calls,
         })
+    }
+}
+
+/// Whether a host-blocking job waits inside the call: a collective, a send or recv, or the
+/// group end that runs a group's send/recv (a pipeline's exchanges wait there).
+pub fn blocks_a_host(c: &NcclCall) -> bool {
+    (c.op.is_collective() && c.seq > 0) || c.op.is_p2p() || c.op.ends_group()
+}
+
+/// A call as (communicator, enter, exit).
+pub fn timing(c: &NcclCall) -> (u64, u64, u64) {
+    (c.comm_id, c.t_enter_ns, c.t_exit_ns)
+}
+
+/// The share of a rank's time, from its first call to its last, it spent inside `calls`
+/// (communicator, enter, exit). Each communicator's first call is left out where it has
+/// later ones: NCCL connects the ranks at their first collective (runtime connection, the
+/// default since 2.22) or send/recv, and that call blocks the host on a GPU too (74 ms of
+/// a 290 ms job on an H200, which read as blocking calls).
+pub fn call_share(calls: &[(u64, u64, u64)]) -> f64 {
+    let mut firsts: Vec<(u64, u64)> = Vec::new();
+    for &(comm, enter, _) in calls {
+        match firsts.iter_mut().find(|(c, _)| *c == comm) {
+            Some((_, first)) => *first = (*first).min(enter),
+            None => firsts.push((comm, enter)),
+        }
+    }
+    let later: Vec<&(u64, u64, u64)> =
+        calls.iter().filter(|&&(comm, enter, _)| !firsts.contains(&(comm, enter))).collect();
+    let counted = if later.is_empty() { calls.iter().collect() } else { later };
+    let first = counted.iter().map(|c| c.1).min().unwrap_or(0);
+    let last = counted.iter().map(|c| c.2).max().unwrap_or(0);
+    let inside: u64 = counted.iter().map(|&&(_, enter, exit)| exit.saturating_sub(enter)).sum();
+    let span = last.saturating_sub(first);
+    if span == 0 {
+        0.0
+    } else {
+        inside as f64 / span as f64
     }
 }
 
@@ -196,5 +222,43 @@ mod tests {
         let rank = Evidence::of_rank(0, &calls);
         assert!(rank.call_share < ASYNC_CALL_SHARE, "{rank:?}");
         assert_eq!(waits_from(&rank), (WaitsFrom::None, Why::AsynchronousCalls));
+    }
+
+    #[test]
+    fn a_pipelines_blocking_exchanges_count_as_calls_that_carry_waits() {
+        // A pipeline stage: its tensor-parallel allreduces return in 0.1 ms, its group of
+        // send/recv waits 8 ms for the stage before it, every 100 ms.
+        use crate::core::log::nccl_op::NcclOp;
+        let ms = 1_000_000;
+        let call = |op, comm_id, seq, t: u64, lasted: u64| NcclCall {
+            op,
+            comm_id,
+            seq,
+            t_enter_ns: t,
+            t_exit_ns: t + lasted,
+            count: 1,
+            bytes: 4,
+            stream: 0,
+            tid: 1,
+            peer: -1,
+            dtype: 7,
+            redop: 0,
+            result: 0,
+            group_depth: 0,
+        };
+        let mut calls = Vec::new();
+        for step in 0..10u64 {
+            let t = step * 100 * ms;
+            calls.push(call(NcclOp::AllReduce, 7, step + 1, t, ms / 10));
+            calls.push(call(NcclOp::Send, 9, 0, t + 10 * ms, ms / 100));
+            calls.push(call(NcclOp::GroupEnd, 0, 0, t + 11 * ms, 8 * ms));
+        }
+        let collectives_only: Vec<(u64, u64, u64)> =
+            calls.iter().filter(|c| c.op.is_collective()).map(timing).collect();
+        assert!(call_share(&collectives_only) < ASYNC_CALL_SHARE);
+        let rank = Evidence::of_nccl_calls(0, calls.iter());
+        assert_eq!(rank.collective_calls, 10);
+        assert!(rank.call_share > ASYNC_CALL_SHARE, "{rank:?}");
+        assert_eq!(waits_from(&rank), (WaitsFrom::HostCalls, Why::BlockingCalls));
     }
 }
