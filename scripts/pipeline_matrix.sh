@@ -25,6 +25,10 @@ if [ "$profile" = release ]; then
   [ -x "$bin/sf" ] && [ -x "$bin/sf-trainer-sim" ] && [ -f "$bin/libstagefrontier.so" ] ||
     cargo build --release --workspace --locked -q
 fi
+# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
+# wheel's own binaries), else this checkout's build.
+lib=${SF_MATRIX_LIB:-$bin/libstagefrontier.so}
+sf=${SF_MATRIX_SF:-$bin/sf}
 
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(5 50); seeds=(1); else sizes=(5 10 20 50 100); seeds=(1 2); fi
 fwd=20 bwd=30 steps=6 slow_step=3
@@ -44,14 +48,14 @@ run_case() {
   read -r t p d <<<"$layout"
   local dir=$root/$name
   mkdir -p "$dir"
-  LD_PRELOAD="$bin/libstagefrontier.so" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 \
+  LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 \
     "$bin/sf-trainer-sim" --ranks 8 --steps "$steps" --seed "$seed" --bucket-elems 64 --launch blocking \
     --stage-ms "data=1,fwd=$fwd,bwd=$bwd,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" "$@" \
     >"$dir/job.out" 2>"$dir/job.err" || { echo "$name: job failed: $(tail -2 "$dir/job.err")" >&2; failures=$((failures + 1)); return; }
   local layout_seen
-  layout_seen=$("$bin/sf" roles "$dir/job" --json | python3 -c 'import json,sys; l=json.load(sys.stdin)["layout"]; print(l["tp"], l["pp"], l["dp"])')
+  layout_seen=$("$sf" roles "$dir/job" --json | python3 -c 'import json,sys; l=json.load(sys.stdin)["layout"]; print(l["tp"], l["pp"], l["dp"])')
   local code=0
-  "$bin/sf" path "$dir/job" >"$dir/path.txt" 2>&1 || code=$?
+  "$sf" path "$dir/job" >"$dir/path.txt" 2>&1 || code=$?
   local headline result
   headline=$(head -1 "$dir/path.txt")
   case $kind in
@@ -81,7 +85,7 @@ for layout in "1 4 2" "2 2 2"; do
     run_case "$tag-healthy-s$seed" "$layout" healthy - - "$seed"
     # A step as the healthy run measured it: the schedule's (M + P - 1)(f + b) plus the
     # other stages and the exchanges, some 5% more (the share a finding must add).
-    measured_ms=$("$bin/sf" slow "$root/$tag-healthy-s$seed/job" --json 2>/dev/null |
+    measured_ms=$("$sf" slow "$root/$tag-healthy-s$seed/job" --json 2>/dev/null |
       python3 -c 'import json,sys; print(round(json.load(sys.stdin)["median_step_s"] * 1000))' || echo "$step_ms")
     for pct in "${sizes[@]}"; do
       # At least pct% of the measured step, rounded up.
