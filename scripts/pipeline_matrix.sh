@@ -8,7 +8,11 @@
 # a delay of 60% of that is absorbed. Sizes are shares of the step (5% to 100%) as the
 # layout's healthy run measured it.
 #
-# Pass criteria: `sf roles` reads the layout; on-path cases exit 4 with the slow stage
+# A missing exchange: one rank never posts its send (rank 1, pipeline stage 0) or its recv
+# (rank 7, the last stage) of step 3; `sf hang`, live, must name it (exit 3, its first
+# HUNG line "rank R never entered the send/recv ...") within 30 s.
+#
+# Pass criteria: `sf roles` reads the layout; every missing exchange is named; on-path cases exit 4 with the slow stage
 # (pipeline stage N, 0-based) in the headline, and for a slow rank that rank (as the pass's
 # rank or the one that held it up), in at least 90% of them; absorbed and healthy cases
 # exit 0 with no finding.
@@ -74,6 +78,36 @@ run_case() {
   printf '%-34s %-8s %4s  %-5s %s\n' "$name" "$kind" "$code" "$result" "${headline#*: }"
 }
 
+# One missing exchange: name, layout "T P D", rank, op (send|recv). The job runs until
+# `sf hang` names the rank or 30 s pass, then is killed.
+hang_case() {
+  local name=$1 layout=$2 rank=$3 op=$4
+  local t p d
+  read -r t p d <<<"$layout"
+  local dir=$root/$name
+  mkdir -p "$dir"
+  LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 SF_INJECT="hang:rank=$rank,op=$op,step=3" \
+    setsid "$bin/sf-trainer-sim" --ranks 8 --steps 100000 --bucket-elems 64 --launch blocking \
+    --stage-ms "data=2,fwd=2,bwd=4,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" >/dev/null 2>&1 &
+  local pid=$! code=0 headline="" deadline=$((SECONDS + 30)) result=miss
+  while [ $SECONDS -lt $deadline ]; do
+    sleep 0.5
+    code=0
+    "$sf" hang "$dir/job" >"$dir/hang.txt" 2>&1 || code=$?
+    headline=$(head -1 "$dir/hang.txt")
+    if [ "$code" = 3 ] && grep -q "^HUNG: rank $rank never entered the send/recv" "$dir/hang.txt"; then
+      result=hit
+      break
+    fi
+  done
+  kill -KILL -- -"$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  hang_total=$((hang_total + 1))
+  if [ $result = hit ]; then hang_hits=$((hang_hits + 1)); else failures=$((failures + 1)); fi
+  printf '%-34s %-8s %4s  %-5s %s\n' "$name" "hang" "$code" "$result" "${headline#HUNG: }"
+}
+hang_total=0 hang_hits=0
+
 printf '%-34s %-8s %4s  %-5s %s\n' CASE KIND EXIT RESULT HEADLINE
 for layout in "1 4 2" "2 2 2"; do
   read -r t p d <<<"$layout"
@@ -96,11 +130,13 @@ for layout in "1 4 2" "2 2 2"; do
       run_case "$tag-rank$((8 - 1))-bwd-$pct%-s$seed" "$layout" on "$last" 7 "$seed" \
         --slow "7:bwd:$((ms / m + 1))@$slow_step-$slow_step"
     done
+    hang_case "$tag-missing-send-r1-s$seed" "$layout" 1 send
+    [ "${SF_MATRIX_QUICK:-0}" = 1 ] || hang_case "$tag-missing-recv-r7-s$seed" "$layout" 7 recv
     # Stage 0's forward of microbatch P-1 has (P-1)*b of slack: 60% of it is absorbed.
     run_case "$tag-stage0-fwd-absorbed-s$seed" "$layout" absorbed - - "$seed" \
       --slow-stage "0:fwd:$(((p - 1) * bwd * 6 / 10))@$slow_step-$slow_step#$last"
   done
 done
 
-echo "on path: $on_hits of $on_total named; quiet cases failed: $failures"
+echo "on path: $on_hits of $on_total named; missing exchanges: $hang_hits of $hang_total named; quiet cases failed: $((failures - hang_total + hang_hits))"
 [ "$failures" = 0 ] && [ $((on_hits * 10)) -ge $((on_total * 9)) ]

@@ -234,8 +234,13 @@ fn steps_csv_reads_back_to_the_same_frontier_answer() {
     assert_eq!(lines.count(), (RANKS * STEPS) as usize * TRAINER_STAGES.len());
     let file = std::env::temp_dir().join(format!("sf-data-cli-{}-steps.csv", std::process::id()));
     std::fs::write(&file, &csv).unwrap();
-    let logs_text = ok(sf(&["frontier", dir, "--json"]));
-    let csv_text = ok(sf(&["frontier", "--csv", file.to_str().unwrap(), "--json"]));
+    // A rank descheduled on a loaded 2-core host may make the others wait long enough for
+    // a culprit (exit 4): either answer will do, as long as both sources give the same.
+    let (logs, csv_run) =
+        (sf(&["frontier", dir, "--json"]), sf(&["frontier", "--csv", file.to_str().unwrap(), "--json"]));
+    assert_eq!(logs.status.code(), csv_run.status.code(), "{}", String::from_utf8_lossy(&logs.stderr));
+    assert!(matches!(logs.status.code(), Some(0 | 4)), "{}", String::from_utf8_lossy(&logs.stderr));
+    let (logs_text, csv_text) = (String::from_utf8(logs.stdout).unwrap(), String::from_utf8(csv_run.stdout).unwrap());
     let mut from_logs: Value = serde_json::from_str(&logs_text).unwrap();
     let mut from_csv: Value = serde_json::from_str(&csv_text).unwrap();
     // Where the logs' waits came from is theirs to say: a CSV carries the waits only.
