@@ -18,7 +18,11 @@
 # exit 0 with no finding.
 #
 #   scripts/pipeline_matrix.sh                    # 2 layouts x sizes {5,10,20,50,100}% x 2 seeds
-#   SF_MATRIX_QUICK=1 scripts/pipeline_matrix.sh  # 2 layouts x sizes {5,50}% x 1 seed (CI)
+#   SF_MATRIX_QUICK=1 scripts/pipeline_matrix.sh  # 2 layouts x sizes {10,50}% x 1 seed (CI)
+#
+# A 5% plant sits on the finding threshold (5% of the step without it): on a loaded host a
+# hiccup in the slowed step can pull it under, so CI's subset starts at 10%; the full
+# matrix keeps the 5% cases.
 #
 # SF_MATRIX_KEEP=1 keeps the logs; SF_MATRIX_PROFILE=debug uses the debug build.
 set -euo pipefail
@@ -34,7 +38,7 @@ fi
 lib=${SF_MATRIX_LIB:-$bin/libstagefrontier.so}
 sf=${SF_MATRIX_SF:-$bin/sf}
 
-if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(5 50); seeds=(1); else sizes=(5 10 20 50 100); seeds=(1 2); fi
+if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(10 50); seeds=(1); else sizes=(5 10 20 50 100); seeds=(1 2); fi
 fwd=20 bwd=30 steps=6 slow_step=3
 root=$(mktemp -d /tmp/sf-pipeline.XXXXXX)
 cleanup() { if [ "${SF_MATRIX_KEEP:-0}" = 1 ]; then echo "logs kept in $root"; else rm -rf "$root"; fi; }

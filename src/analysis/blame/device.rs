@@ -131,19 +131,22 @@ fn waits_less_own_device(r: &DeviceRank) -> Vec<(u64, u64)> {
     let mut syncs = r.syncs.clone();
     syncs.sort_unstable();
     let mut waits = Vec::with_capacity(syncs.len());
+    let mut device_of: HashMap<(u64, usize), f64> = HashMap::new();
+    for d in &r.device {
+        *device_of.entry((d.step, d.stage)).or_default() += d.device_s;
+    }
     // Each span's device time not yet found in a synchronization, spent from the last.
     let mut own: Vec<u64> = r
         .spans
         .iter()
-        .map(|s| {
-            let device_s: f64 =
-                r.device.iter().filter(|d| d.step == s.step && d.stage == s.stage).map(|d| d.device_s).sum();
-            (device_s.max(0.0) * 1e9) as u64
-        })
+        .map(|s| (device_of.get(&(s.step, s.stage)).copied().unwrap_or(0.0).max(0.0) * 1e9) as u64)
         .collect();
     for &(enter, exit) in syncs.iter().rev() {
         let mut end = exit;
-        for (i, span) in r.spans.iter().enumerate().rev().filter(|(_, s)| s.begin_ns < exit && enter < s.end_ns) {
+        // The spans it overlapped (they lie in time order), last first.
+        let from = r.spans.partition_point(|s| s.end_ns <= enter);
+        let overlapped = r.spans[from..].iter().take_while(|s| s.begin_ns < exit).count();
+        for (i, span) in r.spans.iter().enumerate().skip(from).take(overlapped).rev() {
             let (begin, until) = (span.begin_ns.max(enter), span.end_ns.min(exit).min(end));
             let mine = own[i].min(until.saturating_sub(begin));
             own[i] -= mine;
@@ -234,9 +237,10 @@ fn launched_in(spans: &[StageSpan], since: u64, launch: u64) -> Option<usize> {
 /// stage's host part is a fraction of a millisecond.
 const LAUNCH_SPAN_MIN_NS: u64 = 200_000;
 
-/// The step of the span holding `t`.
+/// The step of the span holding `t` (the spans lie in time order).
 fn step_at(spans: &[StageSpan], t: u64) -> Option<u64> {
-    spans.iter().find(|s| s.begin_ns <= t && t < s.end_ns).map(|s| s.step)
+    let at = spans.partition_point(|s| s.begin_ns <= t).checked_sub(1)?;
+    (t < spans[at].end_ns).then_some(spans[at].step)
 }
 
 /// The least part of the late kernel's extra queueing a stage's device overrun must
