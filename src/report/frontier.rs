@@ -304,13 +304,9 @@ pub fn build(options: &FrontierOptions) -> Result<FrontierReport, Failure> {
                 let mut report = window_report(w, Some(DEFAULT_FORWARD_STAGE));
                 report.pp_stage = *pp_stage;
                 if let Some(waits) = &waits {
-                    frontier_waits::blame_window(&mut report, w, waits);
-                }
-                if let (Some(stage), Some(p)) = (pp_stage, &pipeline) {
-                    // The job's waits name ranks of every stage: the window's own.
-                    let group = p.ranks_of(*stage);
-                    report.culprits.retain(|c| group.contains(&c.rank));
-                    report.blame.retain(|b| group.contains(&b.rank));
+                    // A pipeline stage's window reads its own ranks' waits.
+                    let group = pp_stage.zip(pipeline.as_ref()).map(|(stage, p)| p.ranks_of(stage));
+                    frontier_waits::blame_window(&mut report, w, waits, group);
                 }
                 if unseen {
                     report.leads = leads(&report);

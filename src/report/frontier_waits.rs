@@ -156,19 +156,26 @@ pub fn sync_wait(waits: Option<&Waits>, asked: &[String]) -> SyncWaitReport {
 }
 
 /// Fills a window's waits, blame table and culprits from the wait attribution.
-pub fn blame_window(report: &mut WindowReport, w: &Window, waits: &Waits) {
+/// `group`: the ranks the window compares (a pipeline stage's), whose waits and caused
+/// waits alone it reads; `None` for every rank.
+pub fn blame_window(report: &mut WindowReport, w: &Window, waits: &Waits, group: Option<&[u32]>) {
+    let in_group = |rank: u32| group.is_none_or(|g| g.contains(&rank));
     let a = &waits.attribution;
     let names = w.schema.stages();
     let mut wait_s = vec![0.0; names.len()];
     // Each stage's place in the window's schema, found once rather than per wait.
     let place: Vec<Option<usize>> = waits.stages.iter().map(|stage| names.iter().position(|n| n == stage)).collect();
-    for (&(_, step, stage), &s) in &a.waits {
+    for (&(rank, step, stage), &s) in &a.waits {
+        if !in_group(rank) {
+            continue;
+        }
         let at = place.get(stage).copied().flatten();
         if let (Some(at), true) = (at, (w.first_step..=w.last_step).contains(&step)) {
             wait_s[at] += s;
         }
     }
-    let table = blame_table(a, w.first_step, w.last_step);
+    let mut table = blame_table(a, w.first_step, w.last_step);
+    table.cells.retain(|c| in_group(c.rank));
     // A step's time with its waits, as `sf slow` measures steps by their wall time: the
     // exposed own time leaves out every host synchronization of an asynchronous job.
     let waited_s: f64 = wait_s.iter().sum::<f64>() / (w.ranks * w.steps).max(1) as f64;
