@@ -13,8 +13,8 @@
 //! - [`inject`]: scripted NCCL faults (`SF_INJECT`).
 //! - [`live`]: the running recording every hook shares (`Runtime`, its state machine) and
 //!   the events its ring carries.
-//! - [`comms`], [`steps`], [`kernels`], [`net`]: one folder per evidence family; steps may
-//!   use comms and kernels, no family uses steps.
+//! - [`comms`], [`steps`], [`kernels`], [`net`], [`stacks`]: one folder per evidence family;
+//!   steps may use comms and kernels, no family uses steps.
 //! - [`runtime`]: the top; starts, drives (collector) and stops the families, with the
 //!   config, the rank identity and where the log goes.
 
@@ -30,4 +30,5 @@ pub mod record;
 pub mod regular_file;
 pub mod rng;
 pub mod runtime;
+pub mod stacks;
 pub mod steps;

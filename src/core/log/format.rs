@@ -130,7 +130,8 @@ impl Region {
         use crate::core::log::records::kind::*;
         match kind {
             STEP_VECTOR | SIDE_VALUE | STAGE_DEVICE | COMM_CREATED | INJECTION | HANG_EVIDENCE | KERNEL_NAME
-            | CUPTI_STATUS | QP_STUCK | QP_DEGRADED | PORT_COUNTER_NAME | VERBS_DEVICE => Region::History,
+            | CUPTI_STATUS | QP_STUCK | QP_DEGRADED | PORT_COUNTER_NAME | VERBS_DEVICE | STACK_FRAME | STACK_THREAD
+            | STACK_SAMPLE => Region::History,
             _ => Region::Events,
         }
     }
@@ -191,6 +192,11 @@ pub mod live {
     pub const KERNEL_CH_STARTED: usize = 656;
     pub const KERNEL_CH_STARTED_TICKS: usize = 664;
     pub const KERNEL_CH_STOPPED: usize = 672;
+    /// `sf hang --stacks` asks for the rank's Python stacks by storing a new non-zero word
+    /// here (the only word `sf` ever writes into a log); the collector answers by writing
+    /// a stack sample and then storing the same word in `STACK_ANSWERED`.
+    pub const STACK_REQUEST: usize = 680;
+    pub const STACK_ANSWERED: usize = 688;
 }
 
 /// The stage-name table, inside the header page: hooks intern a stage name once, and

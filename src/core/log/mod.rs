@@ -24,6 +24,7 @@ pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;
 pub mod records_profiler;
+pub mod records_stacks;
 pub mod safe_path;
 pub mod sigbus_guard;
 pub mod stage_names;

@@ -22,6 +22,8 @@ use super::records_ports as ports;
 pub use super::records_ports::{CounterState, CounterValue, PortCounterName, PortCounters, Text, VerbsDevice};
 use super::records_profiler as profiler;
 pub use super::records_profiler::{ProfNet, ProfOp, ProfProxy};
+use super::records_stacks as stacks;
+pub use super::records_stacks::{StackFrame, StackReason, StackSample, StackStatus, StackThread};
 
 /// Kind codes stored in each slot. Append, never renumber.
 pub mod kind;
@@ -275,6 +277,9 @@ pub enum RecordBody {
     DeviceColl(DeviceColl),
     DeviceState(DeviceState),
     ProcessEnd(ProcessEnd),
+    StackFrame(StackFrame),
+    StackThread(StackThread),
+    StackSample(StackSample),
 }
 
 impl RecordBody {
@@ -306,6 +311,9 @@ impl RecordBody {
             RecordBody::DeviceColl(_) => kind::DEVICE_COLL,
             RecordBody::DeviceState(_) => kind::DEVICE_STATE,
             RecordBody::ProcessEnd(_) => kind::PROCESS_END,
+            RecordBody::StackFrame(_) => kind::STACK_FRAME,
+            RecordBody::StackThread(_) => kind::STACK_THREAD,
+            RecordBody::StackSample(_) => kind::STACK_SAMPLE,
         }
     }
 
@@ -333,6 +341,8 @@ impl RecordBody {
             RecordBody::DeviceColl(c) => Some(c.t_start_ns),
             RecordBody::DeviceState(s) => Some(s.t_ns),
             RecordBody::ProcessEnd(e) => Some(e.t_ns),
+            RecordBody::StackSample(s) => Some(s.t_ns),
+            RecordBody::StackFrame(_) | RecordBody::StackThread(_) => None,
             RecordBody::SideValue(_)
             | RecordBody::KernelName(_)
             | RecordBody::KernelCluster(_)
@@ -381,6 +391,8 @@ impl RecordBody {
             | RecordBody::DeviceColl(_)
             | RecordBody::DeviceState(_)
             | RecordBody::ProcessEnd(_) => {}
+            // Taken by the collector's stack watch, already in nanoseconds.
+            RecordBody::StackFrame(_) | RecordBody::StackThread(_) | RecordBody::StackSample(_) => {}
         }
         self
     }
@@ -466,6 +478,9 @@ impl RecordBody {
             RecordBody::DeviceColl(c) => device::encode_device_coll(c, &mut w),
             RecordBody::DeviceState(s) => device::encode_device_state(s, &mut w),
             RecordBody::ProcessEnd(e) => super::records_end::encode(e, &mut w),
+            RecordBody::StackFrame(f) => stacks::encode_frame(f, &mut w),
+            RecordBody::StackThread(t) => stacks::encode_thread(t, &mut w),
+            RecordBody::StackSample(s) => stacks::encode_sample(s, &mut w),
         }
         w.at
     }
@@ -582,6 +597,9 @@ impl RecordBody {
             kind::DEVICE_COLL => RecordBody::DeviceColl(device::decode_device_coll(&mut r)?),
             kind::DEVICE_STATE => RecordBody::DeviceState(device::decode_device_state(&mut r)?),
             kind::PROCESS_END => RecordBody::ProcessEnd(super::records_end::decode(&mut r)?),
+            kind::STACK_FRAME => RecordBody::StackFrame(stacks::decode_frame(&mut r)?),
+            kind::STACK_THREAD => RecordBody::StackThread(stacks::decode_thread(&mut r)?),
+            kind::STACK_SAMPLE => RecordBody::StackSample(stacks::decode_sample(&mut r)?),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)

@@ -63,11 +63,11 @@ impl<const N: usize> Text<N> {
         String::from_utf8_lossy(self.as_bytes()).into_owned()
     }
 
-    fn encode(&self, w: &mut Encoder) {
+    pub(super) fn encode(&self, w: &mut Encoder) {
         w.short_bytes(self.as_bytes());
     }
 
-    fn decode(r: &mut Decoder) -> Option<Text<N>> {
+    pub(super) fn decode(r: &mut Decoder) -> Option<Text<N>> {
         r.short_bytes().map(|(len, bytes)| Text { len, bytes })
     }
 }

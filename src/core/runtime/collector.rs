@@ -21,6 +21,7 @@ use crate::core::record::clock::{monotonic_ns, now_ticks, wall_ns};
 use crate::core::record::notice::say;
 use crate::core::runtime::config::{Config, TestFault};
 use crate::core::runtime::process_end;
+use crate::core::stacks::{Seen, StackWatch};
 use crate::core::steps::step_assembly::StepAssembly;
 
 pub struct Collector {
@@ -46,6 +47,8 @@ pub struct Collector {
     ports: PortSampler,
     /// When `device_overdue` last asked for a forced CUPTI flush.
     last_forced_flush_ns: u64,
+    /// Python stacks when the rank stops advancing or `sf hang --stacks` asks.
+    stacks: StackWatch,
 }
 
 impl Collector {
@@ -63,6 +66,7 @@ impl Collector {
             qps: QpMonitor::default(),
             ports: PortSampler::default(),
             last_forced_flush_ns: 0,
+            stacks: StackWatch::default(),
         }
     }
 
@@ -128,6 +132,7 @@ impl Collector {
         self.ports.round(config.ib_sample_ms, &config.ib_sysfs_root, &mut |record| writer.append(record));
         crate::core::net::verbs::write_notes(monotonic_ns(), &mut |record| writer.append(record));
         self.watch_for_hangs(rt);
+        self.watch_stacks(rt);
         rt.calibration.refine();
         self.writer.heartbeat(monotonic_ns(), wall_ns(), rt.calibration.ticks_per_sec());
         written
@@ -211,6 +216,28 @@ impl Collector {
                 (now_ns - since_ns) as f64 / 1e9,
                 threshold_ns as f64 / 1e9
             ));
+        }
+    }
+
+    /// Hands the stack watch what moved since the last round, and publishes the request
+    /// it answered once the sample's records are in.
+    fn watch_stacks(&mut self, rt: &Runtime) {
+        let mut progress = rt.live(live::PROGRESS_TICKS).load(Ordering::Relaxed);
+        progress = progress.wrapping_add(rt.live(live::KERNEL_CH_STOPPED).load(Ordering::Relaxed));
+        for (_, slot) in rt.comms.live() {
+            for counter in [&slot.coll_entered, &slot.coll_returned, &slot.p2p_entered, &slot.p2p_returned] {
+                progress = progress.wrapping_add(counter.load(Ordering::Relaxed));
+            }
+        }
+        let seen = Seen {
+            now_ns: monotonic_ns(),
+            progress,
+            step_ns: self.recent_steps.median_ns(),
+            request: rt.live(live::STACK_REQUEST).load(Ordering::Acquire),
+        };
+        let writer = &mut self.writer;
+        if let Some(request) = self.stacks.round(&seen, &mut |record| writer.append(record)) {
+            writer.set(live::STACK_ANSWERED, request);
         }
     }
 

@@ -145,6 +145,43 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) 
             e.cause(),
             stagefrontier::report::wall::rfc3339_ms(e.wall_ns)
         ),
+        RecordBody::StackSample(s) => format!(
+            "{seq:>8}  {:>12}  {:<12}  sample={} {} reason={} threads={} same_as={} dropped={}{}",
+            since_start(s.t_ns),
+            "stack_sample",
+            s.sample,
+            json_name(&s.status),
+            json_name(&s.reason),
+            s.threads,
+            s.same_as,
+            s.dropped,
+            if s.note.as_bytes().is_empty() { String::new() } else { format!(" note={:?}", s.note.to_string_lossy()) }
+        ),
+        RecordBody::StackThread(t) => format!(
+            "{seq:>8}  {:>12}  {:<12}  sample={} thread={} tid={} name={:?} frames={}/{}{}{}{}",
+            "-",
+            "stack_thread",
+            t.sample,
+            t.thread,
+            t.os_tid,
+            t.name.to_string_lossy(),
+            t.frames,
+            t.depth,
+            if t.main { " main" } else { "" },
+            if t.active { " active" } else { " idle" },
+            if t.owns_gil { " gil" } else { "" }
+        ),
+        RecordBody::StackFrame(f) => format!(
+            "{seq:>8}  {:>12}  {:<12}  sample={} thread={} #{} {} ({}:{})",
+            "-",
+            "stack_frame",
+            f.sample,
+            f.thread,
+            f.depth,
+            f.function(),
+            f.file(),
+            f.line
+        ),
         RecordBody::CuptiStatus(s) => format!(
             "{seq:>8}  {:>12}  {:<12}  state={} cupti_version={} records={} buffers={} skipped={} dropped_by_cupti={} pool_refusals={} pool={}x{}B correlation={} cupti_result={}",
             since_start(s.t_ns),

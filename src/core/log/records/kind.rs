@@ -43,9 +43,15 @@ pub const DEVICE_COLL: u16 = 24;
 pub const DEVICE_STATE: u16 = 25;
 /// How the process ended (records_end.rs).
 pub const PROCESS_END: u16 = 26;
+/// One frame of a sampled Python stack (records_stacks.rs).
+pub const STACK_FRAME: u16 = 27;
+/// One thread of a sampled stack, after its frames.
+pub const STACK_THREAD: u16 = 28;
+/// A stack sample's header, after its threads.
+pub const STACK_SAMPLE: u16 = 29;
 
 /// Each kind's name: the `kind` of its JSON form, and what `sf dump --kind` takes.
-pub const NAMES: [(u16, &str); 26] = [
+pub const NAMES: [(u16, &str); 29] = [
     (NCCL_CALL, "nccl_call"),
     (COMM_CREATED, "comm_created"),
     (DROPS, "drops"),
@@ -72,6 +78,9 @@ pub const NAMES: [(u16, &str); 26] = [
     (DEVICE_COLL, "device_coll"),
     (DEVICE_STATE, "device_state"),
     (PROCESS_END, "process_end"),
+    (STACK_FRAME, "stack_frame"),
+    (STACK_THREAD, "stack_thread"),
+    (STACK_SAMPLE, "stack_sample"),
 ];
 
 /// The code of a kind's name.
