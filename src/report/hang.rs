@@ -30,6 +30,7 @@ use serde::{Serialize, Serializer};
 
 use super::hang_profiler::{self, ProfilerCallReport};
 use super::ls::FileError;
+use super::stacks::RankStacks;
 use super::Failure;
 use crate::report::discover::{self, Dirs};
 use crate::report::moment::{self, Judged};
@@ -39,10 +40,12 @@ use crate::report::read_budget::RECORDS;
 mod device;
 mod evidence;
 mod extra;
+mod stacks;
 use device::{device_stall_report, device_view, kernel_ch_view, profiler_stall, DeviceParts};
 pub use device::{DeviceStallReport, DeviceWaitReport, ProfilerStallReport};
 use evidence::{mark_culprits, progress_verdict};
 pub use evidence::{HangEvidenceUsed, ProgressStallReport};
+pub use stacks::{HangStacks, StackAnswer, StackGroup};
 
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
 /// `max(min_stuck_s, fallback_stuck_s)` while the logs hold too few steps.
@@ -110,6 +113,9 @@ pub struct HangReport {
     /// `python_collectives` (host calls all issued from Python on gloo process groups),
     /// `progress` (step and stage markers); `none` when the job is not hung.
     pub hang_evidence: HangEvidenceUsed,
+    /// The ranks' Python stacks (`stacks`, `stack_groups`, `stacks_asked`).
+    #[serde(flatten)]
+    pub stacks: HangStacks,
 }
 
 #[derive(Debug, Serialize)]
@@ -298,6 +304,8 @@ pub(crate) struct Extra {
     progress: Option<RankProgress>,
     /// Its communicators that are `torch.distributed` process groups (the Python door's).
     process_groups: Vec<u64>,
+    /// Its newest Python stacks.
+    stacks: Option<RankStacks>,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -423,6 +431,7 @@ pub(crate) fn read_live(
     let device = device_view(&device_parts, &input, &stage_names);
     let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
     let extra = Extra {
+        stacks: std::mem::take(&mut history.stacks).finish(h.global_rank, log.progress_mono_ns()),
         device,
         kernel_ch: kernel_ch_view(log, as_of_ns, calibrated),
         evidence,
@@ -477,6 +486,7 @@ pub(crate) fn report(
         .collect();
     let first_end = first_end(&ends);
     let marked: Vec<RankProgress> = extras.iter().filter_map(|e| e.progress.clone()).collect();
+    let rank_stacks: Vec<RankStacks> = extras.iter_mut().filter_map(|e| e.stacks.take()).collect();
     let mut ranks: Vec<RankReport> = d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect();
     let post_mortem = d
         .post_mortem
@@ -507,7 +517,10 @@ pub(crate) fn report(
     if let Some(s) = &profiler_stall {
         mark_culprits(&mut ranks, &[s.rank], State::StuckKernel);
     }
+    let culprits = stacks::culprits(&ranks, post_mortem.as_ref());
+    let stack_groups = stacks::groups(&rank_stacks, &culprits);
     HangReport {
+        stacks: HangStacks { stacks: rank_stacks, stack_groups, stacks_asked: None },
         waits_from,
         waits_from_reason: why.describe(),
         device_stall: stall.clone().map(device_stall_report),

@@ -12,6 +12,7 @@ use crate::core::log::records::{
 };
 
 use super::hang_profiler::{CallView, Collector};
+use super::stacks::StackCollector;
 
 /// Newest `nccl_call` records kept per rank: enough for the analysis (up to 8192
 /// collectives for the cadence, 4096 per communicator for mismatches), and a bound on
@@ -58,6 +59,8 @@ pub(crate) struct History {
     pub(super) newest_step: Vec<StepVector>,
     /// The newest complete steps' (step, wall time), at most `progress::STEPS_PACED`.
     pub(super) recent_steps: VecDeque<(u64, u64)>,
+    /// The newest Python stack sample.
+    pub(super) stacks: StackCollector,
 }
 
 impl History {
@@ -182,6 +185,7 @@ impl Kept {
             kernel_names: Vec::new(),
             newest_step: Vec::new(),
             recent_steps: VecDeque::new(),
+            stacks: StackCollector::default(),
         };
         Kept {
             history,
@@ -239,6 +243,9 @@ impl Kept {
                     Some(kept) if kept.step == v.step => history.newest_step.push(v),
                     _ => history.newest_step = vec![v],
                 }
+            }
+            RecordBody::StackFrame(_) | RecordBody::StackThread(_) | RecordBody::StackSample(_) => {
+                history.stacks.see(&body)
             }
             // Kinds the hang analysis does not use.
             _ => {}

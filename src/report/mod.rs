@@ -35,6 +35,8 @@ pub mod run_env;
 pub mod slow;
 mod slow_waits;
 pub mod snapshot;
+pub mod stacks;
+pub mod stacks_request;
 pub(crate) mod step_vectors;
 pub mod steps;
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub enum Command {
     Frontier { options: FrontierOptions, format: Format },
     /// Hang localization over a job directory's logs, or over the metrics a Prometheus
     /// server holds (`prometheus`: its URL and the job id).
-    Hang { dir: Dirs, options: HangOptions, format: Format, prometheus: Option<(String, String)> },
+    Hang { dir: Dirs, options: HangOptions, format: Format, prometheus: Option<(String, String)>, stacks: bool },
     /// Slow ranks and stages over a job directory's step vectors.
     Slow { dir: Dirs, options: SlowOptions, format: Format },
     /// Kernels whose durations on some rank stand out from their peers' (ARGUS L3).
@@ -133,6 +133,7 @@ where
             options: a.options(),
             format: a.output.format(),
             prometheus: a.prometheus.zip(a.job),
+            stacks: a.stacks,
             dir: a.pick.dirs(a.dir),
         },
         Sub::Slow(a) => Command::Slow { options: a.options(), format: a.output.format(), dir: a.pick.dirs(a.dir) },
@@ -616,6 +617,10 @@ struct HangArgs {
     /// Seconds after which a wait is stuck while the logs hold too few steps to time one
     #[arg(long, value_name = "S", default_value = "30", value_parser = non_negative)]
     fallback_stuck_s: f64,
+    /// Ask every live rank for its Python stacks now (one word written into its log's
+    /// header), wait up to 5 s for the answers, and print them with the verdict
+    #[arg(long, conflicts_with = "prometheus")]
+    stacks: bool,
     #[command(flatten)]
     pick: PickArgs,
     #[command(flatten)]

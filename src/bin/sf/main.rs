@@ -23,7 +23,7 @@ use cli::{Command, Format};
 use output::terminal::{error_line, note_line};
 use stagefrontier::report::ls::FileError;
 use stagefrontier::report::{
-    dump, frontier, hang, jobs, kernels, ls, net, path, roles, slow, snapshot, steps, wall, Failure,
+    dump, frontier, hang, jobs, kernels, ls, net, path, roles, slow, snapshot, stacks_request, steps, wall, Failure,
 };
 
 fn main() -> ExitCode {
@@ -93,11 +93,17 @@ fn run(command: Command) -> Result<ExitCode, Failure> {
             output::new(format, stdout).frontier(&report)?;
             Ok(status(report.found_culprit().then_some(exit::SLOW), &[]))
         }
-        Command::Hang { dir, options, format, prometheus } => {
-            let report = match prometheus {
+        Command::Hang { dir, options, format, prometheus, stacks } => {
+            let asked = if stacks {
+                Some(stacks_request::ask(&dir, stacks_request::ANSWER_WAIT).map_err(Failure::Message)?)
+            } else {
+                None
+            };
+            let mut report = match prometheus {
                 Some((url, job)) => hang::from_prometheus(&url, &job, &options)?,
                 None => hang::build(&dir, &options)?,
             };
+            report.stacks.stacks_asked = asked;
             output::new(format, stdout).hang(&report)?;
             let found = if report.mismatched() { Some(exit::MISMATCH) } else { report.hung.then_some(exit::HUNG) };
             Ok(status(found, &report.errors))

@@ -57,6 +57,7 @@ impl Extra {
             evidence: Evidence::default(),
             progress: None,
             process_groups: Vec::new(),
+            stacks: None,
         }
     }
 }

@@ -46,12 +46,24 @@ fn hang_takes_a_directory_and_threshold_settings() {
     let defaults = DEFAULT_HANG;
     assert_eq!(
         parse(&["sf", "hang", "job"]),
-        Ok(Command::Hang { dir: Dirs::one("job"), options: defaults, format: Format::Human, prometheus: None })
+        Ok(Command::Hang {
+            dir: Dirs::one("job"),
+            options: defaults,
+            format: Format::Human,
+            prometheus: None,
+            stacks: false
+        })
     );
     let custom = HangOptions { factor: 3.0, min_stuck_s: 1.0, fallback_stuck_s: 5.0 };
     assert_eq!(
         parse(&["sf", "hang", "job", "--json", "--factor", "3", "--min-stuck-s", "1", "--fallback-stuck-s=5"]),
-        Ok(Command::Hang { dir: Dirs::one("job"), options: custom, format: Format::Json, prometheus: None })
+        Ok(Command::Hang {
+            dir: Dirs::one("job"),
+            options: custom,
+            format: Format::Json,
+            prometheus: None,
+            stacks: false
+        })
     );
     assert_eq!(parse(&["sf", "hang"]), Err(ErrorKind::MissingRequiredArgument));
     for bad in ["--factor=-1", "--factor=NaN", "--min-stuck-s=inf", "--fallback-stuck-s=soon"] {

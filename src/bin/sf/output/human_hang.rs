@@ -17,7 +17,15 @@ use stagefrontier::report::hang::{
 
 /// The report as a person reads it.
 pub(super) fn write<W: Write>(out: &mut W, report: &HangReport) -> io::Result<()> {
-    for line in hang_head(report) {
+    for (index, line) in hang_head(report).iter().enumerate() {
+        human_line!(out, "{line}")?;
+        if index == 0 {
+            for line in super::human_stacks::culprit_lines(report) {
+                human_line!(out, "{line}")?;
+            }
+        }
+    }
+    for line in super::human_stacks::group_lines(report) {
         human_line!(out, "{line}")?;
     }
     let stuck: Vec<Vec<String>> = stuck_comms(report).map(|c| stuck_comm_cells(c, report.source)).collect();

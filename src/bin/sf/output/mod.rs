@@ -19,6 +19,7 @@ mod human_hang_profiler;
 mod human_kernels;
 mod human_ports;
 mod human_records;
+mod human_stacks;
 mod json;
 pub mod openmetrics;
 pub use error::error as json_error;
