@@ -400,6 +400,33 @@ fn a_rank_asleep_forever_in_a_gloo_job_is_named_from_progress_live_and_post_mort
     assert!(text.starts_with("HUNG (from step and stage progress): rank 2 "), "{text}");
     assert!(text.contains("hang evidence: step and stage progress"), "{text}");
 
+    // Its stack, sampled in process once it stopped advancing: the sleeping line, under
+    // the headline; the others grouped apart.
+    let sleeping = sleeping_line();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let sampled = loop {
+        let (_, report) = sf_hang(&dir);
+        if stands_at(&report, 2, sleeping) {
+            break report;
+        }
+        assert!(std::time::Instant::now() < deadline, "rank 2's stack never showed line {sleeping}: {report}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let groups = sampled["stack_groups"].as_array().unwrap();
+    assert_eq!((&groups[0]["ranks"], &groups[0]["culprit"]), (&serde_json::json!([2]), &true.into()), "{sampled}");
+    let human = Command::new(env!("CARGO_BIN_EXE_sf")).arg("hang").arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].starts_with("  rank 2's Python stack"), "{text}");
+    assert!(lines[2].contains(&format!("ddp_job.py:{sleeping})")), "{text}");
+    // Asked: every live rank answers within the 5 s.
+    let asked = Command::new(env!("CARGO_BIN_EXE_sf")).args(["hang", "--stacks", "--json"]).arg(&dir).output().unwrap();
+    let asked: Value = serde_json::from_slice(&asked.stdout).unwrap();
+    let answers = asked["stacks_asked"].as_array().unwrap();
+    assert_eq!(answers.len(), 3, "{asked}");
+    assert!(answers.iter().all(|a| a["answered"] == true), "{asked}");
+    assert!(asked["stacks"].as_array().unwrap().iter().all(|s| s["reason"] == "request"), "{asked}");
+
     let pid = libc::pid_t::try_from(job.id()).unwrap();
     // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
@@ -416,6 +443,24 @@ fn a_rank_asleep_forever_in_a_gloo_job_is_named_from_progress_live_and_post_mort
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     assert_eq!(gone["progress_stall"]["behind_ranks"], serde_json::json!([2]), "{gone}");
+    assert!(stands_at(&gone, 2, sleeping), "the stack outlives the process: {gone}");
+}
+
+/// The line of tests/torch/ddp_job.py where a rank sleeps forever.
+fn sleeping_line() -> i64 {
+    let script = std::fs::read_to_string(repo("tests/torch/ddp_job.py")).unwrap();
+    1 + script.lines().position(|l| l.contains("time.sleep(3600)")).unwrap() as i64
+}
+
+/// Whether `sf hang --json`'s current stack of `rank` has its main thread at `line` of
+/// the job's script.
+fn stands_at(report: &Value, rank: i64, line: i64) -> bool {
+    let stacks = report["stacks"].as_array().map(Vec::as_slice).unwrap_or_default();
+    stacks.iter().filter(|s| s["rank"] == rank && s["current"] == true).any(|s| {
+        let main = s["threads"].as_array().and_then(|t| t.iter().find(|t| t["main"] == true));
+        let top = main.and_then(|t| t["frames"].get(0));
+        top.is_some_and(|f| f["line"] == line && f["file"].as_str().is_some_and(|p| p.ends_with("ddp_job.py")))
+    })
 }
 
 /// FSDP-style collectives issued from Python on gloo (tests/torch/collectives_job.py: the

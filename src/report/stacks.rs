@@ -122,15 +122,20 @@ impl StackCollector {
     /// it has none (or repeats one the ring no longer holds). `progress_ns` is when the
     /// rank last advanced (its newest marker, `CLOCK_MONOTONIC`).
     pub fn finish(self, rank: i32, progress_ns: Option<u64>) -> Option<RankStacks> {
+        self.newest(rank, progress_ns)
+    }
+
+    /// `finish` so far, the records read up to now (a trace shows every sample).
+    pub fn newest(&self, rank: i32, progress_ns: Option<u64>) -> Option<RankStacks> {
         let newest = self.newest?;
         let threads = match newest.status {
             StackStatus::Failed => Vec::new(),
             _ => {
-                let (whole, threads) = self.whole?;
+                let (whole, threads) = self.whole.as_ref()?;
                 if whole.sample != newest.same_as {
                     return None;
                 }
-                threads.into_iter().map(thread_report).collect()
+                threads.iter().map(thread_report).collect()
             }
         };
         let note = newest.note.to_string_lossy();
@@ -149,7 +154,7 @@ impl StackCollector {
     }
 }
 
-fn thread_report((t, frames): (StackThread, Vec<StackFrame>)) -> ThreadReport {
+fn thread_report((t, frames): &(StackThread, Vec<StackFrame>)) -> ThreadReport {
     ThreadReport {
         os_tid: t.os_tid,
         name: t.name.to_string_lossy(),

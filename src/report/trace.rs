@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 use crate::core::kernels::kernel_activity::readable_kernel_name;
 use crate::core::log::format::Region;
 use crate::core::log::reader::RankLog;
-use crate::core::log::records::{NcclCall, RecordBody, StepVector};
+use crate::core::log::records::{NcclCall, RecordBody, StackReason, StepVector};
 
 use super::Failure;
 use crate::report::discover::{self, Dirs};
 use crate::report::parallel;
+use crate::report::stacks::{RankStacks, StackCollector};
 use crate::report::wall::WallClock;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +63,8 @@ pub trait TraceSink {
     ) -> io::Result<()>;
     /// A counter's values at `ts_ns`.
     fn counter(&mut self, pid: u32, name: &str, ts_ns: u64, values: &[(&str, f64)]) -> io::Result<()>;
+    /// A moment on a track, with text arguments (a stack sample).
+    fn instant(&mut self, pid: u32, tid: u32, name: &str, ts_ns: u64, args: &[(&str, &str)]) -> io::Result<()>;
     /// One end (or a middle) of a collective's flow arrow.
     fn flow(&mut self, pid: u32, tid: u32, ts_ns: u64, id: u64, name: &str, phase: FlowPhase) -> io::Result<()>;
 }
@@ -283,7 +286,23 @@ fn rank_events(
     let mut parts: HashMap<u64, Vec<StepVector>> = HashMap::new();
     let mut kernel_names: HashMap<u32, String> = HashMap::new();
     let mut failed = Ok(());
+    let mut stacks = StackCollector::default();
+    let mut stacks_named = false;
     log.scan_region(Region::History, |r| match r.body {
+        RecordBody::StackFrame(_) | RecordBody::StackThread(_) => stacks.see(&r.body),
+        RecordBody::StackSample(sample) => {
+            stacks.see(&r.body);
+            let shown = stacks.newest(pid as i32, None).filter(|s| s.sample == sample.sample);
+            if let (Some(s), true) = (shown, failed.is_ok() && in_span(span, sample.t_ns)) {
+                if !stacks_named {
+                    stacks_named = true;
+                    failed = trace.thread(pid, tracks::STACKS, "python stacks");
+                }
+                if failed.is_ok() {
+                    failed = stack_event(trace, pid, &s, wall(sample.t_ns));
+                }
+            }
+        }
         RecordBody::StepVector(v) if options.steps.as_ref().is_none_or(|s| s.contains(&v.step)) => {
             parts.entry(v.step).or_default().push(v);
             let list = &parts[&v.step];
@@ -407,10 +426,36 @@ fn comm_track(
 mod tracks {
     pub const STEPS: u32 = 1;
     pub const STAGES: u32 = 2;
+    /// Python stack samples (`core::stacks`).
+    pub const STACKS: u32 = 3;
     /// Communicators' tracks from here, one each in order of first call.
     pub const COMMS: u32 = 10;
     /// GPU tracks from here.
     pub const GPU: u32 = 1000;
+}
+
+/// A stack sample as an instant on the rank's stacks track: each thread's frames,
+/// innermost first, one per line, in its arguments.
+fn stack_event(trace: &mut dyn TraceSink, pid: u32, s: &RankStacks, ts_ns: u64) -> std::io::Result<()> {
+    let reason = match s.reason {
+        StackReason::Stall => "stack (stall)",
+        StackReason::Request => "stack (asked)",
+    };
+    let threads: Vec<(String, String)> = s
+        .threads
+        .iter()
+        .map(|t| {
+            let frames: Vec<String> = t.frames.iter().map(|f| f.short()).collect();
+            let name = if t.main { "main thread".to_string() } else { format!("thread {}", t.name) };
+            (name, frames.join("\n"))
+        })
+        .collect();
+    let note = s.note.clone().unwrap_or_default();
+    let mut args: Vec<(&str, &str)> = threads.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    if !note.is_empty() {
+        args.push(("not read", note.as_str()));
+    }
+    trace.instant(pid, tracks::STACKS, reason, ts_ns, &args)
 }
 
 fn step_events(

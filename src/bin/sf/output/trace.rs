@@ -122,6 +122,22 @@ impl<W: Write> TraceSink for TraceWriter<W> {
         self.out.write_all(b"}}")
     }
 
+    /// A thread-scoped instant with string arguments.
+    fn instant(&mut self, pid: u32, tid: u32, name: &str, ts_ns: u64, args: &[(&str, &str)]) -> io::Result<()> {
+        self.begin("i", pid)?;
+        write!(self.out, ",\"tid\":{tid},\"s\":\"t\"")?;
+        self.ts("ts", tenth(ts_ns.saturating_sub(self.origin_ns)))?;
+        self.string("name", name)?;
+        self.out.write_all(b",\"args\":{")?;
+        for (i, (key, value)) in args.iter().enumerate() {
+            if i > 0 {
+                self.out.write_all(b",")?;
+            }
+            self.first_string(key, value)?;
+        }
+        self.out.write_all(b"}}")
+    }
+
     /// One end or step of a flow arrow, bound to the slice that encloses it on its track.
     fn flow(&mut self, pid: u32, tid: u32, ts_ns: u64, id: u64, name: &str, phase: FlowPhase) -> io::Result<()> {
         let ph = match phase {
