@@ -4,6 +4,8 @@
 //! communicators made by `ncclCommSplit` (which records no rank) or from unique ids, and
 //! send/recv batched on the pipeline communicator or on a 2-rank one per pair, `sf hang`
 //! names the rank that never posted, the peer waiting for it, and the call it waits in.
+//! With four pipeline stages (TP 1 × PP 4 × DP 2) the stages after the culprit wait in
+//! their own receives, a chain the blame passes along: the headline names the culprit.
 
 mod common;
 
@@ -82,4 +84,46 @@ fn a_rank_that_never_sends_its_activations_is_named_with_pair_communicators() {
 #[test]
 fn a_rank_that_never_posts_its_receive_is_named() {
     hangs_at_the_exchange("pp-hang-split-recv", "split", "batched", "hang:rank=6,op=recv,step=3", 6, 2);
+}
+
+/// Rank = dp + 2·pp: rank 1 is pipeline stage 0 of the second pipeline (1, 3, 5, 7). It
+/// never sends; ranks 3, 5 and 7 block in their receives one after the other, and their
+/// data-parallel peers 2, 4 and 6 in the step's reduce-scatter, waiting for them.
+#[test]
+fn the_headline_names_the_head_of_a_four_stage_chain_of_receives() {
+    let _serial = one_at_a_time();
+    let root = log_root("pp4-hang-chain");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "8", "--tp", "1", "--pp", "4", "--dp", "2", "--steps", "100000"])
+        .args(["--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1", "--launch", "blocking"])
+        .env("SF_INJECT", "hang:rank=1,op=send,step=3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Killed(cmd.spawn().expect("start sf-trainer-sim"));
+    let dir = root.join("job");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut said_hung = false;
+    let text = loop {
+        let out = Command::new(artifact("sf")).arg("hang").arg(&dir).output().expect("run sf hang");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.code() == Some(3) {
+            // From the first answer that says HUNG on, the headline is the culprit's.
+            said_hung = true;
+            assert!(text.starts_with("HUNG: rank 1 never entered "), "a waiter in the headline:\n{text}");
+        }
+        if said_hung && text.contains("HUNG: rank 1 never entered the send/recv matching rank 3's recv #") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "never diagnosed:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.lines().all(|l| !l.contains("wedged")), "nobody is wedged:\n{text}");
+
+    let (code, report) = sf_hang(&dir);
+    assert_eq!(code, Some(3), "{report}");
+    assert_eq!(rank_field(&report, 1, "state"), "missing", "{report}");
+    for (rank, upstream) in [(3, 1), (5, 3), (7, 5)] {
+        assert_eq!(rank_field(&report, rank, "state"), "waiting", "rank {rank}: {report}");
+        assert_eq!(rank_field(&report, rank, "waiting_for"), &serde_json::json!([upstream]), "{report}");
+    }
 }

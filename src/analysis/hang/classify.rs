@@ -111,6 +111,20 @@ struct Graph<'a> {
     ops: RefCell<BTreeMap<(u64, u64), Option<NcclOp>>>,
 }
 
+/// Whether a send/recv wait may hold the half of an exchange with communicator rank `me`:
+/// unless its group names its peers and `me` is not among them. Such a rank waits in
+/// another exchange (in a pipeline, the receive from the stage before it) and has not
+/// posted `me`'s half yet, so `me` waits for it and the blame passes along the chain of
+/// receives to the rank that never posted; read as posted, it would make `me` look
+/// wedged and the rank that waits for `me` elsewhere blame `me`.
+fn may_match(w: &Wait, me: Option<i32>) -> bool {
+    match (&w.kind, me) {
+        (WaitKind::Coll, _) => false,
+        (WaitKind::P2p { peers: Some(peers) }, Some(me)) => peers.contains(&me),
+        (WaitKind::P2p { .. }, _) => true,
+    }
+}
+
 fn communicators(facts: &[Facts]) -> Vec<Comm<'_>> {
     let mut by_id: BTreeMap<u64, Vec<CommMember>> = BTreeMap::new();
     for (rank, f) in facts.iter().enumerate() {
@@ -165,13 +179,14 @@ impl Graph<'_> {
     }
 
     /// Whether member `j` has done its part of a send/recv that member `me` waits in:
-    /// it is inside a send/recv of its own on the communicator (it posted its half), or it
-    /// entered more collectives there (it got past the exchange; ranks issue the calls of
-    /// one communicator in the same order).
+    /// it is inside a send/recv of its own on the communicator that may hold the matching
+    /// half (see `may_match`), or it entered more collectives there (it got past the
+    /// exchange; ranks issue the calls of one communicator in the same order).
     fn passed(&self, comm: &Comm, j: usize, me: Option<usize>) -> bool {
         let peer = &comm.members[j];
         let mine = me.map_or(0, |me| comm.members[me].m.coll_entered);
-        self.waits_on(peer.rank, comm.id).any(|w| w.kind != WaitKind::Coll) || peer.m.coll_entered > mine
+        let me_in_comm = me.map(|me| comm.members[me].m.comm_rank).filter(|&r| r >= 0);
+        self.waits_on(peer.rank, comm.id).any(|w| may_match(w, me_in_comm)) || peer.m.coll_entered > mine
     }
 
     fn comm_index(&self, comm_id: u64) -> Option<usize> {

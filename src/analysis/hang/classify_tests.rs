@@ -390,6 +390,56 @@ fn blame_passes_along_a_chain_of_waits_to_its_end() {
     assert_eq!((w.missing_ranks.as_slice(), w.waiting_ranks.as_slice()), (&[2][..], &[0, 1][..]));
 }
 
+/// Four pipeline stages on the world communicator, each blocked since a second ago in a
+/// receive from the stage before (rank 2 in the group `two`), but rank 0, which never posted
+/// its send; rank 4, rank 3's data-parallel peer, waits for it in their next allreduce.
+fn pipeline(two: &[(NcclOp, i32)]) -> Vec<RankInput> {
+    const DP: u64 = 0xd9;
+    // Each rank's calls a step apart or less, as the cadence expects.
+    let ago = SEC + STEP / 2;
+    let mut ranks = job(4, ago);
+    for r in [1, 3] {
+        in_group(&mut ranks[r], WORLD, BEAT - SEC, &[(NcclOp::Recv, r as i32 - 1)]);
+    }
+    in_group(&mut ranks[2], WORLD, BEAT - SEC, two);
+    let mut four = rank(4, 5);
+    (four.comms, four.created) = (vec![row(DP, 1, 2)], vec![created(DP, 1, 2)]);
+    let three = &mut ranks[3];
+    three.comms.push(row(DP, 0, 2));
+    three.created.push(created(DP, 0, 2));
+    for r in [&mut four, three] {
+        r.calls.extend((1..=DONE).map(|s| coll(DP, s, NcclOp::AllReduce, BEAT - ago - (DONE - s) * STEP + STEP / 4)));
+        r.calls.sort_by_key(|c| c.t_enter_ns);
+        returned(r, DP, DONE);
+    }
+    in_flight(&mut four, DP, DONE, NcclOp::AllReduce, BEAT - SEC + STEP / 4);
+    ranks.push(four);
+    ranks
+}
+
+#[test]
+fn blame_passes_along_a_pipelines_chain_of_receives() {
+    // Rank 2 is inside a send/recv of its own, but one with rank 1 only: it never posted
+    // rank 3's half, so rank 3 waits for it rather than being wedged, and rank 4's wait
+    // ends, through the chain, at rank 0.
+    let d = diag(&pipeline(&[(NcclOp::Recv, 1)]));
+    assert!(d.hung);
+    assert_eq!(states(&d), [State::Missing, State::Waiting, State::Waiting, State::Waiting, State::Waiting]);
+    let waiting_for: Vec<&[i32]> = d.ranks.iter().map(|r| r.waiting_for.as_slice()).collect();
+    assert_eq!(waiting_for, [&[][..], &[0], &[1], &[2], &[3]]);
+    let w = world(&d);
+    assert_eq!((w.missing_ranks.as_slice(), w.waiting_ranks.as_slice()), (&[0][..], &[1, 2, 3][..]));
+    assert!(w.wedged_ranks.is_empty(), "{w:?}");
+    // The allreduce misses rank 3, which only waits itself: a link of the chain.
+    let dp = d.communicators.iter().find(|c| c.comm_id == 0xd9).unwrap();
+    assert_eq!((dp.missing_ranks.as_slice(), d.ranks[3].role), (&[3][..], State::Waiting));
+
+    // Rank 2's group holds rank 3's half too: posted, so rank 3 is stuck with nobody to
+    // wait for.
+    let d = diag(&pipeline(&[(NcclOp::Recv, 1), (NcclOp::Send, 3)]));
+    assert_eq!((d.ranks[3].state, d.ranks[4].waiting_for.as_slice()), (State::Wedged, &[3][..]));
+}
+
 #[test]
 fn a_send_without_a_known_peer_waits_for_silent_members() {
     let mut ranks = job(2, SEC);

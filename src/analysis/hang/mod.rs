@@ -8,9 +8,12 @@
 //!   communicator table, or a `ncclGroupEnd` inferred from a group its records leave open)
 //!   or outside one, *silent* since its last call returned.
 //! - A wait in collective #k waits for the members of its communicator that never entered
-//!   #k; a grouped send/recv waits for its peers. A rank outside any call but ahead of
-//!   others on a communicator waits for those furthest behind (real NCCL returns before the
-//!   GPU work is done, so real jobs block outside NCCL).
+//!   #k; a grouped send/recv waits for its peers that have not posted their half (a peer
+//!   blocked in an exchange with other ranks only, such as a pipeline stage's receive from
+//!   the stage before it, has not: the blame passes along the chain of receives to the
+//!   rank that never posted). A rank outside any call but ahead of others on a
+//!   communicator waits for those furthest behind (real NCCL returns before the GPU work is
+//!   done, so real jobs block outside NCCL).
 //! - Such a dependency is *stuck* when the wait is older than the threshold, when the rank
 //!   waited for has been silent longer than the threshold, or when that rank is gone (dead,
 //!   stopped, exited) while the waiter still runs. Younger ones are the skew of a healthy

@@ -117,3 +117,15 @@ pub fn history(r: &mut RankInput, n: u64, start: u64, step: u64) {
     r.calls = (1..=n).map(|s| coll(WORLD, s, NcclOp::AllReduce, start + (s - 1) * step)).collect();
     returned(r, WORLD, n);
 }
+
+/// Inside the `ncclGroupEnd` of a group of sends and receives on `comm_id`, opened at `t`:
+/// one call per `(op, peer)`, with the table counting them entered and returned (calls in a
+/// group return at once).
+pub fn in_group(r: &mut RankInput, comm_id: u64, t: u64, calls: &[(NcclOp, i32)]) {
+    let row = table_row(r, comm_id);
+    let first = row.p2p_entered + 1;
+    row.p2p_entered += calls.len() as u64;
+    row.p2p_returned = row.p2p_entered;
+    r.calls.push(group_start(t));
+    r.calls.extend(calls.iter().zip(first..).map(|(&(op, peer), seq)| p2p(comm_id, seq, op, peer, t + seq * 10)));
+}

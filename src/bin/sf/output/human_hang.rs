@@ -70,12 +70,32 @@ fn chained(c: &CommReport, report: &HangReport) -> bool {
         && c.missing_ranks.iter().all(|m| report.ranks.iter().any(|r| r.rank == *m && json_name(&r.role) == "waiting"))
 }
 
-/// The send/recv calls ranks wait in on a communicator: `rank 6's recv #25`.
+/// A stuck communicator whose only holdup is ranks still making progress.
+fn slow_only(c: &CommReport) -> bool {
+    let culprits = [
+        &c.missing_ranks,
+        &c.dead_ranks,
+        &c.stalled_ranks,
+        &c.exited_ranks,
+        &c.disabled_ranks,
+        &c.wedged_ranks,
+        &c.no_log_comm_ranks,
+    ];
+    !c.slow_ranks.is_empty() && c.stuck_qps.is_empty() && culprits.iter().all(|ranks| ranks.is_empty())
+}
+
+/// The send/recv calls ranks wait in on a communicator: `rank 6's recv #25`. With ranks
+/// missing, only the calls that wait for them: further down a pipeline's chain of receives
+/// a rank waits for a peer that waits itself, and its call matches that peer's, not the
+/// missing rank's.
 fn p2p_waits(c: &CommReport, report: &HangReport) -> Vec<String> {
+    let for_missing =
+        |r: &RankReport| c.missing_ranks.is_empty() || r.waiting_for.iter().any(|w| c.missing_ranks.contains(w));
     report
         .ranks
         .iter()
         .filter(|r| c.waiting_ranks.contains(&r.rank) && r.comm_id == Some(c.comm_id) && r.in_flight)
+        .filter(|r| for_missing(r))
         .filter_map(|r| Some(format!("rank {}'s {} #{}", r.rank, r.op?.name(), r.comm_seq?)))
         .collect()
 }
@@ -182,7 +202,11 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     let hung = lines.len();
     // The communicators a culprit holds up first; those whose missing ranks wait
     // themselves elsewhere (a chain back to the culprit) in one line after them.
-    let (root, chained): (Vec<&CommReport>, Vec<&CommReport>) = stuck_comms(report).partition(|c| !chained(c, report));
+    let (mut root, chained): (Vec<&CommReport>, Vec<&CommReport>) =
+        stuck_comms(report).partition(|c| !chained(c, report));
+    // A culprit's communicators lead: one held up only by a slow rank (a peer of the
+    // culprit's that has only just blocked in a receive from it, say) is not the headline.
+    root.sort_by_key(|c| slow_only(c));
     let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
     lines.extend(root.iter().map(|c| format!("{verdict}: {}", comm_verdict(c, report))));
     if !chained.is_empty() && !root.is_empty() {
