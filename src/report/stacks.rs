@@ -52,6 +52,8 @@ pub struct RankStacks {
     pub current: bool,
     /// Samples the log's budget left out before this one.
     pub dropped: u32,
+    /// How long the read took, in microseconds.
+    pub read_us: u32,
     pub threads: Vec<ThreadReport>,
 }
 
@@ -149,6 +151,7 @@ impl StackCollector {
             wall_ns: newest.wall_ns,
             current: progress_ns.is_none_or(|p| newest.t_ns >= p),
             dropped: newest.dropped,
+            read_us: newest.read_us,
             threads,
         })
     }
@@ -195,6 +198,7 @@ mod tests {
             same_as,
             threads,
             dropped: 0,
+            read_us: 0,
             note: crate::core::log::records_ports::Text::new(b""),
         })
     }

@@ -63,6 +63,8 @@ pub struct StackSample {
     /// Samples taken but not written since the previous header: the log's budget for
     /// stacks was spent.
     pub dropped: u32,
+    /// How long the read took, in microseconds: the sampling's cost, in every log.
+    pub read_us: u32,
     pub note: Text<SAMPLE_NOTE>,
 }
 
@@ -171,7 +173,7 @@ pub(super) fn encode_sample(s: &StackSample, w: &mut Encoder) {
     for v in [s.t_ns, s.wall_ns, s.request] {
         w.u64(v);
     }
-    for v in [s.sample, s.same_as, s.dropped] {
+    for v in [s.sample, s.same_as, s.dropped, s.read_us] {
         w.u32(v);
     }
     w.u8(s.reason as u8);
@@ -182,7 +184,7 @@ pub(super) fn encode_sample(s: &StackSample, w: &mut Encoder) {
 
 pub(super) fn decode_sample(r: &mut Decoder) -> Option<StackSample> {
     let (t_ns, wall_ns, request) = (r.u64()?, r.u64()?, r.u64()?);
-    let (sample, same_as, dropped) = (r.u32()?, r.u32()?, r.u32()?);
+    let (sample, same_as, dropped, read_us) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
     Some(StackSample {
         t_ns,
         wall_ns,
@@ -190,6 +192,7 @@ pub(super) fn decode_sample(r: &mut Decoder) -> Option<StackSample> {
         sample,
         same_as,
         dropped,
+        read_us,
         reason: StackReason::from_u8(r.u8()?)?,
         status: StackStatus::from_u8(r.u8()?)?,
         threads: r.u8()?,

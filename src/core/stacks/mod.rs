@@ -146,6 +146,7 @@ impl StackWatch {
             same_as: sample,
             threads: 0,
             dropped: self.dropped,
+            read_us: (taken.read_ns / 1_000).min(u64::from(u32::MAX)) as u32,
             note: Text::new(b""),
         };
         let body: Vec<RecordBody> = match &taken.outcome {

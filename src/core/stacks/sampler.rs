@@ -21,9 +21,10 @@ pub struct Ask {
 /// A sample taken, or why none could be.
 pub struct Taken {
     pub ask: Ask,
-    /// `CLOCK_MONOTONIC` and `CLOCK_REALTIME` ns when the read began.
+    /// `CLOCK_MONOTONIC` and `CLOCK_REALTIME` ns when the read began, and how long it took.
     pub t_ns: u64,
     pub wall_ns: u64,
+    pub read_ns: u64,
     pub outcome: Result<Sample, String>,
 }
 
@@ -58,7 +59,8 @@ impl Sampler {
                         (crate::core::record::clock::monotonic_ns(), crate::core::record::clock::wall_ns());
                     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.sample()))
                         .unwrap_or_else(|_| Err("the stack reader panicked".into()));
-                    if give.send(Taken { ask, t_ns, wall_ns, outcome }).is_err() {
+                    let read_ns = crate::core::record::clock::monotonic_ns().saturating_sub(t_ns);
+                    if give.send(Taken { ask, t_ns, wall_ns, read_ns, outcome }).is_err() {
                         return;
                     }
                 }

@@ -18,7 +18,7 @@ fn stacks(line: i32) -> Sample {
 }
 
 fn taken(reason: StackReason, request: u64, outcome: Result<Sample, String>) -> Taken {
-    Taken { ask: Ask { reason, request }, t_ns: 5, wall_ns: 6, outcome }
+    Taken { ask: Ask { reason, request }, t_ns: 5, wall_ns: 6, read_ns: 7_000, outcome }
 }
 
 fn headers(records: &[RecordBody]) -> Vec<StackSample> {

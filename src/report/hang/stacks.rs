@@ -110,6 +110,7 @@ mod tests {
             wall_ns: 0,
             current,
             dropped: 0,
+            read_us: 0,
             threads: vec![ThreadReport {
                 os_tid: 1,
                 name: "MainThread".into(),

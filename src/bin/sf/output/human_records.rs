@@ -146,7 +146,7 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) 
             stagefrontier::report::wall::rfc3339_ms(e.wall_ns)
         ),
         RecordBody::StackSample(s) => format!(
-            "{seq:>8}  {:>12}  {:<12}  sample={} {} reason={} threads={} same_as={} dropped={}{}",
+            "{seq:>8}  {:>12}  {:<12}  sample={} {} reason={} threads={} same_as={} dropped={} read={}us{}",
             since_start(s.t_ns),
             "stack_sample",
             s.sample,
@@ -155,6 +155,7 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) 
             s.threads,
             s.same_as,
             s.dropped,
+            s.read_us,
             if s.note.as_bytes().is_empty() { String::new() } else { format!(" note={:?}", s.note.to_string_lossy()) }
         ),
         RecordBody::StackThread(t) => format!(
