@@ -80,15 +80,37 @@ pub(super) fn groups(stacks: &[RankStacks], culprits: &[i32]) -> Vec<StackGroup>
     groups
 }
 
+/// The innermost frames, then the innermost frame of the job's own code when it is
+/// deeper: where the rank stands, and which line of the training script got it there.
 fn summary(frames: &[FrameReport]) -> String {
-    let mut parts: Vec<String> = frames.iter().take(SUMMARY_FRAMES).map(FrameReport::short).collect();
-    if frames.len() > SUMMARY_FRAMES {
-        parts.push("…".into());
-    }
-    if parts.is_empty() {
+    if frames.is_empty() {
         return "no Python frame (outside the interpreter, or between calls)".into();
     }
+    let own = frames.iter().position(|f| !library_file(&f.file));
+    // The own frame in reach: every frame down to it. Deeper: a gap marked before it.
+    let (inner, tail) = match own {
+        Some(at) if at > SUMMARY_FRAMES => (SUMMARY_FRAMES - 1, Some(at)),
+        Some(at) => (SUMMARY_FRAMES.max(at + 1), None),
+        None => (SUMMARY_FRAMES, None),
+    };
+    let mut parts: Vec<String> = frames.iter().take(inner).map(FrameReport::short).collect();
+    if frames.len() > inner {
+        parts.push("…".into());
+    }
+    if let Some(at) = tail {
+        parts.push(frames[at].short());
+    }
     parts.join(" ← ")
+}
+
+/// A file of Python's own library, an installed package or this tool's door: not the
+/// job's code.
+fn library_file(file: &str) -> bool {
+    file.contains("/site-packages/")
+        || file.contains("/dist-packages/")
+        || file.starts_with('<')
+        || file.rsplit('/').next().is_some_and(|name| name.starts_with("stagefrontier"))
+        || file.split('/').any(|part| part.starts_with("python3") || part.starts_with("python2"))
 }
 
 #[cfg(test)]
@@ -130,6 +152,20 @@ mod tests {
         assert_eq!(g.iter().map(|g| g.ranks.clone()).collect::<Vec<_>>(), vec![vec![2], vec![0, 1, 3]]);
         assert!(g[0].culprit && !g[1].culprit);
         assert_eq!(g[1].summary, "f (t.py:5) ← f (t.py:9)");
+    }
+
+    #[test]
+    fn a_summary_reaches_down_to_the_jobs_own_line() {
+        let frame = |file: &str, line| FrameReport { function: "f".into(), file: file.into(), line };
+        let torch = "/venv/lib/python3.11/site-packages/torch/autograd/graph.py";
+        let frames = [frame(torch, 1), frame(torch, 2), frame(torch, 3), frame("/home/me/train.py", 131)];
+        assert_eq!(summary(&frames), "f (graph.py:1) ← f (graph.py:2) ← f (graph.py:3) ← f (train.py:131)");
+        let deeper = [frame(torch, 1), frame(torch, 2), frame(torch, 3), frame(torch, 4), frame("/job/t.py", 9)];
+        assert_eq!(summary(&deeper), "f (graph.py:1) ← f (graph.py:2) ← … ← f (t.py:9)");
+        let own_first = [frame("/job/t.py", 9), frame(torch, 1), frame(torch, 2), frame(torch, 3)];
+        assert_eq!(summary(&own_first), "f (t.py:9) ← f (graph.py:1) ← f (graph.py:2) ← …");
+        assert!(library_file("/usr/lib/python3.11/threading.py") && library_file("<frozen runpy>"));
+        assert!(!library_file("/work/python/train.py"));
     }
 
     #[test]

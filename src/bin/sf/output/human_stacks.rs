@@ -33,9 +33,10 @@ pub(super) fn culprit_lines(report: &HangReport) -> Vec<String> {
         let others =
             if group.ranks.len() > 1 { format!(" (and ranks {})", ranges(&group.ranks[1..])) } else { String::new() };
         lines.push(format!(
-            "  rank {}'s Python stack{others}, {} sample {} ago, {} thread{}:",
+            "  rank {}'s Python stack{others}, {} sample at {} ({} ago), {} thread{}:",
             s.rank,
             json_name(&s.reason),
+            stagefrontier::report::wall::rfc3339_ms(s.wall_ns),
             age(age_s(s)),
             if thread.main { "main".to_string() } else { format!("{:?}", thread.name) },
             if thread.active { "" } else { ", idle" }
