@@ -105,3 +105,34 @@ fn open_for_request(path: &std::path::Path) -> Result<File, String> {
     }
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::open_for_request;
+
+    #[test]
+    fn only_a_regular_file_of_this_users_reached_without_a_link_is_opened_for_the_request() {
+        let dir = std::env::temp_dir().join(format!("sf-stacks-request-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("rank-00000.sflog");
+        std::fs::write(&log, [0u8; 4096]).unwrap();
+        assert!(open_for_request(&log).is_ok());
+        let link = dir.join("rank-00001.sflog");
+        std::os::unix::fs::symlink(&log, &link).unwrap();
+        assert!(open_for_request(&link).unwrap_err().contains("cannot open"), "a link is not followed");
+        let fifo = dir.join("rank-00002.sflog");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo on a NUL-terminated path of ours.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        assert!(open_for_request(&fifo).unwrap_err().contains("not a regular file"));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = dir.join("rank-00003.sflog");
+            std::fs::write(&theirs, [0u8; 16]).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            assert!(open_for_request(&theirs).unwrap_err().contains("belongs to uid 65534"));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

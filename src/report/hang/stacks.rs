@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::{PostMortemReport, RankReport};
 use crate::analysis::hang::State;
-use crate::core::log::records::StackStatus;
+use crate::core::log::records::{StackReason, StackStatus};
 use crate::report::stacks::{FrameReport, RankStacks};
 
 /// Frames of a group's stack its summary names, innermost first.
@@ -57,10 +57,13 @@ pub(super) fn culprits(ranks: &[RankReport], post_mortem: Option<&PostMortemRepo
     culprits
 }
 
-/// The groups of current samples that read (`taken`), culprits' first, then larger first.
+/// The groups of samples that read (`taken`) and show where the rank stands: current ones,
+/// and answers to a request (the operator asked where it is now, and it may have moved on
+/// since), culprits' first, then larger first.
 pub(super) fn groups(stacks: &[RankStacks], culprits: &[i32]) -> Vec<StackGroup> {
     let mut groups: Vec<StackGroup> = Vec::new();
-    for s in stacks.iter().filter(|s| s.current && s.status == StackStatus::Taken) {
+    let now = |s: &&RankStacks| s.current || s.reason == StackReason::Request;
+    for s in stacks.iter().filter(now).filter(|s| s.status == StackStatus::Taken) {
         let Some(thread) = s.lead_thread() else { continue };
         let culprit = culprits.contains(&s.rank);
         match groups.iter_mut().find(|g| g.frames == thread.frames) {
@@ -116,7 +119,6 @@ fn library_file(file: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::log::records::StackReason;
     use crate::report::stacks::ThreadReport;
 
     fn at(rank: i32, lines: &[i32], current: bool) -> RankStacks {

@@ -66,8 +66,7 @@ pub(super) fn group_lines(report: &HangReport) -> Vec<String> {
             lines.push(format!("  {who}: {}", g.summary));
         }
     }
-    let failed: Vec<&RankStacks> =
-        report.stacks.stacks.iter().filter(|s| s.status == StackStatus::Failed && s.current).collect();
+    let failed: Vec<&RankStacks> = report.stacks.stacks.iter().filter(|s| s.status == StackStatus::Failed).collect();
     if report.stacks.stacks_asked.is_some() {
         for s in failed {
             lines.push(format!(
