@@ -64,14 +64,17 @@ impl RankStacks {
     }
 }
 
+/// A thread record with its frames, as read.
+type ThreadRecords = (StackThread, Vec<StackFrame>);
+
 /// The sample being read and the newest whole one.
 #[derive(Default)]
 pub struct StackCollector {
     frames: Vec<StackFrame>,
-    threads: Vec<(StackThread, Vec<StackFrame>)>,
+    threads: Vec<ThreadRecords>,
     pending_sample: Option<u32>,
     /// The newest sample read whole (taken), and the newest header of any status.
-    whole: Option<(StackSample, Vec<(StackThread, Vec<StackFrame>)>)>,
+    whole: Option<(StackSample, Vec<ThreadRecords>)>,
     newest: Option<StackSample>,
 }
 
@@ -157,7 +160,7 @@ impl StackCollector {
     }
 }
 
-fn thread_report((t, frames): &(StackThread, Vec<StackFrame>)) -> ThreadReport {
+fn thread_report((t, frames): &ThreadRecords) -> ThreadReport {
     ThreadReport {
         os_tid: t.os_tid,
         name: t.name.to_string_lossy(),
