@@ -45,10 +45,16 @@ int sf_nvtx_steps(void);
  * group, `group_id` the same on every member; `op` numbers calls as the log's nccl_call
  * records do, `dtype` as NCCL's ncclDataType_t (-1 unknown), `peer` a group rank (-1 none).
  * sf_py_call_begin returns 1 when the call is recorded; sf_py_call_end then follows on the
- * same thread once it returns. */
+ * same thread once it returns, or, for a call that returned a handle to wait on
+ * (async_op=True, isend/irecv), sf_py_call_detach, whose token (0: recorded as returned
+ * already) sf_py_wait_begin and sf_py_wait_end take around the wait: the call's record
+ * ends when its wait returns. */
 void sf_py_group(unsigned long long group, unsigned long long group_id, int rank, int size);
 int sf_py_call_begin(unsigned long long group, int op, unsigned long long count, int dtype, int peer);
 void sf_py_call_end(void);
+unsigned long long sf_py_call_detach(void);
+void sf_py_wait_begin(unsigned long long token);
+void sf_py_wait_end(unsigned long long token);
 
 #ifdef __cplusplus
 }

@@ -398,7 +398,9 @@ class _Collectives:
     """Records the collectives and send/recv a program issues from Python on a process
     group NCCL does not run (gloo): NCCL's own are recorded by the preload door, and
     recording them twice would count each wait twice. batch_isend_irecv runs through the
-    isend/irecv it is given, recorded as such. Not seen: DDP's gradient allreduce and
+    isend/irecv it is given, recorded as such. An asynchronous call (async_op=True,
+    isend/irecv) is recorded from its issue to the return of its Work.wait (or the
+    is_completed that first finds it done), where its host waits. Not seen: DDP's gradient allreduce and
     buffer broadcast (issued from C++), and functional collectives (DTensor,
     torch.compile), which bypass these functions.
 
@@ -409,6 +411,7 @@ class _Collectives:
         self.torch = torch
         self.lib = lib
         self.local = __import__("threading").local()
+        self.waits = None
         # id(group) -> (group, number or None when not recorded); the group is kept so
         # that its id is not reused.
         self.groups = {}
@@ -426,6 +429,7 @@ class _Collectives:
         self.lib.sf_py_call_end.argtypes = []
         self.lib.sf_py_call_end.restype = None
         c10d = importlib.import_module("torch.distributed.distributed_c10d")
+        self._install_waits(c10d)
         import inspect
         for name, (op, root) in _RECORDED.items():
             real = getattr(c10d, name, None)
@@ -477,15 +481,76 @@ class _Collectives:
             local.inside = True
             try:
                 entered = begin(args, kwargs)
+                result = None
                 try:
-                    return real(*args, **kwargs)
+                    result = real(*args, **kwargs)
+                    return result
                 finally:
-                    if entered:
+                    if entered and not collectives._detach(result):
                         collectives.lib.sf_py_call_end()
             finally:
                 local.inside = False
 
         return recorded
+
+    # Asynchronous calls waiting for their Work.wait: id(work) -> (token, work). The work is
+    # kept so that its id is not reused; at most the library's table of them.
+    _DETACHED = 64
+
+    def _install_waits(self, c10d):
+        """Work.wait (and is_completed) end an asynchronous call's record: that is where
+        the host waits for its peers, not where the call returned."""
+        Work = getattr(c10d, "Work", None)
+        if Work is None or getattr(self.lib, "sf_py_call_detach", None) is None:
+            self.waits = None
+            return
+        self.lib.sf_py_call_detach.argtypes = []
+        self.lib.sf_py_call_detach.restype = ctypes.c_uint64
+        self.lib.sf_py_wait_begin.argtypes = [ctypes.c_uint64]
+        self.lib.sf_py_wait_begin.restype = None
+        self.lib.sf_py_wait_end.argtypes = [ctypes.c_uint64]
+        self.lib.sf_py_wait_end.restype = None
+        self.waits = {}
+        collectives = self
+        real_wait, real_completed = Work.wait, Work.is_completed
+
+        @functools.wraps(real_wait)
+        def wait(work, *args, **kwargs):
+            entry = collectives.waits.pop(id(work), None)
+            if entry is None:
+                return real_wait(work, *args, **kwargs)
+            collectives.lib.sf_py_wait_begin(entry[0])
+            try:
+                return real_wait(work, *args, **kwargs)
+            finally:
+                collectives.lib.sf_py_wait_end(entry[0])
+
+        @functools.wraps(real_completed)
+        def is_completed(work, *args, **kwargs):
+            done = real_completed(work, *args, **kwargs)
+            if done:
+                entry = collectives.waits.pop(id(work), None)
+                if entry is not None:
+                    collectives.lib.sf_py_wait_end(entry[0])
+            return done
+
+        Work.wait, Work.is_completed = wait, is_completed
+
+    def _detach(self, result):
+        """Keeps an asynchronous call's record open until its Work is waited for; False
+        when the call is to end now (no Work, no room, an older library)."""
+        if self.waits is None or result is None or len(self.waits) >= self._DETACHED:
+            return False
+        if not hasattr(result, "wait"):
+            return False
+        try:
+            token = self.lib.sf_py_call_detach()
+        except Exception:  # never the program's problem
+            return False
+        if token:
+            self.waits[id(result)] = (token, result)
+        # Detached or not, the library ended or keeps the record: no sf_py_call_end.
+        return True
 
     def _tensor(self, values):
         """The first tensor among `values` (the first of a list of them)."""

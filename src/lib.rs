@@ -43,7 +43,9 @@ pub use doors::net::verbs::{ibv_close_device, ibv_create_qp, ibv_open_device};
 /// `_exit` and `_Exit`, whose status the preload door records (`process_end`),
 pub use doors::process_exit::{_Exit, _exit};
 /// the Python door's calls around collectives issued from Python on a gloo process group,
-pub use doors::python_collectives::{sf_py_call_begin, sf_py_call_end, sf_py_group};
+pub use doors::python_collectives::{
+    sf_py_call_begin, sf_py_call_detach, sf_py_call_end, sf_py_group, sf_py_wait_begin, sf_py_wait_end,
+};
 /// the C API of c_headers/stagefrontier.h,
 pub use doors::steps::markers::{
     sf_declare_rank, sf_nvtx_steps, sf_recording, sf_stage_begin, sf_stage_end, sf_step_begin, sf_step_end, sf_value,

@@ -12,6 +12,7 @@ use std::process::Command;
 
 use common::*;
 use serde_json::Value;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::reader::RankLog;
 use stagefrontier::core::log::records::RecordBody;
 
@@ -489,6 +490,44 @@ fn collectives_issued_from_python_on_gloo_carry_the_waits() {
         verdict.as_deref().is_some_and(|l| l.starts_with("CULPRIT rank 1 in model.fwd_loss_cpu_wall")),
         "{verdict:?}"
     );
+}
+
+/// The same job with its gather issued asynchronously (async_op=True, waited for after a
+/// little overlapped work, as FSDP's prefetch does): the host waits in Work.wait, not in
+/// the call, so each gather's record runs from its issue to its wait's return. Rank 1's
+/// forward runs 30 ms long before it issues its gather: the others' gather records hold
+/// that wait, and sf slow names rank 1 from them (exit 4).
+#[test]
+fn an_asynchronous_collective_is_recorded_until_its_work_wait_returns() {
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-collectives-async");
+    let mut cmd = sf_run_torchrun(&python, &root, "fsdp", "tests/torch/collectives_job.py");
+    cmd.args(["--steps", "30", "--slow-rank", "1", "--slow-ms", "30", "--async-gather"]);
+    let out = run_ok(&mut cmd);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("collectives_job: ok ranks=3 steps=30"));
+    let dir = root.join("fsdp");
+    let gathers = |rank: usize| -> Vec<u64> {
+        let mut spans: Vec<u64> = records(&dir.join(format!("rank-{rank:05}.sflog")))
+            .into_iter()
+            .filter_map(|r| match r.body {
+                RecordBody::NcclCall(c) if c.op == NcclOp::AllGather => Some(c.t_exit_ns - c.t_enter_ns),
+                _ => None,
+            })
+            .collect();
+        spans.sort_unstable();
+        spans
+    };
+    let (waiter, late) = (gathers(0), gathers(1));
+    assert!(waiter.len() >= 30, "every gather recorded: {}", waiter.len());
+    let median = |v: &[u64]| v[v.len() / 2] as f64 / 1e6;
+    assert!(median(&waiter) > 15.0, "rank 0's gathers hold its wait for rank 1: {:.1} ms", median(&waiter));
+    assert!(median(&late) < median(&waiter) / 2.0, "rank 1 waits for nobody: {:.1} ms", median(&late));
+    let slow = Command::new(env!("CARGO_BIN_EXE_sf")).arg("slow").arg(&dir).arg("--json").output().unwrap();
+    let report: Value = serde_json::from_slice(&slow.stdout).unwrap();
+    assert_eq!(report["waits_from"], "host_calls", "{report}");
+    assert_eq!(slow.status.code(), Some(4), "{report}");
+    let first = &report["slow_ranks"][0];
+    assert_eq!((&first["rank"], &first["stage"]), (&1.into(), &"model.fwd_loss_cpu_wall".into()), "{report}");
 }
 
 /// Rank 2 of the same job stops before its forward's gather at step 15: sf hang names it

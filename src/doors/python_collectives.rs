@@ -32,3 +32,23 @@ pub extern "C" fn sf_py_call_begin(group: u64, op: c_int, count: u64, dtype: c_i
 pub extern "C" fn sf_py_call_end() {
     shielded(python_calls::end);
 }
+
+/// The call `sf_py_call_begin` entered on this thread returned a handle to wait on
+/// (`async_op=True`, `isend`/`irecv`): its record stays open until `sf_py_wait_end` with
+/// the token returned; 0 when it was recorded as returned now instead.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_py_call_detach() -> u64 {
+    shielded(python_calls::detach).unwrap_or(0)
+}
+
+/// The program waits on the detached call `token` (`Work.wait` entered).
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_py_wait_begin(token: u64) {
+    shielded(|| python_calls::wait_begin(token));
+}
+
+/// The wait on the detached call `token` returned: its record ends now.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_py_wait_end(token: u64) {
+    shielded(|| python_calls::wait_end(token));
+}

@@ -31,12 +31,21 @@ class Synthetic(Dataset):
 
 
 class Gathered(torch.autograd.Function):
-    """The full weight from every rank's shard; its gradient reduce-scattered back."""
+    """The full weight from every rank's shard; its gradient reduce-scattered back. With
+    ASYNC, the gather is issued with async_op=True and waited for after a little
+    overlapped work, as FSDP's prefetch does: the host waits in Work.wait."""
+
+    ASYNC = False
 
     @staticmethod
     def forward(ctx, shard):
         full = torch.empty(shard.numel() * dist.get_world_size())
-        dist.all_gather_into_tensor(full, shard.contiguous())
+        if Gathered.ASYNC:
+            work = dist.all_gather_into_tensor(full, shard.contiguous(), async_op=True)
+            time.sleep(0.002)
+            work.wait()
+        else:
+            dist.all_gather_into_tensor(full, shard.contiguous())
         return full
 
     @staticmethod
@@ -72,7 +81,9 @@ def main():
     parser.add_argument("--slow-ms", type=float, default=0.0, help="added to the slow rank's forward")
     parser.add_argument("--hang-rank", type=int, default=-1)
     parser.add_argument("--hang-step", type=int, default=-1, help="the hang rank stops before this step's gather")
+    parser.add_argument("--async-gather", action="store_true", help="issue the gather with async_op=True, then wait")
     args = parser.parse_args()
+    Gathered.ASYNC = args.async_gather
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

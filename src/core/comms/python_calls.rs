@@ -6,6 +6,7 @@
 //! this thread's slot; Python never nests them (the door passes nested calls through).
 
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 use crate::core::comms::tracer::{self, CallArgs, Pending};
 use crate::core::live::runtime;
@@ -41,6 +42,65 @@ pub fn begin(group: u64, op: NcclOp, count: u64, dtype: i32, peer: i32) -> bool 
 /// The return of the call `begin` entered on this thread.
 pub fn end() {
     if let Some(pending) = OPEN.with(|open| open.borrow_mut().take()) {
+        tracer::end(pending, 0);
+    }
+}
+
+/// Asynchronous calls (`async_op=True`, `isend`/`irecv`) returned but not yet waited for:
+/// their records stay open until `Work.wait` returns, since that is where the host waits
+/// for its peers. A fixed table: a program that never waits fills it, and then a call is
+/// recorded as returning where it was issued, as before.
+const DETACHED: usize = 64;
+
+struct Detached {
+    next_token: u64,
+    calls: [Option<(u64, Pending)>; DETACHED],
+}
+
+static DETACHED_CALLS: Mutex<Detached> = Mutex::new(Detached { next_token: 1, calls: [const { None }; DETACHED] });
+
+/// The call `begin` entered on this thread returned a handle to wait on: its record stays
+/// open under the token returned (0: recorded as returned now, the table being full or
+/// no call open).
+pub fn detach() -> u64 {
+    let Some(pending) = OPEN.with(|open| open.borrow_mut().take()) else { return 0 };
+    let Ok(mut table) = DETACHED_CALLS.lock() else {
+        tracer::end(pending, 0);
+        return 0;
+    };
+    let token = table.next_token;
+    match table.calls.iter_mut().find(|c| c.is_none()) {
+        Some(free) => {
+            *free = Some((token, pending));
+            table.next_token += 1;
+            token
+        }
+        None => {
+            drop(table);
+            tracer::end(pending, 0);
+            0
+        }
+    }
+}
+
+/// The program waits on a detached call: its communicator's live state shows the rank
+/// inside it again (its entry time as it was), for `sf hang` to see while it waits.
+pub fn wait_begin(token: u64) {
+    let Ok(table) = DETACHED_CALLS.lock() else { return };
+    if let Some((_, pending)) = table.calls.iter().flatten().find(|(t, _)| *t == token) {
+        pending.mark_in_flight();
+    }
+}
+
+/// The wait on a detached call returned: its record ends here.
+pub fn wait_end(token: u64) {
+    let taken = match DETACHED_CALLS.lock() {
+        Ok(mut table) => {
+            table.calls.iter_mut().find(|c| c.as_ref().is_some_and(|(t, _)| *t == token)).and_then(Option::take)
+        }
+        Err(_) => None,
+    };
+    if let Some((_, pending)) = taken {
         tracer::end(pending, 0);
     }
 }

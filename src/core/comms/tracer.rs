@@ -54,6 +54,16 @@ impl Pending {
     pub fn forced_result(&self) -> Option<i32> {
         self.forced_result
     }
+
+    /// Shows the call in flight on its communicator again, since its entry: a Python
+    /// `Work.wait` on an asynchronous call that another call on the group has since
+    /// replaced in the live table.
+    pub fn mark_in_flight(&self) {
+        if let (Some(slot), true) = (self.slot, self.call.seq != 0) {
+            slot.inflight_op.store(self.call.op as u64, Ordering::Relaxed);
+            slot.inflight_ticks.store(self.call.t_enter_ns, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Records the entry of a call; `None` when not recording (and while another thread
