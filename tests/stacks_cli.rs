@@ -151,3 +151,43 @@ fn a_rank_that_is_no_python_interpreter_answers_that_its_stack_could_not_be_read
     let human = String::from_utf8_lossy(&human);
     assert!(human.contains("rank 0: stack not read: "), "{human}");
 }
+
+/// The interpreter's shared library with its symbol table stripped (`strip --strip-all`,
+/// as distributions ship it): py-spy finds the interpreter from the dynamic symbols a
+/// shared libpython must keep, and the stacks read as before. Skipped, saying so, where
+/// the Python is linked statically or `strip` is missing.
+#[test]
+fn a_stripped_interpreter_library_still_gives_its_stacks() {
+    let config = Command::new(python())
+        .args(["-c", "import sysconfig as s; print(s.get_config_var('LIBDIR')); print(s.get_config_var('INSTSONAME'))"])
+        .output()
+        .unwrap();
+    let config = String::from_utf8_lossy(&config.stdout).to_string();
+    let mut lines = config.lines();
+    let (Some(libdir), Some(soname)) = (lines.next(), lines.next()) else { return };
+    let shared = Path::new(libdir).join(soname);
+    if !soname.contains(".so") || !shared.exists() {
+        eprintln!("skipped: this Python has no shared libpython ({config})");
+        return;
+    }
+    let root = log_root("stacks-stripped");
+    let stripped = root.join(soname);
+    std::fs::copy(&shared, &stripped).unwrap();
+    let Ok(strip) = Command::new("strip").arg("--strip-all").arg(&stripped).status() else {
+        eprintln!("skipped: no strip");
+        return;
+    };
+    assert!(strip.success());
+    let script = root.join("job.py");
+    std::fs::write(&script, JOB).unwrap();
+    let mut cmd = preloaded(&python(), &root, "py");
+    let preload = format!("{} {}", stripped.display(), common::library().display());
+    cmd.arg(&script).env("LD_PRELOAD", preload).env("RANK", "0").env("WORLD_SIZE", "1");
+    let _job = Killed(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    wait_for_log(&root, "py");
+    std::thread::sleep(Duration::from_millis(700));
+    let (_, out) = sf(&["hang", "--stacks", "--json"], &root.join("py"));
+    let report: Value = serde_json::from_slice(&out).unwrap();
+    let top = &report["stacks"][0]["threads"][0]["frames"][0];
+    assert_eq!((&top["function"], &top["line"]), (&"deep".into(), &line_of("STANDS HERE").into()), "{report}");
+}
