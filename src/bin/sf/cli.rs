@@ -388,6 +388,13 @@ advanced for 12.0s, at step 29 between stages; ranks 0-1, 3 are ahead, most at s
 model.backward_cpu_wall; ...` (--json `progress_stall`, each rank's `idle_s`). Every rank
 at the same place names nobody: a long phase and a hang they share look alike.
 
+STACKS: in a Python job each rank samples its own Python stacks (py-spy's reader, in
+process) once it stops advancing for 3 of its steps (1 s at least), so a hung job's report
+shows the culprit's stack under the first line and every rank grouped by where its code
+stands (`ranks 0-1, 3: backward (__init__.py:395) ← … ← main (train.py:131)`; --json
+`stacks`, `stack_groups`). --stacks asks every live rank for its stacks now: one word
+written into its log's header, answers awaited 5 s at most (`stacks_asked`).
+
 Also listed: collective mismatches (one sequence number issued with another op, count,
 dtype, root or reduction on some rank), SF_INJECT injections, and the hang evidence the
 library's watchdog wrote. A job in which every rank has been outside NCCL for longer
