@@ -111,3 +111,23 @@ fn a_slow_tensor_parallel_rank_is_named_as_the_one_that_held_its_stage_up() {
         assert!(text.contains("SLOW pipeline stage 1, "), "sf {command}: {text}");
     }
 }
+
+/// The same pipeline with asynchronous launches and the CUDA door shut: a pass's host time
+/// is its launches', the device's work comes later and no record shows it, so the passes
+/// are not judged (exit 0, no finding), and the note says why, even with a slow stage
+/// planted.
+#[test]
+fn an_asynchronous_pipeline_without_device_evidence_is_not_judged() {
+    let _serial = one_at_a_time();
+    let root = log_root("path-async-host");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "8", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"]);
+    cmd.args(["--launch", "async", "--bucket-elems", "64", "--tp", "1", "--pp", "4", "--dp", "2"]);
+    cmd.args(["--slow-stage", "2:fwd:10"]);
+    run_ok(&mut cmd);
+    let (out, report) = sf_path(&root.join("job"));
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert!(report["finding"].is_null() && report["slow"] == serde_json::json!([]), "{report:#}");
+    assert_eq!(report["timed_on"], "host", "{report:#}");
+    assert!(report["note"].as_str().is_some_and(|n| n.starts_with("passes not judged: waits from none")), "{report:#}");
+}

@@ -12,6 +12,7 @@ use super::frontier_waits::{self, Waits};
 use super::ls::FileError;
 use super::roles::{self, RankRoles};
 use super::step_vectors::{self, RankSteps, StageNames};
+use super::waits;
 use super::Failure;
 use crate::analysis::frontier::DEFAULT_FORWARD_STAGE;
 use crate::analysis::path::{slowdowns, Pass, Phase, Slowdown, StepPasses, EXCESS_SHARE, STEP_SHARE};
@@ -193,6 +194,17 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         n if n == job.ranks.len() => "device",
         _ => "mixed",
     };
+    // Host times of passes whose work the device does later say nothing of the device:
+    // an asynchronous job without device evidence is not judged.
+    let (_, why) = waits::waits_from_of(&job.ranks);
+    if report.timed_on == "host" && why.waits_unseen(job.world) {
+        report.note = Some(format!(
+            "passes not judged: waits from {}; the host's pass times are only launch times (the CUDA door gives \
+             device time)",
+            why.describe()
+        ));
+        return Ok(report);
+    }
     report.slow = slowdowns(&steps)
         .into_iter()
         .map(|judged| SlowdownView {

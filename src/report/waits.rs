@@ -66,6 +66,12 @@ pub fn timelines(ranks: &mut [RankSteps]) -> Timelines {
 }
 
 /// What the ranks' records show of the job's collectives.
+/// Where the waits of the job `ranks` hold (as read by `step_vectors::read_ranks`) come
+/// from, and why, without taking anything out of them.
+pub fn waits_from_of(ranks: &[RankSteps]) -> (WaitsFrom, Why) {
+    waits_from(&evidence(ranks))
+}
+
 fn evidence(ranks: &[RankSteps]) -> Evidence {
     let each: Vec<Evidence> = ranks
         .iter()
