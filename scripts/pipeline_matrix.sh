@@ -10,9 +10,11 @@
 #
 # A missing exchange: one rank never posts its send (rank 1, pipeline stage 0) or its recv
 # (rank 7, the last stage) of step 3; `sf hang`, live, must name it within 30 s: exit 3
-# with the first HUNG line (the headline) "rank R never entered ..." from the first answer
-# that exits 3 on (ranks further down the pipeline wait in their own receives and must not
-# take the headline), and a HUNG line "rank R never entered the send/recv ...".
+# with the first HUNG line (the headline) "rank R never entered ..." (asynchronous: "never
+# launched ...") from the first answer that exits 3 on (ranks further down the pipeline
+# wait in their own receives and must not take the headline), and a HUNG line naming the
+# exchange: "rank R never entered the send/recv ..." (asynchronous: "rank R never
+# launched send #S ...").
 #
 # Pass criteria: `sf roles` reads the layout; every missing exchange is named; on-path cases exit 4 with the slow stage
 # (pipeline stage N, 0-based) in the headline, and for a slow rank that rank (as the pass's
@@ -25,6 +27,11 @@
 # A 5% plant sits on the finding threshold (5% of the step without it): on a loaded host a
 # hiccup in the slowed step can pull it under, so CI's subset starts at 10%; the full
 # matrix keeps the 5% cases.
+#
+# SF_MATRIX_LAUNCH=async runs every job with asynchronous launches, as NCCL on a GPU does
+# (collectives and send/recv return once enqueued; the fake device runs the passes'
+# kernels), with the CUDA door open so that passes are timed on the device; the default
+# is blocking (the host waits inside each call).
 #
 # SF_MATRIX_KEEP=1 keeps the logs; SF_MATRIX_PROFILE=debug uses the debug build.
 set -euo pipefail
@@ -39,6 +46,13 @@ fi
 # wheel's own binaries), else this checkout's build.
 lib=${SF_MATRIX_LIB:-$bin/libstagefrontier.so}
 sf=${SF_MATRIX_SF:-$bin/sf}
+launch=${SF_MATRIX_LAUNCH:-blocking}
+# The slow rank: its host (blocking), or its device (asynchronous, where a GPU straggles).
+case $launch in
+  blocking) door=() slow_rank=--slow ;;
+  async) door=(CUDA_INJECTION64_PATH="$lib") slow_rank=--slow-kernel ;;
+  *) echo "SF_MATRIX_LAUNCH: blocking or async, not '$launch'" >&2; exit 2 ;;
+esac
 
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(10 50); seeds=(1); else sizes=(5 10 20 50 100); seeds=(1 2); fi
 fwd=20 bwd=30 steps=6 slow_step=3
@@ -58,8 +72,8 @@ run_case() {
   read -r t p d <<<"$layout"
   local dir=$root/$name
   mkdir -p "$dir"
-  LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 \
-    "$bin/sf-trainer-sim" --ranks 8 --steps "$steps" --seed "$seed" --bucket-elems 64 --launch blocking \
+  env "${door[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 \
+    "$bin/sf-trainer-sim" --ranks 8 --steps "$steps" --seed "$seed" --bucket-elems 64 --launch "$launch" \
     --stage-ms "data=1,fwd=$fwd,bwd=$bwd,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" "$@" \
     >"$dir/job.out" 2>"$dir/job.err" || { echo "$name: job failed: $(tail -2 "$dir/job.err")" >&2; failures=$((failures + 1)); return; }
   local layout_seen
@@ -92,8 +106,8 @@ hang_case() {
   read -r t p d <<<"$layout"
   local dir=$root/$name
   mkdir -p "$dir"
-  LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 SF_INJECT="hang:rank=$rank,op=$op,step=3" \
-    setsid "$bin/sf-trainer-sim" --ranks 8 --steps 100000 --bucket-elems 64 --launch blocking \
+  env "${door[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 SF_INJECT="hang:rank=$rank,op=$op,step=3" \
+    setsid "$bin/sf-trainer-sim" --ranks 8 --steps 100000 --bucket-elems 64 --launch "$launch" \
     --stage-ms "data=2,fwd=2,bwd=4,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" >/dev/null 2>&1 &
   local pid=$! code=0 headline="" deadline=$((SECONDS + 30)) result=miss first=""
   while [ $SECONDS -lt $deadline ]; do
@@ -104,8 +118,10 @@ hang_case() {
     [ "$code" = 3 ] || continue
     # The first answer that says HUNG decides whom the headline names.
     [ -n "$first" ] || first=$headline
-    grep -q "^HUNG: rank $rank never entered " <<<"$first" || { headline=$first; break; }
-    if grep -q "^HUNG: rank $rank never entered the send/recv" "$dir/hang.txt"; then
+    grep -Eq "^HUNG: rank $rank never (entered|launched) " <<<"$first" || { headline=$first; break; }
+    # The exchange named: blocking, the host waits in it ("never entered the send/recv");
+    # asynchronous, the peer's device does ("never launched send #S ... in the recv").
+    if grep -Eq "^HUNG: rank $rank never (entered the send/recv|launched (send|recv) #)" "$dir/hang.txt"; then
       result=hit
       break
     fi
@@ -138,7 +154,7 @@ for layout in "1 4 2" "2 2 2"; do
         --slow-stage "$last:bwd:$ms@$slow_step-$slow_step#$((m / 2))"
       # One rank of the last stage, every backward pass of the step: the same share in all.
       run_case "$tag-rank$((8 - 1))-bwd-$pct%-s$seed" "$layout" on "$last" 7 "$seed" \
-        --slow "7:bwd:$((ms / m + 1))@$slow_step-$slow_step"
+        "$slow_rank" "7:bwd:$((ms / m + 1))@$slow_step-$slow_step"
     done
     hang_case "$tag-missing-send-r1-s$seed" "$layout" 1 send
     [ "${SF_MATRIX_QUICK:-0}" = 1 ] || hang_case "$tag-missing-recv-r7-s$seed" "$layout" 7 recv

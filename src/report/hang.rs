@@ -12,6 +12,7 @@ use crate::analysis::blame::waits_from::{waits_from, Evidence, WaitsFrom};
 use crate::analysis::hang::device::{
     device_stall, device_threshold_ns, device_waits, DeviceStall, DeviceView, DeviceWait, Unfinished,
 };
+use crate::analysis::hang::device_chain::{device_chain, DeviceChain};
 use crate::analysis::hang::kernel_ch::{kernel_ch_stall, KernelChStall, KernelChView};
 use crate::analysis::hang::progress::RankProgress;
 use crate::analysis::hang::{
@@ -41,8 +42,8 @@ mod device;
 mod evidence;
 mod extra;
 mod stacks;
-use device::{device_stall_report, device_view, kernel_ch_view, profiler_stall, DeviceParts};
-pub use device::{DeviceStallReport, DeviceWaitReport, ProfilerStallReport};
+use device::{device_stall_report, device_view, kernel_ch_view, overruling_chain, profiler_stall, DeviceParts};
+pub use device::{DeviceChainReport, DeviceStallReport, DeviceWaitReport, ProfilerStallReport};
 use evidence::{mark_culprits, progress_verdict};
 pub use evidence::{HangEvidenceUsed, ProgressStallReport};
 pub use stacks::{HangStacks, StackAnswer, StackGroup};
@@ -97,6 +98,9 @@ pub struct HangReport {
     /// A rank whose device is stuck behind other work while its peers' devices wait for
     /// it in a collective every host launched (`analysis::hang::device`).
     pub device_stall: Option<DeviceStallReport>,
+    /// The host at the head of a chain of device waits, where the host counts named a
+    /// waiter (`analysis::hang::device_chain`): a pipeline's missing send on a GPU.
+    pub device_chain: Option<DeviceChainReport>,
     /// With the CUDA door shut: the rank whose device never began the collective its
     /// peers' devices began and wait in, from NCCL's profiler (`hang_evidence: profiler`).
     pub profiler_stall: Option<ProfilerStallReport>,
@@ -470,6 +474,7 @@ pub(crate) fn report(
     let (waits_from, why) = waits_from(&Evidence::of_job(extras.iter().map(|e| &e.evidence)));
     let views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
     let stall = device_stall(&views, d.threshold.threshold_ns);
+    let chain = stall.is_none().then(|| device_chain(&views, d.threshold.threshold_ns)).flatten();
     let waits = if stall.is_none() { device_waits(&views, d.threshold.threshold_ns) } else { Vec::new() };
     // Through NCCL's profiler, only where no device state was seen.
     let device_seen = views.iter().any(|v| v.changed_ns > 0);
@@ -494,7 +499,11 @@ pub(crate) fn report(
         .or_else(|| first_end.as_ref().and_then(|first| torn_down_while_waiting(first, &ranks)));
     let stuck_in_python =
         d.communicators.iter().filter(|c| c.stuck_ns.is_some()).all(|c| process_groups.contains(&c.comm_id));
-    let hang_evidence = if (d.hung || post_mortem.is_some()) && stuck_in_python && !process_groups.is_empty() {
+    let named = stacks::culprits(&ranks, post_mortem.as_ref());
+    let device_chain = overruling_chain(chain, &mut ranks, &named);
+    let hang_evidence = if device_chain.is_some() {
+        HangEvidenceUsed::Device
+    } else if (d.hung || post_mortem.is_some()) && stuck_in_python && !process_groups.is_empty() {
         HangEvidenceUsed::PythonCollectives
     } else if d.hung || post_mortem.is_some() {
         HangEvidenceUsed::HostCalls
@@ -524,6 +533,7 @@ pub(crate) fn report(
         waits_from,
         waits_from_reason: why.describe(),
         device_stall: stall.clone().map(device_stall_report),
+        device_chain,
         device_waits: waits.into_iter().map(DeviceWaitReport::from).collect(),
         profiler_stall: profiler_stall.map(ProfilerStallReport::from),
         progress_stall: progress_stall.map(ProgressStallReport::from),

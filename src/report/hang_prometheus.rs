@@ -188,6 +188,7 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
             changed_ns: unchanged.map_or(0, |u| NOW_NS - (u * 1e9) as u64),
             sync_since_ns: sync.map_or(0, |s| NOW_NS - (s * 1e9) as u64),
             launched: input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect(),
+            launched_p2p: input.comms.iter().map(|c| (c.comm_id, c.p2p_entered)).collect(),
             // The metrics do not carry it: the exporters' threshold stands alone.
             evidence_lag_ns: 0,
             // The exporters judged their ranks' evidence; the metrics show what they found.

@@ -107,7 +107,11 @@ fn passes_by_step(rank: &RankSteps, stage: usize, names: &StageNames) -> StagePa
             .iter()
             .filter_map(|&(id, host_ns)| {
                 let (phase, microbatch) = pass_of(names.name(id))?;
-                Some((Pass { stage, microbatch, phase }, device.get(&id).copied().unwrap_or(host_ns)))
+                // Asynchronous launches: the device's busy time, unless the host took
+                // longer to launch the pass (a slow host starves its device: the pass
+                // cannot end before its launches do).
+                let ns = device.get(&id).map_or(host_ns, |&device_ns| device_ns.max(host_ns));
+                Some((Pass { stage, microbatch, phase }, ns))
             })
             .collect();
         if !passes.is_empty() {

@@ -1,7 +1,8 @@
 //! Hangs the host cannot see: NCCL's calls return once the collective is enqueued, so in
 //! a hang every rank may have launched the same collectives (the host counts agree) while
-//! the device of one is stuck behind other work: a compute kernel that never ends, a
-//! collective of another communicator. Its peers' NCCL kernels spin in the collective,
+//! the device of one is stuck behind other work: a compute kernel that never ends (a
+//! device waiting in a collective of another communicator is a link of a chain:
+//! `device_chain`). Its peers' NCCL kernels spin in the collective,
 //! waiting for it; their hosts block later, in a synchronization, waiting too.
 //!
 //! Each rank's newest `device_state` names the oldest kernel it launched that has not
@@ -39,6 +40,8 @@ pub struct DeviceView {
     pub sync_since_ns: u64,
     /// (communicator, collectives its host launched on it): the live table's counts.
     pub launched: Vec<(u64, u64)>,
+    /// (communicator, send/recv calls its host launched on it), counted apart.
+    pub launched_p2p: Vec<(u64, u64)>,
     /// How far the log's device evidence trails the device: the longest a completed NCCL
     /// kernel waited for the `device_state` that counted it (the CUDA door reads CUPTI's
     /// buffers every `SF_CUPTI_FLUSH_MS`); 0 when unknown.
@@ -113,6 +116,17 @@ impl DeviceView {
     fn launched_on(&self, comm_id: u64) -> Option<u64> {
         self.launched.iter().find(|&&(c, _)| c == comm_id).map(|&(_, n)| n)
     }
+
+    /// The calls of `op`'s kind (collective or send/recv) its host launched on `comm_id`.
+    pub fn launched_of(&self, comm_id: u64, op: NcclOp) -> Option<u64> {
+        let counts = if op.is_p2p() { &self.launched_p2p } else { &self.launched };
+        counts.iter().find(|&&(c, _)| c == comm_id).map(|&(_, n)| n)
+    }
+
+    /// How long its host has been inside a synchronization with its device, if it is.
+    pub fn syncing_ns(&self) -> Option<u64> {
+        (self.sync_since_ns > 0).then(|| self.age_ns(self.sync_since_ns)).flatten()
+    }
 }
 
 /// The threshold a device stall is judged by: `threshold_ns`, raised to the evidence's lag.
@@ -157,9 +171,11 @@ pub fn device_stall(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceSta
     let stuck_elsewhere = |v: &&DeviceView| {
         let oldest = v.oldest.as_ref()?;
         let unfinished_ns = v.age_ns(oldest.t_launch_ns)?;
-        // A later collective of the same communicator is no other work: its device got
-        // past the one its peers' states show (theirs lag: kernel records come in batches).
-        let other_work = oldest.collective.is_none_or(|(c, _, _)| c != comm_id);
+        // Only a compute kernel is other work. A later collective of the same communicator
+        // shows its device got past the one its peers' states show (theirs lag: kernel
+        // records come in batches); one of another communicator waits for that one's
+        // members (`device_chain` follows it to the host that holds it up).
+        let other_work = oldest.collective.is_none();
         let still = v.known_age_ns(v.changed_ns)? >= threshold_ns;
         let stuck = v.known_age_ns(oldest.t_launch_ns)? >= threshold_ns;
         (other_work && still && stuck).then_some(unfinished_ns)
@@ -209,6 +225,7 @@ mod tests {
             changed_ns: 90 * SEC,
             sync_since_ns: if syncing { 91 * SEC } else { 0 },
             launched: vec![(COMM, seq)],
+            launched_p2p: Vec::new(),
             evidence_lag_ns: 0,
             complete_ns: None,
         }

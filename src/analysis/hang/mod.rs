@@ -26,6 +26,7 @@ mod classify;
 #[cfg(test)]
 mod classify_tests;
 pub mod device;
+pub mod device_chain;
 mod facts;
 pub mod kernel_ch;
 mod mismatch;

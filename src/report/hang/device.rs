@@ -74,6 +74,52 @@ pub struct DeviceStallReport {
     pub waiting_ranks: Vec<i32>,
 }
 
+/// A hang whose waiters are on the devices and whose culprit is a host
+/// (`analysis::hang::device_chain`): the host's counts named a waiter.
+#[derive(Debug, Serialize)]
+pub struct DeviceChainReport {
+    /// The ranks whose hosts never launched a call some device waits in.
+    pub culprit_ranks: Vec<i32>,
+    /// The call the first of them never launched, and its peers whose devices wait in it.
+    #[serde(serialize_with = "hex_u64")]
+    pub comm_id: u64,
+    pub comm_seq: u64,
+    pub op: NcclOp,
+    pub peer_ranks: Vec<i32>,
+    /// Every rank whose device waits in an NCCL kernel.
+    pub waiting_ranks: Vec<i32>,
+}
+
+/// The chain of device waits, when it overrules the host's counts: the ranks those name
+/// include one whose device waits in an NCCL kernel or whose host waits on its device
+/// (not a culprit, a link). Relabels the ranks: the chain's head `missing`, the false
+/// culprits `waiting` for it. `None` leaves the report as the hosts' counts made it.
+pub(super) fn overruling_chain(
+    chain: Option<DeviceChain>,
+    ranks: &mut [RankReport],
+    named: &[i32],
+) -> Option<DeviceChainReport> {
+    let chain = chain?;
+    if named.is_empty() || named.iter().all(|r| chain.culprits.contains(r)) {
+        return None;
+    }
+    for r in ranks.iter_mut() {
+        if chain.culprits.contains(&r.rank) {
+            (r.role, r.state, r.waiting_for) = (State::Missing, State::Missing, Vec::new());
+        } else if named.contains(&r.rank) || chain.waiting_ranks.contains(&r.rank) {
+            (r.role, r.state, r.waiting_for) = (State::Waiting, State::Waiting, chain.culprits.clone());
+        }
+    }
+    Some(DeviceChainReport {
+        culprit_ranks: chain.culprits,
+        comm_id: chain.comm_id,
+        comm_seq: chain.seq,
+        op: chain.op,
+        peer_ranks: chain.peers,
+        waiting_ranks: chain.waiting_ranks,
+    })
+}
+
 /// What a log's records hold of its device: the newest `device_state`, kernel names, the
 /// newest complete step, how many device records there were, and how far its device
 /// evidence trails the device.
@@ -116,14 +162,14 @@ pub(super) fn device_view(
     // A rank without a device state is a member that shows nothing: it keeps the devices
     // from naming a culprit in a collective it is part of.
     let Some(state) = *state else {
-        let launched = launched(input);
         return Some(DeviceView {
             rank: input.rank,
             now_ns: as_of_ns,
             oldest: None,
             changed_ns: 0,
             sync_since_ns: 0,
-            launched,
+            launched: launched(input, false),
+            launched_p2p: launched(input, true),
             evidence_lag_ns: *evidence_lag_ns,
             complete_ns: None,
         });
@@ -149,7 +195,8 @@ pub(super) fn device_view(
         oldest,
         changed_ns: state.changed_ns.unwrap_or(state.t_ns),
         sync_since_ns: state.sync_since_ns,
-        launched: launched(input),
+        launched: launched(input, false),
+        launched_p2p: launched(input, true),
         evidence_lag_ns: *evidence_lag_ns,
         // What is unfinished is known only as of CUPTI's last complete hand-over: later, a
         // kernel long ended may still read as unfinished (its record kept back in a buffer
@@ -168,11 +215,14 @@ fn whole_name(name: &str, kernel_names: &[(u32, String)]) -> String {
     readable_kernel_name(whole.map_or(name, |n| n)).into_owned()
 }
 
-/// Collectives the host launched per communicator: the live table's count, or the newest
-/// collective call's sequence where the records say more (a table gone with its process).
-fn launched(input: &RankInput) -> Vec<(u64, u64)> {
-    let mut launched: Vec<(u64, u64)> = input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect();
-    for c in input.calls.iter().filter(|c| c.op.is_collective() && c.seq > 0) {
+/// Collectives (or, `p2p`, send/recv calls) the host launched per communicator: the live
+/// table's count, or the newest call's sequence where the records say more (a table gone
+/// with its process).
+fn launched(input: &RankInput, p2p: bool) -> Vec<(u64, u64)> {
+    let entered = |c: &crate::core::log::reader::CommLive| if p2p { c.p2p_entered } else { c.coll_entered };
+    let mut launched: Vec<(u64, u64)> = input.comms.iter().map(|c| (c.comm_id, entered(c))).collect();
+    let kind = |op: NcclOp| if p2p { op.is_p2p() } else { op.is_collective() };
+    for c in input.calls.iter().filter(|c| kind(c.op) && c.seq > 0) {
         match launched.iter_mut().find(|(comm, _)| *comm == c.comm_id) {
             Some((_, n)) => *n = (*n).max(c.seq),
             None => launched.push((c.comm_id, c.seq)),

@@ -5,14 +5,15 @@ use std::io::{self, Write};
 
 use stagefrontier::analysis::blame::waits_from::Why;
 use stagefrontier::analysis::hang::Mismatch;
+use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
 
 use super::human::{age, first_end_line, json_name, plural, ranges, snapshot_note, LIST_AT_MOST};
 use super::table::{self, Align};
 use stagefrontier::report::hang::{
-    CommReport, DeviceStallReport, DeviceWaitReport, HangEvidenceUsed, HangReport, InjectionReport, PostMortemReport,
-    ProfilerStallReport, ProgressStallReport, RankReport,
+    CommReport, DeviceChainReport, DeviceStallReport, DeviceWaitReport, HangEvidenceUsed, HangReport, InjectionReport,
+    PostMortemReport, ProfilerStallReport, ProgressStallReport, RankReport,
 };
 
 /// The report as a person reads it.
@@ -244,6 +245,10 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     if let Some(s) = &report.device_stall {
         lines.insert(0, device_stall_line(s));
     }
+    // The head of a chain of device waits: the host counts above name waiters too.
+    if let Some(c) = &report.device_chain {
+        lines.insert(0, device_chain_line(c));
+    }
     if let Some(s) = &report.profiler_stall {
         lines.insert(0, profiler_stall_line(s));
     }
@@ -326,6 +331,38 @@ fn progress_stall_line(s: &ProgressStallReport) -> String {
         age(s.idle_s),
         place(s.step, &s.stage),
         age(s.job_idle_s)
+    )
+}
+
+/// `HUNG: rank 1 never launched its send #25 on 0x...: rank 5's device waits for it in
+/// the recv; ...`: the head of a chain of device waits.
+fn device_chain_line(c: &DeviceChainReport) -> String {
+    // The half the culprit owes: a receive waits for a send, a send for a receive.
+    let owed = match c.op {
+        NcclOp::Recv => "send",
+        NcclOp::Send => "recv",
+        op => op.name(),
+    };
+    let peers = c.peer_ranks.iter().map(|r| format!("rank {r}'s")).collect::<Vec<_>>().join(", ");
+    let behind: Vec<i32> =
+        c.waiting_ranks.iter().copied().filter(|r| !c.peer_ranks.contains(r) && !c.culprit_ranks.contains(r)).collect();
+    let behind = if behind.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} wait behind {} on their devices",
+            rank_noun(&behind),
+            if c.peer_ranks.len() == 1 { "it" } else { "them" }
+        )
+    };
+    format!(
+        "HUNG: {} never launched {owed} #{} on {:#018x}: {peers} device{} wait{} for it in the {}{behind}",
+        rank_noun(&c.culprit_ranks),
+        c.comm_seq,
+        c.comm_id,
+        if c.peer_ranks.len() == 1 { "" } else { "s" },
+        if c.peer_ranks.len() == 1 { "s" } else { "" },
+        c.op.name()
     )
 }
 
