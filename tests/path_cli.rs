@@ -14,6 +14,11 @@ use common::*;
 use serde_json::Value;
 
 fn pipeline_job(test: &str, slow_stage: Option<&str>) -> std::path::PathBuf {
+    pipeline_job_with(test, slow_stage, &[])
+}
+
+/// `pipeline_job` with `extra` flags for the simulator.
+fn pipeline_job_with(test: &str, slow_stage: Option<&str>, extra: &[&str]) -> std::path::PathBuf {
     let _serial = one_at_a_time();
     let root = log_root(test);
     let mut cmd = preloaded(&trainer_sim(), &root, "job");
@@ -31,6 +36,7 @@ fn pipeline_job(test: &str, slow_stage: Option<&str>) -> std::path::PathBuf {
     if let Some(rule) = slow_stage {
         cmd.args(["--slow-stage", rule]);
     }
+    cmd.args(extra);
     run_ok(&mut cmd);
     root.join("job")
 }
@@ -50,10 +56,32 @@ fn a_slow_pass_on_the_critical_path_is_named_with_its_stage_and_microbatch() {
     let finding = &report["finding"];
     assert_eq!((finding["stage"].as_u64(), finding["microbatch"].as_u64()), (Some(3), Some(4)), "{report:#}");
     assert_eq!((finding["phase"].as_str(), finding["step"].as_u64()), (Some("bwd"), Some(3)));
+    assert_eq!(report["passes_from"], "markers", "{report:#}");
     assert!(finding["added_ns"].as_u64() > Some(80_000_000), "{finding:#}");
     let human = Command::new(artifact("sf")).arg("path").arg(&dir).output().expect("spawn sf");
     let headline = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
     assert!(headline.contains("SLOW: pipeline stage 3, microbatch 4, bwd"), "{headline}");
+}
+
+/// Without pass markers (a job that marks its steps only), the passes come from each
+/// stage's sends and receives: stage 2's forwards 40 ms slower in step 3 (`--tp 1`, its
+/// passes all between exchanges) are the finding.
+#[test]
+fn without_pass_markers_the_passes_come_from_send_recv() {
+    let dir = pipeline_job_with("path-send-recv", Some("2:fwd:40@3-3"), &["--pass-markers", "none"]);
+    let (out, report) = sf_path(&dir);
+    assert_eq!(out.status.code(), Some(4), "{report:#}");
+    assert_eq!(report["passes_from"], "send_recv", "{report:#}");
+    let finding = &report["finding"];
+    assert_eq!((finding["stage"].as_u64(), finding["phase"].as_str()), (Some(2), Some("fwd")), "{report:#}");
+    assert_eq!(finding["step"].as_u64(), Some(3), "{finding:#}");
+    assert!(report["note"].as_str().is_some_and(|n| n.contains("not judged")), "{report:#}");
+
+    let healthy = pipeline_job_with("path-send-recv-healthy", None, &["--pass-markers", "none"]);
+    let (out, report) = sf_path(&healthy);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!((&report["finding"], &report["passes_from"]), (&Value::Null, &Value::from("send_recv")), "{report:#}");
+    assert!(report["steps_judged"].as_u64() > Some(0), "{report:#}");
 }
 
 #[test]

@@ -28,6 +28,7 @@ pub mod net;
 pub mod observer;
 pub mod parallel;
 pub mod path;
+mod path_calls;
 pub mod rank_list;
 pub mod read_budget;
 pub mod roles;

@@ -2,7 +2,10 @@
 //! `sf roles` finds and each stage's passes in its step vectors: the ordered-stage
 //! contract's forward and backward stages, one per microbatch (`model.fwd_loss_cpu_wall@M`,
 //! `model.backward_cpu_wall@M`, M the microbatch), timed on the device where the CUDA door
-//! sampled them, else on the host. A slow pass is named only when it lengthened its step.
+//! sampled them, else on the host. A rank's step without those stages (a job that marks
+//! steps only) has its passes from its sends and receives on the pipeline's communicators
+//! (`analysis::path::passes`), on the host. A slow pass is named only when it lengthened
+//! its step.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,12 +13,16 @@ use serde::Serialize;
 
 use super::frontier_waits::{self, Waits};
 use super::ls::FileError;
+use super::path_calls;
 use super::roles::{self, RankRoles};
 use super::step_vectors::{self, RankSteps, StageNames};
 use super::waits;
 use super::Failure;
+use crate::analysis::comms::grow::Aliases;
 use crate::analysis::frontier::DEFAULT_FORWARD_STAGE;
+use crate::analysis::path::passes;
 use crate::analysis::path::{slowdowns, Pass, Phase, Slowdown, StepPasses, EXCESS_SHARE, STEP_SHARE};
+use crate::analysis::roles::Role;
 use crate::core::log::reader::RankLog;
 use crate::report::discover::{self, Dirs};
 use crate::report::parallel;
@@ -37,6 +44,10 @@ pub struct PathReport {
     /// markers: in a job that launches asynchronously, launch time only, which says nothing
     /// of the device work) or "mixed".
     pub timed_on: &'static str,
+    /// Where the judged steps' pass boundaries came from: "markers" (the stages above),
+    /// "send_recv" (the ranks' pipeline sends and receives, for ranks whose steps have no
+    /// pass markers) or "mixed"; null when no step was judged.
+    pub passes_from: Option<&'static str>,
     pub excess_share: f64,
     pub step_share: f64,
     /// The slowdown that added most to a step, when it added at least `step_share` of it.
@@ -44,7 +55,8 @@ pub struct PathReport {
     /// Every slowdown: findings first, then the largest addition (absorbed ones have
     /// `added_ns` 0).
     pub slow: Vec<SlowdownView>,
-    /// Why there is nothing to judge, when there is not.
+    /// Why there is nothing to judge, when there is not; or which passes were left
+    /// unjudged because their boundaries from send/recv are bounds, not measurements.
     pub note: Option<String>,
     pub errors: Vec<FileError>,
 }
@@ -94,10 +106,23 @@ fn pass_of(name: &str) -> Option<(Phase, usize)> {
     }
 }
 
-/// Per step number, one stage's passes with their durations (ns).
-type StagePasses = BTreeMap<u64, Vec<(Pass, u64)>>;
+/// One stage's passes in one step.
+#[derive(Clone)]
+struct StageStep {
+    passes: Vec<(Pass, u64)>,
+    /// Those whose durations are bounds (`StepPasses::unjudged`).
+    unjudged: BTreeSet<Pass>,
+    /// From the rank's sends and receives (else from its pass markers).
+    from_send_recv: bool,
+    /// Timed on the device (the CUDA door sampled the step's stages).
+    on_device: bool,
+}
 
-/// Per step number, the passes of one rank at `stage`: device time where sampled.
+/// Per step number, one stage's passes.
+type StagePasses = BTreeMap<u64, StageStep>;
+
+/// Per step number, the passes of one rank at `stage` from its pass markers: device time
+/// where sampled.
 fn passes_by_step(rank: &RankSteps, stage: usize, names: &StageNames) -> StagePasses {
     let mut steps = BTreeMap::new();
     for step in &rank.steps {
@@ -115,10 +140,52 @@ fn passes_by_step(rank: &RankSteps, stage: usize, names: &StageNames) -> StagePa
             })
             .collect();
         if !passes.is_empty() {
-            steps.insert(step.step, passes);
+            let on_device = !step.device.is_empty();
+            steps.insert(step.step, StageStep { passes, unjudged: BTreeSet::new(), from_send_recv: false, on_device });
         }
     }
     steps
+}
+
+/// Where a pipeline rank's passes come from, and where its log is.
+struct StageRank<'a> {
+    stage: usize,
+    stages: usize,
+    steps: &'a RankSteps,
+    file: &'a std::path::Path,
+}
+
+/// `passes_by_step`, with each step the rank marked no passes in derived from its sends
+/// and receives on the `pipeline` communicators; a log that cannot be read gives its
+/// markers' steps only, and its error.
+fn stage_passes(
+    rank: &StageRank,
+    names: &StageNames,
+    newest: u64,
+    pipeline: &BTreeSet<u64>,
+    aliases: &Aliases,
+) -> (StagePasses, Option<FileError>) {
+    let mut steps = passes_by_step(rank.steps, rank.stage, names);
+    let unmarked: Vec<_> = rank.steps.steps.iter().filter(|s| !steps.contains_key(&s.step)).collect();
+    if unmarked.is_empty() || pipeline.is_empty() {
+        return (steps, None);
+    }
+    let log = match RankLog::open(rank.file) {
+        Ok(log) => log,
+        Err(e) => return (steps, Some(FileError { file: rank.file.display().to_string(), error: e.to_string() })),
+    };
+    for (number, calls) in path_calls::step_calls(&log, newest, &unmarked, pipeline, aliases) {
+        if let Some(derived) = passes::derive(rank.stage, rank.stages, &calls) {
+            let step = StageStep {
+                passes: derived.passes,
+                unjudged: derived.unjudged,
+                from_send_recv: true,
+                on_device: false,
+            };
+            steps.insert(number, step);
+        }
+    }
+    (steps, None)
 }
 
 pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
@@ -126,21 +193,31 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
     let newest = RECORDS.per_log(RECORDS.total()?, files.len());
     let mut errors = Vec::new();
     let mut read = Vec::new();
+    let mut file_of = BTreeMap::new();
     for (file, result) in
         files.iter().zip(parallel::read_all(&files, |f| RankLog::open(f).map(|l| RankRoles::read(&l, newest))))
     {
         match result {
-            Ok(rank) => read.push(rank),
+            Ok(rank) => {
+                if let Ok(global) = u32::try_from(rank.global_rank) {
+                    file_of.insert(global, file.as_path());
+                }
+                read.push(rank);
+            }
             Err(e) => errors.push(FileError { file: file.display().to_string(), error: e.to_string() }),
         }
     }
     let roles = roles::infer(&read);
+    let aliases = Aliases::of(read.iter().flat_map(|r| &r.created));
+    let pipeline_comms: BTreeSet<u64> =
+        roles.communicators.iter().filter(|c| c.role == Role::Pp).map(|c| c.comm_id).collect();
     let pipelines = roles.pipelines.clone();
     let mut report = PathReport {
         dir: dirs.display(),
         pipelines: pipelines.clone(),
         steps_judged: 0,
         timed_on: "host",
+        passes_from: None,
         excess_share: EXCESS_SHARE,
         step_share: STEP_SHARE,
         finding: None,
@@ -155,14 +232,29 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
     let job = step_vectors::read_ranks(dirs, "path")?;
     let by_rank: BTreeMap<u32, &RankSteps> = job.ranks.iter().map(|r| (r.rank, r)).collect();
     // Per pipeline, per stage, the passes per step number.
+    let stage_ranks: Vec<Vec<Option<StageRank>>> = pipelines
+        .iter()
+        .map(|pipeline| {
+            let stages = pipeline.len();
+            let at = |(stage, rank): (usize, &u32)| {
+                Some(StageRank { stage, stages, steps: by_rank.get(rank)?, file: file_of.get(rank)? })
+            };
+            pipeline.iter().enumerate().map(at).collect()
+        })
+        .collect();
+    let flat: Vec<&Option<StageRank>> = stage_ranks.iter().flatten().collect();
+    let mut read_stages = parallel::read_all(&flat, |rank| match rank {
+        Some(rank) => stage_passes(rank, &job.names, newest, &pipeline_comms, &aliases),
+        None => (StagePasses::new(), None),
+    })
+    .into_iter();
     let mut per_pipeline: Vec<Vec<StagePasses>> = Vec::new();
-    for pipeline in &pipelines {
-        let stages = pipeline
-            .iter()
-            .enumerate()
-            .map(|(stage, rank)| by_rank.get(rank).map(|r| passes_by_step(r, stage, &job.names)).unwrap_or_default())
-            .collect();
-        per_pipeline.push(stages);
+    for pipeline in &stage_ranks {
+        let stages = read_stages.by_ref().take(pipeline.len()).map(|(passes, error)| {
+            report.errors.extend(error);
+            passes
+        });
+        per_pipeline.push(stages.collect());
     }
     // The steps every stage of every pipeline has.
     let mut common: Option<BTreeSet<u64>> = None;
@@ -174,30 +266,44 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         });
     }
     // The first step warms up (communicators connect, caches fill): it is no baseline.
-    let step_numbers: Vec<u64> = common.unwrap_or_default().into_iter().skip(1).collect();
+    // A step whose stages disagree on the microbatches (a stage's calls lost) is no graph.
+    let same_microbatches = |n: &u64| {
+        per_pipeline.iter().all(|stages| stages.windows(2).all(|w| w[0][n].passes.len() == w[1][n].passes.len()))
+    };
+    let step_numbers: Vec<u64> = common.unwrap_or_default().into_iter().skip(1).filter(same_microbatches).collect();
     if step_numbers.is_empty() {
         report.note = Some(format!(
             "no step in which every pipeline stage recorded its passes: the critical path needs the stages \
-             {DEFAULT_FORWARD_STAGE}@M and {BACKWARD_STAGE}@M (M the microbatch) on every rank"
+             {DEFAULT_FORWARD_STAGE}@M and {BACKWARD_STAGE}@M (M the microbatch) on every rank, or step markers \
+             around 1F1B sends and receives on the pipeline's communicators"
         ));
         return Ok(report);
     }
-    let steps: Vec<Vec<StepPasses>> = step_numbers
+    let judged: Vec<Vec<Vec<&StageStep>>> = step_numbers
         .iter()
-        .map(|n| {
-            per_pipeline
+        .map(|n| per_pipeline.iter().map(|stages| stages.iter().map(|s| &s[n]).collect()).collect())
+        .collect();
+    let steps: Vec<Vec<StepPasses>> = judged
+        .iter()
+        .map(|pipelines| {
+            pipelines
                 .iter()
-                .map(|stages| StepPasses { stages: stages.iter().map(|s| s[n].clone()).collect() })
+                .map(|stages| StepPasses {
+                    stages: stages.iter().map(|s| s.passes.clone()).collect(),
+                    unjudged: stages.iter().flat_map(|s| s.unjudged.iter().copied()).collect(),
+                })
                 .collect()
         })
         .collect();
     report.steps_judged = steps.len();
-    let sampled = |r: &&RankSteps| r.steps.iter().any(|s| !s.device.is_empty());
-    report.timed_on = match job.ranks.iter().filter(sampled).count() {
-        0 => "host",
-        n if n == job.ranks.len() => "device",
+    let all: Vec<&StageStep> = judged.iter().flatten().flatten().copied().collect();
+    let share = |of: fn(&StageStep) -> bool, yes, no| match all.iter().filter(|s| of(s)).count() {
+        0 => no,
+        n if n == all.len() => yes,
         _ => "mixed",
     };
+    report.timed_on = share(|s| s.on_device, "device", "host");
+    report.passes_from = Some(share(|s| s.from_send_recv, "send_recv", "markers"));
     // Host times of passes whose work the device does later say nothing of the device:
     // an asynchronous job without device evidence is not judged.
     let (_, why) = waits::waits_from_of(&job.ranks);
@@ -208,6 +314,16 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
             why.describe()
         ));
         return Ok(report);
+    }
+    let unjudged: BTreeSet<Pass> = all.iter().flat_map(|s| s.unjudged.iter().copied()).collect();
+    if !unjudged.is_empty() {
+        report.note = Some(format!(
+            "{} passes have boundaries from send/recv that are bounds, not measurements, and are not judged: the \
+             last stage's forward and backward of a microbatch, and the first stage's backward and next forward, \
+             have no exchange between them (each pair is one span, its time on the first); the first stage's first \
+             forward runs from the step's start and its last backward to its next other call",
+            unjudged.len()
+        ));
     }
     report.slow = slowdowns(&steps)
         .into_iter()

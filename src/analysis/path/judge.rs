@@ -100,7 +100,7 @@ pub fn slowdowns(steps: &[Vec<StepPasses>]) -> Vec<Slowdown> {
                 })
             };
             let mut by_stage_phase: BTreeMap<(usize, Phase), Vec<(Pass, u64)>> = BTreeMap::new();
-            for &(pass, d) in passes.stages.iter().flatten() {
+            for &(pass, d) in passes.stages.iter().flatten().filter(|(p, _)| !passes.unjudged.contains(p)) {
                 let e = expected[&pass];
                 if d > e {
                     by_stage_phase.entry((pass.stage, pass.phase)).or_default().push((pass, d));

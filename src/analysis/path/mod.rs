@@ -10,8 +10,9 @@
 //! times, device evidence) is the report's business.
 
 mod judge;
+pub mod passes;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -37,6 +38,9 @@ pub struct Pass {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepPasses {
     pub stages: Vec<Vec<(Pass, u64)>>,
+    /// Passes whose duration is a bound, not a measurement (`passes::derive`): they time
+    /// the graph but are never named slow, since their excess may be another pass's.
+    pub unjudged: BTreeSet<Pass>,
 }
 
 /// The longest path through a step's graph and every pass's slack.

@@ -1,0 +1,221 @@
+//! Pass boundaries from a pipeline stage's send/recv calls, for a job without
+//! per-microbatch pass markers (a Megatron job with tensor parallelism 1 marks no passes:
+//! its passes are what lies between its pipeline exchanges).
+//!
+//! The stage runs Megatron's non-interleaved 1F1B (`forward_backward_pipelining_without_
+//! interleaving`): stage s of P with M microbatches runs w = min(P-s-1, M) warm-up
+//! forwards, M-w (forward, backward) pairs, then w backwards, and exchanges with its
+//! neighbours between passes: a lone recv or send, or a send grouped with the receive
+//! the next pass needs (`send_forward_recv_backward`, `send_backward_recv_forward`), each
+//! one NCCL group. M is the one whose schedule has the exchanges the rank made.
+//!
+//! A pass runs from the return of the exchange before it to the entry of the exchange
+//! after it. Where the schedule has no exchange on one side of a pass, the time is a
+//! bound, not a measurement, and the pass is marked unjudged:
+//! - two passes with no exchange between them (the last stage's forward then backward of
+//!   a microbatch; the first stage's backward then its next forward) are one span whose
+//!   split is unknown: the first pass carries the whole span and the second 0, which
+//!   gives the graph the same timing as any split (the first's only successor is the
+//!   second, the second's only predecessor the first);
+//! - the first stage's first forward starts at the step's start (after the data loading),
+//!   its last backward ends at the stage's next other NCCL call (the gradient reduction),
+//!   else at the step's end.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Pass, Phase};
+
+/// What a host call is to the pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    GroupStart,
+    GroupEnd,
+    /// A send or receive on a pipeline communicator.
+    Send,
+    Recv,
+    /// Any other call with a communicator.
+    Other,
+}
+
+/// One NCCL call of a rank's host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostCall {
+    pub tid: u32,
+    pub kind: CallKind,
+    pub enter_ns: u64,
+    pub exit_ns: u64,
+    /// The thread's group nesting depth when the call entered.
+    pub group_depth: u16,
+}
+
+/// One exchange with a pipeline neighbour: a group of sends and receives (from the group's
+/// start to its end's return, where the host waits for a blocking transfer), or one
+/// ungrouped send or receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    pub enter_ns: u64,
+    pub exit_ns: u64,
+    pub sends: bool,
+    pub recvs: bool,
+}
+
+/// A rank's exchanges, in entry order, and the entry times of its other calls (groups
+/// without a pipeline transfer counted from their start), ascending.
+pub fn exchanges(calls: &[HostCall]) -> (Vec<Exchange>, Vec<u64>) {
+    let mut done = Vec::new();
+    let mut others = Vec::new();
+    // Per thread: the outermost open group's start and what it held.
+    let mut open: BTreeMap<u32, (u64, bool, bool)> = BTreeMap::new();
+    for call in calls {
+        let group = open.get_mut(&call.tid);
+        match (call.kind, group) {
+            (CallKind::GroupStart, _) if call.group_depth == 0 => {
+                open.insert(call.tid, (call.enter_ns, false, false));
+            }
+            (CallKind::GroupStart, _) => {}
+            (CallKind::Send, Some(g)) if call.group_depth > 0 => g.1 = true,
+            (CallKind::Recv, Some(g)) if call.group_depth > 0 => g.2 = true,
+            (CallKind::Send | CallKind::Recv, _) => done.push(Exchange {
+                enter_ns: call.enter_ns,
+                exit_ns: call.exit_ns,
+                sends: call.kind == CallKind::Send,
+                recvs: call.kind == CallKind::Recv,
+            }),
+            // The outermost group's end entered at depth 1 (0: an unbalanced end, which
+            // closes nothing either).
+            (CallKind::GroupEnd, Some(_)) if call.group_depth <= 1 => {
+                if let Some((enter_ns, sends, recvs)) = open.remove(&call.tid) {
+                    if sends || recvs {
+                        done.push(Exchange { enter_ns, exit_ns: call.exit_ns, sends, recvs });
+                    } else {
+                        others.push(enter_ns);
+                    }
+                }
+            }
+            (CallKind::GroupEnd, _) => {}
+            (CallKind::Other, Some(_)) => {}
+            (CallKind::Other, None) => others.push(call.enter_ns),
+        }
+    }
+    done.sort_by_key(|e| e.enter_ns);
+    others.sort_unstable();
+    (done, others)
+}
+
+/// One step of one rank: its window (the step markers') and its calls in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepCalls {
+    pub begin_ns: u64,
+    pub end_ns: u64,
+    pub exchanges: Vec<Exchange>,
+    /// Entry times of the rank's other calls, ascending.
+    pub others: Vec<u64>,
+}
+
+/// A stage's passes of one step, as `StepPasses` takes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Derived {
+    pub microbatches: usize,
+    pub passes: Vec<(Pass, u64)>,
+    /// Passes whose time is a bound, not a measurement (see the module's notes).
+    pub unjudged: BTreeSet<Pass>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Item {
+    Exchange { sends: bool, recvs: bool },
+    Compute(Pass),
+}
+
+/// Stage `stage`'s 1F1B actions: Megatron's order of passes and exchanges.
+fn schedule(stage: usize, stages: usize, microbatches: usize) -> Vec<Item> {
+    let (first, last) = (stage == 0, stage + 1 == stages);
+    let mut items = Vec::new();
+    // A forward's activations go to the next stage, a backward's gradients to the previous
+    // one; the ends of the pipeline have no neighbour on one side.
+    let exchange = |sends: bool, recvs: bool, items: &mut Vec<Item>| {
+        if sends || recvs {
+            items.push(Item::Exchange { sends, recvs });
+        }
+    };
+    let compute = |microbatch, phase| Item::Compute(Pass { stage, microbatch, phase });
+    let warmup = (stages - stage - 1).min(microbatches);
+    let remaining = microbatches - warmup;
+    for mb in 0..warmup {
+        exchange(false, !first, &mut items);
+        items.push(compute(mb, Phase::Fwd));
+        exchange(!last, false, &mut items);
+    }
+    if remaining > 0 {
+        exchange(false, !first, &mut items);
+    }
+    for i in 0..remaining {
+        items.push(compute(warmup + i, Phase::Fwd));
+        // send_forward_recv_backward
+        exchange(!last, !last, &mut items);
+        items.push(compute(i, Phase::Bwd));
+        // send_backward_recv_forward, without the receive after the last steady forward
+        exchange(!first, !first && i + 1 < remaining, &mut items);
+    }
+    for mb in remaining..microbatches {
+        exchange(false, !last, &mut items);
+        items.push(compute(mb, Phase::Bwd));
+        exchange(!first, false, &mut items);
+    }
+    items
+}
+
+/// The passes of stage `stage` of `stages` in `step`, from its exchanges; None when no
+/// microbatch count gives a 1F1B schedule with exactly those exchanges (another schedule,
+/// or calls lost).
+pub fn derive(stage: usize, stages: usize, step: &StepCalls) -> Option<Derived> {
+    if stage >= stages || stages < 2 {
+        return None;
+    }
+    let seen: Vec<Item> = step.exchanges.iter().map(|e| Item::Exchange { sends: e.sends, recvs: e.recvs }).collect();
+    // Every microbatch is at least one exchange, so M is at most their count.
+    let (microbatches, items) = (1..=seen.len()).find_map(|m| {
+        let items = schedule(stage, stages, m);
+        let shape = items.iter().filter(|i| matches!(i, Item::Exchange { .. })).copied();
+        shape.eq(seen.iter().copied()).then_some((m, items))
+    })?;
+    let mut derived = Derived { microbatches, passes: Vec::new(), unjudged: BTreeSet::new() };
+    // The passes since the last exchange, and where they started (None: the step's start).
+    let mut run: Vec<Pass> = Vec::new();
+    let mut since: Option<u64> = None;
+    let mut flush = |run: &mut Vec<Pass>, since: Option<u64>, until: Option<u64>| {
+        if run.is_empty() {
+            return;
+        }
+        let start = since.unwrap_or(step.begin_ns);
+        // After the last exchange: the next other call bounds the pass, else the step's end.
+        let end = until.unwrap_or_else(|| {
+            step.others.iter().copied().find(|&t| t >= start && t < step.end_ns).unwrap_or(step.end_ns)
+        });
+        let measured = run.len() == 1 && since.is_some() && until.is_some();
+        for (i, &pass) in run.iter().enumerate() {
+            derived.passes.push((pass, if i == 0 { end.saturating_sub(start) } else { 0 }));
+            if !measured {
+                derived.unjudged.insert(pass);
+            }
+        }
+        run.clear();
+    };
+    let mut at = step.exchanges.iter();
+    for item in items {
+        match item {
+            Item::Compute(pass) => run.push(pass),
+            Item::Exchange { .. } => {
+                let exchange = at.next()?;
+                flush(&mut run, since, Some(exchange.enter_ns));
+                since = Some(exchange.exit_ns);
+            }
+        }
+    }
+    flush(&mut run, since, None);
+    Some(derived)
+}
+
+#[cfg(test)]
+#[path = "passes_tests.rs"]
+mod tests;

@@ -1,0 +1,64 @@
+//! A pipeline rank's steps without pass markers, as `analysis::path::passes` reads them:
+//! each step's window (its step vector) and the rank's NCCL calls in it, its sends and
+//! receives on the pipeline's communicators told apart from the rest.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::analysis::comms::grow::Aliases;
+use crate::analysis::path::passes::{self, CallKind, HostCall, StepCalls};
+use crate::core::log::format::Region;
+use crate::core::log::nccl_op::NcclOp;
+use crate::core::log::reader::RankLog;
+use crate::core::log::records::RecordBody;
+use crate::report::step_vectors::RankStep;
+
+/// Per step number of `steps`, the rank's calls in its window, from the newest `keep`
+/// event records of `log`; `pipeline` holds the pipeline communicators' ids as `aliases`
+/// names them.
+pub fn step_calls(
+    log: &RankLog,
+    keep: u64,
+    steps: &[&RankStep],
+    pipeline: &BTreeSet<u64>,
+    aliases: &Aliases,
+) -> BTreeMap<u64, StepCalls> {
+    let mut calls = Vec::new();
+    log.scan_newest(Region::Events, keep, |record| {
+        let RecordBody::NcclCall(c) = record.body else { return };
+        if c.t_exit_ns < c.t_enter_ns {
+            return;
+        }
+        let kind = match c.op {
+            NcclOp::GroupStart => CallKind::GroupStart,
+            op if op.ends_group() => CallKind::GroupEnd,
+            _ if c.comm_id == 0 => return,
+            NcclOp::Send if pipeline.contains(&aliases.canonical(c.comm_id)) => CallKind::Send,
+            NcclOp::Recv if pipeline.contains(&aliases.canonical(c.comm_id)) => CallKind::Recv,
+            _ => CallKind::Other,
+        };
+        calls.push(HostCall {
+            tid: c.tid,
+            kind,
+            enter_ns: c.t_enter_ns,
+            exit_ns: c.t_exit_ns,
+            group_depth: c.group_depth,
+        });
+    });
+    // Records are written as calls return: a group's start returns before its end enters,
+    // so entry order is the threads' call order.
+    calls.sort_by_key(|c| c.enter_ns);
+    let (exchanges, others) = passes::exchanges(&calls);
+    let oldest = calls.first().map_or(u64::MAX, |c| c.enter_ns);
+    steps
+        .iter()
+        // A step that began before the oldest call held may have lost its first exchanges.
+        .filter(|s| s.t_begin_ns >= oldest)
+        .map(|s| {
+            let (begin_ns, end_ns) = (s.t_begin_ns, s.t_begin_ns.saturating_add(s.wall_ns));
+            let inside = |t: u64| t >= begin_ns && t <= end_ns;
+            let exchanges = exchanges.iter().filter(|e| inside(e.enter_ns) && e.exit_ns <= end_ns).copied().collect();
+            let others = others.iter().copied().filter(|&t| inside(t)).collect();
+            (s.step, StepCalls { begin_ns, end_ns, exchanges, others })
+        })
+        .collect()
+}
