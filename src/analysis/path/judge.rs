@@ -11,7 +11,9 @@
 //! summed). Either is a finding by what it added to the step (the critical path recomputed
 //! with those passes at their expected durations): `STEP_SHARE` of the step at least, the
 //! low end of the slowdowns that matter (a busy host's scheduling hiccups reach a few
-//! percent of a short step).
+//! percent of a short step). A pass whose duration is only a bound
+//! (`StepPasses::unjudged`) is neither judged nor part of its stage's group: its excess
+//! may be its neighbour's.
 
 use std::collections::BTreeMap;
 
