@@ -14,7 +14,7 @@
 # launched ...") from the first answer that exits 3 on (ranks further down the pipeline
 # wait in their own receives and must not take the headline), and a HUNG line naming the
 # exchange: "rank R never entered the send/recv ..." (asynchronous: "rank R never
-# launched send #S ...").
+# launched the send rank P's device waits for in recv #S ...").
 #
 # Pass criteria: `sf roles` reads the layout; every missing exchange is named; on-path cases exit 4 with the slow stage
 # (pipeline stage N, 0-based) in the headline, and for a slow rank that rank (as the pass's
@@ -120,8 +120,8 @@ hang_case() {
     [ -n "$first" ] || first=$headline
     grep -Eq "^HUNG: rank $rank never (entered|launched) " <<<"$first" || { headline=$first; break; }
     # The exchange named: blocking, the host waits in it ("never entered the send/recv");
-    # asynchronous, the peer's device does ("never launched send #S ... in the recv").
-    if grep -Eq "^HUNG: rank $rank never (entered the send/recv|launched (send|recv) #)" "$dir/hang.txt"; then
+    # asynchronous, the peer's device does ("never launched the send rank P's device ...").
+    if grep -Eq "^HUNG: rank $rank never (entered the send/recv|launched the (send|recv) )" "$dir/hang.txt"; then
       result=hit
       break
     fi

@@ -42,7 +42,10 @@ mod device;
 mod evidence;
 mod extra;
 mod stacks;
-use device::{device_stall_report, device_view, kernel_ch_view, overruling_chain, profiler_stall, DeviceParts};
+use device::{
+    device_stall_report, device_view, kernel_ch_view, overruling_chain, place_members, profiler_stall, unsettled_names,
+    DeviceParts,
+};
 pub use device::{DeviceChainReport, DeviceStallReport, DeviceWaitReport, ProfilerStallReport};
 use evidence::{mark_culprits, progress_verdict};
 pub use evidence::{HangEvidenceUsed, ProgressStallReport};
@@ -101,6 +104,9 @@ pub struct HangReport {
     /// The host at the head of a chain of device waits, where the host counts named a
     /// waiter (`analysis::hang::device_chain`): a pipeline's missing send on a GPU.
     pub device_chain: Option<DeviceChainReport>,
+    /// The ranks the host counts named while every one of them waited on its device: no
+    /// verdict until the device evidence says whom they wait for (empty otherwise).
+    pub device_pending: Vec<i32>,
     /// With the CUDA door shut: the rank whose device never began the collective its
     /// peers' devices began and wait in, from NCCL's profiler (`hang_evidence: profiler`).
     pub profiler_stall: Option<ProfilerStallReport>,
@@ -472,7 +478,8 @@ pub(crate) fn report(
     errors: Vec<FileError>,
 ) -> HangReport {
     let (waits_from, why) = waits_from(&Evidence::of_job(extras.iter().map(|e| &e.evidence)));
-    let views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
+    let mut views: Vec<DeviceView> = extras.iter_mut().filter_map(|e| e.device.take()).collect();
+    place_members(&mut views, &d.communicators);
     let stall = device_stall(&views, d.threshold.threshold_ns);
     let chain = stall.is_none().then(|| device_chain(&views, d.threshold.threshold_ns)).flatten();
     let waits = if stall.is_none() { device_waits(&views, d.threshold.threshold_ns) } else { Vec::new() };
@@ -501,8 +508,12 @@ pub(crate) fn report(
         d.communicators.iter().filter(|c| c.stuck_ns.is_some()).all(|c| process_groups.contains(&c.comm_id));
     let named = stacks::culprits(&ranks, post_mortem.as_ref());
     let device_chain = overruling_chain(chain, &mut ranks, &named);
+    let unsettled = device_chain.is_none() && stall.is_none() && post_mortem.is_none() && d.hung;
+    let device_pending = if unsettled { unsettled_names(&mut ranks, &named, &views) } else { Vec::new() };
     let hang_evidence = if device_chain.is_some() {
         HangEvidenceUsed::Device
+    } else if !device_pending.is_empty() {
+        HangEvidenceUsed::None
     } else if (d.hung || post_mortem.is_some()) && stuck_in_python && !process_groups.is_empty() {
         HangEvidenceUsed::PythonCollectives
     } else if d.hung || post_mortem.is_some() {
@@ -514,7 +525,8 @@ pub(crate) fn report(
     } else {
         HangEvidenceUsed::None
     };
-    let (progress_threshold, progress_stall) = progress_verdict(&marked, t, hang_evidence == HangEvidenceUsed::None);
+    let judge_progress = hang_evidence == HangEvidenceUsed::None && device_pending.is_empty();
+    let (progress_threshold, progress_stall) = progress_verdict(&marked, t, judge_progress);
     let hang_evidence = if progress_stall.is_some() { HangEvidenceUsed::Progress } else { hang_evidence };
     if let Some(s) = &progress_stall {
         mark_culprits(&mut ranks, &s.behind_ranks, State::Behind);
@@ -534,6 +546,7 @@ pub(crate) fn report(
         waits_from_reason: why.describe(),
         device_stall: stall.clone().map(device_stall_report),
         device_chain,
+        device_pending,
         device_waits: waits.into_iter().map(DeviceWaitReport::from).collect(),
         profiler_stall: profiler_stall.map(ProfilerStallReport::from),
         progress_stall: progress_stall.map(ProgressStallReport::from),

@@ -189,6 +189,9 @@ pub fn build(url: &str, job: &str, options: &HangOptions) -> Result<HangReport, 
             sync_since_ns: sync.map_or(0, |s| NOW_NS - (s * 1e9) as u64),
             launched: input.comms.iter().map(|c| (c.comm_id, c.coll_entered)).collect(),
             launched_p2p: input.comms.iter().map(|c| (c.comm_id, c.p2p_entered)).collect(),
+            comm_ranks: input.comms.iter().map(|c| (c.comm_id, c.rank)).collect(),
+            // The metrics carry no send/recv peer: no chain through a pipeline's exchanges.
+            oldest_peer: None,
             // The metrics do not carry it: the exporters' threshold stands alone.
             evidence_lag_ns: 0,
             // The exporters judged their ranks' evidence; the metrics show what they found.

@@ -42,6 +42,11 @@ pub struct DeviceView {
     pub launched: Vec<(u64, u64)>,
     /// (communicator, send/recv calls its host launched on it), counted apart.
     pub launched_p2p: Vec<(u64, u64)>,
+    /// (communicator, its rank in it), to find a send/recv's peer among the views.
+    pub comm_ranks: Vec<(u64, i32)>,
+    /// The peer (its rank in the communicator) of the send/recv its oldest unfinished
+    /// kernel is, when the calls held say.
+    pub oldest_peer: Option<i32>,
     /// How far the log's device evidence trails the device: the longest a completed NCCL
     /// kernel waited for the `device_state` that counted it (the CUDA door reads CUPTI's
     /// buffers every `SF_CUPTI_FLUSH_MS`); 0 when unknown.
@@ -121,6 +126,11 @@ impl DeviceView {
     pub fn launched_of(&self, comm_id: u64, op: NcclOp) -> Option<u64> {
         let counts = if op.is_p2p() { &self.launched_p2p } else { &self.launched };
         counts.iter().find(|&&(c, _)| c == comm_id).map(|&(_, n)| n)
+    }
+
+    /// The view of the rank that is `comm_rank` of `comm_id`.
+    pub fn is_member(&self, comm_id: u64, comm_rank: i32) -> bool {
+        self.comm_ranks.contains(&(comm_id, comm_rank))
     }
 
     /// How long its host has been inside a synchronization with its device, if it is.
@@ -226,6 +236,8 @@ mod tests {
             sync_since_ns: if syncing { 91 * SEC } else { 0 },
             launched: vec![(COMM, seq)],
             launched_p2p: Vec::new(),
+            comm_ranks: Vec::new(),
+            oldest_peer: None,
             evidence_lag_ns: 0,
             complete_ns: None,
         }

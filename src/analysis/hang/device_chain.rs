@@ -52,12 +52,20 @@ pub fn device_chain(views: &[DeviceView], threshold_ns: u64) -> Option<DeviceCha
     let waits_itself = |v: &DeviceView| {
         stuck.iter().any(|(rank, _)| *rank == v.rank) || v.syncing_ns().is_some_and(|ns| ns >= threshold_ns)
     };
-    // Per held call, the members whose hosts never launched it and wait for nothing.
+    // Per held call, who holds it: a send/recv waits for its peer alone (each rank numbers
+    // its own sends and receives: their sequences say nothing across ranks), a
+    // collective for the members whose hosts never launched it. Those that wait for
+    // nothing themselves head the chain.
     let mut heads: Vec<(i32, (u64, u64, NcclOp), i32)> = Vec::new();
     for &(waiter, (comm_id, seq, op)) in &stuck {
+        let peer = views.iter().find(|v| v.rank == waiter).and_then(|v| v.oldest_peer);
         for v in views.iter().filter(|v| v.rank != waiter) {
-            let behind = v.launched_of(comm_id, op).is_some_and(|n| n < seq);
-            if behind && !waits_itself(v) {
+            let holds = match (op.is_p2p(), peer) {
+                (true, Some(peer)) => v.is_member(comm_id, peer),
+                (true, None) => false,
+                (false, _) => v.launched_of(comm_id, op).is_some_and(|n| n < seq),
+            };
+            if holds && !waits_itself(v) {
                 heads.push((v.rank, (comm_id, seq, op), waiter));
             }
         }
@@ -89,7 +97,8 @@ mod tests {
     const DP: u64 = 0xc3;
 
     /// A rank at 100 s whose device has been in `call` since 90 s (none: idle), whose
-    /// host syncs since 91 s or not, with its hosts' launch counts.
+    /// host syncs since 91 s or not, with its hosts' launch counts; its rank in every
+    /// communicator is its global rank.
     fn rank(
         rank: i32,
         call: Option<(u64, u64, NcclOp)>,
@@ -97,6 +106,7 @@ mod tests {
         coll: &[(u64, u64)],
         p2p: &[(u64, u64)],
     ) -> DeviceView {
+        let comms: Vec<(u64, i32)> = coll.iter().chain(p2p).map(|&(c, _)| (c, rank)).collect();
         DeviceView {
             rank,
             now_ns: Some(100 * SEC),
@@ -110,6 +120,8 @@ mod tests {
             sync_since_ns: if syncing { 91 * SEC } else { 0 },
             launched: coll.to_vec(),
             launched_p2p: p2p.to_vec(),
+            comm_ranks: comms,
+            oldest_peer: None,
             evidence_lag_ns: 0,
             complete_ns: None,
         }
@@ -122,16 +134,38 @@ mod tests {
         // (rank 4's data-parallel peer) in the reduce-scatter rank 4's host never launched,
         // its host syncing. Ranks 4 and 5 count short on the data-parallel communicator:
         // they are waiters, not culprits.
-        let views = [
-            rank(1, None, false, &[(TP, 24), (DP, 25)], &[(PP, 24)]),
+        let mut views = [
+            // Rank 1's own tensor- and data-parallel communicators are others.
+            rank(1, None, false, &[(TP + 1, 24), (DP + 1, 25)], &[(PP, 24)]),
             rank(5, Some((PP, 25, NcclOp::Recv)), true, &[(TP, 25), (DP, 25)], &[(PP, 25)]),
             rank(4, Some((TP, 25, NcclOp::AllReduce)), true, &[(TP, 25), (DP, 25)], &[]),
             rank(6, Some((DP, 26, NcclOp::ReduceScatter)), true, &[(DP, 26)], &[]),
         ];
+        assert_eq!(device_chain(&views, SEC), None, "a receive whose peer the calls do not say names nobody");
+        views[1].oldest_peer = Some(1);
         let chain = device_chain(&views, SEC).unwrap();
         assert_eq!(chain.culprits, vec![1]);
         assert_eq!((chain.comm_id, chain.seq, chain.op, chain.peers.clone()), (PP, 25, NcclOp::Recv, vec![5]));
         assert_eq!(chain.waiting_ranks, vec![4, 5, 6]);
+    }
+
+    #[test]
+    fn a_pipelines_receives_are_followed_peer_by_peer_on_one_communicator() {
+        // Four stages on one pipeline communicator (ranks 1, 3, 5, 7): each later stage's
+        // device waits in a receive from the stage before; their send/recv counts differ
+        // by position, so only the peers say who waits for whom. Rank 1 stopped.
+        let mut views = [
+            rank(1, None, false, &[], &[(PP, 40)]),
+            rank(3, Some((PP, 61, NcclOp::Recv)), true, &[], &[(PP, 61)]),
+            rank(5, Some((PP, 63, NcclOp::Recv)), true, &[], &[(PP, 63)]),
+            rank(7, Some((PP, 49, NcclOp::Recv)), true, &[], &[(PP, 49)]),
+        ];
+        for (view, peer) in views.iter_mut().skip(1).zip([1, 3, 5]) {
+            view.oldest_peer = Some(peer);
+        }
+        let chain = device_chain(&views, SEC).unwrap();
+        assert_eq!((chain.culprits.clone(), chain.peers.clone(), chain.seq), (vec![1], vec![3], 61));
+        assert_eq!(chain.waiting_ranks, vec![3, 5, 7]);
     }
 
     #[test]

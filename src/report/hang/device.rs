@@ -103,13 +103,8 @@ pub(super) fn overruling_chain(
     if named.is_empty() || named.iter().all(|r| chain.culprits.contains(r)) {
         return None;
     }
-    for r in ranks.iter_mut() {
-        if chain.culprits.contains(&r.rank) {
-            (r.role, r.state, r.waiting_for) = (State::Missing, State::Missing, Vec::new());
-        } else if named.contains(&r.rank) || chain.waiting_ranks.contains(&r.rank) {
-            (r.role, r.state, r.waiting_for) = (State::Waiting, State::Waiting, chain.culprits.clone());
-        }
-    }
+    let waiters: Vec<i32> = named.iter().chain(&chain.waiting_ranks).copied().collect();
+    relabel(ranks, &chain.culprits, &waiters);
     Some(DeviceChainReport {
         culprit_ranks: chain.culprits,
         comm_id: chain.comm_id,
@@ -118,6 +113,45 @@ pub(super) fn overruling_chain(
         peer_ranks: chain.peers,
         waiting_ranks: chain.waiting_ranks,
     })
+}
+
+/// Adds each rank's place in the communicators the analysis placed (a split's members,
+/// ordered by key), which a split's creation record does not know.
+pub(super) fn place_members(views: &mut [DeviceView], comms: &[CommVerdict]) {
+    for (comm_id, m) in comms.iter().flat_map(|c| c.members.iter().map(move |m| (c.comm_id, m))) {
+        if let Some(v) = views.iter_mut().find(|v| v.rank == m.rank && m.comm_rank >= 0) {
+            v.comm_ranks.push((comm_id, m.comm_rank));
+        }
+    }
+}
+
+/// The host counts' verdict while the devices have not settled it: ranks it names whose
+/// hosts wait on their devices are links of a chain whose device evidence is not old
+/// enough yet to say whom they wait for (it trails the devices by the CUDA door's buffer
+/// reads). They wait for the others named; when every one named waits so, they come back
+/// (`device_pending`): no verdict until the evidence is old enough.
+pub(super) fn unsettled_names(ranks: &mut [RankReport], named: &[i32], views: &[DeviceView]) -> Vec<i32> {
+    let syncing = |r: &&i32| views.iter().any(|v| v.rank == **r && v.sync_since_ns > 0);
+    let (on_devices, on_hosts): (Vec<i32>, Vec<i32>) = named.iter().partition(syncing);
+    if on_hosts.is_empty() {
+        return on_devices;
+    }
+    if !on_devices.is_empty() {
+        relabel(ranks, &on_hosts, named);
+    }
+    Vec::new()
+}
+
+/// Marks `culprits` missing and the other ranks of `waiters` waiting for them: the host
+/// counts' verdict on ranks the devices show waiting.
+pub(super) fn relabel(ranks: &mut [RankReport], culprits: &[i32], waiters: &[i32]) {
+    for r in ranks.iter_mut() {
+        if culprits.contains(&r.rank) {
+            (r.role, r.state, r.waiting_for) = (State::Missing, State::Missing, Vec::new());
+        } else if waiters.contains(&r.rank) {
+            (r.role, r.state, r.waiting_for) = (State::Waiting, State::Waiting, culprits.to_vec());
+        }
+    }
 }
 
 /// What a log's records hold of its device: the newest `device_state`, kernel names, the
@@ -170,6 +204,8 @@ pub(super) fn device_view(
             sync_since_ns: 0,
             launched: launched(input, false),
             launched_p2p: launched(input, true),
+            comm_ranks: comm_ranks(input),
+            oldest_peer: None,
             evidence_lag_ns: *evidence_lag_ns,
             complete_ns: None,
         });
@@ -197,6 +233,11 @@ pub(super) fn device_view(
         sync_since_ns: state.sync_since_ns,
         launched: launched(input, false),
         launched_p2p: launched(input, true),
+        comm_ranks: comm_ranks(input),
+        // A send/recv's peer, from the call that launched it.
+        oldest_peer: state.oldest.filter(|o| o.op.is_some_and(|op| op.is_p2p())).and_then(|o| {
+            input.calls.iter().rev().find(|c| c.comm_id == o.comm_id && c.seq == o.seq && c.op.is_p2p()).map(|c| c.peer)
+        }),
         evidence_lag_ns: *evidence_lag_ns,
         // What is unfinished is known only as of CUPTI's last complete hand-over: later, a
         // kernel long ended may still read as unfinished (its record kept back in a buffer
@@ -213,6 +254,13 @@ fn whole_name(name: &str, kernel_names: &[(u32, String)]) -> String {
         .strip_suffix("...")
         .and_then(|cut| kernel_names.iter().map(|(_, n)| n).find(|n| n.starts_with(cut) && !n.ends_with("...")));
     readable_kernel_name(whole.map_or(name, |n| n)).into_owned()
+}
+
+/// Its rank in each communicator: the live table's, and the creations' (a slot that did
+/// not learn its rank, a communicator whose slot is gone).
+fn comm_ranks(input: &RankInput) -> Vec<(u64, i32)> {
+    let live = input.comms.iter().map(|c| (c.comm_id, c.rank));
+    live.chain(input.created.iter().map(|c| (c.comm_id, c.rank))).filter(|&(_, rank)| rank >= 0).collect()
 }
 
 /// Collectives (or, `p2p`, send/recv calls) the host launched per communicator: the live

@@ -208,7 +208,11 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     // A culprit's communicators lead: one held up only by a slow rank (a peer of the
     // culprit's that has only just blocked in a receive from it, say) is not the headline.
     root.sort_by_key(|c| slow_only(c));
-    let verdict = if report.hung { "HUNG" } else { "not hung, but slow" };
+    let verdict = match (report.hung, report.device_pending.is_empty()) {
+        (true, _) => "HUNG",
+        (false, true) => "not hung, but slow",
+        (false, false) => "not yet judged",
+    };
     lines.extend(root.iter().map(|c| format!("{verdict}: {}", comm_verdict(c, report))));
     if !chained.is_empty() && !root.is_empty() {
         let mut behind: Vec<i32> = chained.iter().flat_map(|c| c.missing_ranks.iter().copied()).collect();
@@ -226,7 +230,18 @@ fn hang_head(report: &HangReport) -> Vec<String> {
     let t = &report.threshold;
     // A teardown faster than the threshold leaves no stuck wait: the post-mortem says it;
     // a device stall has its own lines.
-    if let Some(s) = &report.progress_stall {
+    if !report.device_pending.is_empty() {
+        lines.push(format!(
+            "not hung yet: the host counts name {}, whose host{} wait{} on {} device{}: the devices' evidence will say \
+             whom they wait for once it is {} old (the device threshold)",
+            rank_noun(&report.device_pending),
+            if report.device_pending.len() == 1 { "" } else { "s" },
+            if report.device_pending.len() == 1 { "s" } else { "" },
+            if report.device_pending.len() == 1 { "its" } else { "their" },
+            if report.device_pending.len() == 1 { "" } else { "s" },
+            t.device_threshold_s.map_or("as".to_string(), |s| format!("{s:.3}s"))
+        ));
+    } else if let Some(s) = &report.progress_stall {
         lines.push(progress_stall_line(s));
     } else if lines.len() == hung
         && report.post_mortem.is_none()
@@ -334,8 +349,8 @@ fn progress_stall_line(s: &ProgressStallReport) -> String {
     )
 }
 
-/// `HUNG: rank 1 never launched its send #25 on 0x...: rank 5's device waits for it in
-/// the recv; ...`: the head of a chain of device waits.
+/// `HUNG: rank 1 never launched the send rank 5's device waits for in recv #25 on 0x...;
+/// ...`: the head of a chain of device waits.
 fn device_chain_line(c: &DeviceChainReport) -> String {
     // The half the culprit owes: a receive waits for a send, a send for a receive.
     let owed = match c.op {
@@ -355,14 +370,15 @@ fn device_chain_line(c: &DeviceChainReport) -> String {
             if c.peer_ranks.len() == 1 { "it" } else { "them" }
         )
     };
+    // A send/recv is numbered by the rank that waits: each rank counts its own.
     format!(
-        "HUNG: {} never launched {owed} #{} on {:#018x}: {peers} device{} wait{} for it in the {}{behind}",
+        "HUNG: {} never launched the {owed} {peers} device{} wait{} for in {} #{} on {:#018x}{behind}",
         rank_noun(&c.culprit_ranks),
-        c.comm_seq,
-        c.comm_id,
         if c.peer_ranks.len() == 1 { "" } else { "s" },
         if c.peer_ranks.len() == 1 { "s" } else { "" },
-        c.op.name()
+        c.op.name(),
+        c.comm_seq,
+        c.comm_id,
     )
 }
 
