@@ -478,12 +478,7 @@ fn collectives_issued_from_python_on_gloo_carry_the_waits() {
     let out = run_ok(&mut cmd);
     assert!(String::from_utf8_lossy(&out.stdout).contains("collectives_job: ok ranks=3 steps=30"));
     let dir = root.join("fsdp");
-    let slow = Command::new(env!("CARGO_BIN_EXE_sf")).arg("slow").arg(&dir).arg("--json").output().unwrap();
-    let report: Value = serde_json::from_slice(&slow.stdout).unwrap();
-    assert_eq!(report["waits_from"], "host_calls", "{report}");
-    assert_eq!(slow.status.code(), Some(4), "{report}");
-    let first = &report["slow_ranks"][0];
-    assert_eq!((&first["rank"], &first["stage"]), (&1.into(), &"model.fwd_loss_cpu_wall".into()), "{report}");
+    sf_slow_names_rank_1s_forward(&dir);
     let (code, verdict) = first_verdict("frontier", &dir);
     assert!(matches!(code, Some(0 | 4)), "{verdict:?}");
     assert!(
@@ -522,7 +517,13 @@ fn an_asynchronous_collective_is_recorded_until_its_work_wait_returns() {
     let median = |v: &[u64]| v[v.len() / 2] as f64 / 1e6;
     assert!(median(&waiter) > 15.0, "rank 0's gathers hold its wait for rank 1: {:.1} ms", median(&waiter));
     assert!(median(&late) < median(&waiter) / 2.0, "rank 1 waits for nobody: {:.1} ms", median(&late));
-    let slow = Command::new(env!("CARGO_BIN_EXE_sf")).arg("slow").arg(&dir).arg("--json").output().unwrap();
+    sf_slow_names_rank_1s_forward(&dir);
+}
+
+/// `sf slow` on the FSDP-style job with rank 1's forward slowed: the waits read from the
+/// calls recorded, rank 1 named in its forward, exit 4.
+fn sf_slow_names_rank_1s_forward(dir: &Path) {
+    let slow = Command::new(env!("CARGO_BIN_EXE_sf")).arg("slow").arg(dir).arg("--json").output().unwrap();
     let report: Value = serde_json::from_slice(&slow.stdout).unwrap();
     assert_eq!(report["waits_from"], "host_calls", "{report}");
     assert_eq!(slow.status.code(), Some(4), "{report}");
