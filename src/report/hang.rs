@@ -441,7 +441,7 @@ pub(crate) fn read_live(
     let device = device_view(&device_parts, &input, &stage_names);
     let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
     let extra = Extra {
-        stacks: std::mem::take(&mut history.stacks).finish(h.global_rank, log.progress_mono_ns()),
+        stacks: history.stacks.newest(h.global_rank, log.progress_mono_ns()),
         device,
         kernel_ch: kernel_ch_view(log, as_of_ns, calibrated),
         evidence,

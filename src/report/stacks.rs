@@ -123,14 +123,10 @@ impl StackCollector {
         }
     }
 
-    /// The rank's newest sample: an unchanged one with the stacks it repeats; `None` when
-    /// it has none (or repeats one the ring no longer holds). `progress_ns` is when the
-    /// rank last advanced (its newest marker, `CLOCK_MONOTONIC`).
-    pub fn finish(self, rank: i32, progress_ns: Option<u64>) -> Option<RankStacks> {
-        self.newest(rank, progress_ns)
-    }
-
-    /// `finish` so far, the records read up to now (a trace shows every sample).
+    /// The rank's newest sample among the records read so far (a trace asks after each
+    /// header, `sf hang` once at the end): an unchanged one with the stacks it repeats;
+    /// `None` when it has none (or repeats one the ring no longer holds). `progress_ns` is
+    /// when the rank last advanced (its newest marker, `CLOCK_MONOTONIC`).
     pub fn newest(&self, rank: i32, progress_ns: Option<u64>) -> Option<RankStacks> {
         let newest = self.newest?;
         let threads = match newest.status {
@@ -209,7 +205,7 @@ mod tests {
     fn read(records: &[RecordBody], progress_ns: Option<u64>) -> Option<RankStacks> {
         let mut c = StackCollector::default();
         records.iter().for_each(|r| c.see(r));
-        c.finish(3, progress_ns)
+        c.newest(3, progress_ns)
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl DeviceView {
         counts.iter().find(|&&(c, _)| c == comm_id).map(|&(_, n)| n)
     }
 
-    /// The view of the rank that is `comm_rank` of `comm_id`.
+    /// Whether this rank is `comm_rank` of `comm_id`.
     pub fn is_member(&self, comm_id: u64, comm_rank: i32) -> bool {
         self.comm_ranks.contains(&(comm_id, comm_rank))
     }

@@ -149,6 +149,7 @@ impl StackWatch {
             read_us: (taken.read_ns / 1_000).min(u64::from(u32::MAX)) as u32,
             note: Text::new(b""),
         };
+        let print = taken.outcome.as_ref().ok().map(Sample::fingerprint);
         let body: Vec<RecordBody> = match &taken.outcome {
             Err(why) => {
                 header.status = StackStatus::Failed;
@@ -156,7 +157,7 @@ impl StackWatch {
                 Vec::new()
             }
             Ok(stacks) => match self.last_taken {
-                Some((earlier, print)) if print == stacks.fingerprint() => {
+                Some((earlier, last)) if print == Some(last) => {
                     header.status = StackStatus::Unchanged;
                     header.same_as = earlier;
                     Vec::new()
@@ -180,8 +181,8 @@ impl StackWatch {
         } else {
             body
         };
-        if let (Ok(stacks), StackStatus::Taken) = (&taken.outcome, header.status) {
-            self.last_taken = Some((sample, Sample::fingerprint(stacks)));
+        if let (Some(print), StackStatus::Taken) = (print, header.status) {
+            self.last_taken = Some((sample, print));
         }
         for record in &body {
             write(record);
