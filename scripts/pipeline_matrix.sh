@@ -33,6 +33,11 @@
 # kernels), with the CUDA door open so that passes are timed on the device; the default
 # is blocking (the host waits inside each call).
 #
+# SF_MATRIX_PASSES=none runs every job without per-microbatch pass markers (a job that
+# marks its steps only): sf path takes the passes from the pipeline's sends and receives,
+# and names the last stage's forward and backward of a microbatch as one span ("fwd+bwd");
+# the default, each, marks every pass.
+#
 # SF_MATRIX_KEEP=1 keeps the logs; SF_MATRIX_PROFILE=debug uses the debug build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +52,7 @@ fi
 lib=${SF_MATRIX_LIB:-$bin/libstagefrontier.so}
 sf=${SF_MATRIX_SF:-$bin/sf}
 launch=${SF_MATRIX_LAUNCH:-blocking}
+passes=${SF_MATRIX_PASSES:-each}
 # The slow rank: its host (blocking), or its device (asynchronous, where a GPU straggles).
 case $launch in
   blocking) door=() slow_rank=--slow ;;
@@ -74,7 +80,7 @@ run_case() {
   mkdir -p "$dir"
   env "${door[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 \
     "$bin/sf-trainer-sim" --ranks 8 --steps "$steps" --seed "$seed" --bucket-elems 64 --launch "$launch" \
-    --stage-ms "data=1,fwd=$fwd,bwd=$bwd,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" "$@" \
+    --pass-markers "$passes" --stage-ms "data=1,fwd=$fwd,bwd=$bwd,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" "$@" \
     >"$dir/job.out" 2>"$dir/job.err" || { echo "$name: job failed: $(tail -2 "$dir/job.err")" >&2; failures=$((failures + 1)); return; }
   local layout_seen
   layout_seen=$("$sf" roles "$dir/job" --json | python3 -c 'import json,sys; l=json.load(sys.stdin)["layout"]; print(l["tp"], l["pp"], l["dp"])')
@@ -108,7 +114,7 @@ hang_case() {
   mkdir -p "$dir"
   env "${door[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job SF_QUIET=1 SF_INJECT="hang:rank=$rank,op=$op,step=3" \
     setsid "$bin/sf-trainer-sim" --ranks 8 --steps 100000 --bucket-elems 64 --launch "$launch" \
-    --stage-ms "data=2,fwd=2,bwd=4,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" >/dev/null 2>&1 &
+    --pass-markers "$passes" --stage-ms "data=2,fwd=2,bwd=4,callbacks=1,optim=1" --tp "$t" --pp "$p" --dp "$d" >/dev/null 2>&1 &
   local pid=$! code=0 headline="" deadline=$((SECONDS + 30)) result=miss first=""
   while [ $SECONDS -lt $deadline ]; do
     sleep 0.5

@@ -84,6 +84,23 @@ fn without_pass_markers_the_passes_come_from_send_recv() {
     assert!(report["steps_judged"].as_u64() > Some(0), "{report:#}");
 }
 
+/// Without pass markers, the last stage's forward and backward of a microbatch have no
+/// exchange between them: a slow backward is found in their span, named as both.
+#[test]
+fn without_pass_markers_a_slow_last_stage_is_named_by_its_span() {
+    let dir = pipeline_job_with("path-send-recv-last", Some("3:bwd:100@3-3#4"), &["--pass-markers", "none"]);
+    let (out, report) = sf_path(&dir);
+    assert_eq!(out.status.code(), Some(4), "{report:#}");
+    let finding = &report["finding"];
+    assert_eq!((finding["stage"].as_u64(), finding["microbatch"].as_u64()), (Some(3), Some(4)), "{report:#}");
+    assert_eq!((finding["phase"].as_str(), finding["step"].as_u64()), (Some("fwd"), Some(3)), "{finding:#}");
+    assert_eq!(finding["merged_with"], serde_json::json!({"phase": "bwd", "microbatch": 4}), "{finding:#}");
+    assert!(finding["added_ns"].as_u64() > Some(80_000_000), "{finding:#}");
+    let human = Command::new(artifact("sf")).arg("path").arg(&dir).output().expect("spawn sf");
+    let headline = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(headline.contains("SLOW: pipeline stage 3, microbatch 4, fwd+bwd added"), "{headline}");
+}
+
 #[test]
 fn a_slow_pass_inside_a_bubble_is_absorbed_not_a_finding() {
     let dir = pipeline_job("path-absorbed", Some("0:fwd:60@3-3#3"));
@@ -110,33 +127,37 @@ fn a_flat_job_has_no_pipeline() {
 
 /// `--tp 2 --pp 2 --dp 1`: rank 3 (tp 1 of pipeline stage 1) runs its forward passes of
 /// step 3 40 ms long, and its tensor-parallel peer, rank 2, waits for it in the passes'
-/// allreduces, so both pipelines show the stage's forward slow. The stage's waits tell which rank held
-/// the passes up.
+/// allreduces, so both pipelines show the stage's forward slow. With pass markers the
+/// stage's waits tell which rank held the passes up; without, the time each member spent
+/// in the tensor-parallel allreduces (rank 2 waited, rank 3 did not).
 #[test]
 fn a_slow_tensor_parallel_rank_is_named_as_the_one_that_held_its_stage_up() {
     let _serial = one_at_a_time();
-    let root = log_root("path-held-by");
-    let mut cmd = preloaded(&trainer_sim(), &root, "job");
-    cmd.args(["--ranks", "4", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"])
-        .args(["--launch", "blocking", "--bucket-elems", "64", "--tp", "2", "--pp", "2", "--dp", "1"])
-        .args(["--slow", "3:fwd:40@3-3"]);
-    run_ok(&mut cmd);
-    let (out, report) = sf_path(&root.join("job"));
-    assert_eq!(out.status.code(), Some(4), "{report:#}");
-    let finding = &report["finding"];
-    assert_eq!((finding["stage"].as_u64(), finding["phase"].as_str()), (Some(1), Some("fwd")), "{report:#}");
-    assert_eq!(finding["held_by"], 3, "{finding:#}");
+    for markers in ["each", "none"] {
+        let root = log_root(&format!("path-held-by-{markers}"));
+        let mut cmd = preloaded(&trainer_sim(), &root, "job");
+        cmd.args(["--ranks", "4", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"])
+            .args(["--launch", "blocking", "--bucket-elems", "64", "--tp", "2", "--pp", "2", "--dp", "1"])
+            .args(["--slow", "3:fwd:40@3-3", "--pass-markers", markers]);
+        run_ok(&mut cmd);
+        let (out, report) = sf_path(&root.join("job"));
+        assert_eq!(out.status.code(), Some(4), "{markers}: {report:#}");
+        let finding = &report["finding"];
+        assert_eq!((finding["stage"].as_u64(), finding["phase"].as_str()), (Some(1), Some("fwd")), "{report:#}");
+        assert_eq!(finding["held_by"], 3, "{markers}: {finding:#}");
 
-    // sf slow and sf frontier head with the same finding, exit 4.
-    for command in ["slow", "frontier"] {
-        let out = Command::new(artifact("sf")).arg(command).arg(root.join("job")).arg("--json").output().unwrap();
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(out.status.code(), Some(4), "sf {command}: {report:#}");
-        let path = &report["path_finding"];
-        assert_eq!((path["stage"].as_u64(), path["held_by"].as_u64()), (Some(1), Some(3)), "sf {command}: {path:#}");
-        let human = Command::new(artifact("sf")).arg(command).arg(root.join("job")).output().unwrap();
-        let text = String::from_utf8_lossy(&human.stdout);
-        assert!(text.contains("SLOW pipeline stage 1, "), "sf {command}: {text}");
+        // sf slow and sf frontier head with the same finding, exit 4.
+        for command in ["slow", "frontier"] {
+            let out = Command::new(artifact("sf")).arg(command).arg(root.join("job")).arg("--json").output().unwrap();
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(out.status.code(), Some(4), "sf {command}, {markers}: {report:#}");
+            let path = &report["path_finding"];
+            let (stage, held_by) = (path["stage"].as_u64(), path["held_by"].as_u64());
+            assert_eq!((stage, held_by), (Some(1), Some(3)), "sf {command}, {markers}: {path:#}");
+            let human = Command::new(artifact("sf")).arg(command).arg(root.join("job")).output().unwrap();
+            let text = String::from_utf8_lossy(&human.stdout);
+            assert!(text.contains("SLOW pipeline stage 1, "), "sf {command}, {markers}: {text}");
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::frontier_waits::{self, Waits};
 use super::ls::FileError;
-use super::path_calls;
+use super::path_calls::{self, PipelineComms};
 use super::roles::{self, RankRoles};
 use super::step_vectors::{self, RankSteps, StageNames};
 use super::waits;
@@ -38,7 +38,7 @@ pub struct PathReport {
     /// Each pipeline's ranks in stage order, as `sf roles` finds them.
     pub pipelines: Vec<Vec<u32>>,
     /// Steps every pipeline's ranks completed with passes in them, the first (a warm-up)
-    /// left out.
+    /// left out, that were judged (0 when `note` says why none was).
     pub steps_judged: usize,
     /// What timed the passes: "device" (the CUDA door's stage samples), "host" (the stage
     /// markers: in a job that launches asynchronously, launch time only, which says nothing
@@ -71,8 +71,9 @@ pub struct SlowdownView {
     pub pipeline: Vec<u32>,
     /// The rank of the pass's pipeline stage (its tensor- and data-parallel peers) whose
     /// late arrival at the stage's collectives held the pass up, by the waits it caused
-    /// in the step's passes of that phase (and microbatch): twice any peer's at least.
-    /// Null when no peer stands out (the whole stage was slow, or it has one rank).
+    /// in the step's passes of that phase (and microbatch; without pass markers, in the
+    /// whole step): twice any peer's at least. Null when no peer stands out (the whole
+    /// stage was slow, or it has one rank).
     pub held_by: Option<u32>,
     #[serde(flatten)]
     pub judged: Slowdown,
@@ -112,8 +113,11 @@ struct StageStep {
     passes: Vec<(Pass, u64)>,
     /// Those whose durations are bounds (`StepPasses::unjudged`).
     unjudged: BTreeSet<Pass>,
-    /// From the rank's sends and receives (else from its pass markers).
-    from_send_recv: bool,
+    /// Spans of two passes (`StepPasses::merged`).
+    merged: BTreeMap<Pass, Pass>,
+    /// From the rank's sends and receives (else from its pass markers), with the ns its
+    /// host spent in tensor-parallel collectives in the step.
+    from_send_recv: Option<u64>,
     /// Timed on the device (the CUDA door sampled the step's stages).
     on_device: bool,
 }
@@ -141,7 +145,14 @@ fn passes_by_step(rank: &RankSteps, stage: usize, names: &StageNames) -> StagePa
             .collect();
         if !passes.is_empty() {
             let on_device = !step.device.is_empty();
-            steps.insert(step.step, StageStep { passes, unjudged: BTreeSet::new(), from_send_recv: false, on_device });
+            let step_passes = StageStep {
+                passes,
+                unjudged: BTreeSet::new(),
+                merged: BTreeMap::new(),
+                from_send_recv: None,
+                on_device,
+            };
+            steps.insert(step.step, step_passes);
         }
     }
     steps
@@ -162,24 +173,24 @@ fn stage_passes(
     rank: &StageRank,
     names: &StageNames,
     newest: u64,
-    pipeline: &BTreeSet<u64>,
-    aliases: &Aliases,
+    comms: &PipelineComms,
 ) -> (StagePasses, Option<FileError>) {
     let mut steps = passes_by_step(rank.steps, rank.stage, names);
     let unmarked: Vec<_> = rank.steps.steps.iter().filter(|s| !steps.contains_key(&s.step)).collect();
-    if unmarked.is_empty() || pipeline.is_empty() {
+    if unmarked.is_empty() || comms.pipeline.is_empty() {
         return (steps, None);
     }
     let log = match RankLog::open(rank.file) {
         Ok(log) => log,
         Err(e) => return (steps, Some(FileError { file: rank.file.display().to_string(), error: e.to_string() })),
     };
-    for (number, calls) in path_calls::step_calls(&log, newest, &unmarked, pipeline, aliases) {
-        if let Some(derived) = passes::derive(rank.stage, rank.stages, &calls) {
+    for (number, read) in path_calls::step_calls(&log, newest, &unmarked, comms) {
+        if let Some(derived) = passes::derive(rank.stage, rank.stages, &read.calls) {
             let step = StageStep {
                 passes: derived.passes,
                 unjudged: derived.unjudged,
-                from_send_recv: true,
+                merged: derived.merged,
+                from_send_recv: Some(read.tensor_wait_ns),
                 on_device: false,
             };
             steps.insert(number, step);
@@ -209,8 +220,9 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
     }
     let roles = roles::infer(&read);
     let aliases = Aliases::of(read.iter().flat_map(|r| &r.created));
-    let pipeline_comms: BTreeSet<u64> =
-        roles.communicators.iter().filter(|c| c.role == Role::Pp).map(|c| c.comm_id).collect();
+    let of_role = |role| roles.communicators.iter().filter(|c| c.role == role).map(|c| c.comm_id).collect();
+    let (pipeline_comms, tensor_comms): (BTreeSet<u64>, BTreeSet<u64>) = (of_role(Role::Pp), of_role(Role::Tp));
+    let comms = PipelineComms { pipeline: &pipeline_comms, tensor: &tensor_comms, aliases: &aliases };
     let pipelines = roles.pipelines.clone();
     let mut report = PathReport {
         dir: dirs.display(),
@@ -244,7 +256,7 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         .collect();
     let flat: Vec<&Option<StageRank>> = stage_ranks.iter().flatten().collect();
     let mut read_stages = parallel::read_all(&flat, |rank| match rank {
-        Some(rank) => stage_passes(rank, &job.names, newest, &pipeline_comms, &aliases),
+        Some(rank) => stage_passes(rank, &job.names, newest, &comms),
         None => (StagePasses::new(), None),
     })
     .into_iter();
@@ -291,11 +303,11 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
                 .map(|stages| StepPasses {
                     stages: stages.iter().map(|s| s.passes.clone()).collect(),
                     unjudged: stages.iter().flat_map(|s| s.unjudged.iter().copied()).collect(),
+                    merged: stages.iter().flat_map(|s| s.merged.iter().map(|(a, b)| (*a, *b))).collect(),
                 })
                 .collect()
         })
         .collect();
-    report.steps_judged = steps.len();
     let all: Vec<&StageStep> = judged.iter().flatten().flatten().copied().collect();
     let share = |of: fn(&StageStep) -> bool, yes, no| match all.iter().filter(|s| of(s)).count() {
         0 => no,
@@ -303,7 +315,7 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         _ => "mixed",
     };
     report.timed_on = share(|s| s.on_device, "device", "host");
-    report.passes_from = Some(share(|s| s.from_send_recv, "send_recv", "markers"));
+    report.passes_from = Some(share(|s| s.from_send_recv.is_some(), "send_recv", "markers"));
     // Host times of passes whose work the device does later say nothing of the device:
     // an asynchronous job without device evidence is not judged.
     let (_, why) = waits::waits_from_of(&job.ranks);
@@ -315,13 +327,14 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
         ));
         return Ok(report);
     }
+    report.steps_judged = steps.len();
     let unjudged: BTreeSet<Pass> = all.iter().flat_map(|s| s.unjudged.iter().copied()).collect();
     if !unjudged.is_empty() {
         report.note = Some(format!(
-            "{} passes have boundaries from send/recv that are bounds, not measurements, and are not judged: the \
-             last stage's forward and backward of a microbatch, and the first stage's backward and next forward, \
-             have no exchange between them (each pair is one span, its time on the first); the first stage's first \
-             forward runs from the step's start and its last backward to its next other call",
+            "{} passes have boundaries from send/recv that are bounds, not measurements, and are not judged alone: \
+             the last stage's forward and backward of a microbatch, and the first stage's backward and next \
+             forward, have no exchange between them (each pair is judged as one span, named as both); the first \
+             stage's first forward runs from the step's start and its last backward to its next other call",
             unjudged.len()
         ));
     }
@@ -335,16 +348,49 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
             judged,
         })
         .collect();
-    // Inside a stage, a pass waits for its slowest tensor-parallel peer: the waits tell.
-    if roles.ranks.iter().any(|r| r.tp.is_some_and(|tp| tp > 0) || r.dp.is_some_and(|dp| dp > 0)) {
+    // Inside a stage, a pass waits for its slowest tensor-parallel peer: the waits tell
+    // (with pass markers, by the passes'; without, by the time in tensor-parallel calls).
+    let marked =
+        report.slow.iter().any(|s| judged[s.judged.step][s.judged.pipeline][s.judged.stage].from_send_recv.is_none());
+    if marked && roles.ranks.iter().any(|r| r.tp.is_some_and(|tp| tp > 0) || r.dp.is_some_and(|dp| dp > 0)) {
         let waits = frontier_waits::own_time_table(dirs)?.waits;
         for s in &mut report.slow {
             let peers: Vec<u32> = roles.ranks.iter().filter(|r| r.pp == Some(s.judged.stage)).map(|r| r.rank).collect();
             s.held_by = held_by(&s.judged, s.step, &peers, &waits);
         }
     }
+    for s in report.slow.iter_mut().filter(|s| s.held_by.is_none()) {
+        let group = roles.communicators.iter().find(|c| c.role == Role::Tp && c.members.contains(&s.rank));
+        let step = &judged[s.judged.step];
+        let tensor_wait = |rank: u32| {
+            let (pipeline, stage) = position(&pipelines, rank)?;
+            step.get(pipeline)?.get(stage)?.from_send_recv
+        };
+        let waited: Option<Vec<(u64, u32)>> =
+            group.map_or(Some(Vec::new()), |g| g.members.iter().map(|&r| Some((tensor_wait(r)?, r))).collect());
+        s.held_by = waited.and_then(|w| held_by_tensor_waits(&s.judged, w));
+    }
     report.finding = report.slow.iter().find(|s| s.judged.finding).cloned();
     Ok(report)
+}
+
+/// (pipeline, stage) of `rank` in `pipelines`.
+fn position(pipelines: &[Vec<u32>], rank: u32) -> Option<(usize, usize)> {
+    pipelines.iter().enumerate().find_map(|(p, ranks)| Some((p, ranks.iter().position(|&r| r == rank)?)))
+}
+
+/// Without pass markers: the member of the slow pass's tensor-parallel group (`waited`:
+/// each member's ns in the group's calls in the step) that waited least in them, when
+/// every other member waited more than it by half the slowdown's excess at least: the
+/// peers it held up spent its lateness waiting for it. (Blocking launches only: an
+/// asynchronous launch returns at once, and no member stands out.)
+fn held_by_tensor_waits(judged: &Slowdown, mut waited: Vec<(u64, u32)>) -> Option<u32> {
+    let excess = judged.duration_ns.saturating_sub(judged.expected_ns);
+    waited.sort_unstable();
+    match waited[..] {
+        [(least, rank), (next, _), ..] if next.saturating_sub(least) >= excess / 2 && excess > 0 => Some(rank),
+        _ => None,
+    }
 }
 
 /// The one of `peers` that caused at least twice the waiting any other did in `step`'s
@@ -372,5 +418,33 @@ mod tests {
         assert_eq!(pass_of("model.backward_cpu_wall"), Some((Phase::Bwd, 0)));
         assert_eq!(pass_of("model.backward_cpu_wall@x"), None);
         assert_eq!(pass_of("optim.step_cpu_wall"), None);
+    }
+
+    #[test]
+    fn the_tensor_peer_that_waited_least_held_the_pass_up_when_the_gap_explains_the_excess() {
+        let slow = |duration_ns, expected_ns| Slowdown {
+            step: 0,
+            pipeline: 0,
+            stage: 1,
+            phase: Phase::Fwd,
+            microbatch: None,
+            merged_with: None,
+            duration_ns,
+            expected_ns,
+            added_ns: 0,
+            slack_ns: 0,
+            step_ns: 0,
+            on_path: true,
+            finding: true,
+        };
+        // 40 ms over: rank 2 waited 41 ms in the allreduces, rank 3 1 ms.
+        let ms = 1_000_000;
+        assert_eq!(held_by_tensor_waits(&slow(100 * ms, 60 * ms), vec![(41 * ms, 2), (ms, 3)]), Some(3));
+        // Waits alike (the whole stage slow), or a gap that explains little of the excess.
+        assert_eq!(held_by_tensor_waits(&slow(100 * ms, 60 * ms), vec![(2 * ms, 2), (ms, 3)]), None);
+        assert_eq!(held_by_tensor_waits(&slow(100 * ms, 60 * ms), vec![(19 * ms, 2), (ms, 3)]), None);
+        // One member, or no excess.
+        assert_eq!(held_by_tensor_waits(&slow(100 * ms, 60 * ms), vec![(ms, 3)]), None);
+        assert_eq!(held_by_tensor_waits(&slow(60 * ms, 60 * ms), vec![(41 * ms, 2), (ms, 3)]), None);
     }
 }

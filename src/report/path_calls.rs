@@ -1,6 +1,8 @@
 //! A pipeline rank's steps without pass markers, as `analysis::path::passes` reads them:
 //! each step's window (its step vector) and the rank's NCCL calls in it, its sends and
-//! receives on the pipeline's communicators told apart from the rest.
+//! receives on the pipeline's communicators told apart from the rest; and the time its
+//! host spent inside its tensor-parallel collectives, where it waits for the slowest of
+//! its tensor-parallel peers (blocking launches; asynchronous ones return at once).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,21 +14,34 @@ use crate::core::log::reader::RankLog;
 use crate::core::log::records::RecordBody;
 use crate::report::step_vectors::RankStep;
 
+/// One unmarked step of a rank.
+pub struct UnmarkedStep {
+    pub calls: StepCalls,
+    /// ns inside calls on the tensor-parallel communicators in the step's window.
+    pub tensor_wait_ns: u64,
+}
+
+/// Communicator ids (as `Aliases` names them) by role.
+pub struct PipelineComms<'a> {
+    pub pipeline: &'a BTreeSet<u64>,
+    pub tensor: &'a BTreeSet<u64>,
+    pub aliases: &'a Aliases,
+}
+
 /// Per step number of `steps`, the rank's calls in its window, from the newest `keep`
-/// event records of `log`; `pipeline` holds the pipeline communicators' ids as `aliases`
-/// names them.
-pub fn step_calls(
-    log: &RankLog,
-    keep: u64,
-    steps: &[&RankStep],
-    pipeline: &BTreeSet<u64>,
-    aliases: &Aliases,
-) -> BTreeMap<u64, StepCalls> {
+/// event records of `log`.
+pub fn step_calls(log: &RankLog, keep: u64, steps: &[&RankStep], comms: &PipelineComms) -> BTreeMap<u64, UnmarkedStep> {
+    let PipelineComms { pipeline, tensor, aliases } = comms;
     let mut calls = Vec::new();
+    // (enter, exit) of the calls on tensor-parallel communicators.
+    let mut tensor_calls = Vec::new();
     log.scan_newest(Region::Events, keep, |record| {
         let RecordBody::NcclCall(c) = record.body else { return };
         if c.t_exit_ns < c.t_enter_ns {
             return;
+        }
+        if c.comm_id != 0 && tensor.contains(&aliases.canonical(c.comm_id)) {
+            tensor_calls.push((c.t_enter_ns, c.t_exit_ns));
         }
         let kind = match c.op {
             NcclOp::GroupStart => CallKind::GroupStart,
@@ -58,7 +73,9 @@ pub fn step_calls(
             let inside = |t: u64| t >= begin_ns && t <= end_ns;
             let exchanges = exchanges.iter().filter(|e| inside(e.enter_ns) && e.exit_ns <= end_ns).copied().collect();
             let others = others.iter().copied().filter(|&t| inside(t)).collect();
-            (s.step, StepCalls { begin_ns, end_ns, exchanges, others })
+            let tensor_wait_ns =
+                tensor_calls.iter().filter(|&&(enter, exit)| inside(enter) && exit <= end_ns).map(|(a, b)| b - a).sum();
+            (s.step, UnmarkedStep { calls: StepCalls { begin_ns, end_ns, exchanges, others }, tensor_wait_ns })
         })
         .collect()
 }

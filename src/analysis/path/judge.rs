@@ -13,7 +13,8 @@
 //! low end of the slowdowns that matter (a busy host's scheduling hiccups reach a few
 //! percent of a short step). A pass whose duration is only a bound
 //! (`StepPasses::unjudged`) is neither judged nor part of its stage's group: its excess
-//! may be its neighbour's.
+//! may be its neighbour's. A pass carrying a span of two (`StepPasses::merged`) is judged
+//! as the span, and grouped with its stage's spans of the same two phases.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,14 @@ pub const EXCESS_SHARE: f64 = 0.2;
 /// would have been without it.
 pub const STEP_SHARE: f64 = 0.05;
 
+/// The other pass of a judged span of two: its phase, and its microbatch (None for a
+/// stage's spans together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Merged {
+    pub phase: Phase,
+    pub microbatch: Option<usize>,
+}
+
 /// A slowdown in one step of one pipeline: one pass, or (`microbatch` None) every pass of
 /// one phase on one stage.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -41,6 +50,9 @@ pub struct Slowdown {
     pub stage: usize,
     pub phase: Phase,
     pub microbatch: Option<usize>,
+    /// The pass timed with this one when no exchange separates them (passes from
+    /// send/recv): the slowdown lies in one of the two.
+    pub merged_with: Option<Merged>,
     /// The passes' time, and what it was expected to be (summed over the microbatches).
     pub duration_ns: u64,
     pub expected_ns: u64,
@@ -55,6 +67,10 @@ pub struct Slowdown {
     /// It lengthened the step by at least `STEP_SHARE` of the step without it.
     pub finding: bool,
 }
+
+/// A stage's passes judged together: (stage, phase, the phase of the other pass of each
+/// one's span of two, if any).
+type GroupKey = (usize, Phase, Option<Phase>);
 
 /// Every slowdown of `steps` (per step, one `StepPasses` per pipeline): slow passes, and
 /// stages whose passes of one phase together added to a step. Findings first, then the
@@ -74,6 +90,10 @@ pub fn slowdowns(steps: &[Vec<StepPasses>]) -> Vec<Slowdown> {
             let Some(path) = passes.critical_path() else { continue };
             let judge = |group: &[(Pass, u64)], microbatch: Option<usize>| -> Option<Slowdown> {
                 let (first, _) = group.first()?;
+                let merged_with = passes
+                    .merged
+                    .get(first)
+                    .map(|other| Merged { phase: other.phase, microbatch: microbatch.map(|_| other.microbatch) });
                 let mut relieved = passes.clone();
                 let (mut duration_ns, mut expected_ns) = (0, 0);
                 for &(pass, d) in group {
@@ -90,6 +110,7 @@ pub fn slowdowns(steps: &[Vec<StepPasses>]) -> Vec<Slowdown> {
                     stage: first.stage,
                     phase: first.phase,
                     microbatch,
+                    merged_with,
                     duration_ns,
                     expected_ns,
                     added_ns,
@@ -101,11 +122,13 @@ pub fn slowdowns(steps: &[Vec<StepPasses>]) -> Vec<Slowdown> {
                     finding: added_ns > 0 && added_ns as f64 >= STEP_SHARE * without.length_ns as f64,
                 })
             };
-            let mut by_stage_phase: BTreeMap<(usize, Phase), Vec<(Pass, u64)>> = BTreeMap::new();
+            // Spans of two are grouped apart from lone passes of their first's phase.
+            let mut by_stage_phase: BTreeMap<GroupKey, Vec<(Pass, u64)>> = BTreeMap::new();
             for &(pass, d) in passes.stages.iter().flatten().filter(|(p, _)| !passes.unjudged.contains(p)) {
                 let e = expected[&pass];
                 if d > e {
-                    by_stage_phase.entry((pass.stage, pass.phase)).or_default().push((pass, d));
+                    let merged = passes.merged.get(&pass).map(|other| other.phase);
+                    by_stage_phase.entry((pass.stage, pass.phase, merged)).or_default().push((pass, d));
                 }
                 if d > e && d as f64 >= e as f64 * (1.0 + EXCESS_SHARE) {
                     found.extend(judge(&[(pass, d)], Some(pass.microbatch)));
@@ -116,7 +139,9 @@ pub fn slowdowns(steps: &[Vec<StepPasses>]) -> Vec<Slowdown> {
             for group in by_stage_phase.values().filter(|g| g.len() > 1) {
                 let Some(spread) = judge(group, None) else { continue };
                 let told = found.iter().any(|s: &Slowdown| {
-                    (s.step, s.pipeline, s.stage, s.phase) == (step, pipeline, spread.stage, spread.phase)
+                    let merged = |s: &Slowdown| s.merged_with.map(|m| m.phase);
+                    (s.step, s.pipeline, s.stage, s.phase, merged(s))
+                        == (step, pipeline, spread.stage, spread.phase, merged(&spread))
                         && s.finding
                         && 2 * s.added_ns >= spread.added_ns
                 });

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-pub use judge::{slowdowns, Slowdown, EXCESS_SHARE, STEP_SHARE};
+pub use judge::{slowdowns, Merged, Slowdown, EXCESS_SHARE, STEP_SHARE};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -41,6 +41,9 @@ pub struct StepPasses {
     /// Passes whose duration is a bound, not a measurement (`passes::derive`): they time
     /// the graph but are never named slow, since their excess may be another pass's.
     pub unjudged: BTreeSet<Pass>,
+    /// A pass that carries a measured span of two (`passes::derive`) → the other pass in
+    /// it: judged as the span, named as both.
+    pub merged: BTreeMap<Pass, Pass>,
 }
 
 /// The longest path through a step's graph and every pass's slack.

@@ -11,15 +11,16 @@
 //!
 //! A pass runs from the return of the exchange before it to the entry of the exchange
 //! after it. Where the schedule has no exchange on one side of a pass, the time is a
-//! bound, not a measurement, and the pass is marked unjudged:
-//! - two passes with no exchange between them (the last stage's forward then backward of
-//!   a microbatch; the first stage's backward then its next forward) are one span whose
-//!   split is unknown: the first pass carries the whole span and the second 0, which
-//!   gives the graph the same timing as any split (the first's only successor is the
-//!   second, the second's only predecessor the first);
-//! - the first stage's first forward starts at the step's start (after the data loading),
-//!   its last backward ends at the stage's next other NCCL call (the gradient reduction),
-//!   else at the step's end.
+//! bound, not a measurement, and the pass is marked unjudged. Two passes with no exchange
+//! between them (the last stage's forward then backward of a microbatch; the first stage's
+//! backward then its next forward) are one measured span whose split is unknown: the first
+//! pass carries the whole span and is judged as the span (`Derived::merged`), the second
+//! carries 0 and is unjudged. That gives the graph the same timing as any split (the
+//! first's only successor is the second, the second's only predecessor the first), and a
+//! slowdown in either is still found, named as the span's.
+//! Bounds: the first stage's first forward starts at the step's start (after the data
+//! loading), its last backward ends at the stage's next other NCCL call (the gradient
+//! reduction), else at the step's end.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -119,6 +120,8 @@ pub struct Derived {
     pub passes: Vec<(Pass, u64)>,
     /// Passes whose time is a bound, not a measurement (see the module's notes).
     pub unjudged: BTreeSet<Pass>,
+    /// The first pass of a measured span of two → the second, which it carries.
+    pub merged: BTreeMap<Pass, Pass>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,7 +182,7 @@ pub fn derive(stage: usize, stages: usize, step: &StepCalls) -> Option<Derived> 
         let shape = items.iter().filter(|i| matches!(i, Item::Exchange { .. })).copied();
         shape.eq(seen.iter().copied()).then_some((m, items))
     })?;
-    let mut derived = Derived { microbatches, passes: Vec::new(), unjudged: BTreeSet::new() };
+    let mut derived = Derived { microbatches, passes: Vec::new(), unjudged: BTreeSet::new(), merged: BTreeMap::new() };
     // The passes since the last exchange, and where they started (None: the step's start).
     let mut run: Vec<Pass> = Vec::new();
     let mut since: Option<u64> = None;
@@ -192,10 +195,14 @@ pub fn derive(stage: usize, stages: usize, step: &StepCalls) -> Option<Derived> 
         let end = until.unwrap_or_else(|| {
             step.others.iter().copied().find(|&t| t >= start && t < step.end_ns).unwrap_or(step.end_ns)
         });
-        let measured = run.len() == 1 && since.is_some() && until.is_some();
+        let measured = since.is_some() && until.is_some();
+        if let (true, [first, second]) = (measured, &run[..]) {
+            derived.merged.insert(*first, *second);
+        }
         for (i, &pass) in run.iter().enumerate() {
             derived.passes.push((pass, if i == 0 { end.saturating_sub(start) } else { 0 }));
-            if !measured {
+            // Judged: a pass alone between two exchanges, or the first of a span of two.
+            if !(measured && i == 0 && run.len() <= 2) {
                 derived.unjudged.insert(pass);
             }
         }

@@ -52,15 +52,17 @@ fn a_middle_stage_passes_are_measured_between_its_exchanges() {
 }
 
 #[test]
-fn the_last_stage_forward_and_backward_of_a_microbatch_are_one_unsplit_span() {
+fn the_last_stage_forward_and_backward_of_a_microbatch_are_one_judged_span() {
     let derived = derive(3, 4, &timeline(3, 4, 4)).unwrap();
     assert_eq!(derived.microbatches, 4);
-    assert_eq!(derived.unjudged.len(), 8, "every pass of the last stage touches another");
     for m in 0..4 {
         let fwd = Pass { stage: 3, microbatch: m, phase: Phase::Fwd };
         let bwd = Pass { phase: Phase::Bwd, ..fwd };
         let of = |p| derived.passes.iter().find(|(q, _)| *q == p).map(|&(_, ns)| ns);
         assert_eq!((of(fwd), of(bwd)), (Some(own(fwd) + own(bwd)), Some(0)), "microbatch {m}");
+        // The span is judged on its first pass; the second's 0 is no measurement.
+        assert_eq!(derived.merged.get(&fwd), Some(&bwd));
+        assert!(!derived.unjudged.contains(&fwd) && derived.unjudged.contains(&bwd), "microbatch {m}");
     }
 }
 
@@ -76,9 +78,10 @@ fn the_first_stage_is_bounded_by_the_step_start_and_its_next_call() {
     assert_eq!(of(0, Phase::Fwd), (LEAD + own(Pass { stage: 0, microbatch: 0, phase: Phase::Fwd }), true));
     // Warm-up forwards lie between sends.
     assert_eq!(of(1, Phase::Fwd), (F + 10, false));
-    // Backward 0 then forward 4 with no exchange between: one span on the backward.
-    assert_eq!(of(0, Phase::Bwd), (B + F + 40, true));
+    // Backward 0 then forward 4 with no exchange between: one span, judged on the backward.
+    assert_eq!(of(0, Phase::Bwd), (B + F + 40, false));
     assert_eq!(of(4, Phase::Fwd), (0, true));
+    assert_eq!(derived.merged[&Pass { stage: 0, microbatch: 0, phase: Phase::Bwd }].microbatch, 4);
     // The cooldown's backwards between receives; the last one until the reduction.
     assert_eq!(of(5, Phase::Bwd), (B + 50, false));
     assert_eq!(of(7, Phase::Bwd), (B + 70 + LEAD, true));
@@ -126,6 +129,7 @@ fn derived_stages_give_the_critical_path_the_true_passes_give() {
     let from_exchanges = StepPasses {
         stages: derived.iter().map(|d| d.passes.clone()).collect(),
         unjudged: derived.iter().flat_map(|d| d.unjudged.iter().copied()).collect(),
+        merged: derived.iter().flat_map(|d| d.merged.iter().map(|(a, b)| (*a, *b))).collect(),
     };
     let (want, got) = (truth.critical_path().unwrap(), from_exchanges.critical_path().unwrap());
     // Stage 0's first and last passes also hold the data loading and the time to the

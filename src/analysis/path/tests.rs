@@ -126,3 +126,25 @@ fn an_unjudged_pass_times_the_step_but_is_never_named() {
     assert_eq!(steps[3][1].critical_path().unwrap().length_ns, path.length_ns + 2 * own);
     assert!(slowdowns(&steps).is_empty(), "{:?}", slowdowns(&steps));
 }
+
+#[test]
+fn a_slowdown_inside_a_span_of_two_is_named_as_the_span() {
+    // The last stage as send/recv times it: each microbatch's forward carries its
+    // backward's time too. Microbatch 5's backward twice as long in step 3.
+    let mut base = step(4, 8);
+    for m in 0..8 {
+        let fwd = Pass { stage: 3, microbatch: m, phase: Phase::Fwd };
+        let bwd = Pass { phase: Phase::Bwd, ..fwd };
+        base = base.with_duration(fwd, F + B).with_duration(bwd, 0);
+        base.merged.insert(fwd, bwd);
+        base.unjudged.insert(bwd);
+    }
+    let mut steps = vec![vec![base.clone()]; 5];
+    let slow = Pass { stage: 3, microbatch: 5, phase: Phase::Fwd };
+    steps[3][0] = base.with_duration(slow, F + B + B);
+    let found = &slowdowns(&steps)[0];
+    assert!(found.finding, "{found:?}");
+    assert_eq!((found.step, found.stage, found.phase, found.microbatch), (3, 3, Phase::Fwd, Some(5)));
+    assert_eq!(found.merged_with, Some(Merged { phase: Phase::Bwd, microbatch: Some(5) }));
+    assert_eq!(found.added_ns, B);
+}

@@ -17,11 +17,34 @@ fn ms(ns: u64) -> String {
     format!("{:.1} ms", ns as f64 / 1e6)
 }
 
-/// `pipeline stage 2, microbatch 4, bwd`, or `every microbatch` for a stage's spread one.
+fn phase(phase: Phase) -> &'static str {
+    if phase == Phase::Fwd {
+        "fwd"
+    } else {
+        "bwd"
+    }
+}
+
+/// `pipeline stage 2, microbatch 4, bwd`, or `every microbatch` for a stage's spread one;
+/// a span of two passes is named as both: `microbatch 4, fwd+bwd`, `microbatch 1 bwd +
+/// microbatch 5 fwd`.
 fn pass(s: &SlowdownView) -> String {
-    let phase = if s.judged.phase == Phase::Fwd { "fwd" } else { "bwd" };
-    let microbatch = s.judged.microbatch.map_or_else(|| "every microbatch".to_string(), |m| format!("microbatch {m}"));
-    format!("pipeline stage {}, {microbatch}, {phase}", s.judged.stage)
+    let j = &s.judged;
+    let microbatch = |m: Option<usize>| m.map_or_else(|| "every microbatch".to_string(), |m| format!("microbatch {m}"));
+    let what = match j.merged_with {
+        None => format!("{}, {}", microbatch(j.microbatch), phase(j.phase)),
+        Some(other) if other.microbatch == j.microbatch => {
+            format!("{}, {}+{}", microbatch(j.microbatch), phase(j.phase), phase(other.phase))
+        }
+        Some(other) => format!(
+            "{} {} + {} {}",
+            microbatch(j.microbatch),
+            phase(j.phase),
+            microbatch(other.microbatch),
+            phase(other.phase)
+        ),
+    };
+    format!("pipeline stage {}, {what}", j.stage)
 }
 
 /// A pipelined job's critical-path finding, as `sf slow` and `sf frontier` head with it.
@@ -42,7 +65,8 @@ fn held(s: &SlowdownView) -> String {
 }
 
 fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
-    if let Some(note) = &report.note {
+    // Nothing judged: the note says why, and is all there is to say.
+    if let (Some(note), 0) = (&report.note, report.steps_judged) {
         return human_line!(out, "{}: {note}", report.dir);
     }
     let stages = report.pipelines.first().map_or(0, Vec::len);
@@ -97,6 +121,9 @@ fn human<W: Write>(out: &mut W, report: &PathReport) -> io::Result<()> {
     }
     if report.slow.len() > LISTED {
         human_line!(out, "  ... {} more in --json", report.slow.len() - LISTED)?;
+    }
+    if let Some(note) = &report.note {
+        human_line!(out, "note: {note}")?;
     }
     Ok(())
 }
