@@ -101,6 +101,29 @@ fn without_pass_markers_a_slow_last_stage_is_named_by_its_span() {
     assert!(headline.contains("SLOW: pipeline stage 3, microbatch 4, fwd+bwd added"), "{headline}");
 }
 
+/// Asynchronous launches with the CUDA door open and no pass markers: each send/recv
+/// returns once launched, so the passes are timed between the exchange kernels' runs on
+/// the device; rank 7's backward kernels 10 ms longer in step 3 (tensor parallelism 2)
+/// are its stage's finding, and its tensor-parallel peer's kernels, which waited for it,
+/// name it.
+#[test]
+fn without_pass_markers_an_asynchronous_pipeline_is_timed_on_the_device() {
+    let _serial = one_at_a_time();
+    let root = log_root("path-send-recv-async");
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.env("CUDA_INJECTION64_PATH", artifact("libstagefrontier.so"));
+    cmd.args(["--ranks", "8", "--steps", "6", "--stage-ms", "data=1,fwd=20,bwd=30,callbacks=1,optim=1"]);
+    cmd.args(["--launch", "async", "--bucket-elems", "64", "--tp", "2", "--pp", "2", "--dp", "2"]);
+    cmd.args(["--pass-markers", "none", "--slow-kernel", "7:bwd:10@3-3"]);
+    run_ok(&mut cmd);
+    let (out, report) = sf_path(&root.join("job"));
+    assert_eq!(out.status.code(), Some(4), "{report:#}");
+    assert_eq!((&report["timed_on"], &report["passes_from"]), (&Value::from("device"), &Value::from("send_recv")));
+    let finding = &report["finding"];
+    assert_eq!((finding["stage"].as_u64(), finding["step"].as_u64()), (Some(1), Some(3)), "{report:#}");
+    assert!(finding["rank"] == 7 || finding["held_by"] == 7, "{finding:#}");
+}
+
 #[test]
 fn a_slow_pass_inside_a_bubble_is_absorbed_not_a_finding() {
     let dir = pipeline_job("path-absorbed", Some("0:fwd:60@3-3#3"));

@@ -4,8 +4,9 @@
 //! `model.backward_cpu_wall@M`, M the microbatch), timed on the device where the CUDA door
 //! sampled them, else on the host. A rank's step without those stages (a job that marks
 //! steps only) has its passes from its sends and receives on the pipeline's communicators
-//! (`analysis::path::passes`), on the host. A slow pass is named only when it lengthened
-//! its step.
+//! (`analysis::path::passes`), timed on the device where the CUDA door linked each
+//! exchange to its kernels, else on the host. A slow pass is named only when it
+//! lengthened its step.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -185,13 +186,13 @@ fn stage_passes(
         Err(e) => return (steps, Some(FileError { file: rank.file.display().to_string(), error: e.to_string() })),
     };
     for (number, read) in path_calls::step_calls(&log, newest, &unmarked, comms) {
-        if let Some(derived) = passes::derive(rank.stage, rank.stages, &read.calls) {
+        if let Some((derived, on_device)) = passes::derive_timed(rank.stage, rank.stages, &read.calls) {
             let step = StageStep {
                 passes: derived.passes,
                 unjudged: derived.unjudged,
                 merged: derived.merged,
                 from_send_recv: Some(read.tensor_wait_ns),
-                on_device: false,
+                on_device,
             };
             steps.insert(number, step);
         }
@@ -380,10 +381,10 @@ fn position(pipelines: &[Vec<u32>], rank: u32) -> Option<(usize, usize)> {
 }
 
 /// Without pass markers: the member of the slow pass's tensor-parallel group (`waited`:
-/// each member's ns in the group's calls in the step) that waited least in them, when
-/// every other member waited more than it by half the slowdown's excess at least: the
-/// peers it held up spent its lateness waiting for it. (Blocking launches only: an
-/// asynchronous launch returns at once, and no member stands out.)
+/// each member's ns in the group's calls in the step, on the device where their kernels
+/// are linked) that waited least in them, when every other member waited more than it by
+/// half the slowdown's excess at least: the peers it held up spent its lateness waiting
+/// for it.
 fn held_by_tensor_waits(judged: &Slowdown, mut waited: Vec<(u64, u32)>) -> Option<u32> {
     let excess = judged.duration_ns.saturating_sub(judged.expected_ns);
     waited.sort_unstable();

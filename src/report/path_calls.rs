@@ -1,13 +1,17 @@
 //! A pipeline rank's steps without pass markers, as `analysis::path::passes` reads them:
 //! each step's window (its step vector) and the rank's NCCL calls in it, its sends and
 //! receives on the pipeline's communicators told apart from the rest; and the time its
-//! host spent inside its tensor-parallel collectives, where it waits for the slowest of
-//! its tensor-parallel peers (blocking launches; asynchronous ones return at once).
+//! rank spent inside its tensor-parallel collectives, where it waits for the slowest of
+//! its tensor-parallel peers: on the device where the call's kernel is linked (an
+//! asynchronous launch returns at once; its kernel spins until the peers arrive), else
+//! on the host. Each
+//! call carries its kernel's run on the device where the CUDA door linked one to it
+//! (`DeviceColl`, keyed by communicator and the launching call's sequence).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::analysis::comms::grow::Aliases;
-use crate::analysis::path::passes::{self, CallKind, HostCall, StepCalls};
+use crate::analysis::path::passes::{self, CallKind, DeviceRun, HostCall, StepCalls};
 use crate::core::log::format::Region;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::RankLog;
@@ -17,7 +21,8 @@ use crate::report::step_vectors::RankStep;
 /// One unmarked step of a rank.
 pub struct UnmarkedStep {
     pub calls: StepCalls,
-    /// ns inside calls on the tensor-parallel communicators in the step's window.
+    /// ns inside calls on the tensor-parallel communicators in the step's window (their
+    /// kernels' runs where linked).
     pub tensor_wait_ns: u64,
 }
 
@@ -33,15 +38,22 @@ pub struct PipelineComms<'a> {
 pub fn step_calls(log: &RankLog, keep: u64, steps: &[&RankStep], comms: &PipelineComms) -> BTreeMap<u64, UnmarkedStep> {
     let PipelineComms { pipeline, tensor, aliases } = comms;
     let mut calls = Vec::new();
-    // (enter, exit) of the calls on tensor-parallel communicators.
+    // (enter, exit, kernel key) of the calls on tensor-parallel communicators.
     let mut tensor_calls = Vec::new();
+    // The kernels' runs by (communicator, sequence), and the calls' keys beside `calls`.
+    let mut kernels: BTreeMap<(u64, u64), DeviceRun> = BTreeMap::new();
+    let mut keys = Vec::new();
     log.scan_newest(Region::Events, keep, |record| {
-        let RecordBody::NcclCall(c) = record.body else { return };
-        if c.t_exit_ns < c.t_enter_ns {
-            return;
-        }
+        let c = match record.body {
+            RecordBody::NcclCall(c) if c.t_exit_ns >= c.t_enter_ns => c,
+            RecordBody::DeviceColl(k) if k.seq > 0 && k.t_end_ns >= k.t_start_ns => {
+                kernels.insert((aliases.canonical(k.comm_id), k.seq), (k.t_start_ns, k.t_end_ns));
+                return;
+            }
+            _ => return,
+        };
         if c.comm_id != 0 && tensor.contains(&aliases.canonical(c.comm_id)) {
-            tensor_calls.push((c.t_enter_ns, c.t_exit_ns));
+            tensor_calls.push((c.t_enter_ns, c.t_exit_ns, (aliases.canonical(c.comm_id), c.seq)));
         }
         let kind = match c.op {
             NcclOp::GroupStart => CallKind::GroupStart,
@@ -57,8 +69,21 @@ pub fn step_calls(log: &RankLog, keep: u64, steps: &[&RankStep], comms: &Pipelin
             enter_ns: c.t_enter_ns,
             exit_ns: c.t_exit_ns,
             group_depth: c.group_depth,
+            device: None,
         });
+        keys.push((c.comm_id != 0 && c.seq > 0).then(|| (aliases.canonical(c.comm_id), c.seq)));
     });
+    for (call, key) in calls.iter_mut().zip(keys) {
+        call.device = key.and_then(|k| kernels.get(&k).copied());
+    }
+    // (host entry, ns inside): the kernel's run where linked.
+    let tensor_waits: Vec<(u64, u64, u64)> = tensor_calls
+        .into_iter()
+        .map(|(enter, exit, key)| {
+            let inside = kernels.get(&key).map_or(exit - enter, |&(start, end)| end - start);
+            (enter, exit, inside)
+        })
+        .collect();
     // Records are written as calls return: a group's start returns before its end enters,
     // so entry order is the threads' call order.
     calls.sort_by_key(|c| c.enter_ns);
@@ -72,9 +97,9 @@ pub fn step_calls(log: &RankLog, keep: u64, steps: &[&RankStep], comms: &Pipelin
             let (begin_ns, end_ns) = (s.t_begin_ns, s.t_begin_ns.saturating_add(s.wall_ns));
             let inside = |t: u64| t >= begin_ns && t <= end_ns;
             let exchanges = exchanges.iter().filter(|e| inside(e.enter_ns) && e.exit_ns <= end_ns).copied().collect();
-            let others = others.iter().copied().filter(|&t| inside(t)).collect();
+            let others = others.iter().copied().filter(|o| inside(o.enter_ns)).collect();
             let tensor_wait_ns =
-                tensor_calls.iter().filter(|&&(enter, exit)| inside(enter) && exit <= end_ns).map(|(a, b)| b - a).sum();
+                tensor_waits.iter().filter(|&&(enter, exit, _)| inside(enter) && exit <= end_ns).map(|w| w.2).sum();
             (s.step, UnmarkedStep { calls: StepCalls { begin_ns, end_ns, exchanges, others }, tensor_wait_ns })
         })
         .collect()

@@ -38,6 +38,9 @@ pub enum CallKind {
     Other,
 }
 
+/// A device's run of the kernel(s) a call launched: (start, end), ns on the host's clock.
+pub type DeviceRun = (u64, u64);
+
 /// One NCCL call of a rank's host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostCall {
@@ -47,6 +50,9 @@ pub struct HostCall {
     pub exit_ns: u64,
     /// The thread's group nesting depth when the call entered.
     pub group_depth: u16,
+    /// Its kernel's run, when the CUDA door linked one to it (for a group, the kernel is
+    /// linked to its last call on each communicator).
+    pub device: Option<DeviceRun>,
 }
 
 /// One exchange with a pipeline neighbour: a group of sends and receives (from the group's
@@ -58,48 +64,79 @@ pub struct Exchange {
     pub exit_ns: u64,
     pub sends: bool,
     pub recvs: bool,
+    /// From the first of its kernels' start to the last one's end, when any was linked.
+    pub device: Option<DeviceRun>,
 }
 
-/// A rank's exchanges, in entry order, and the entry times of its other calls (groups
-/// without a pipeline transfer counted from their start), ascending.
-pub fn exchanges(calls: &[HostCall]) -> (Vec<Exchange>, Vec<u64>) {
+/// Another call (or a group without a pipeline transfer): its host entry, and its
+/// kernel's start on the device when one was linked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OtherCall {
+    pub enter_ns: u64,
+    pub device_start_ns: Option<u64>,
+}
+
+/// Two runs as one: from the earlier start to the later end.
+fn span(a: Option<DeviceRun>, b: Option<DeviceRun>) -> Option<DeviceRun> {
+    match (a, b) {
+        (Some((s1, e1)), Some((s2, e2))) => Some((s1.min(s2), e1.max(e2))),
+        (a, b) => a.or(b),
+    }
+}
+
+/// An outermost group while it is open: its start and what it held.
+struct OpenGroup {
+    enter_ns: u64,
+    sends: bool,
+    recvs: bool,
+    device: Option<DeviceRun>,
+}
+
+/// A rank's exchanges, in entry order, and its other calls (groups without a pipeline
+/// transfer counted from their start), by entry.
+pub fn exchanges(calls: &[HostCall]) -> (Vec<Exchange>, Vec<OtherCall>) {
     let mut done = Vec::new();
     let mut others = Vec::new();
-    // Per thread: the outermost open group's start and what it held.
-    let mut open: BTreeMap<u32, (u64, bool, bool)> = BTreeMap::new();
+    let mut open: BTreeMap<u32, OpenGroup> = BTreeMap::new();
     for call in calls {
         let group = open.get_mut(&call.tid);
         match (call.kind, group) {
             (CallKind::GroupStart, _) if call.group_depth == 0 => {
-                open.insert(call.tid, (call.enter_ns, false, false));
+                let group = OpenGroup { enter_ns: call.enter_ns, sends: false, recvs: false, device: None };
+                open.insert(call.tid, group);
             }
             (CallKind::GroupStart, _) => {}
-            (CallKind::Send, Some(g)) if call.group_depth > 0 => g.1 = true,
-            (CallKind::Recv, Some(g)) if call.group_depth > 0 => g.2 = true,
+            (CallKind::Send | CallKind::Recv | CallKind::Other, Some(g)) if call.group_depth > 0 => {
+                g.sends |= call.kind == CallKind::Send;
+                g.recvs |= call.kind == CallKind::Recv;
+                g.device = span(g.device, call.device);
+            }
             (CallKind::Send | CallKind::Recv, _) => done.push(Exchange {
                 enter_ns: call.enter_ns,
                 exit_ns: call.exit_ns,
                 sends: call.kind == CallKind::Send,
                 recvs: call.kind == CallKind::Recv,
+                device: call.device,
             }),
             // The outermost group's end entered at depth 1 (0: an unbalanced end, which
             // closes nothing either).
             (CallKind::GroupEnd, Some(_)) if call.group_depth <= 1 => {
-                if let Some((enter_ns, sends, recvs)) = open.remove(&call.tid) {
+                if let Some(OpenGroup { enter_ns, sends, recvs, device }) = open.remove(&call.tid) {
                     if sends || recvs {
-                        done.push(Exchange { enter_ns, exit_ns: call.exit_ns, sends, recvs });
+                        done.push(Exchange { enter_ns, exit_ns: call.exit_ns, sends, recvs, device });
                     } else {
-                        others.push(enter_ns);
+                        others.push(OtherCall { enter_ns, device_start_ns: device.map(|d| d.0) });
                     }
                 }
             }
             (CallKind::GroupEnd, _) => {}
-            (CallKind::Other, Some(_)) => {}
-            (CallKind::Other, None) => others.push(call.enter_ns),
+            (CallKind::Other, _) => {
+                others.push(OtherCall { enter_ns: call.enter_ns, device_start_ns: call.device.map(|d| d.0) })
+            }
         }
     }
     done.sort_by_key(|e| e.enter_ns);
-    others.sort_unstable();
+    others.sort_by_key(|o| o.enter_ns);
     (done, others)
 }
 
@@ -109,8 +146,26 @@ pub struct StepCalls {
     pub begin_ns: u64,
     pub end_ns: u64,
     pub exchanges: Vec<Exchange>,
-    /// Entry times of the rank's other calls, ascending.
-    pub others: Vec<u64>,
+    /// The rank's other calls, by entry.
+    pub others: Vec<OtherCall>,
+}
+
+impl StepCalls {
+    /// The step as the device ran it (asynchronous launches: a host call returns once its
+    /// work is queued): each exchange from its kernels' start to their end, each other call
+    /// at its kernel's start (its host entry when none was linked, which is earlier). None
+    /// when an exchange has no kernel linked (the CUDA door shut, or records lost).
+    pub fn on_device(&self) -> Option<StepCalls> {
+        let exchanges = self.exchanges.iter().map(|e| {
+            let (enter_ns, exit_ns) = e.device?;
+            Some(Exchange { enter_ns, exit_ns, ..*e })
+        });
+        let exchanges = exchanges.collect::<Option<Vec<_>>>()?;
+        let mut others: Vec<OtherCall> =
+            self.others.iter().map(|o| OtherCall { enter_ns: o.device_start_ns.unwrap_or(o.enter_ns), ..*o }).collect();
+        others.sort_by_key(|o| o.enter_ns);
+        Some(StepCalls { exchanges, others, ..*self })
+    }
 }
 
 /// A stage's passes of one step, as `StepPasses` takes them.
@@ -193,7 +248,8 @@ pub fn derive(stage: usize, stages: usize, step: &StepCalls) -> Option<Derived> 
         let start = since.unwrap_or(step.begin_ns);
         // After the last exchange: the next other call bounds the pass, else the step's end.
         let end = until.unwrap_or_else(|| {
-            step.others.iter().copied().find(|&t| t >= start && t < step.end_ns).unwrap_or(step.end_ns)
+            let next = step.others.iter().map(|o| o.enter_ns).find(|&t| t >= start && t < step.end_ns);
+            next.unwrap_or(step.end_ns)
         });
         let measured = since.is_some() && until.is_some();
         if let (true, [first, second]) = (measured, &run[..]) {
@@ -221,6 +277,22 @@ pub fn derive(stage: usize, stages: usize, step: &StepCalls) -> Option<Derived> 
     }
     flush(&mut run, since, None);
     Some(derived)
+}
+
+/// `derive` on the device's times where every exchange has its kernels' run, else on the
+/// host's; the flag says whether the device timed it. On the device a pass runs from the
+/// end of the exchange kernel before it to the start of the one after it: the NCCL stream
+/// waits for the compute launched before the exchange, and the compute for the exchange
+/// it needs. That gap holds the pass's kernels and any idle time waiting for their
+/// launches, so a slow host that starves its device is in it too; the host's own times
+/// are launch times, and a bound's may hold a synchronization's wait for the whole
+/// pipeline to drain.
+pub fn derive_timed(stage: usize, stages: usize, step: &StepCalls) -> Option<(Derived, bool)> {
+    let host = derive(stage, stages, step)?;
+    match step.on_device().and_then(|d| derive(stage, stages, &d)) {
+        Some(device) if device.microbatches == host.microbatches => Some((device, true)),
+        _ => Some((host, false)),
+    }
 }
 
 #[cfg(test)]

@@ -30,12 +30,13 @@ fn timeline(stage: usize, stages: usize, microbatches: usize) -> StepCalls {
         match item {
             Item::Compute(pass) => t += own(pass),
             Item::Exchange { sends, recvs } => {
-                exchanges.push(Exchange { enter_ns: t, exit_ns: t + WAIT, sends, recvs });
+                exchanges.push(Exchange { enter_ns: t, exit_ns: t + WAIT, sends, recvs, device: None });
                 t += WAIT;
             }
         }
     }
-    StepCalls { begin_ns, end_ns: t + 10 * LEAD, exchanges, others: vec![begin_ns + 1, t + LEAD] }
+    let others = [begin_ns + 1, t + LEAD].map(|enter_ns| OtherCall { enter_ns, device_start_ns: None }).to_vec();
+    StepCalls { begin_ns, end_ns: t + 10 * LEAD, exchanges, others }
 }
 
 #[test]
@@ -138,7 +139,7 @@ fn derived_stages_give_the_critical_path_the_true_passes_give() {
 }
 
 fn call(kind: CallKind, enter_ns: u64, exit_ns: u64, group_depth: u16) -> HostCall {
-    HostCall { tid: 7, kind, enter_ns, exit_ns, group_depth }
+    HostCall { tid: 7, kind, enter_ns, exit_ns, group_depth, device: None }
 }
 
 #[test]
@@ -159,11 +160,11 @@ fn a_group_is_one_exchange_from_its_start_to_its_end_s_return() {
     assert_eq!(
         exchanges,
         [
-            Exchange { enter_ns: 10, exit_ns: 90, sends: true, recvs: true },
-            Exchange { enter_ns: 100, exit_ns: 180, sends: false, recvs: true },
+            Exchange { enter_ns: 10, exit_ns: 90, sends: true, recvs: true, device: None },
+            Exchange { enter_ns: 100, exit_ns: 180, sends: false, recvs: true, device: None },
         ]
     );
-    assert_eq!(others, [200, 310]);
+    assert_eq!(others.iter().map(|o| o.enter_ns).collect::<Vec<_>>(), [200, 310]);
 }
 
 #[test]
@@ -175,5 +176,49 @@ fn a_nested_group_closes_with_its_outermost_end() {
         call(CallKind::GroupEnd, 16, 17, 2),
         call(CallKind::GroupEnd, 18, 60, 1),
     ];
-    assert_eq!(exchanges(&calls).0, [Exchange { enter_ns: 10, exit_ns: 60, sends: true, recvs: false }]);
+    assert_eq!(exchanges(&calls).0, [Exchange { enter_ns: 10, exit_ns: 60, sends: true, recvs: false, device: None }]);
+}
+
+/// A step launched asynchronously: the host's calls return at once (each exchange 1 us,
+/// passes 100 ns of launching), the device runs the passes as `timeline` times them.
+fn launched(stage: usize, stages: usize, microbatches: usize) -> StepCalls {
+    let device = timeline(stage, stages, microbatches);
+    let mut host = device.clone();
+    let mut t = device.begin_ns + 10;
+    for (h, d) in host.exchanges.iter_mut().zip(&device.exchanges) {
+        *h = Exchange { enter_ns: t, exit_ns: t + 1_000, device: Some((d.enter_ns, d.exit_ns)), ..*h };
+        t += 1_100;
+    }
+    for (h, d) in host.others.iter_mut().zip(&device.others) {
+        *h = OtherCall { enter_ns: t.min(d.enter_ns), device_start_ns: Some(d.enter_ns) };
+    }
+    host
+}
+
+#[test]
+fn an_asynchronous_step_is_timed_on_the_device_when_every_exchange_has_its_kernels() {
+    let step = launched(1, 4, 8);
+    let (derived, on_device) = derive_timed(1, 4, &step).expect("a 1F1B schedule");
+    assert!(on_device);
+    for &(pass, ns) in &derived.passes {
+        assert_eq!(ns, own(pass), "{pass:?}: the device's time, not the launches'");
+    }
+    // One exchange without its kernel: the host's launch times, and no claim of device time.
+    let mut unlinked = step.clone();
+    unlinked.exchanges[3].device = None;
+    let (derived, on_device) = derive_timed(1, 4, &unlinked).unwrap();
+    assert!(!on_device);
+    assert!(derived.passes.iter().all(|&(_, ns)| ns < 1_000), "{:?}", derived.passes);
+}
+
+#[test]
+fn a_group_s_kernels_run_from_the_first_start_to_the_last_end() {
+    let with = |kind, enter_ns, device| HostCall { device, ..call(kind, enter_ns, enter_ns + 1, 1) };
+    let calls = [
+        call(CallKind::GroupStart, 10, 11, 0),
+        with(CallKind::Send, 12, Some((500, 700))),
+        with(CallKind::Recv, 14, Some((450, 650))),
+        call(CallKind::GroupEnd, 16, 17, 1),
+    ];
+    assert_eq!(exchanges(&calls).0[0].device, Some((450, 700)));
 }
