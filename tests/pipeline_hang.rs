@@ -6,6 +6,8 @@
 //! names the rank that never posted, the peer waiting for it, and the call it waits in.
 //! With four pipeline stages (TP 1 × PP 4 × DP 2) the stages after the culprit wait in
 //! their own receives, a chain the blame passes along: the headline names the culprit.
+//! The call waited in is placed in its microbatch and pass by the 1F1B schedule, with the
+//! host blocking and (on the devices' chain) launching asynchronously.
 
 mod common;
 
@@ -67,7 +69,12 @@ fn hangs_at_the_exchange(test: &str, comm_create: &str, p2p: &str, inject: &str,
     let human = Command::new(artifact("sf")).arg("hang").arg(&dir).output().unwrap();
     let text = String::from_utf8_lossy(&human.stdout);
     let wanted = format!("rank {culprit} never entered the send/recv matching rank {peer}'s {op} #");
-    assert!(text.lines().take_while(|l| l.starts_with("HUNG")).any(|l| l.contains(&wanted)), "{case}:\n{text}");
+    let line = text.lines().take_while(|l| l.starts_with("HUNG")).find(|l| l.contains(&wanted));
+    let line = line.unwrap_or_else(|| panic!("{case}:\n{text}"));
+    // Step 3's first exchange carries microbatch 0's activations, both ways.
+    assert!(line.contains(" (microbatch 0, forward) on 0x"), "{case}: {line}");
+    assert_eq!(rank_field(&report, peer, "microbatch"), 0, "{case}: {report}");
+    assert_eq!(rank_field(&report, peer, "phase"), "fwd", "{case}: {report}");
     assert!(text.lines().all(|l| !l.contains("wedged")), "{case}: nobody is wedged:\n{text}");
 }
 
@@ -126,4 +133,60 @@ fn the_headline_names_the_head_of_a_four_stage_chain_of_receives() {
         assert_eq!(rank_field(&report, rank, "state"), "waiting", "rank {rank}: {report}");
         assert_eq!(rank_field(&report, rank, "waiting_for"), &serde_json::json!([upstream]), "{report}");
     }
+}
+
+/// Runs the four-stage job (`launch`, the CUDA door open for `async`) with rank 1 hung by
+/// `inject`, until `sf hang` says `wanted`; returns its text and its JSON.
+fn four_stage_answer(test: &str, launch: &str, inject: &str, wanted: &str) -> (String, Value) {
+    let _serial = one_at_a_time();
+    let root = log_root(test);
+    let mut cmd = preloaded(&trainer_sim(), &root, "job");
+    cmd.args(["--ranks", "8", "--tp", "1", "--pp", "4", "--dp", "2", "--steps", "100000"])
+        .args(["--stage-ms", "data=2,fwd=2,bwd=4,callbacks=1,optim=1", "--launch", launch])
+        .env("SF_INJECT", inject)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if launch == "async" {
+        cmd.env("CUDA_INJECTION64_PATH", library());
+    }
+    let _job = Killed(cmd.spawn().expect("start sf-trainer-sim"));
+    let dir = root.join("job");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new(artifact("sf")).arg("hang").arg(&dir).output().expect("run sf hang");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.code() == Some(3) && text.contains(wanted) {
+            let (_, report) = sf_hang(&dir);
+            return (text, report);
+        }
+        assert!(Instant::now() < deadline, "never said '{wanted}':\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Rank 1 (stage 0 of 4, 8 microbatches) numbers its sends and receives on the pipeline
+/// 16 a step: step 3 opens at #49 with three warm-up forwards' sends, then each steady
+/// forward's send goes with a backward's receive, so #54 is microbatch 4's activations.
+/// Rank 3 waits for them in its receive; the schedule says which microbatch that is.
+#[test]
+fn a_missing_send_is_placed_in_its_microbatch_by_the_schedule() {
+    let wanted = "HUNG: rank 1 never entered the send/recv matching rank 3's recv #";
+    let (text, report) = four_stage_answer("pp4-hang-microbatch", "blocking", "hang:rank=1,op=send,seq=54", wanted);
+    let line = text.lines().find(|l| l.contains(wanted)).unwrap();
+    assert!(line.contains(" (microbatch 4, forward) on 0x"), "{text}");
+    assert_eq!((rank_field(&report, 3, "microbatch"), rank_field(&report, 3, "phase")), (&4.into(), &"fwd".into()));
+    // Rank 1 waits in no send/recv: nothing to place.
+    assert_eq!(rank_field(&report, 1, "microbatch"), &Value::Null, "{report}");
+}
+
+/// As above with asynchronous launches: rank 3's device waits in the receive (its host
+/// moved on), and the device chain's line places it.
+#[test]
+fn a_missing_send_on_the_devices_is_placed_in_its_microbatch() {
+    let wanted = "HUNG: rank 1 never launched the send rank 3's device waits for in recv #";
+    let (text, report) = four_stage_answer("pp4-hang-microbatch-async", "async", "hang:rank=1,op=send,seq=54", wanted);
+    let line = text.lines().find(|l| l.contains(wanted)).unwrap();
+    assert!(line.contains(" (microbatch 4, forward) on 0x"), "{text}");
+    let chain = &report["device_chain"];
+    assert_eq!((&chain["microbatch"], &chain["phase"]), (&4.into(), &"fwd".into()), "{report}");
 }

@@ -38,10 +38,13 @@ use crate::report::moment::{self, Judged};
 use crate::report::parallel;
 use crate::report::read_budget::RECORDS;
 
+mod comms;
 mod device;
 mod evidence;
 mod extra;
+mod microbatch;
 mod stacks;
+use comms::comm_report;
 use device::{
     device_stall_report, device_view, kernel_ch_view, overruling_chain, place_members, profiler_stall, unsettled_names,
     DeviceParts,
@@ -49,6 +52,8 @@ use device::{
 pub use device::{DeviceChainReport, DeviceStallReport, DeviceWaitReport, ProfilerStallReport};
 use evidence::{mark_culprits, progress_verdict};
 pub use evidence::{HangEvidenceUsed, ProgressStallReport};
+pub use microbatch::TransferPass;
+use microbatch::{pipeline_history, PipelineHistory};
 pub use stacks::{HangStacks, StackAnswer, StackGroup};
 
 /// How `sf hang` decides a wait is stuck: `max(min_stuck_s, factor x step time)`, or
@@ -243,6 +248,9 @@ pub struct RankReport {
     pub op: Option<NcclOp>,
     pub in_flight: bool,
     pub grouped: bool,
+    /// The send/recv it waits in: its pipeline pass (`microbatch`, `phase`).
+    #[serde(flatten)]
+    pub transfer: TransferPass,
     pub waiting_for: Vec<i32>,
     pub liveness: Liveness,
     pub heartbeat_age_s: Option<f64>,
@@ -316,6 +324,8 @@ pub(crate) struct Extra {
     process_groups: Vec<u64>,
     /// Its newest Python stacks.
     stacks: Option<RankStacks>,
+    /// Its calls and previous step's sends and receives, for `microbatch`.
+    pipeline: Option<PipelineHistory>,
 }
 
 pub use super::hang_prometheus::build as from_prometheus;
@@ -441,6 +451,7 @@ pub(crate) fn read_live(
     let device = device_view(&device_parts, &input, &stage_names);
     let evidence = Evidence::of_nccl_calls(device_parts.3, input.calls.iter());
     let extra = Extra {
+        pipeline: Some(pipeline_history(&input, h.world_size, &device_parts.2)),
         stacks: history.stacks.newest(h.global_rank, log.progress_mono_ns()),
         device,
         kernel_ch: kernel_ch_view(log, as_of_ns, calibrated),
@@ -499,6 +510,7 @@ pub(crate) fn report(
     let first_end = first_end(&ends);
     let marked: Vec<RankProgress> = extras.iter().filter_map(|e| e.progress.clone()).collect();
     let rank_stacks: Vec<RankStacks> = extras.iter_mut().filter_map(|e| e.stacks.take()).collect();
+    let pipelines: Vec<PipelineHistory> = extras.iter_mut().filter_map(|e| e.pipeline.take()).collect();
     let mut ranks: Vec<RankReport> = d.ranks.into_iter().zip(extras).map(|(v, extra)| rank_report(v, extra)).collect();
     let post_mortem = d
         .post_mortem
@@ -507,7 +519,8 @@ pub(crate) fn report(
     let stuck_in_python =
         d.communicators.iter().filter(|c| c.stuck_ns.is_some()).all(|c| process_groups.contains(&c.comm_id));
     let named = stacks::culprits(&ranks, post_mortem.as_ref());
-    let device_chain = overruling_chain(chain, &mut ranks, &named);
+    let mut device_chain = overruling_chain(chain, &mut ranks, &named);
+    microbatch::place(pipelines, &mut ranks, device_chain.as_mut());
     let unsettled = device_chain.is_none() && stall.is_none() && post_mortem.is_none() && d.hung;
     let device_pending = if unsettled { unsettled_names(&mut ranks, &named, &views) } else { Vec::new() };
     let hang_evidence = if device_chain.is_some() {
@@ -611,58 +624,6 @@ fn post_mortem_report(p: PostMortem) -> PostMortemReport {
     }
 }
 
-fn stuck_qp_report(q: StuckQp) -> StuckQpReport {
-    StuckQpReport {
-        rank: q.rank,
-        source: q.source,
-        device: q.device,
-        qp_num: q.qp_num,
-        in_flight: q.in_flight,
-        stuck_s: seconds(q.stuck_ns),
-    }
-}
-
-fn comm_report(c: CommVerdict) -> CommReport {
-    CommReport {
-        comm_id: c.comm_id,
-        nranks: c.nranks,
-        stuck_seq: c.stuck_seq,
-        stuck_op: c.stuck_op,
-        stuck_p2p: c.stuck_p2p,
-        stuck_s: c.stuck_ns.map(seconds),
-        missing_ranks: c.missing_ranks,
-        waiting_ranks: c.waiting_ranks,
-        dead_ranks: c.dead_ranks,
-        wedged_ranks: c.wedged_ranks,
-        slow_ranks: c.slow_ranks,
-        stalled_ranks: c.stalled_ranks,
-        exited_ranks: c.exited_ranks,
-        disabled_ranks: c.disabled_ranks,
-        no_log_comm_ranks: c.no_log_comm_ranks,
-        mismatches: c.mismatches,
-        mismatches_total: c.mismatches_total,
-        stuck_qps: c.stuck_qps.into_iter().map(stuck_qp_report).collect(),
-        members: c.members.into_iter().map(member_report).collect(),
-    }
-}
-
-fn member_report(m: Member) -> MemberReport {
-    MemberReport {
-        rank: m.rank,
-        comm_rank: m.comm_rank,
-        coll_entered: m.coll_entered,
-        coll_returned: m.coll_returned,
-        p2p_entered: m.p2p_entered,
-        p2p_returned: m.p2p_returned,
-        in_flight: m.in_flight.map(|c| MemberCallReport {
-            op: c.op,
-            comm_seq: c.comm_seq,
-            age_s: seconds(c.age_ns),
-            grouped: c.grouped,
-        }),
-    }
-}
-
 fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
     RankReport {
         rank: v.rank,
@@ -676,6 +637,7 @@ fn rank_report(v: RankVerdict, extra: Extra) -> RankReport {
         op: v.at.and_then(|at| at.op),
         in_flight: v.at.is_some_and(|at| at.in_flight),
         grouped: v.at.is_some_and(|at| at.grouped),
+        transfer: TransferPass::default(),
         waiting_for: v.waiting_for,
         liveness: extra.liveness,
         heartbeat_age_s: extra.heartbeat_age_ns.map(seconds),

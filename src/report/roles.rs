@@ -10,7 +10,7 @@ use crate::analysis::roles::{self, Call, RankInput, Roles};
 use crate::core::log::format::Region;
 use crate::core::log::nccl_op::NcclOp;
 use crate::core::log::reader::{RankLog, Record};
-use crate::core::log::records::{CommCreated, RecordBody};
+use crate::core::log::records::{CommCreated, NcclCall, RecordBody};
 use crate::report::discover::{self, Dirs};
 use crate::report::parallel;
 use crate::report::read_budget::RECORDS;
@@ -52,19 +52,27 @@ impl RankRoles {
         let mut visit = |record: Record| match record.body {
             RecordBody::CommCreated(c) => created.push(c),
             RecordBody::StepVector(v) if v.part == 0 => step_begins.push(v.t_begin_ns),
-            RecordBody::NcclCall(c)
-                if c.comm_id != 0
-                    && !matches!(c.op, NcclOp::GroupStart | NcclOp::GroupEnd)
-                    && calls.len() < CALLS_KEPT =>
-            {
-                calls.push((c.t_enter_ns, Call { comm_id: c.comm_id, op: c.op, peer: c.peer }))
-            }
+            RecordBody::NcclCall(c) if calls.len() < CALLS_KEPT => calls.extend(call_of(&c)),
             _ => {}
         };
         if log.header.history_slot_count > 0 {
             log.scan_region(Region::History, &mut visit);
         }
         let events = log.scan_newest(Region::Events, newest, &mut visit);
+        let lost_oldest = events.lost_to_wrap > 0 || events.not_read > 0;
+        RankRoles::of(log.header.global_rank, log.header.world_size, created, calls, step_begins, lost_oldest)
+    }
+
+    /// From a rank's creations, its calls as (entry time, call) (`call_of`) and when its
+    /// steps began.
+    pub fn of(
+        global_rank: i32,
+        world_size: i32,
+        created: Vec<CommCreated>,
+        mut calls: Vec<(u64, Call)>,
+        mut step_begins: Vec<u64>,
+        lost_oldest: bool,
+    ) -> RankRoles {
         calls.sort_by_key(|&(t, _)| t);
         // Only steps that began after the oldest call held: an earlier one's first calls
         // are gone.
@@ -76,14 +84,21 @@ impl RankRoles {
             .map(|&t| calls.partition_point(|&(entered, _)| entered < t))
             .collect();
         RankRoles {
-            global_rank: log.header.global_rank,
-            world_size: log.header.world_size,
+            global_rank,
+            world_size,
             created,
             calls: calls.into_iter().map(|(_, c)| c).collect(),
             step_starts,
-            lost_oldest: events.lost_to_wrap > 0 || events.not_read > 0,
+            lost_oldest,
         }
     }
+}
+
+/// What the roles read of a call, with its entry time: a call on a communicator, group
+/// markers left out.
+pub fn call_of(c: &NcclCall) -> Option<(u64, Call)> {
+    (c.comm_id != 0 && !matches!(c.op, NcclOp::GroupStart | NcclOp::GroupEnd))
+        .then_some((c.t_enter_ns, Call { comm_id: c.comm_id, op: c.op, peer: c.peer }))
 }
 
 /// The roles from the logs of ranks already read (those with a rank identity).

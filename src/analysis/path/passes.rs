@@ -295,6 +295,67 @@ pub fn derive_timed(stage: usize, stages: usize, step: &StepCalls) -> Option<(De
     }
 }
 
+/// The pass a pipeline transfer carries, from its place in the stage's step: `previous`
+/// is the stage's previous step's sends (true) and receives (false) on the pipeline's
+/// communicator in the order the rank posted them, `index` the transfer's place among the
+/// next step's, `send` whether it is a send. A send carries the output of the pass before
+/// its exchange (a forward's activations, a backward's gradients), a receive the input of
+/// the pass after it. None when no microbatch count gives a 1F1B schedule with exactly
+/// `previous`'s transfers (another schedule, or calls lost), or the schedule has no such
+/// transfer there.
+pub fn transfer_pass(stage: usize, stages: usize, previous: &[bool], index: usize, send: bool) -> Option<Pass> {
+    if stage >= stages || stages < 2 {
+        return None;
+    }
+    // Each exchange's transfers, in schedule order: a group's send and receive in either
+    // order (NCCL does not order a group's calls).
+    let exchanges = |items: &[Item]| -> Vec<(usize, bool, bool)> {
+        items
+            .iter()
+            .enumerate()
+            .filter_map(|(at, item)| match *item {
+                Item::Exchange { sends, recvs } => Some((at, sends, recvs)),
+                Item::Compute(_) => None,
+            })
+            .collect()
+    };
+    let matches = |shape: &[(usize, bool, bool)]| {
+        let mut calls = previous.iter();
+        let whole = shape.iter().all(|&(_, sends, recvs)| {
+            let taken: Vec<bool> = calls.by_ref().take(usize::from(sends) + usize::from(recvs)).copied().collect();
+            taken.len() == usize::from(sends) + usize::from(recvs)
+                && taken.contains(&true) == sends
+                && taken.contains(&false) == recvs
+        });
+        whole && calls.next().is_none()
+    };
+    // Every microbatch is at least one transfer, so M is at most their count.
+    let items = (1..=previous.len()).map(|m| schedule(stage, stages, m)).find(|items| matches(&exchanges(items)))?;
+    let mut before = 0;
+    for (at, sends, recvs) in exchanges(&items) {
+        let size = usize::from(sends) + usize::from(recvs);
+        if index < before + size {
+            let carried = if send && sends {
+                items[..at].iter().rev().find_map(computed)
+            } else if !send && recvs {
+                items[at + 1..].iter().find_map(computed)
+            } else {
+                None
+            };
+            return carried;
+        }
+        before += size;
+    }
+    None
+}
+
+fn computed(item: &Item) -> Option<Pass> {
+    match *item {
+        Item::Compute(pass) => Some(pass),
+        Item::Exchange { .. } => None,
+    }
+}
+
 #[cfg(test)]
 #[path = "passes_tests.rs"]
 mod tests;

@@ -222,3 +222,50 @@ fn a_group_s_kernels_run_from_the_first_start_to_the_last_end() {
     ];
     assert_eq!(exchanges(&calls).0[0].device, Some((450, 700)));
 }
+
+/// Stage `stage`'s transfers of one step as a rank posts them: each group's send first.
+fn transfers(stage: usize, stages: usize, microbatches: usize) -> Vec<bool> {
+    let mut calls = Vec::new();
+    for item in schedule(stage, stages, microbatches) {
+        if let Item::Exchange { sends, recvs } = item {
+            calls.extend(sends.then_some(true));
+            calls.extend(recvs.then_some(false));
+        }
+    }
+    calls
+}
+
+#[test]
+fn a_transfer_is_placed_in_its_pass_by_the_previous_steps_schedule() {
+    let fwd = |microbatch| Pass { stage: 1, microbatch, phase: Phase::Fwd };
+    let previous = transfers(1, 4, 8);
+    assert_eq!(previous.len(), 32, "2 warm-up recv/send pairs, 6 steady groups, 2 drained pairs");
+    // The step's first call: the receive of microbatch 0's activations.
+    assert_eq!(transfer_pass(1, 4, &previous, 0, false), Some(fwd(0)));
+    assert_eq!(transfer_pass(1, 4, &previous, 0, true), None, "the step opens with no send");
+    assert_eq!(transfer_pass(1, 4, &previous, 1, true), Some(fwd(0)));
+    // The first steady group (calls 5 and 6): microbatch 2's activations out, microbatch
+    // 0's gradients in, in either order.
+    for index in [5, 6] {
+        assert_eq!(transfer_pass(1, 4, &previous, index, true), Some(fwd(2)));
+        let gradients = Pass { stage: 1, microbatch: 0, phase: Phase::Bwd };
+        assert_eq!(transfer_pass(1, 4, &previous, index, false), Some(gradients));
+    }
+    // The step's last call: microbatch 7's gradients to stage 0.
+    let last = Pass { stage: 1, microbatch: 7, phase: Phase::Bwd };
+    assert_eq!(transfer_pass(1, 4, &previous, 31, true), Some(last));
+    assert_eq!(transfer_pass(1, 4, &previous, 32, true), None);
+}
+
+#[test]
+fn a_previous_step_no_schedule_explains_places_nothing() {
+    let mut previous = transfers(0, 4, 8);
+    assert_eq!(transfer_pass(0, 4, &previous, 0, true), Some(Pass { stage: 0, microbatch: 0, phase: Phase::Fwd }));
+    previous.pop();
+    assert_eq!(transfer_pass(0, 4, &previous, 0, true), None, "a call lost");
+    assert_eq!(transfer_pass(0, 1, &transfers(0, 4, 8), 0, true), None, "one stage is no pipeline");
+    assert_eq!(
+        transfer_pass(3, 4, &transfers(3, 4, 8), 0, false),
+        Some(Pass { stage: 3, microbatch: 0, phase: Phase::Fwd })
+    );
+}

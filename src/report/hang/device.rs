@@ -88,6 +88,9 @@ pub struct DeviceChainReport {
     pub peer_ranks: Vec<i32>,
     /// Every rank whose device waits in an NCCL kernel.
     pub waiting_ranks: Vec<i32>,
+    /// The send/recv the peers wait in: its pipeline pass (`microbatch`, `phase`).
+    #[serde(flatten)]
+    pub transfer: TransferPass,
 }
 
 /// The chain of device waits, when it overrules the host's counts: the ranks those name
@@ -112,6 +115,7 @@ pub(super) fn overruling_chain(
         op: chain.op,
         peer_ranks: chain.peers,
         waiting_ranks: chain.waiting_ranks,
+        transfer: TransferPass::default(),
     })
 }
 

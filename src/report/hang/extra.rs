@@ -58,6 +58,7 @@ impl Extra {
             progress: None,
             process_groups: Vec::new(),
             stacks: None,
+            pipeline: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use stagefrontier::analysis::blame::waits_from::Why;
 use stagefrontier::analysis::hang::Mismatch;
+use stagefrontier::analysis::path::Phase;
 use stagefrontier::core::log::nccl_op::NcclOp;
 use stagefrontier::core::log::records_net::WrSource;
 use stagefrontier::core::net::proxy_progress::ProxyLink;
@@ -13,7 +14,7 @@ use super::human::{age, first_end_line, json_name, plural, ranges, snapshot_note
 use super::table::{self, Align};
 use stagefrontier::report::hang::{
     CommReport, DeviceChainReport, DeviceStallReport, DeviceWaitReport, HangEvidenceUsed, HangReport, InjectionReport,
-    PostMortemReport, ProfilerStallReport, ProgressStallReport, RankReport,
+    PostMortemReport, ProfilerStallReport, ProgressStallReport, RankReport, TransferPass,
 };
 
 /// The report as a person reads it.
@@ -97,8 +98,18 @@ fn p2p_waits(c: &CommReport, report: &HangReport) -> Vec<String> {
         .iter()
         .filter(|r| c.waiting_ranks.contains(&r.rank) && r.comm_id == Some(c.comm_id) && r.in_flight)
         .filter(|r| for_missing(r))
-        .filter_map(|r| Some(format!("rank {}'s {} #{}", r.rank, r.op?.name(), r.comm_seq?)))
+        .filter_map(|r| Some(format!("rank {}'s {} #{}{}", r.rank, r.op?.name(), r.comm_seq?, of_pass(&r.transfer))))
         .collect()
+}
+
+/// ` (microbatch 3, forward)`: the pipeline pass a send/recv carries, when the schedule
+/// places it; nothing otherwise.
+fn of_pass(t: &TransferPass) -> String {
+    match (t.microbatch, t.phase) {
+        (Some(m), Some(Phase::Fwd)) => format!(" (microbatch {m}, forward)"),
+        (Some(m), Some(Phase::Bwd)) => format!(" (microbatch {m}, backward)"),
+        _ => String::new(),
+    }
 }
 
 /// One sentence per stuck communicator: who holds it up, and who waits.
@@ -372,12 +383,13 @@ fn device_chain_line(c: &DeviceChainReport) -> String {
     };
     // A send/recv is numbered by the rank that waits: each rank counts its own.
     format!(
-        "HUNG: {} never launched the {owed} {peers} device{} wait{} for in {} #{} on {:#018x}{behind}",
+        "HUNG: {} never launched the {owed} {peers} device{} wait{} for in {} #{}{} on {:#018x}{behind}",
         rank_noun(&c.culprit_ranks),
         if c.peer_ranks.len() == 1 { "" } else { "s" },
         if c.peer_ranks.len() == 1 { "s" } else { "" },
         c.op.name(),
         c.comm_seq,
+        of_pass(&c.transfer),
         c.comm_id,
     )
 }
