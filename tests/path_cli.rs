@@ -48,6 +48,12 @@ fn sf_path(dir: &Path) -> (Output, Value) {
     (out, report)
 }
 
+/// The first line `sf path` prints for people.
+fn headline(dir: &Path) -> String {
+    let human = Command::new(artifact("sf")).arg("path").arg(dir).output().expect("spawn sf");
+    String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string()
+}
+
 #[test]
 fn a_slow_pass_on_the_critical_path_is_named_with_its_stage_and_microbatch() {
     let dir = pipeline_job("path-on", Some("3:bwd:100@3-3#4"));
@@ -58,8 +64,7 @@ fn a_slow_pass_on_the_critical_path_is_named_with_its_stage_and_microbatch() {
     assert_eq!((finding["phase"].as_str(), finding["step"].as_u64()), (Some("bwd"), Some(3)));
     assert_eq!(report["passes_from"], "markers", "{report:#}");
     assert!(finding["added_ns"].as_u64() > Some(80_000_000), "{finding:#}");
-    let human = Command::new(artifact("sf")).arg("path").arg(&dir).output().expect("spawn sf");
-    let headline = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
+    let headline = headline(&dir);
     assert!(headline.contains("SLOW: pipeline stage 3, microbatch 4, bwd"), "{headline}");
 }
 
@@ -96,8 +101,7 @@ fn without_pass_markers_a_slow_last_stage_is_named_by_its_span() {
     assert_eq!((finding["phase"].as_str(), finding["step"].as_u64()), (Some("fwd"), Some(3)), "{finding:#}");
     assert_eq!(finding["merged_with"], serde_json::json!({"phase": "bwd", "microbatch": 4}), "{finding:#}");
     assert!(finding["added_ns"].as_u64() > Some(80_000_000), "{finding:#}");
-    let human = Command::new(artifact("sf")).arg("path").arg(&dir).output().expect("spawn sf");
-    let headline = String::from_utf8_lossy(&human.stdout).lines().next().unwrap_or_default().to_string();
+    let headline = headline(&dir);
     assert!(headline.contains("SLOW: pipeline stage 3, microbatch 4, fwd+bwd added"), "{headline}");
 }
 
