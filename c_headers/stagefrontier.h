@@ -17,6 +17,7 @@
 #ifndef STAGEFRONTIER_H
 #define STAGEFRONTIER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -55,6 +56,12 @@ void sf_py_call_end(void);
 unsigned long long sf_py_call_detach(void);
 void sf_py_wait_begin(unsigned long long token);
 void sf_py_wait_end(unsigned long long token);
+/* For the Python door: this process is a member of a process group of `size` ranks
+ * described as the `len` bytes at `desc` (torch.distributed.new_group's group_desc,
+ * Megatron's TENSOR_MODEL_PARALLEL_GROUP, ...), whose members' global ranks, ascending,
+ * in decimal joined by "," ("0,2,4,6"), hash to `members_id` (FNV-1a, 64 bits). The first
+ * 80 bytes are kept; sf roles reads it as confirmation of the role it infers. */
+void sf_py_group_desc(unsigned long long members_id, int size, const char *desc, size_t len);
 
 #ifdef __cplusplus
 }

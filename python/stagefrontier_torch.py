@@ -34,6 +34,11 @@ Repeated forward/backward in one step (gradient accumulation) are expanded by th
 (@0, @1, ...). A forward under torch.no_grad() or in eval() mode, and a DataLoader read
 under no_grad, belong to no step: evaluation passes are not training steps.
 
+Group names: the description each process group is given
+(`new_group(group_desc=...)`, as Megatron names its groups) is reported with the group's
+members by each member, and the default group's ("default_pg"); `sf roles` checks the
+roles it infers against them, never relying on them.
+
 Collectives: on a process group NCCL does not run (gloo), the collectives and send/recv
 the program issues from Python are recorded as the library records NCCL's (`_Collectives`
 below), so their waits and hangs are seen; NCCL's own are left to the preload door.
@@ -146,12 +151,16 @@ class _Door:
         self.depth = 0
         self.candidate = None
         self.model = None
+        # Reports the groups' names too: init_process_group's hook gives it the default one.
+        self.collectives = None
         try:
             self._hook_process_group()
         except Exception as error:  # the steps are still worth recording
             sys.stderr.write("stagefrontier: init_process_group is not watched: %s\n" % (error,))
         try:
-            _Collectives(torch, lib).install()
+            collectives = _Collectives(torch, lib)
+            collectives.install()
+            self.collectives = collectives
         except Exception as error:  # likewise
             sys.stderr.write("stagefrontier: collectives from Python are not recorded: %s\n" % (error,))
         try:
@@ -256,6 +265,8 @@ class _Door:
             try:
                 rank, world_size = distributed.get_rank(), distributed.get_world_size()
                 door.recording = bool(declare(rank, world_size))
+                if door.collectives is not None:
+                    door.collectives.describe(distributed.group.WORLD)
             except Exception:  # never the program's problem
                 pass
             return result
@@ -415,6 +426,10 @@ class _Collectives:
         # id(group) -> (group, number or None when not recorded); the group is kept so
         # that its id is not reused.
         self.groups = {}
+        # Groups' names not yet sent, (members' id, size, name): a group made before the
+        # library records (no rank yet to write them under) waits here for the next call.
+        # None with a library older than sf_py_group_desc.
+        self.names = None
 
     def install(self):
         distributed = self.torch.distributed
@@ -430,6 +445,7 @@ class _Collectives:
         self.lib.sf_py_call_end.restype = None
         c10d = importlib.import_module("torch.distributed.distributed_c10d")
         self._install_waits(c10d)
+        self._install_names(c10d)
         import inspect
         for name, (op, root) in _RECORDED.items():
             real = getattr(c10d, name, None)
@@ -552,6 +568,57 @@ class _Collectives:
         # Detached or not, the library ended or keeps the record: no sf_py_call_end.
         return True
 
+    # Names kept while the library does not record yet: Megatron makes a few dozen groups.
+    _NAMES_KEPT = 256
+
+    def _install_names(self, c10d):
+        """new_group's description and members, reported by each member: Megatron names
+        every group it makes (TENSOR_MODEL_PARALLEL_GROUP, DATA_PARALLEL_GROUP, ...), and
+        sf roles checks the roles it infers against those names. Every group, NCCL's too:
+        the preload door records their communicators, matched to names by members."""
+        if getattr(self.lib, "sf_py_group_desc", None) is None:  # an older library
+            return
+        self.lib.sf_py_group_desc.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.sf_py_group_desc.restype = None
+        self.names = []
+        real = c10d.new_group
+        collectives = self
+
+        @functools.wraps(real)
+        def new_group(*args, **kwargs):
+            group = real(*args, **kwargs)
+            collectives.describe(group)
+            return group
+
+        c10d.new_group = new_group
+        distributed = self.torch.distributed
+        if getattr(distributed, "new_group", None) is real:
+            distributed.new_group = new_group
+
+    def describe(self, group):
+        """Reports `group`'s name and members when this process is a member (new_group
+        gives the others a placeholder) and the name says something (torch's own
+        "undefined" when none was given does not)."""
+        try:
+            if self.names is None or not isinstance(group, self.torch.distributed.ProcessGroup):
+                return
+            desc = getattr(group, "group_desc", None)
+            if not desc or desc == "undefined":
+                return
+            ranks = sorted(self.torch.distributed.get_process_group_ranks(group))
+            if len(self.names) < self._NAMES_KEPT:
+                members = ",".join(str(rank) for rank in ranks)
+                self.names.append((_fnv1a64(members), len(ranks), desc.encode()))
+            self._send_names()
+        except Exception:  # never the program's problem
+            pass
+
+    def _send_names(self):
+        if self.names and self.lib.sf_recording():
+            for members_id, size, desc in self.names:
+                self.lib.sf_py_group_desc(members_id, size, desc, len(desc))
+            self.names = []
+
     def _tensor(self, values):
         """The first tensor among `values` (the first of a list of them)."""
         Tensor = self.torch.Tensor
@@ -577,6 +644,8 @@ class _Collectives:
             if not self.lib.sf_recording():
                 # No rank yet: a group reported now would be lost; ask again next call.
                 return None
+            if self.names:
+                self._send_names()
             number = None
             distributed = self.torch.distributed
             backend = str(distributed.get_backend(group)).lower()
@@ -594,7 +663,7 @@ class _Collectives:
 
 
 def _fnv1a64(text):
-    """The same 64-bit id on every member of a group."""
+    """The same 64-bit id on every member of a group (src/core/fnv.rs computes it too)."""
     value = 0xCBF29CE484222325
     for byte in text.encode():
         value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF

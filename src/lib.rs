@@ -44,7 +44,8 @@ pub use doors::net::verbs::{ibv_close_device, ibv_create_qp, ibv_open_device};
 pub use doors::process_exit::{_Exit, _exit};
 /// the Python door's calls around collectives issued from Python on a gloo process group,
 pub use doors::python_collectives::{
-    sf_py_call_begin, sf_py_call_detach, sf_py_call_end, sf_py_group, sf_py_wait_begin, sf_py_wait_end,
+    sf_py_call_begin, sf_py_call_detach, sf_py_call_end, sf_py_group, sf_py_group_desc, sf_py_wait_begin,
+    sf_py_wait_end,
 };
 /// the C API of c_headers/stagefrontier.h,
 pub use doors::steps::markers::{

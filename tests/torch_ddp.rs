@@ -40,12 +40,12 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// `sf run` on 3-rank `torchrun` of the tier's `script` as job `job` in `root`; the
+/// `sf run` on `ranks`-rank `torchrun` of the tier's `script` as job `job` in `root`; the
 /// script's own arguments go after.
-fn sf_run_torchrun(python: &Path, root: &Path, job: &str, script: &str) -> Command {
+fn sf_run_torchrun(python: &Path, root: &Path, job: &str, ranks: u32, script: &str) -> Command {
     let mut cmd = in_venv(Path::new(env!("CARGO_BIN_EXE_sf")), python);
     cmd.args(["run", "--log-dir", root.to_str().unwrap(), "--job-id", job, "--"]);
-    cmd.args(["torchrun", "--nproc-per-node", "3", "--master-port", &free_port().to_string()]);
+    cmd.args(["torchrun", "--nproc-per-node", &ranks.to_string(), "--master-port", &free_port().to_string()]);
     cmd.arg(repo(script));
     cmd
 }
@@ -138,7 +138,7 @@ fn first_verdict(command: &str, dir: &Path) -> (Option<i32>, Option<String>) {
 fn a_healthy_gloo_job_gives_no_finding_from_any_command() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-healthy");
-    let mut cmd = sf_run_torchrun(&python, &root, "healthy", "tests/torch/ddp_job.py");
+    let mut cmd = sf_run_torchrun(&python, &root, "healthy", 3, "tests/torch/ddp_job.py");
     cmd.args(["--steps", "24", "--eval-every", "8"]);
     run_ok(&mut cmd);
     for command in ["ls", "slow", "frontier", "hang"] {
@@ -356,7 +356,7 @@ fn median_step_s(log: &Path) -> f64 {
 fn a_rank_asleep_forever_in_a_gloo_job_is_named_from_progress_live_and_post_mortem() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-asleep");
-    let mut cmd = sf_run_torchrun(&python, &root, "asleep", "tests/torch/ddp_job.py");
+    let mut cmd = sf_run_torchrun(&python, &root, "asleep", 3, "tests/torch/ddp_job.py");
     cmd.args([
         "--steps",
         "200",
@@ -473,7 +473,7 @@ fn stands_at(report: &Value, rank: i64, line: i64) -> bool {
 fn collectives_issued_from_python_on_gloo_carry_the_waits() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-collectives");
-    let mut cmd = sf_run_torchrun(&python, &root, "fsdp", "tests/torch/collectives_job.py");
+    let mut cmd = sf_run_torchrun(&python, &root, "fsdp", 3, "tests/torch/collectives_job.py");
     cmd.args(["--steps", "30", "--slow-rank", "1", "--slow-ms", "30"]);
     let out = run_ok(&mut cmd);
     assert!(String::from_utf8_lossy(&out.stdout).contains("collectives_job: ok ranks=3 steps=30"));
@@ -496,7 +496,7 @@ fn collectives_issued_from_python_on_gloo_carry_the_waits() {
 fn an_asynchronous_collective_is_recorded_until_its_work_wait_returns() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-collectives-async");
-    let mut cmd = sf_run_torchrun(&python, &root, "fsdp", "tests/torch/collectives_job.py");
+    let mut cmd = sf_run_torchrun(&python, &root, "fsdp", 3, "tests/torch/collectives_job.py");
     cmd.args(["--steps", "30", "--slow-rank", "1", "--slow-ms", "30", "--async-gather"]);
     let out = run_ok(&mut cmd);
     assert!(String::from_utf8_lossy(&out.stdout).contains("collectives_job: ok ranks=3 steps=30"));
@@ -538,7 +538,7 @@ fn sf_slow_names_rank_1s_forward(dir: &Path) {
 fn a_rank_missing_a_collective_issued_from_python_is_named_by_sf_hang() {
     let Some(python) = torch_python() else { return };
     let root = log_root("torch-collectives-hang");
-    let mut cmd = sf_run_torchrun(&python, &root, "stop", "tests/torch/collectives_job.py");
+    let mut cmd = sf_run_torchrun(&python, &root, "stop", 3, "tests/torch/collectives_job.py");
     cmd.args(["--steps", "1000", "--hang-rank", "2", "--hang-step", "15"]);
     let mut job = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
     let dir = root.join("stop");
@@ -563,4 +563,57 @@ fn a_rank_missing_a_collective_issued_from_python_is_named_by_sf_hang() {
         "{stuck}"
     );
     assert_eq!(stuck["waiting_ranks"], serde_json::json!([0, 1]), "{stuck}");
+}
+
+/// A Megatron-style tp=2 x dp=2 job (tests/torch/groups_job.py) whose groups are made with
+/// new_group(group_desc=...), one of the tensor-parallel ones misnamed: `sf roles` infers
+/// every role from the calls the Python door recorded on gloo, gives each communicator the
+/// names its members' groups were given, agreeing, and for the misnamed one keeps the
+/// role it inferred and notes the disagreement.
+#[test]
+fn sf_roles_checks_its_roles_against_the_group_names_megatron_gives() {
+    use serde_json::json;
+
+    let Some(python) = torch_python() else { return };
+    let root = log_root("torch-group-names");
+    let mut cmd = sf_run_torchrun(&python, &root, "named", 4, "tests/torch/groups_job.py");
+    cmd.args(["--steps", "5", "--misname"]);
+    let out = run_ok(&mut cmd);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("groups_job: ok ranks=4 steps=5"));
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_sf")).arg("roles").arg(root.join("named")).arg("--json").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["layout"], json!({"tp": 2, "pp": 1, "dp": 2}), "{report:#}");
+    let named: Vec<(String, Value, Value, Value)> = report["communicators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["role"].as_str().unwrap().to_string(),
+                c["members"].clone(),
+                c["names"].clone(),
+                c["names_agree"].clone(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("world", json!([0, 1, 2, 3]), json!(["default_pg"]), json!(true)),
+        ("tp", json!([0, 1]), json!(["TENSOR_MODEL_PARALLEL_GROUP"]), json!(true)),
+        ("tp", json!([2, 3]), json!(["DATA_PARALLEL_GROUP"]), json!(false)),
+        ("dp", json!([0, 2]), json!(["DATA_PARALLEL_GROUP"]), json!(true)),
+        ("dp", json!([1, 3]), json!(["DATA_PARALLEL_GROUP"]), json!(true)),
+    ];
+    for (role, members, names, agree) in expected {
+        let found = named.iter().find(|c| c.0 == role && c.1 == members);
+        assert_eq!(found.map(|c| (&c.2, &c.3)), Some((&names, &agree)), "{role} {members}: {report:#}");
+    }
+    let notes = report["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().is_some_and(|n| n.contains("inferred tp") && n.contains("DATA_PARALLEL_GROUP"))),
+        "{report:#}"
+    );
 }

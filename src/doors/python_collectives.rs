@@ -2,10 +2,11 @@
 //! collectives and send/recv a program issues from Python on a process group NCCL does
 //! not run (gloo). Declared in c_headers/stagefrontier.h; no-ops while nothing records.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int};
 
 use crate::core::comms::python_calls;
 use crate::core::log::nccl_op::NcclOp;
+use crate::core::log::records_groups::DESC_BYTES;
 use crate::core::record::doors;
 use crate::doors::traced::shielded;
 
@@ -16,6 +17,23 @@ use crate::doors::traced::shielded;
 pub extern "C" fn sf_py_group(group: u64, group_id: u64, rank: c_int, size: c_int) {
     doors::opened(doors::PYTHON);
     shielded(|| python_calls::group(group, group_id, rank, size));
+}
+
+/// This process is a member of a process group of `size` ranks described as the `len`
+/// bytes at `desc` (`torch.distributed.new_group(group_desc=...)`), whose members' global
+/// ranks, ascending and joined by ",", hash (FNV-1a) to `members_id`. Only the first
+/// `records_groups::DESC_BYTES` bytes are read.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn sf_py_group_desc(members_id: u64, size: c_int, desc: *const c_char, len: usize) {
+    if desc.is_null() {
+        return;
+    }
+    doors::opened(doors::PYTHON);
+    let len = len.min(DESC_BYTES);
+    // SAFETY: the door passes a bytes object's buffer of at least `len` bytes, alive for
+    // the call; no more than that (bounded above) is read, and it is copied before return.
+    let desc = unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), len) };
+    shielded(|| python_calls::group_desc(members_id, size, desc));
 }
 
 /// Enters a call on `group`: `op` as the log numbers NCCL's calls (`NcclOp`), `count`

@@ -1,6 +1,8 @@
 //! `sf roles`: each communicator's role in a tensor-, pipeline- and data-parallel job and
 //! each rank's coordinates, read from the logs alone (`analysis::roles` has the rules).
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde::Serialize;
 
 use super::ls::FileError;
@@ -39,18 +41,22 @@ pub struct RankRoles {
     pub step_starts: Vec<usize>,
     /// The oldest calls were lost to the ring's wraparound or left unread (the budget).
     pub lost_oldest: bool,
+    /// The process groups the Python door saw this rank join by name: (members' id, name).
+    pub group_names: Vec<(u64, String)>,
 }
 
 impl RankRoles {
-    /// Reads a log's communicator creations and step starts (its history ring) and the
-    /// oldest `CALLS_KEPT` calls of its newest `newest` event records, in the order they
-    /// were entered. A log of one ring (format 1) is read as its newest `newest` records.
+    /// Reads a log's communicator creations, group names and step starts (its history
+    /// ring) and the oldest `CALLS_KEPT` calls of its newest `newest` event records, in
+    /// the order they were entered. A log of one ring (format 1) is read as its newest `newest` records.
     pub fn read(log: &RankLog, newest: u64) -> RankRoles {
         let mut created = Vec::new();
         let mut calls: Vec<(u64, Call)> = Vec::new();
         let mut step_begins = Vec::new();
+        let mut group_names = Vec::new();
         let mut visit = |record: Record| match record.body {
             RecordBody::CommCreated(c) => created.push(c),
+            RecordBody::GroupDesc(g) => group_names.push((g.members_id, g.desc.to_string_lossy())),
             RecordBody::StepVector(v) if v.part == 0 => step_begins.push(v.t_begin_ns),
             RecordBody::NcclCall(c) if calls.len() < CALLS_KEPT => calls.extend(call_of(&c)),
             _ => {}
@@ -60,7 +66,9 @@ impl RankRoles {
         }
         let events = log.scan_newest(Region::Events, newest, &mut visit);
         let lost_oldest = events.lost_to_wrap > 0 || events.not_read > 0;
-        RankRoles::of(log.header.global_rank, log.header.world_size, created, calls, step_begins, lost_oldest)
+        let read =
+            RankRoles::of(log.header.global_rank, log.header.world_size, created, calls, step_begins, lost_oldest);
+        RankRoles { group_names, ..read }
     }
 
     /// From a rank's creations, its calls as (entry time, call) (`call_of`) and when its
@@ -90,6 +98,7 @@ impl RankRoles {
             calls: calls.into_iter().map(|(_, c)| c).collect(),
             step_starts,
             lost_oldest,
+            group_names: Vec::new(),
         }
     }
 }
@@ -126,6 +135,11 @@ pub fn infer(read: &[RankRoles]) -> Roles {
         .collect();
     let world_size = read.iter().map(|r| r.world_size.max(0) as usize).max().unwrap_or(0);
     let mut roles = roles::infer(world_size, &inputs);
+    let mut named: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    for (members_id, name) in read.iter().flat_map(|r| &r.group_names) {
+        named.entry(*members_id).or_default().insert(name.clone());
+    }
+    roles::names::confirm(&mut roles, &named);
     if read.iter().any(|r| r.lost_oldest && r.step_starts.is_empty()) && !roles.pipelines.is_empty() {
         roles.notes.push(
             "some logs without step markers lost their oldest calls to wraparound (or SF_READ_BUDGET left \

@@ -24,8 +24,12 @@
 //!
 //! Coordinates: tp, dp, ep and cp are a rank's position by global rank in its group of
 //! that role; pp is its stage in its pipeline.
+//!
+//! The names a job gave its groups, where the Python door saw them, are checked against
+//! the roles afterwards (`names`): confirmation, never an input.
 
 mod flow;
+pub mod names;
 mod traffic;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,6 +98,11 @@ pub struct CommRole {
     pub members: Vec<u32>,
     pub traffic: Traffic,
     pub evidence: String,
+    /// The names the job gave process groups of these members (`group_desc` records of
+    /// the Python door), sorted; empty without them (`names::confirm`).
+    pub names: Vec<String>,
+    /// Whether a name's role is the one inferred; None when no name claims a role.
+    pub names_agree: Option<bool>,
 }
 
 /// The size of each parallel dimension found (1: not found); ep and cp only when found.
@@ -303,6 +312,8 @@ pub fn infer(world_size: usize, ranks: &[RankInput]) -> Roles {
                 members: c.global_ranks(),
                 traffic: traffic_of(c.comm_id),
                 evidence,
+                names: Vec::new(),
+                names_agree: None,
             })
         })
         .collect();

@@ -9,8 +9,11 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 
 use crate::core::comms::tracer::{self, CallArgs, Pending};
+use crate::core::live::event::Event;
 use crate::core::live::runtime;
 use crate::core::log::nccl_op::NcclOp;
+use crate::core::log::records::{GroupDesc, RecordBody, Text};
+use crate::core::record::clock::now_ticks;
 use crate::core::record::thread_state::ReentrancyGuard;
 
 /// Set in every handle the door's groups get: user-space pointers (an `ncclComm_t`) never
@@ -27,6 +30,17 @@ thread_local! {
 pub fn group(group: u64, comm_id: u64, rank: i32, nranks: i32) {
     if let Some(rt) = runtime::active() {
         tracer::register_process_group(rt, GROUP_HANDLE | group, comm_id, rank, nranks);
+    }
+}
+
+/// This process is a member of a group of `size` ranks described as `desc`, whose
+/// members' id is `members_id` (`records_groups::members_id`): written to the history
+/// ring, as communicator creations are, so it outlives the run's calls.
+pub fn group_desc(members_id: u64, size: i32, desc: &[u8]) {
+    if let Some(rt) = runtime::active() {
+        let desc = Text::new(desc);
+        let record = GroupDesc { t_ns: now_ticks(), members_id, size, global_rank: rt.global_rank(), desc };
+        rt.ring.push(Event::Record(RecordBody::GroupDesc(record)));
     }
 }
 

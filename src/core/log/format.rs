@@ -131,7 +131,7 @@ impl Region {
         match kind {
             STEP_VECTOR | SIDE_VALUE | STAGE_DEVICE | COMM_CREATED | INJECTION | HANG_EVIDENCE | KERNEL_NAME
             | CUPTI_STATUS | QP_STUCK | QP_DEGRADED | PORT_COUNTER_NAME | VERBS_DEVICE | STACK_FRAME | STACK_THREAD
-            | STACK_SAMPLE => Region::History,
+            | STACK_SAMPLE | GROUP_DESC => Region::History,
             _ => Region::Events,
         }
     }

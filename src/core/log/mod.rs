@@ -20,6 +20,7 @@ pub mod records;
 pub mod records_cupti;
 pub mod records_device;
 pub mod records_end;
+pub mod records_groups;
 pub mod records_kernels;
 pub mod records_net;
 pub mod records_ports;

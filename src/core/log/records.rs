@@ -14,6 +14,8 @@ pub use super::records_cupti::{CuptiState, CuptiStatus};
 use super::records_device as device;
 pub use super::records_device::{DeviceColl, DeviceState, HostSync, LinkSource, SyncKind, Unfinished};
 pub use super::records_end::{EndHow, ProcessEnd};
+use super::records_groups as groups;
+pub use super::records_groups::GroupDesc;
 use super::records_kernels as kernels;
 pub use super::records_kernels::{KernelCluster, KernelName, NcclKernels, StageDevice, StreamBusy};
 use super::records_net as net;
@@ -280,6 +282,7 @@ pub enum RecordBody {
     StackFrame(StackFrame),
     StackThread(StackThread),
     StackSample(StackSample),
+    GroupDesc(GroupDesc),
 }
 
 impl RecordBody {
@@ -314,6 +317,7 @@ impl RecordBody {
             RecordBody::StackFrame(_) => kind::STACK_FRAME,
             RecordBody::StackThread(_) => kind::STACK_THREAD,
             RecordBody::StackSample(_) => kind::STACK_SAMPLE,
+            RecordBody::GroupDesc(_) => kind::GROUP_DESC,
         }
     }
 
@@ -342,6 +346,7 @@ impl RecordBody {
             RecordBody::DeviceState(s) => Some(s.t_ns),
             RecordBody::ProcessEnd(e) => Some(e.t_ns),
             RecordBody::StackSample(s) => Some(s.t_ns),
+            RecordBody::GroupDesc(g) => Some(g.t_ns),
             RecordBody::StackFrame(_) | RecordBody::StackThread(_) => None,
             RecordBody::SideValue(_)
             | RecordBody::KernelName(_)
@@ -362,6 +367,7 @@ impl RecordBody {
                 c.bytes = c.count.saturating_mul(dtype_size(c.dtype));
             }
             RecordBody::CommCreated(c) => c.t_ns = cal.to_mono_ns(c.t_ns),
+            RecordBody::GroupDesc(g) => g.t_ns = cal.to_mono_ns(g.t_ns),
             RecordBody::Drops(d) => d.t_ns = cal.to_mono_ns(d.t_ns),
             RecordBody::Injection(i) => i.t_ns = cal.to_mono_ns(i.t_ns),
             RecordBody::HangEvidence(h) => {
@@ -481,6 +487,7 @@ impl RecordBody {
             RecordBody::StackFrame(f) => stacks::encode_frame(f, &mut w),
             RecordBody::StackThread(t) => stacks::encode_thread(t, &mut w),
             RecordBody::StackSample(s) => stacks::encode_sample(s, &mut w),
+            RecordBody::GroupDesc(g) => groups::encode(g, &mut w),
         }
         w.at
     }
@@ -600,6 +607,7 @@ impl RecordBody {
             kind::STACK_FRAME => RecordBody::StackFrame(stacks::decode_frame(&mut r)?),
             kind::STACK_THREAD => RecordBody::StackThread(stacks::decode_thread(&mut r)?),
             kind::STACK_SAMPLE => RecordBody::StackSample(stacks::decode_sample(&mut r)?),
+            kind::GROUP_DESC => RecordBody::GroupDesc(groups::decode(&mut r)?),
             _ => return None,
         };
         (r.at == payload.len()).then_some(body)

@@ -29,6 +29,16 @@ pub(super) fn record_line(record: &Record, base_mono_ns: u64, names: &LogNames) 
             c.parent_id,
             json_name(&c.origin)
         ),
+        RecordBody::GroupDesc(g) => format!(
+            "{seq:>8}  {:>12}  {:<12}  {:<21}  {:#018x}  size={} global_rank={} desc={:?}",
+            since_start(g.t_ns),
+            "group_desc",
+            "-",
+            g.members_id,
+            g.size,
+            g.global_rank,
+            g.desc.to_string_lossy()
+        ),
         RecordBody::Drops(d) => format!(
             "{seq:>8}  {:>12}  {:<12}  dropped_total={} ring_capacity={} profiler_dropped={}",
             since_start(d.t_ns),

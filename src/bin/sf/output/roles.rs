@@ -1,11 +1,12 @@
 //! `sf roles` output: JSON as the report is, or for people the layout line, one line per
-//! communicator (role, size, members, evidence) and the rank → coordinates table.
+//! communicator (role, size, members, evidence and the names the job gave it) and the
+//! rank → coordinates table.
 
 use std::io::{self, Write};
 
 use super::table::{self, Align};
 use crate::cli::Format;
-use stagefrontier::analysis::roles::{Coords, Layout, Role};
+use stagefrontier::analysis::roles::{CommRole, Coords, Layout, Role};
 use stagefrontier::report::roles::RolesReport;
 
 pub fn write<W: Write>(format: Format, out: W, report: &RolesReport) -> io::Result<()> {
@@ -37,7 +38,7 @@ fn human<W: Write>(out: &mut W, report: &RolesReport) -> io::Result<()> {
                 c.role.name().to_string(),
                 c.members.len().to_string(),
                 members(&c.members),
-                c.evidence.clone(),
+                evidence(c),
             ]
         })
         .collect();
@@ -63,6 +64,20 @@ fn human<W: Write>(out: &mut W, report: &RolesReport) -> io::Result<()> {
         })
         .collect();
     table::write(out, &columns, &rows)
+}
+
+/// The evidence, then the names the job gave the group and whether they agree:
+/// `...; named TENSOR_MODEL_PARALLEL_GROUP (agrees)`.
+fn evidence(c: &CommRole) -> String {
+    if c.names.is_empty() {
+        return c.evidence.clone();
+    }
+    let verdict = match c.names_agree {
+        Some(true) => " (agrees)",
+        Some(false) => " (disagrees: the inference stands)",
+        None => "",
+    };
+    format!("{}; named {}{verdict}", c.evidence, c.names.join(", "))
 }
 
 fn column(role: Role) -> &'static str {

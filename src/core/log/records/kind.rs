@@ -49,9 +49,11 @@ pub const STACK_FRAME: u16 = 27;
 pub const STACK_THREAD: u16 = 28;
 /// A stack sample's header, after its threads.
 pub const STACK_SAMPLE: u16 = 29;
+/// A process group's description, as the Python door saw it (records_groups.rs).
+pub const GROUP_DESC: u16 = 30;
 
 /// Each kind's name: the `kind` of its JSON form, and what `sf dump --kind` takes.
-pub const NAMES: [(u16, &str); 29] = [
+pub const NAMES: [(u16, &str); 30] = [
     (NCCL_CALL, "nccl_call"),
     (COMM_CREATED, "comm_created"),
     (DROPS, "drops"),
@@ -81,6 +83,7 @@ pub const NAMES: [(u16, &str); 29] = [
     (STACK_FRAME, "stack_frame"),
     (STACK_THREAD, "stack_thread"),
     (STACK_SAMPLE, "stack_sample"),
+    (GROUP_DESC, "group_desc"),
 ];
 
 /// The code of a kind's name.
