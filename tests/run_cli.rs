@@ -399,12 +399,17 @@ fn ctrl_c_at_a_terminal(mut cmd: Command) -> (String, std::process::ExitStatus) 
     };
     let slave = std::fs::OpenOptions::new().read(true).write(true).open(&slave_path).unwrap();
     cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
-    // SAFETY: setsid and ioctl are async-signal-safe; stdin is the terminal by now.
+    // SAFETY: setsid, ioctl and signal are async-signal-safe; stdin is the terminal by now.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // As a terminal's session starts: a runner that started the tests in the
+            // background (`cmd &` without job control) left SIGINT and SIGQUIT ignored, and
+            // a shell keeps a signal ignored on entry ignored.
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
             Ok(())
         })
     };
