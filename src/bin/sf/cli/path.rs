@@ -21,6 +21,14 @@ The headline says what timed the passes (`timed_on`): in a job that launches its
 asynchronously, host stage times are launch times only and say nothing of the device's;
 there the CUDA door's stage samples are needed.
 
+A job that marks its steps only (Megatron with tensor parallelism 1 marks no passes) has
+its passes from each stage's sends and receives on the pipeline's communicators, read
+against Megatron's 1F1B order (`passes_from`: send_recv): a pass runs from the exchange
+before it to the one after it, on the device between the exchanges' kernels where the CUDA
+door linked them (an asynchronous job without it is not judged). Two passes with no
+exchange between them (the last stage's forward and backward of a microbatch) are judged
+as one span, named as both (`fwd+bwd`, JSON `merged_with`).
+
 A pass is slow from 20% over its expected duration, the median of the same pass (stage,
 microbatch, forward or backward) over every step and pipeline (DP replicas and TP copies):
 a slowdown in more than half of those is the job's normal. It is a finding only when it

@@ -30,10 +30,16 @@ A job with nothing but the world communicator is data parallel on it: dp = its s
 every rank tp=0 pp=0 dp=rank. tp and dp coordinates are the position in that group by
 global rank; pp is the pipeline stage.
 
+Group names confirm, never decide: where the Python door runs, each member records its
+process groups' names (Megatron's group_desc: TENSOR_MODEL_PARALLEL_GROUP,
+DATA_PARALLEL_GROUP, PIPELINE_MODEL_PARALLEL_GROUP, ...; torch's default_pg) with their
+members; a communicator with the same members shows them and whether one names the role
+inferred (`names_agree`), and a disagreement is a note, the inferred role standing.
+
 --json: `layout` {tp, pp, dp, and ep, cp when found}, `ranks` [{rank, tp, pp, dp, ...}],
-`communicators` [{comm_id, role, members, traffic, evidence}], `pipelines` (each a list
-of ranks in stage order), `flat`, `world_size`, `notes` (what kept the answer from being
-whole) and `errors`.
+`communicators` [{comm_id, role, members, traffic, evidence, names, names_agree}],
+`pipelines` (each a list of ranks in stage order), `flat`, `world_size`, `notes` (what
+kept the answer from being whole) and `errors`.
 
 Logs that hold no communicator's creation have no layout to tell: one line says so.
 
