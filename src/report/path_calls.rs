@@ -52,15 +52,18 @@ pub fn step_calls(log: &RankLog, keep: u64, steps: &[&RankStep], comms: &Pipelin
             }
             _ => return,
         };
-        if c.comm_id != 0 && tensor.contains(&aliases.canonical(c.comm_id)) {
-            tensor_calls.push((c.t_enter_ns, c.t_exit_ns, (aliases.canonical(c.comm_id), c.seq)));
+        // The communicator as the roles name it, and the key its kernel is linked by.
+        let comm = (c.comm_id != 0).then(|| aliases.canonical(c.comm_id));
+        let key = comm.filter(|_| c.seq > 0).map(|comm| (comm, c.seq));
+        if comm.is_some_and(|comm| tensor.contains(&comm)) {
+            tensor_calls.push((c.t_enter_ns, c.t_exit_ns, key));
         }
-        let kind = match c.op {
-            NcclOp::GroupStart => CallKind::GroupStart,
-            op if op.ends_group() => CallKind::GroupEnd,
-            _ if c.comm_id == 0 => return,
-            NcclOp::Send if pipeline.contains(&aliases.canonical(c.comm_id)) => CallKind::Send,
-            NcclOp::Recv if pipeline.contains(&aliases.canonical(c.comm_id)) => CallKind::Recv,
+        let kind = match (c.op, comm) {
+            (NcclOp::GroupStart, _) => CallKind::GroupStart,
+            (op, _) if op.ends_group() => CallKind::GroupEnd,
+            (_, None) => return,
+            (NcclOp::Send, Some(comm)) if pipeline.contains(&comm) => CallKind::Send,
+            (NcclOp::Recv, Some(comm)) if pipeline.contains(&comm) => CallKind::Recv,
             _ => CallKind::Other,
         };
         calls.push(HostCall {
@@ -71,7 +74,7 @@ pub fn step_calls(log: &RankLog, keep: u64, steps: &[&RankStep], comms: &Pipelin
             group_depth: c.group_depth,
             device: None,
         });
-        keys.push((c.comm_id != 0 && c.seq > 0).then(|| (aliases.canonical(c.comm_id), c.seq)));
+        keys.push(key);
     });
     for (call, key) in calls.iter_mut().zip(keys) {
         call.device = key.and_then(|k| kernels.get(&k).copied());
@@ -80,7 +83,8 @@ pub fn step_calls(log: &RankLog, keep: u64, steps: &[&RankStep], comms: &Pipelin
     let tensor_waits: Vec<(u64, u64, u64)> = tensor_calls
         .into_iter()
         .map(|(enter, exit, key)| {
-            let inside = kernels.get(&key).map_or(exit - enter, |&(start, end)| end - start);
+            let run = key.and_then(|key| kernels.get(&key));
+            let inside = run.map_or(exit - enter, |&(start, end)| end - start);
             (enter, exit, inside)
         })
         .collect();
