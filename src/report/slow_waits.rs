@@ -29,6 +29,8 @@ pub struct CulpritParamsReport {
     pub min_delay_s: f64,
     pub min_step_share: f64,
     pub dominance: f64,
+    pub min_step_fraction: f64,
+    pub max_chance: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -88,6 +90,8 @@ pub fn blamed(w: Waits, series: &[RankSeries], stages: &[String], job: &JobSlow)
             min_delay_s: culprit_params.min_delay_s,
             min_step_share: culprit_params.min_step_share,
             dominance: culprit_params.dominance,
+            min_step_fraction: culprit_params.min_step_fraction,
+            max_chance: culprit_params.max_chance,
         },
         blame: table
             .cells

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::attribute::Attribution;
+use super::chance;
 use super::stage_seconds::StageSeconds;
 
 /// Seconds of other ranks' waiting one (rank, stage) caused.
@@ -39,6 +40,19 @@ impl BlameTable<'_> {
     fn steps_where(&self, rank: u32, stage: usize, counts: impl Fn(f64) -> bool) -> usize {
         let steps = self.caused.of_rank(rank, self.first, self.last);
         steps.iter().filter(|&&((_, _, s), caused)| s == stage && counts(caused)).count()
+    }
+
+    /// The steps in which any rank's `stage` caused waiting that `counts`.
+    fn steps_where_any(&self, stage: usize, counts: impl Fn(f64) -> bool) -> usize {
+        let mut steps: Vec<u64> = (self.caused.iter())
+            .filter(|&(&(_, step, s), &caused)| {
+                s == stage && (self.first..=self.last).contains(&step) && counts(caused)
+            })
+            .map(|(&(_, step, _), _)| step)
+            .collect();
+        steps.sort_unstable();
+        steps.dedup();
+        steps.len()
     }
 }
 
@@ -87,8 +101,15 @@ pub struct CulpritParams {
     pub dominance: f64,
     /// ...and it must hold its peers up by the floor in at least this fraction of the
     /// steps (and in 3 or more): one descheduled step on a busy host is jitter, not a
-    /// culprit (the L1 detectors report spikes).
+    /// culprit (the L1 detectors report spikes)...
     pub min_step_fraction: f64,
+    /// ...and those steps must be more than luck gives a rank: on a busy host every rank is
+    /// descheduled now and then, and with few steps or few ranks one of them is late in most
+    /// steps by chance (one of two ranks holds the others up in 3 of 4 steps with odds of
+    /// 5 in 16). Of the steps where any rank held its peers up by the floor in the stage,
+    /// the culprit's share must have at most this chance were each such step's late rank
+    /// drawn evenly from all the ranks.
+    pub max_chance: f64,
 }
 
 /// Fewest steps in which a culprit must hold its peers up.
@@ -96,7 +117,13 @@ const MIN_CULPRIT_STEPS: usize = 3;
 
 impl Default for CulpritParams {
     fn default() -> CulpritParams {
-        CulpritParams { min_delay_s: 1e-3, min_step_share: 0.02, dominance: 3.0, min_step_fraction: 0.2 }
+        CulpritParams {
+            min_delay_s: 1e-3,
+            min_step_share: 0.02,
+            dominance: 3.0,
+            min_step_fraction: 0.2,
+            max_chance: 0.01,
+        }
     }
 }
 
@@ -132,7 +159,11 @@ pub fn culprits(
     let floor = params.min_delay_s.max(params.min_step_share * median_step_s);
     let peers = (ranks - 1) as f64;
     let min_steps = MIN_CULPRIT_STEPS.max((params.min_step_fraction * steps as f64).ceil() as usize);
-    let held_up = |rank: u32, stage: usize| table.steps_where(rank, stage, |caused| caused / peers >= floor);
+    let holds_up = |caused: f64| caused / peers >= floor;
+    let held_up = |rank: u32, stage: usize| table.steps_where(rank, stage, holds_up);
+    let by_luck = |held: usize, stage: usize| {
+        chance::at_least(held, table.steps_where_any(stage, holds_up), 1.0 / ranks as f64) > params.max_chance
+    };
     // The caused wait in a stage of the median of the other ranks, those that caused none
     // included: with the rank itself counted, the median of two ranks is the larger, and a
     // two-rank job's culprit could never stand out against itself.
@@ -150,10 +181,11 @@ pub fn culprits(
             continue;
         }
         let delay_per_step_s = c.caused_s / steps as f64 / peers;
-        if delay_per_step_s < floor
-            || c.caused_s < params.dominance * typical(c.rank, c.stage)
-            || held_up(c.rank, c.stage) < min_steps
-        {
+        if delay_per_step_s < floor || c.caused_s < params.dominance * typical(c.rank, c.stage) {
+            continue;
+        }
+        let held = held_up(c.rank, c.stage);
+        if held < min_steps || by_luck(held, c.stage) {
             continue;
         }
         let caused_s = by_rank[&c.rank];
@@ -282,6 +314,22 @@ mod tests {
         let a = attribution(&alike);
         let t = blame_table(&a, 0, 26);
         assert!(culprits(&t, 2, 27, 0.086, &CulpritParams::default()).is_empty(), "two ranks alike");
+    }
+
+    #[test]
+    fn a_rank_late_by_luck_is_not_a_culprit() {
+        // A busy 2-core host, two ranks, four steps of 6 ms: one rank or the other is
+        // descheduled 5 ms in every step, rank 1 in three of them (5 in 16 by luck).
+        let lucky = [((0, 2, 0), 0.005), ((1, 0, 0), 0.005), ((1, 1, 0), 0.005), ((1, 3, 0), 0.005)];
+        let a = attribution(&lucky);
+        let t = blame_table(&a, 0, 3);
+        assert!(culprits(&t, 2, 4, 0.006, &CulpritParams::default()).is_empty());
+        // Rank 1 late in 17 of 20 such steps is no luck (a chance of 1.3 in 1,000).
+        let late: Vec<_> = (0..20).map(|step| ((u32::from(step >= 3), step, 0), 0.005)).collect();
+        let a = attribution(&late);
+        let t = blame_table(&a, 0, 19);
+        let found = culprits(&t, 2, 20, 0.006, &CulpritParams::default());
+        assert_eq!(found.iter().map(|c| (c.rank, c.stage)).collect::<Vec<_>>(), [(1, 0)], "{found:?}");
     }
 
     #[test]

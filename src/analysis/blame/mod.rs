@@ -24,6 +24,7 @@
 
 mod attribute;
 mod carry;
+mod chance;
 mod collective;
 mod culprits;
 pub mod device;

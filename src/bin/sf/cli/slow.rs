@@ -53,7 +53,9 @@ WAIT ATTRIBUTION, from the NCCL calls in the logs: each collective is matched ac
   The detectors read each rank's own time (its stages less that waiting), so a rank whose
   stage grew only by waiting for a late peer is never named. A (rank, stage) whose caused
   waiting costs each peer at least max(1 ms, 2% of the step) per step, in 3 or more steps
-  and 20% of them, and 3x the median rank's in that stage, is a CULPRIT: a finding alone.
+  and 20% of them, and 3x the median rank's in that stage, is a CULPRIT: a finding alone,
+  once its count of such steps is under a 1% chance for ranks late at random (one of two
+  ranks late in 3 of 4 steps is luck: a short job on a busy host names no one).
 ",
     call_budget_help!(),
     "
