@@ -28,11 +28,7 @@
 # SF_MATRIX_KEEP=1 keeps the logs and each row's sf slow / sf frontier JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
-# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
-# wheel's own binaries), else this checkout's release build.
-lib=${SF_MATRIX_LIB:-$PWD/target/release/libstagefrontier.so}
-sf=${SF_MATRIX_SF:-$PWD/target/release/sf}
+source scripts/matrix-binaries
 
 ranks=8
 steps=${SF_MATRIX_STEPS:-12}
@@ -56,7 +52,7 @@ run() {
   local name=$1 kind=$2 truth=$3 seed=$4 inject=$5 dir=$root/$1
   shift 5
   env "${device_env[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job \
-    SF_INJECT="$inject" target/release/sf-trainer-sim --ranks $ranks --steps "$steps" --seed "$seed" \
+    SF_INJECT="$inject" "$bin/sf-trainer-sim" --ranks $ranks --steps "$steps" --seed "$seed" \
     --jitter-ms 2 --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch "$launch" "$@" >/dev/null
   "$sf" slow "$dir/job" --json >"$dir/slow.json" || true
   "$sf" frontier "$dir/job" --json >"$dir/frontier.json" || true

@@ -18,16 +18,12 @@
 # and only the device says who is stuck.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x target/release/sf ] && [ -f target/release/libstagefrontier.so ] || cargo build --release --workspace --locked -q
-# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
-# wheel's own binaries), else this checkout's release build.
-lib=${SF_MATRIX_LIB:-$PWD/target/release/libstagefrontier.so}
-sf=${SF_MATRIX_SF:-$PWD/target/release/sf}
+source scripts/matrix-binaries
 
 ranks=${SF_MATRIX_RANKS:-8}
 launch=${SF_MATRIX_LAUNCH:-async}
 case $launch in async | blocking) ;; *) echo "SF_MATRIX_LAUNCH=$launch: use async or blocking" >&2; exit 2 ;; esac
-job=${SF_MATRIX_JOB:-"target/release/sf-trainer-sim --ranks $ranks --steps 100000 --stage-ms data=4,fwd=4,bwd=8,callbacks=1,optim=2 --launch $launch"}
+job=${SF_MATRIX_JOB:-"$bin/sf-trainer-sim --ranks $ranks --steps 100000 --stage-ms data=4,fwd=4,bwd=8,callbacks=1,optim=2 --launch $launch"}
 root=$(mktemp -d /tmp/sf-matrix.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 

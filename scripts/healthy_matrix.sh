@@ -17,12 +17,7 @@
 # `sf kernels` is read too); SF_MATRIX_LAUNCH=blocking keeps NCCL calls blocking the host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] && [ -f target/release/libstagefrontier.so ] ||
-  cargo build --release --workspace --locked -q
-# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
-# wheel's own binaries), else this checkout's release build.
-lib=${SF_MATRIX_LIB:-$PWD/target/release/libstagefrontier.so}
-sf=${SF_MATRIX_SF:-$PWD/target/release/sf}
+source scripts/matrix-binaries
 
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then seeds=(1); else seeds=(1 2 3 4); fi
 jitters=(0 2 5)
@@ -62,7 +57,7 @@ run_case() {
   mkdir -p "$dir"
   env "${device_env[@]}" LD_PRELOAD="$lib" NCCL_PROFILER_PLUGIN="$lib" FAKENCCL_PROFILER_VERSION=7 \
     FAKENCCL_NET_PROFILER=1 SF_LOG_DIR="$dir" SF_JOB_ID=job \
-    target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms "$jitter" \
+    "$bin/sf-trainer-sim" --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms "$jitter" \
     --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 --launch "$launch" >"$dir/job.out" 2>"$dir/job.err" ||
     { echo "job failed: $(tail -3 "$dir/job.err")" >&2; return 1; }
   local codes=() c

@@ -41,16 +41,7 @@
 # SF_MATRIX_KEEP=1 keeps the logs; SF_MATRIX_PROFILE=debug uses the debug build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-profile=${SF_MATRIX_PROFILE:-release}
-bin=$PWD/target/$profile
-if [ "$profile" = release ]; then
-  [ -x "$bin/sf" ] && [ -x "$bin/sf-trainer-sim" ] && [ -f "$bin/libstagefrontier.so" ] ||
-    cargo build --release --workspace --locked -q
-fi
-# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
-# wheel's own binaries), else this checkout's build.
-lib=${SF_MATRIX_LIB:-$bin/libstagefrontier.so}
-sf=${SF_MATRIX_SF:-$bin/sf}
+source scripts/matrix-binaries
 launch=${SF_MATRIX_LAUNCH:-blocking}
 passes=${SF_MATRIX_PASSES:-each}
 # The slow rank: its host (blocking), or its device (asynchronous, where a GPU straggles).

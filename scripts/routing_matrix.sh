@@ -27,11 +27,7 @@
 # device) or with NCCL calls that block the host (SF_MATRIX_LAUNCH=blocking).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x target/release/sf ] && [ -x target/release/sf-trainer-sim ] || cargo build --release --workspace --locked -q
-# The recorder and reader under test: SF_MATRIX_LIB and SF_MATRIX_SF (what CI sets to the
-# wheel's own binaries), else this checkout's release build.
-lib=${SF_MATRIX_LIB:-$PWD/target/release/libstagefrontier.so}
-sf=${SF_MATRIX_SF:-$PWD/target/release/sf}
+source scripts/matrix-binaries
 
 if [ "${SF_MATRIX_QUICK:-0}" = 1 ]; then sizes=(8); seeds=(1); else sizes=(8 32); seeds=(1 2 3 4 5); fi
 steps=${SF_MATRIX_STEPS:-12}
@@ -63,7 +59,7 @@ for entry in "${scenarios[@]}"; do
       dir=$root/$(echo "$scenario" | tr / -)-$ranks-$seed
       env "${device_env[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job \
         SF_INJECT="delay:rank=$hidden,$rule,step=2-$((steps - 1))" \
-        target/release/sf-trainer-sim --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms 2 --launch "$launch" \
+        "$bin/sf-trainer-sim" --ranks "$ranks" --steps "$steps" --seed "$seed" --jitter-ms 2 --launch "$launch" \
         --stage-ms data=20,fwd=30,bwd=40,callbacks=2,optim=10 >/dev/null
       # Exit 4 is the answer when a window names a culprit; only an error (1) stops the matrix.
       local status=0
@@ -162,7 +158,7 @@ unmarked_matrix() {
   run_case() {  # name hidden stage ms truth fault-flag
     local dir=$root/unmarked-$1
     env "${device_env[@]}" LD_PRELOAD="$lib" SF_LOG_DIR="$dir" SF_JOB_ID=job \
-      target/release/sf-trainer-sim --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none --launch "$launch" \
+      "$bin/sf-trainer-sim" --ranks 8 --steps "$steps" --seed "$case" --jitter-ms 2 --markers none --launch "$launch" \
       --stage-ms "$stage_ms" ${3:+"$6" "$2:$3:$4@2-$((steps - 1))"} \
       >/dev/null 2>&1
     local status=0
