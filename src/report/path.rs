@@ -376,7 +376,7 @@ pub fn build(dirs: &Dirs) -> Result<PathReport, Failure> {
 }
 
 /// (pipeline, stage) of `rank` in `pipelines`.
-fn position(pipelines: &[Vec<u32>], rank: u32) -> Option<(usize, usize)> {
+pub(crate) fn position(pipelines: &[Vec<u32>], rank: u32) -> Option<(usize, usize)> {
     pipelines.iter().enumerate().find_map(|(p, ranks)| Some((p, ranks.iter().position(|&r| r == rank)?)))
 }
 

@@ -13,15 +13,15 @@ pub fn at_least(hits: usize, trials: usize, p: f64) -> f64 {
         return 1.0;
     }
     let (ln_p, ln_q) = (p.ln(), (1.0 - p).ln());
-    // ln of C(trials, i) p^i q^(trials-i), from i = 0 up, each term from the one before.
+    // ln of C(trials, i) p^i q^(trials-i), from i = 0 up, each term from the one before;
+    // those from `hits` up are summed.
     let mut ln_term = trials as f64 * ln_q;
-    for i in 1..=hits {
+    let mut terms = Vec::with_capacity(trials - hits + 1);
+    for i in 1..=trials {
         ln_term += ((trials - i + 1) as f64 / i as f64).ln() + ln_p - ln_q;
-    }
-    let mut terms = vec![ln_term];
-    for i in hits + 1..=trials {
-        ln_term += ((trials - i + 1) as f64 / i as f64).ln() + ln_p - ln_q;
-        terms.push(ln_term);
+        if i >= hits {
+            terms.push(ln_term);
+        }
     }
     let top = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (top + terms.iter().map(|t| (t - top).exp()).sum::<f64>().ln()).exp().min(1.0)

@@ -288,10 +288,10 @@ pub fn derive(stage: usize, stages: usize, step: &StepCalls) -> Option<Derived> 
 /// are launch times, and a bound's may hold a synchronization's wait for the whole
 /// pipeline to drain.
 pub fn derive_timed(stage: usize, stages: usize, step: &StepCalls) -> Option<(Derived, bool)> {
-    let host = derive(stage, stages, step)?;
-    match step.on_device().and_then(|d| derive(stage, stages, &d)) {
-        Some(device) if device.microbatches == host.microbatches => Some((device, true)),
-        _ => Some((host, false)),
+    // The device's exchanges are the host's with other times: one shape, one schedule.
+    match step.on_device() {
+        Some(device) => derive(stage, stages, &device).map(|d| (d, true)),
+        None => derive(stage, stages, step).map(|d| (d, false)),
     }
 }
 

@@ -20,6 +20,7 @@ use crate::analysis::path::passes::transfer_pass;
 use crate::analysis::path::{Pass, Phase};
 use crate::analysis::roles::Role;
 use crate::core::log::nccl_op::NcclOp;
+use crate::report::path::position;
 use crate::report::roles::{self, call_of, RankRoles};
 
 /// The pass a stuck send or receive carries: null, both, when the logs cannot say.
@@ -118,8 +119,7 @@ impl Pipelines {
                 return None;
             }
             let global = u32::try_from(rank).ok()?;
-            let pipeline = self.stages.iter().find(|p| p.contains(&global))?;
-            let stage = pipeline.iter().position(|&r| r == global)?;
+            let (pipeline, stage) = position(&self.stages, global)?;
             let log = self.read.iter().position(|r| r.global_rank == rank)?;
             let mut previous: Vec<(u64, bool)> = self.previous[log]
                 .iter()
@@ -133,7 +133,7 @@ impl Pipelines {
             }
             let index = usize::try_from(seq.checked_sub(last + 1)?).ok()?;
             let sends: Vec<bool> = previous.iter().map(|&(_, send)| send).collect();
-            transfer_pass(stage, pipeline.len(), &sends, index, op == NcclOp::Send)
+            transfer_pass(stage, self.stages[pipeline].len(), &sends, index, op == NcclOp::Send)
         };
         found().map(TransferPass::from).unwrap_or_default()
     }
