@@ -480,10 +480,18 @@ fn collectives_issued_from_python_on_gloo_carry_the_waits() {
     let dir = root.join("fsdp");
     sf_slow_names_rank_1s_forward(&dir);
     let (code, verdict) = first_verdict("frontier", &dir);
-    assert!(matches!(code, Some(0 | 4)), "{verdict:?}");
+    // The whole report, read again only when an assertion fails.
+    let report = || {
+        String::from_utf8_lossy(
+            &Command::new(env!("CARGO_BIN_EXE_sf")).arg("frontier").arg(&dir).output().unwrap().stdout,
+        )
+        .into_owned()
+    };
+    assert!(matches!(code, Some(0 | 4)), "{verdict:?}\n{}", report());
     assert!(
         verdict.as_deref().is_some_and(|l| l.starts_with("CULPRIT rank 1 in model.fwd_loss_cpu_wall")),
-        "{verdict:?}"
+        "{verdict:?}\n{}",
+        report()
     );
 }
 

@@ -16,6 +16,12 @@ pub struct WaitAttribution {
     /// Seconds all ranks waited inside collectives in the judged steps (taken out of the
     /// stage times the detectors read).
     pub wait_s: f64,
+    /// Seconds of that waiting charged to no stage of the late rank: it carried the
+    /// lateness in from leaving its previous blocking call late (that collective's exit
+    /// skew, or a wait in another communicator, charged there), or it was outside every
+    /// step.
+    pub carried_in_s: f64,
+    pub unstaged_s: f64,
     /// Median step wall time the culprit floor is a share of.
     pub median_step_s: f64,
     pub params: CulpritParamsReport,
@@ -85,6 +91,8 @@ pub fn blamed(w: Waits, series: &[RankSeries], stages: &[String], job: &JobSlow)
     let waits = WaitAttribution {
         collectives: attribution.collectives,
         wait_s: table.wait_s,
+        carried_in_s: attribution.carried_in_s,
+        unstaged_s: attribution.unstaged_s,
         median_step_s,
         params: CulpritParamsReport {
             min_delay_s: culprit_params.min_delay_s,

@@ -40,6 +40,9 @@ pub struct Attribution {
     pub collectives: usize,
     /// Caused wait whose late rank was outside every step (set-up, tear-down).
     pub unstaged_s: f64,
+    /// Caused wait of blocking calls that a late rank carried in from leaving its
+    /// previous call late, charged to no stage (see [`charge`]).
+    pub carried_in_s: f64,
 }
 
 impl Attribution {
@@ -103,7 +106,8 @@ pub(super) fn attribute_split(
                 }
             }
         }
-        charge(ranks, &spans, c, &mut sums, &mut a.unstaged_s, &mut scratch, &mut split);
+        let mut uncharged = Uncharged { unstaged_s: &mut a.unstaged_s, carried_in_s: &mut a.carried_in_s };
+        charge(ranks, &spans, c, &mut sums, &mut uncharged, &mut scratch, &mut split);
     });
     let (mut waits, mut caused) = (Vec::new(), Vec::new());
     for ((r, sums), rank_spans) in ranks.iter().zip(&sums).zip(&spans) {
@@ -148,6 +152,14 @@ struct Scratch {
     /// segment touched the stage), then its median.
     columns: Vec<Option<Vec<f64>>>,
     medians: Vec<f64>,
+    /// The participants' waits, for their median.
+    waits: Vec<f64>,
+}
+
+/// Where caused wait that no stage of the late rank is charged with is counted.
+struct Uncharged<'a> {
+    unstaged_s: &'a mut f64,
+    carried_in_s: &'a mut f64,
 }
 
 /// How `charge` splits a late participant's caused wait between its host and its device.
@@ -159,15 +171,23 @@ struct Split<'d> {
 }
 
 /// Charges each late participant's caused wait to the stages where its own time since its
-/// previous call ran over the participants' median, in proportion to the overrun; with
-/// no overrun (it was late because it left its previous call late), to the stage it
-/// entered the call from.
+/// previous call ran over the participants' median, in proportion to the overrun.
+///
+/// A blocking call's participant is charged only the part of its lateness that the
+/// overrun explains. Its lateness behind the median participant is the median wait less
+/// its own; what the overrun leaves of it, it carried in from leaving its previous call
+/// late, which no stage of its own made: gloo's ranks leave a collective in turn (its
+/// algorithm's order, so the same rank every time), a descheduled rank leaves late, and a
+/// rank that waited for a peer in another communicator left that call late (the peer is
+/// charged there). Charged to the stage it entered the call from, as it once was, that
+/// made a fixed rank of a healthy gloo job a culprit in the stage holding its loss
+/// allreduce.
 fn charge(
     ranks: &[RankTimeline],
     spans: &[Spans],
     c: &Collective,
     sums: &mut [SpanSums],
-    unstaged_s: &mut f64,
+    uncharged: &mut Uncharged,
     s: &mut Scratch,
     split: &mut Split,
 ) {
@@ -215,6 +235,9 @@ fn charge(
             *median_of = median(column);
         }
     }
+    s.waits.clear();
+    s.waits.extend(c.participants.iter().map(|p| p.wait_s));
+    let median_wait_s = median(&mut s.waits);
     for (i, p) in c.participants.iter().enumerate() {
         let carried = split.carries.as_mut().and_then(|k| k.take(p.rank, c.comm_id));
         if p.caused_s <= 0.0 {
@@ -240,18 +263,28 @@ fn charge(
         let segment = &s.own[if i == 0 { 0 } else { s.ends[i - 1] }..s.ends[i]];
         let over = host_overrun(segment, spans[p.rank].spans, &s.medians);
         let over_s: f64 = over.clone().map(|(_, o)| o).sum();
-        // With no overrun it was late because it left its previous call late: the stage
-        // it entered the call from.
+        // A launch with no overrun was late for what its host carried: the stage it
+        // entered the call from.
         let entered = || spans[p.rank].at(ranks[p.rank].calls[p.call].enter_ns);
         let caused = &mut sums[p.rank].caused;
         let (Some(carries), Some(late_s)) = (split.carries.as_mut(), device.map(|d| d.host_late_s)) else {
-            // Blocking calls: nothing carried, and nothing allocated per participant.
-            if over_s > 0.0 {
+            // Nothing allocated per participant.
+            if split.since == Since::PreviousExit {
+                // A blocking call: the overrun's share of its lateness, the rest carried in.
+                let late_s = median_wait_s - p.wait_s;
+                let own = match (late_s > 0.0, over_s > 0.0) {
+                    (true, _) => (over_s / late_s).min(1.0),
+                    (false, true) => 1.0,
+                    (false, false) => 0.0,
+                };
+                over.for_each(|(span, o)| caused[span] += caused_s * own * o / over_s);
+                *uncharged.carried_in_s += caused_s * (1.0 - own);
+            } else if over_s > 0.0 {
                 over.for_each(|(span, o)| caused[span] += caused_s * o / over_s);
             } else {
                 match entered() {
                     Some(span) => caused[span] += caused_s,
-                    None => *unstaged_s += caused_s,
+                    None => *uncharged.unstaged_s += caused_s,
                 }
             }
             continue;
@@ -266,8 +299,8 @@ fn charge(
         let carried = carried.map(|k| Carried { spans: valid(k.spans, caused.len()), ..k }).unwrap_or_default();
         let unexplained_s = (late_s - over_s).max(0.0);
         let share = if carried.spans.is_empty() { 0.0 } else { inherited_share(carried.late_s, unexplained_s, late_s) };
-        charge_over(caused, Some(&carried.spans), caused_s * share, unstaged_s);
-        charge_over(caused, new.as_deref(), caused_s * (1.0 - share), unstaged_s);
+        charge_over(caused, Some(&carried.spans), caused_s * share, uncharged.unstaged_s);
+        charge_over(caused, new.as_deref(), caused_s * (1.0 - share), uncharged.unstaged_s);
         if late_s > 0.0 {
             let spans = blend(&carried.spans, share, new.as_deref().unwrap_or_default());
             carries.put(p.rank, c.comm_id, Carried { late_s, spans });
@@ -479,13 +512,34 @@ mod tests {
     }
 
     #[test]
-    fn a_rank_late_with_no_stage_of_its_own_to_blame_is_charged_where_it_entered() {
-        // Rank 3's previous call exited late, so its segment is short, not long.
+    fn a_rank_late_only_for_leaving_its_previous_call_late_is_charged_nothing() {
+        // Rank 3's previous call exited late (gloo's ranks leave in turn), so its segment
+        // is short, not long: no stage of its own made it 5 ms late.
         let mut ranks: Vec<RankTimeline> = (0..3).map(|r| rank(r, &[20, 30, 40], 0, 100)).collect();
         let mut late = rank(3, &[20, 30, 40], 5, 100);
         late.calls[0].exit_ns = 94 * MS;
         ranks.push(late);
         let a = attribute(&ranks);
-        assert!(close(a.caused[&(3, 0, 2)], 0.015), "{:?}", a.caused);
+        assert!(a.caused.is_empty(), "{:?}", a.caused);
+        assert!(close(a.carried_in_s, 0.015), "{}", a.carried_in_s);
+        assert!(close(a.wait(0, 0, 2), 0.005), "the peers' waits stand: {:?}", a.waits);
+    }
+
+    #[test]
+    fn a_rank_partly_late_from_its_previous_call_is_charged_its_overrun_alone() {
+        // Rank 3 left its previous call 2 ms late and then ran data 6 ms over: 8 ms late,
+        // 6 of them its data stage's.
+        let mut ranks: Vec<RankTimeline> = (0..3).map(|r| rank(r, &[20, 30, 40], 0, 100)).collect();
+        let mut late = rank(3, &[26, 30, 40], 0, 100);
+        late.calls[0].exit_ns = 2 * MS;
+        for span in &mut late.spans {
+            span.begin_ns += 2 * MS;
+            span.end_ns += 2 * MS;
+        }
+        late.calls[1].enter_ns += 2 * MS;
+        ranks.push(late);
+        let a = attribute(&ranks);
+        assert!(close(a.caused[&(3, 0, 0)], 3.0 * 0.006), "{:?}", a.caused);
+        assert!(close(a.carried_in_s, 3.0 * 0.002), "{}", a.carried_in_s);
     }
 }

@@ -13,8 +13,9 @@
 //!   others' waiting each late rank caused (shared among the ranks still to arrive).
 //! - [`attribute`]: each rank's wait placed in the stage it entered the call from, and each
 //!   late rank's caused wait charged to the stage that made it late: the stage where its
-//!   own time since its previous call exceeded its peers' the most (the stage it was in
-//!   before it arrived when nothing stands out).
+//!   own time since its previous call exceeded its peers' the most; of a blocking call,
+//!   only the part of its lateness that overrun explains (the rest it carried in from
+//!   leaving its previous call late, and no stage of its own made it).
 //! - [`culprits`]: per window, the blame table (rank, stage) → seconds of other ranks'
 //!   waiting caused, and the ranks that caused enough of it to be a finding.
 //!

@@ -49,7 +49,9 @@ The first --skip-steps steps of each rank (start-up) are left out.
 
 WAIT ATTRIBUTION, from the NCCL calls in the logs: each collective is matched across
   ranks by communicator and sequence number; a rank's time inside it beyond the shortest
-  is waiting, charged to the ranks that arrived late, in the stage that made them late.
+  is waiting, charged to the ranks that arrived late, in the stage that made them late
+  (a rank late only for leaving its previous call late, as gloo's ranks leave in turn, is
+  charged nothing: wait_attribution.carried_in_s).
   The detectors read each rank's own time (its stages less that waiting), so a rank whose
   stage grew only by waiting for a late peer is never named. A (rank, stage) whose caused
   waiting costs each peer at least max(1 ms, 2% of the step) per step, in 3 or more steps
