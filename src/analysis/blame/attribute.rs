@@ -179,9 +179,8 @@ struct Split<'d> {
 /// late, which no stage of its own made: gloo's ranks leave a collective in turn (its
 /// algorithm's order, so the same rank every time), a descheduled rank leaves late, and a
 /// rank that waited for a peer in another communicator left that call late (the peer is
-/// charged there). Charged to the stage it entered the call from, as it once was, that
-/// made a fixed rank of a healthy gloo job a culprit in the stage holding its loss
-/// allreduce.
+/// charged there). Charged to the stage the rank entered the call from, gloo's exit order
+/// alone made one rank of a 3-rank job a culprit in the stage holding its loss allreduce.
 fn charge(
     ranks: &[RankTimeline],
     spans: &[Spans],
