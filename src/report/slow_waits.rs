@@ -16,10 +16,10 @@ pub struct WaitAttribution {
     /// Seconds all ranks waited inside collectives in the judged steps (taken out of the
     /// stage times the detectors read).
     pub wait_s: f64,
-    /// Seconds of that waiting charged to no stage of the late rank: it carried the
-    /// lateness in from leaving its previous blocking call late (that collective's exit
-    /// skew, or a wait in another communicator, charged there), or it was outside every
-    /// step.
+    /// Seconds of the job's caused waiting (every step, the skipped ones included)
+    /// charged to no stage of the late rank: it carried the lateness in from leaving its
+    /// previous blocking call late (that collective's exit skew, or a wait in another
+    /// communicator, charged there), or it was outside every step.
     pub carried_in_s: f64,
     pub unstaged_s: f64,
     /// Median step wall time the culprit floor is a share of.
